@@ -1,0 +1,499 @@
+"""The Recorder: the one call adapters and the gateway make to capture an event.
+
+``record()`` costs the caller a deque append: validation of size, sealing into the hash chain,
+serialization and disk writes happen on the Recorder's writer thread, and delivery to the store on
+its delivery thread. The agent never waits on Molt and never sees an exception from it (unless the
+Recorder is built with ``strict=True``, for tests).
+
+Life of an event::
+
+    record(ev) ──deque──▶ writer thread: seq + hash chain, frame ──▶ spool (fsync) ──▶ acknowledged
+                                                                       │
+                          delivery thread: batch ◀─────────────────────┘ ──▶ sink (LanceDB store)
+
+An event is *acknowledged* once its frame is durable in the spool (see ``Spool`` for the fsync
+policy): :meth:`Recorder.flush` waits for that, and an acknowledged event survives ``kill -9`` and
+is delivered when a Recorder next opens the same spool. Backpressure is bounded: when the in-memory
+queue (``max_queue``) or the spool (``max_spool_bytes``) is full, records are dropped and counted in
+:attr:`Recorder.stats`, never blocking the caller.
+
+Example::
+
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    store = Store.open("~/.molt/store")
+    with Recorder(store, spool_dir="~/.molt/spool") as rec:
+        tid = rec.new_trajectory()
+        rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE,
+                         action=UserMessage(content="hi")))
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from molt.atdp.chain import GENESIS, seal
+from molt.atdp.ids import new_id
+from molt.atdp.models import Event, RewardAnnotation
+from molt.atdp.validate import MAX_RECORD_BYTES, check_size
+from molt.capture.sinks import Sink, SinkBatch
+from molt.capture.spool import (
+    FRAME_EVENT,
+    FRAME_QUARANTINE,
+    FRAME_REWARD,
+    FsyncPolicy,
+    Spool,
+    SpoolPosition,
+    encode_frame,
+)
+from molt.errors import CaptureError, MoltError, ProtocolError
+
+__all__ = ["Recorder", "RecorderStats", "index_fields"]
+
+log = logging.getLogger("molt.capture")
+
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class RecorderStats:
+    """Counters since the Recorder opened. ``dropped_*`` and ``quarantined`` never reach training."""
+
+    enqueued: int
+    acknowledged: int
+    delivered: int
+    dropped_queue_full: int
+    dropped_spool_full: int
+    quarantined: int
+    sink_errors: int
+    writer_errors: int
+    pending_in_queue: int
+    spool_pending_bytes: int
+    last_error: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters as a plain dict (for metrics and ``molt doctor``)."""
+        return asdict(self)
+
+
+def index_fields(event: Event, seq: int) -> dict[str, Any]:
+    """The denormalized columns the store indexes an event by (tenant, time, kind, outcome, …)."""
+    md = event.metadata
+    out = event.outcome
+    return {
+        "event_id": event.event_id,
+        "trajectory_id": event.trajectory_id,
+        "session_id": event.session_id,
+        "parent_id": event.parent_id,
+        "seq": seq,
+        "kind": event.kind.value,
+        "name": event.name,
+        "ts_us": int(event.timestamp.timestamp() * 1_000_000),
+        "tenant_id": md.tenant_id,
+        "agent_id": md.agent_id,
+        "task": md.task,
+        "status": out.status.value if out is not None else None,
+        "reward": event.reward,
+        "policy_version": event.provenance.policy_version,
+        "classification": md.classification.value,
+        "subject_id": md.consent.subject_id if md.consent is not None else None,
+    }
+
+
+class Recorder:
+    """Capture events durably, off the caller's thread.
+
+    Args:
+        sink: where spooled records are delivered (a :class:`molt.store.Store`, or any ``Sink``);
+            ``None`` keeps them in the spool until a Recorder with a sink opens it.
+        spool_dir: the spool directory (default ``$MOLT_HOME/spool``). One Recorder per directory.
+        fsync: spool durability policy, ``"always"`` (default), ``"interval"`` or ``"never"``.
+        max_queue: in-memory queue bound (default 100,000 records; 1 – 10^7).
+        max_spool_bytes: on-disk bound for undelivered records (default 1 GiB).
+        batch_size: most records per spool write and per sink write (default 4,096; 1 – 100,000).
+        flush_interval_s: how long the writer waits to gather a batch (default 2 ms).
+        max_record_bytes: the size cap of one serialized event (default 1 MiB); larger ones are
+            quarantined with the reason, not delivered to the store.
+        strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
+    """
+
+    def __init__(
+        self,
+        sink: Sink | None = None,
+        *,
+        spool_dir: str | os.PathLike[str] | None = None,
+        fsync: FsyncPolicy = "always",
+        max_queue: int = 100_000,
+        max_spool_bytes: int = 1 << 30,
+        batch_size: int = 4096,
+        flush_interval_s: float = 0.002,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        retry_max_s: float = 5.0,
+        strict: bool = False,
+        name: str = "molt",
+    ):
+        if not 1 <= max_queue <= 10_000_000:
+            raise ValueError(f"max_queue must be between 1 and 10,000,000, got {max_queue}.")
+        if not 1 <= batch_size <= 100_000:
+            raise ValueError(f"batch_size must be between 1 and 100,000, got {batch_size}.")
+        if spool_dir is None:
+            spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
+        self.sink = sink
+        self.strict = strict
+        self.max_queue = max_queue
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.max_record_bytes = max_record_bytes
+        self.retry_max_s = retry_max_s
+        self._spool = Spool(Path(spool_dir).expanduser(), fsync=fsync, max_bytes=max_spool_bytes)
+
+        self._queue: collections.deque[Any] = collections.deque()
+        self._wake = threading.Event()
+        self._cond = threading.Condition()
+        # itertools.count is atomic under the GIL: cheap counters shared with the caller's threads.
+        self._enq = itertools.count()
+        self._drop_queue = itertools.count()
+        self._acked = 0
+        self._delivered = 0
+        self._dropped_spool = 0
+        self._quarantined = 0
+        self._sink_errors = 0
+        self._writer_errors = 0
+        self._last_error: str | None = None
+        self._handled = 0  # records the writer has taken off the queue (acked, dropped or failed)
+
+        self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._max_heads = 200_000
+        self._fresh: set[str] = set()
+        self._seed_heads_from_spool()
+        self._recovery_end = self._spool.end()  # frames up to here may have been delivered already
+
+        self._closed = False
+        self._writer_done = threading.Event()
+        self._writer = threading.Thread(target=self._write_loop, name=f"{name}-spool-writer", daemon=True)
+        self._writer.start()
+        self._deliver_wake = threading.Event()
+        self._deliverer = threading.Thread(target=self._deliver_loop, name=f"{name}-deliver", daemon=True)
+        self._deliverer.start()
+        _live.add(self)
+
+    # ------------------------------------------------------------------ caller side (hot path)
+
+    def record(self, event: Event) -> bool:
+        """Enqueue ``event``; returns False if it was dropped (queue full or Recorder closed)."""
+        if self.strict:
+            self._check_strict(event)
+        if self._closed or len(self._queue) >= self.max_queue:
+            next(self._drop_queue)
+            if self.strict:
+                raise CaptureError("The Recorder queue is full or closed; the event was dropped.",
+                                   trajectory_id=event.trajectory_id, event_id=event.event_id)
+            return False
+        self._queue.append(event)
+        next(self._enq)
+        if not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def reward(self, annotation: RewardAnnotation) -> bool:
+        """Enqueue a late reward annotation (same guarantees as :meth:`record`)."""
+        if self._closed or len(self._queue) >= self.max_queue:
+            next(self._drop_queue)
+            return False
+        self._queue.append(annotation)
+        next(self._enq)
+        if not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def new_trajectory(self) -> str:
+        """A new trajectory id, known to start a fresh chain (no store lookup needed)."""
+        tid = new_id()
+        self._fresh.add(tid)
+        return tid
+
+    def _check_strict(self, event: Event) -> None:
+        if not isinstance(event, Event):
+            raise ProtocolError(f"record() takes a molt.atdp.Event, got {type(event).__name__}.")
+        check_size(event.model_dump_json(), limit=self.max_record_bytes, what="event",
+                   trajectory_id=event.trajectory_id, event_id=event.event_id)
+
+    # ------------------------------------------------------------------ acknowledgement
+
+    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
+        """Wait until every record enqueued before this call is durable in the spool (and, with
+        ``deliver=True``, delivered to the sink). Returns False on timeout."""
+        target = self._enq_count()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._wake.set()
+        with self._cond:
+            while self._handled < target or (deliver and not self._all_delivered()):
+                if deliver:
+                    self._deliver_wake.set()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.05) if remaining is not None else 0.05)
+        return True
+
+    def _all_delivered(self) -> bool:
+        return self._spool.cursor >= self._spool.end()
+
+    def _enq_count(self) -> int:
+        return _count_value(self._enq)
+
+    @property
+    def stats(self) -> RecorderStats:
+        """Current counters."""
+        return RecorderStats(
+            enqueued=self._enq_count(),
+            acknowledged=self._acked,
+            delivered=self._delivered,
+            dropped_queue_full=_count_value(self._drop_queue),
+            dropped_spool_full=self._dropped_spool,
+            quarantined=self._quarantined,
+            sink_errors=self._sink_errors,
+            writer_errors=self._writer_errors,
+            pending_in_queue=len(self._queue),
+            spool_pending_bytes=self._spool.pending_bytes(),
+            last_error=self._last_error,
+        )
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _write_loop(self) -> None:
+        q = self._queue
+        while True:
+            if not q:
+                self._wake.wait(0.05)
+                self._wake.clear()
+                if not q:
+                    if self._closed:
+                        break
+                    continue
+                if self.flush_interval_s and len(q) < self.batch_size:
+                    time.sleep(self.flush_interval_s)
+            items = []
+            while q and len(items) < self.batch_size:
+                items.append(q.popleft())
+            if _STOP in items:
+                items = [i for i in items if i is not _STOP]
+            try:
+                self._write_batch(items)
+            except Exception as exc:  # never let the writer die: count, log, keep going
+                self._writer_errors += 1
+                self._last_error = f"spool write failed: {exc!r}"
+                log.exception("Molt spool write failed; %d records were dropped.", len(items))
+            with self._cond:
+                self._handled += len(items)
+                self._cond.notify_all()
+            if items:
+                self._deliver_wake.set()
+
+    def _write_batch(self, items: list[Any]) -> None:
+        frames: list[bytes] = []
+        n_events = 0
+        staged: dict[str, tuple[int, str]] = {}
+        for item in items:
+            if isinstance(item, Event):
+                frame, head = self._seal_frame(item, staged)
+                frames.append(frame)
+                if head is not None:
+                    staged[item.trajectory_id] = head
+                    n_events += 1
+            elif isinstance(item, RewardAnnotation):
+                frames.append(encode_frame(FRAME_REWARD, orjson.dumps(item.model_dump(mode="json"))))
+            else:
+                frames.append(self._quarantine_frame(None, "capture", f"not an ATDP record: {type(item).__name__}"))
+        if not frames:
+            return
+        if self._spool.append(frames) is None:
+            self._dropped_spool += len(frames)
+            self._last_error = "spool full: records dropped"
+            return
+        self._acked += len(frames)
+        for tid, head in staged.items():  # heads advance only once the frames are durable
+            self._set_head(tid, head)
+
+    def _seal_frame(self, event: Event, staged: dict[str, tuple[int, str]]) -> tuple[bytes, tuple[int, str] | None]:
+        tid = event.trajectory_id
+        try:
+            head = staged.get(tid) or self._head(tid)
+            seq = head[0] + 1
+            sealed = seal(event, seq, head[1])
+            row = {
+                "x": index_fields(event, seq),
+                "e": sealed.envelope.decode(),
+                "p": sealed.payload.decode() if sealed.payload is not None else None,
+                "s": sealed.salt.hex() if sealed.salt is not None else None,
+                "d": sealed.digest,
+                "ph": sealed.prev_hash,
+                "h": sealed.hash,
+            }
+            body = orjson.dumps(row)
+            check_size(body, limit=self.max_record_bytes + 4096, what="event",
+                       trajectory_id=tid, event_id=event.event_id)
+        except MoltError as exc:
+            return self._quarantine_frame(event, "capture", str(exc)), None
+        except Exception as exc:  # a bug or an unserializable value: quarantine, never raise
+            return self._quarantine_frame(event, "capture", f"sealing failed: {exc!r}"), None
+        return encode_frame(FRAME_EVENT, body), (seq, sealed.hash)
+
+    def _quarantine_frame(self, event: Event | None, stage: str, reason: str) -> bytes:
+        self._quarantined += 1
+        rec: dict[str, Any] = {"stage": stage, "reason": reason[:2000],
+                               "ts_us": int(time.time() * 1_000_000)}
+        if event is not None:
+            rec.update(event_id=event.event_id, trajectory_id=event.trajectory_id,
+                       tenant_id=event.metadata.tenant_id, kind=event.kind.value)
+        return encode_frame(FRAME_QUARANTINE, orjson.dumps(rec))
+
+    def _head(self, tid: str) -> tuple[int, str]:
+        """(last seq, last hash) of a trajectory; (-1, GENESIS) when it has no events yet."""
+        head = self._heads.get(tid)
+        if head is not None:
+            self._heads.move_to_end(tid)
+            return head
+        if tid in self._fresh:
+            self._fresh.discard(tid)
+            return (-1, GENESIS)
+        found = None
+        if self.sink is not None:
+            try:
+                found = self.sink.chain_head(tid)
+            except Exception as exc:
+                self._sink_errors += 1
+                self._last_error = f"chain head lookup failed: {exc!r}"
+                log.warning("Molt could not look up the chain head of %s: %r", tid, exc)
+        return found if found is not None else (-1, GENESIS)
+
+    def _set_head(self, tid: str, head: tuple[int, str]) -> None:
+        self._heads[tid] = head
+        self._heads.move_to_end(tid)
+        if len(self._heads) > self._max_heads:
+            self._heads.popitem(last=False)
+
+    def _seed_heads_from_spool(self) -> None:
+        for kind, body in self._spool.iter_undelivered():
+            if kind == FRAME_EVENT:
+                row = orjson.loads(body)
+                x = row["x"]
+                prev = self._heads.get(x["trajectory_id"])
+                if prev is None or x["seq"] > prev[0]:
+                    self._set_head(x["trajectory_id"], (x["seq"], row["h"]))
+
+    # ------------------------------------------------------------------ delivery thread
+
+    def _deliver_loop(self) -> None:
+        backoff = 0.05
+        while True:
+            self._deliver_wake.wait(0.2)
+            self._deliver_wake.clear()
+            if self.sink is None:
+                if self._closed:
+                    return
+                continue
+            while True:
+                start, end = self._spool.cursor, self._spool.end()
+                if start >= end:
+                    break
+                frames, pos = self._spool.read(start, end, max_frames=self.batch_size)
+                if not frames:
+                    break
+                batch = _to_batch(frames, redelivery=start < self._recovery_end)
+                try:
+                    self.sink.write_batch(batch)
+                except Exception as exc:
+                    self._sink_errors += 1
+                    self._last_error = f"sink write failed: {exc!r}"
+                    log.warning("Molt sink write failed (will retry in %.2fs): %r", backoff, exc)
+                    if self._closed:
+                        return
+                    self._deliver_wake.wait(backoff)
+                    backoff = min(backoff * 2, self.retry_max_s)
+                    continue
+                backoff = 0.05
+                self._spool.commit(pos)
+                self._delivered += len(batch)
+                with self._cond:
+                    self._cond.notify_all()
+            if self._closed and self._writer_done.is_set():
+                return
+
+    # ------------------------------------------------------------------ shutdown
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop accepting records, make queued ones durable, deliver what the sink takes within
+        ``timeout`` seconds, and stop. Undelivered records stay in the spool for the next start.
+        Returns True when everything was delivered."""
+        if self._closed:
+            return self._all_delivered()
+        deadline = time.monotonic() + timeout
+        self.flush(timeout=max(0.0, deadline - time.monotonic()))
+        if self.sink is not None:
+            self.flush(timeout=max(0.0, deadline - time.monotonic()), deliver=True)
+        self._closed = True
+        self._wake.set()
+        self._writer.join(max(0.0, deadline - time.monotonic()) + 0.1)
+        self._writer_done.set()
+        self._deliver_wake.set()
+        self._deliverer.join(max(0.0, deadline - time.monotonic()) + 0.1)
+        done = self._all_delivered()
+        if not self._writer.is_alive():
+            self._spool.close()
+        _live.discard(self)
+        return done
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _count_value(counter: itertools.count[int]) -> int:
+    """The next value of an ``itertools.count`` (i.e. how many times ``next`` was called on it).
+
+    ``next(count)`` is atomic under the GIL, unlike ``x += 1``, so callers on many threads can bump
+    it without a lock; ``count`` exposes its state only through ``repr`` ("count(N)").
+    """
+    return int(repr(counter)[6:-1])
+
+
+def _to_batch(frames: list[tuple[bytes, bytes]], *, redelivery: bool) -> SinkBatch:
+    batch = SinkBatch(redelivery=redelivery)
+    for kind, body in frames:
+        rec = orjson.loads(body)
+        if kind == FRAME_EVENT:
+            batch.events.append(rec)
+        elif kind == FRAME_REWARD:
+            batch.rewards.append(rec)
+        else:
+            batch.quarantine.append(rec)
+    return batch
+
+
+_live: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # bounded: an unreachable sink never holds the process for long
+    for rec in list(_live):
+        try:
+            rec.close(timeout=1.0)
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass

@@ -1,0 +1,303 @@
+"""Durable local spool: an append-only write-ahead log of framed records in segment files.
+
+Layout of a spool directory::
+
+    00000000000000000001.seg   segment files, appended in order, rolled at ``segment_bytes``
+    cursor                     what has been delivered downstream: "<segment> <offset>\\n"
+
+A frame is ``MAGIC (2 B) | type (1 B) | length (u32 LE) | crc32 (u32 LE) | body``. A frame whose
+header or CRC does not check is a torn write from a crash; it and anything after it in that segment
+are ignored and truncated on open, which is safe because a frame is only acknowledged after its write
+(and, with ``fsync="always"``, its fsync) completed.
+
+Durability (the ``fsync`` policy):
+
+- ``"always"`` (default): ``fsync`` after every batch before acknowledging it — group commit, so one
+  fsync covers everything that queued up while the previous one ran. Survives power loss.
+- ``"interval"``: acknowledge after ``write``; ``fsync`` at most every ``fsync_interval_s``. Survives a
+  killed process (the page cache outlives it), loses at most the interval on power loss.
+- ``"never"``: leave flushing to the OS. Survives a killed process only.
+
+Delivery is at-least-once: the cursor moves only after the downstream write succeeded, so a crash
+between the two re-delivers one batch; the store deduplicates by event id (exactly-once in the store).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from molt.errors import CaptureError
+
+__all__ = ["FRAME_EVENT", "FRAME_QUARANTINE", "FRAME_REWARD", "FsyncPolicy", "Spool", "SpoolPosition"]
+
+MAGIC = b"\x4d\x54"  # "MT"
+_HEADER = struct.Struct("<2scII")
+HEADER_SIZE = _HEADER.size  # 11 bytes
+
+FRAME_EVENT = b"E"
+FRAME_REWARD = b"R"
+FRAME_QUARANTINE = b"Q"
+_FRAME_TYPES = {FRAME_EVENT, FRAME_REWARD, FRAME_QUARANTINE}
+
+# Frames are at most MAX_RECORD_BYTES (1 MiB) plus a header, so a 16 MiB read always holds one.
+_READ_CHUNK = 16 << 20
+
+FsyncPolicy = Literal["always", "interval", "never"]
+
+
+@dataclass(frozen=True, order=True)
+class SpoolPosition:
+    """A position in the spool: segment number and byte offset in it."""
+
+    segment: int
+    offset: int
+
+
+def _seg_name(n: int) -> str:
+    return f"{n:020d}.seg"
+
+
+def encode_frame(kind: bytes, body: bytes) -> bytes:
+    """One frame: header plus body."""
+    return _HEADER.pack(MAGIC, kind, len(body), zlib.crc32(body)) + body
+
+
+class Spool:
+    """An append-only, segmented, checksummed log (one writer thread, one reader thread).
+
+    ``max_bytes`` bounds the undelivered data on disk; :meth:`append` refuses a batch that would
+    exceed it so the caller can count drops instead of filling the disk.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: FsyncPolicy = "always",
+        fsync_interval_s: float = 0.05,
+        segment_bytes: int = 64 << 20,
+        max_bytes: int = 1 << 30,
+    ):
+        if fsync not in ("always", "interval", "never"):
+            raise ValueError(f"fsync must be 'always', 'interval' or 'never', not {fsync!r}.")
+        if segment_bytes < 4096 or max_bytes < segment_bytes:
+            raise ValueError(
+                f"segment_bytes ({segment_bytes}) must be >= 4096 and <= max_bytes ({max_bytes}).")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self.fsync_interval_s = fsync_interval_s
+        self.segment_bytes = segment_bytes
+        self.max_bytes = max_bytes
+        self._last_fsync = 0.0
+        self._cursor = self._read_cursor()
+        segs = self.segments()
+        self._write_seg = segs[-1] if segs else max(1, self._cursor.segment)
+        self._recover_tail(self._write_seg)
+        path = self.dir / _seg_name(self._write_seg)
+        self._fh = open(path, "ab", buffering=0)  # noqa: SIM115 - held open for the spool's life
+        self._write_off = self._fh.tell()
+        self._end = SpoolPosition(self._write_seg, self._write_off)
+        self._dir_fsync()
+
+    # ------------------------------------------------------------------ writer side
+
+    def append(self, frames: list[bytes]) -> SpoolPosition | None:
+        """Append encoded frames as one write; return the end position once durable per policy.
+
+        Returns ``None`` (nothing written) when the batch would push the spool past ``max_bytes``.
+        """
+        data = b"".join(frames)
+        if self.pending_bytes() + len(data) > self.max_bytes:
+            return None
+        if self._write_off > 0 and self._write_off + len(data) > self.segment_bytes:
+            self._roll()
+        view = memoryview(data)
+        while view:
+            n = self._fh.write(view)
+            if n is None or n <= 0:
+                raise CaptureError("The spool could not be written (short write); is the disk full?")
+            view = view[n:]
+        self._write_off += len(data)
+        self._sync()
+        # One reference assignment, so the reader thread never sees a half-updated position.
+        self._end = SpoolPosition(self._write_seg, self._write_off)
+        return self._end
+
+    def _sync(self, force: bool = False) -> None:
+        import time
+
+        if self.fsync == "always" or force:
+            os.fsync(self._fh.fileno())
+        elif self.fsync == "interval":
+            now = time.monotonic()
+            if now - self._last_fsync >= self.fsync_interval_s:
+                os.fsync(self._fh.fileno())
+                self._last_fsync = now
+
+    def _roll(self) -> None:
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self._write_seg += 1
+        self._fh = open(self.dir / _seg_name(self._write_seg), "ab", buffering=0)  # noqa: SIM115
+        self._write_off = 0
+        self._dir_fsync()
+
+    def end(self) -> SpoolPosition:
+        """The position after the last appended (and durable, per policy) frame."""
+        return self._end
+
+    def close(self) -> None:
+        """Flush and close the current segment."""
+        if not self._fh.closed:
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+    # ------------------------------------------------------------------ reader side
+
+    @property
+    def cursor(self) -> SpoolPosition:
+        """Everything before this position has been delivered."""
+        return self._cursor
+
+    def read(self, start: SpoolPosition, end: SpoolPosition, max_frames: int = 10_000
+             ) -> tuple[list[tuple[bytes, bytes]], SpoolPosition]:
+        """Frames ``(type, body)`` from ``start`` up to ``end`` (at most ``max_frames``), and the
+        position after the last one returned."""
+        out: list[tuple[bytes, bytes]] = []
+        pos = start
+        while len(out) < max_frames and pos < end:
+            stop = end.offset if pos.segment == end.segment else None
+            frames, new_off = self._read_segment(pos.segment, pos.offset, stop, max_frames - len(out))
+            out.extend(frames)
+            if pos.segment == end.segment or len(out) >= max_frames or new_off < self._size(pos.segment):
+                pos = SpoolPosition(pos.segment, new_off)
+                break
+            nxt = self._next_segment(pos.segment)  # this closed segment is done: move on
+            pos = SpoolPosition(nxt, 0) if nxt is not None else SpoolPosition(pos.segment, new_off)
+            if nxt is None:
+                break
+        return out, pos
+
+    def _size(self, seg: int) -> int:
+        if seg == self._write_seg:
+            return self._write_off
+        path = self.dir / _seg_name(seg)
+        return path.stat().st_size if path.exists() else 0
+
+    def _next_segment(self, seg: int) -> int | None:
+        later = [s for s in self.segments() if s > seg]
+        return later[0] if later else None
+
+    def _read_segment(self, seg: int, offset: int, stop: int | None, max_frames: int
+                      ) -> tuple[list[tuple[bytes, bytes]], int]:
+        path = self.dir / _seg_name(seg)
+        if not path.exists():
+            return [], offset
+        budget = _READ_CHUNK if stop is None else min(_READ_CHUNK, stop - offset)
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(budget)
+        frames: list[tuple[bytes, bytes]] = []
+        pos = 0
+        for kind, body, nxt in _iter_frames(data):
+            frames.append((kind, body))
+            pos = nxt
+            if len(frames) >= max_frames:
+                break
+        return frames, offset + pos
+
+    def commit(self, position: SpoolPosition) -> None:
+        """Record that everything before ``position`` was delivered; delete finished segments."""
+        tmp = self.dir / "cursor.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{position.segment} {position.offset}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.dir / "cursor")
+        self._cursor = position
+        for s in self.segments():
+            if s < position.segment:
+                (self.dir / _seg_name(s)).unlink(missing_ok=True)
+
+    def pending_bytes(self) -> int:
+        """Bytes appended but not yet delivered."""
+        total = 0
+        for s in self.segments():
+            if s < self._cursor.segment:
+                continue
+            size = self._write_off if s == self._write_seg else (self.dir / _seg_name(s)).stat().st_size
+            total += size - (self._cursor.offset if s == self._cursor.segment else 0)
+        return max(0, total)
+
+    def segments(self) -> list[int]:
+        """Segment numbers present on disk, ascending."""
+        return sorted(int(p.stem) for p in self.dir.glob("*.seg") if p.stem.isdigit())
+
+    def iter_undelivered(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every frame after the cursor (used at start-up to rebuild chain heads)."""
+        pos = self._cursor
+        end = self.end()
+        while pos < end:
+            frames, nxt = self.read(pos, end)
+            yield from frames
+            if nxt == pos:
+                break
+            pos = nxt
+
+    # ------------------------------------------------------------------ recovery
+
+    def _read_cursor(self) -> SpoolPosition:
+        path = self.dir / "cursor"
+        if not path.exists():
+            return SpoolPosition(1, 0)
+        try:
+            seg, off = path.read_text().split()
+            return SpoolPosition(int(seg), int(off))
+        except ValueError as exc:
+            raise CaptureError(
+                f"The spool cursor {path} is corrupt ({exc}); move it aside to re-deliver the spool "
+                f"(the store deduplicates by event id).") from None
+
+    def _recover_tail(self, seg: int) -> None:
+        """Truncate a torn frame at the end of the last segment (a crash mid-write)."""
+        path = self.dir / _seg_name(seg)
+        if not path.exists():
+            return
+        data = path.read_bytes()
+        good = 0
+        for _, _, nxt in _iter_frames(data):
+            good = nxt
+        if good < len(data):
+            with open(path, "r+b") as fh:
+                fh.truncate(good)
+                os.fsync(fh.fileno())
+
+    def _dir_fsync(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _iter_frames(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:
+    """Valid frames in ``data`` as ``(type, body, offset_after)``; stops at the first bad one."""
+    pos = 0
+    n = len(data)
+    while pos + HEADER_SIZE <= n:
+        magic, kind, length, crc = _HEADER.unpack_from(data, pos)
+        end = pos + HEADER_SIZE + length
+        if magic != MAGIC or kind not in _FRAME_TYPES or end > n:
+            return
+        body = data[pos + HEADER_SIZE:end]
+        if zlib.crc32(body) != crc:
+            return
+        yield kind, body, end
+        pos = end

@@ -1,0 +1,163 @@
+"""Errors raised by molt-core.
+
+Every error Molt raises derives from one root, so callers can catch ``MoltError`` and nothing else::
+
+    MoltError
+    ├── ProtocolError (ValueError)         an ATDP record is malformed
+    │   ├── SchemaVersionError             a record names a schema version this build cannot read
+    │   ├── EventValidationError           fields missing, of the wrong type, or inconsistent
+    │   └── PayloadTooLarge                a serialized record exceeds the stated size cap
+    ├── ChainError                         a trajectory's hash chain does not verify
+    ├── StoreError                         the LanceDB store cannot be opened, read or written
+    │   └── NotFound (KeyError)            an id that is not in the store
+    ├── CaptureError                       the Recorder or its spool is unusable (never raised into
+    │                                      agent code unless the Recorder runs in strict mode)
+    ├── GovernanceError                    a governance stage failed
+    │   └── PolicyViolation                a record breaks a tenant's policy
+    ├── ReplayError                        a trajectory cannot be replayed
+    ├── InterventionError                  a control-plane intervention cannot be applied
+    ├── RegistryError (LookupError)        registry misuse: unknown or conflicting names
+    └── AdapterError                       a framework adapter cannot be used
+
+Errors that carry context (``trajectory_id``, ``event_id``) keep it as attributes and stay picklable,
+so they survive being sent across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AdapterError",
+    "CaptureError",
+    "ChainError",
+    "EventValidationError",
+    "GovernanceError",
+    "InterventionError",
+    "MoltError",
+    "NotFound",
+    "PayloadTooLarge",
+    "PolicyViolation",
+    "ProtocolError",
+    "RegistryError",
+    "ReplayError",
+    "SchemaVersionError",
+    "StoreError",
+]
+
+
+class MoltError(Exception):
+    """Root of every error raised by Molt.
+
+    ``trajectory_id`` and ``event_id`` name the record the error is about, when there is one.
+    """
+
+    def __init__(self, message: str, *, trajectory_id: str | None = None, event_id: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.trajectory_id = trajectory_id
+        self.event_id = event_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.trajectory_id, self.event_id, self.__dict__))
+
+    def __str__(self) -> str:
+        where = []
+        if self.trajectory_id:
+            where.append(f"trajectory {self.trajectory_id}")
+        if self.event_id:
+            where.append(f"event {self.event_id}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+def _rebuild(cls: type[MoltError], message: str, tid: str | None, eid: str | None, state: dict[str, Any]) -> MoltError:
+    err = cls.__new__(cls)
+    MoltError.__init__(err, message, trajectory_id=tid, event_id=eid)
+    err.__dict__.update(state)
+    return err
+
+
+class ProtocolError(MoltError, ValueError):
+    """An ATDP record is malformed."""
+
+
+class SchemaVersionError(ProtocolError):
+    """A record names an ATDP schema version this build cannot read."""
+
+
+class EventValidationError(ProtocolError):
+    """A record's fields are missing, of the wrong type, or inconsistent with each other.
+
+    ``errors`` holds pydantic's structured error list (``loc``, ``msg``, ``type``) when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        trajectory_id: str | None = None,
+        event_id: str | None = None,
+    ):
+        super().__init__(message, trajectory_id=trajectory_id, event_id=event_id)
+        self.errors = errors or []
+
+
+class PayloadTooLarge(ProtocolError):
+    """A serialized record is larger than the cap (``size`` and ``limit`` in bytes)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        size: int = 0,
+        limit: int = 0,
+        trajectory_id: str | None = None,
+        event_id: str | None = None,
+    ):
+        super().__init__(message, trajectory_id=trajectory_id, event_id=event_id)
+        self.size = size
+        self.limit = limit
+
+
+class ChainError(MoltError):
+    """A trajectory's hash chain does not verify (an edit, a deletion or a reordering)."""
+
+
+class StoreError(MoltError):
+    """The store cannot be opened, read or written."""
+
+
+class NotFound(StoreError, KeyError):
+    """An id that is not in the store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return MoltError.__str__(self)
+
+
+class CaptureError(MoltError):
+    """The Recorder or its spool is unusable."""
+
+
+class GovernanceError(MoltError):
+    """A governance stage failed."""
+
+
+class PolicyViolation(GovernanceError):
+    """A record breaks a tenant's policy."""
+
+
+class ReplayError(MoltError):
+    """A trajectory cannot be replayed."""
+
+
+class InterventionError(MoltError):
+    """A control-plane intervention cannot be applied."""
+
+
+class RegistryError(MoltError, LookupError):
+    """Registry misuse: an unknown name, or one name registered twice for different objects."""
+
+
+class AdapterError(MoltError):
+    """A framework adapter cannot be used (missing framework, wrong version)."""

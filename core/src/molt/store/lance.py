@@ -1,0 +1,448 @@
+"""The LanceDB store: events, late rewards, quarantine (and placeholders for memories, skills and
+policy versions), with batched appends, scheduled compaction and the read API.
+
+The store URI is a local directory by default; object-storage URIs (``s3://bucket/prefix``) work the
+same, with credentials and endpoint in ``storage_options`` (LanceDB's object-store options, e.g.
+``{"aws_endpoint": "http://127.0.0.1:9000", "allow_http": "true"}``).
+
+Example::
+
+    from molt.store import Store
+
+    store = Store.open("~/.molt/store")
+    traj = store.trajectory("01936f1e-…")       # events in causal order, rewards joined
+    for s in store.trajectories(tenant="acme", limit=20):
+        print(s.trajectory_id, s.events, s.outcome)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from molt.atdp.chain import ChainReport, SealedEvent, canonical, unseal, verify_chain
+from molt.atdp.ids import new_id
+from molt.atdp.models import RewardAnnotation
+from molt.atdp.validate import MAX_RECORD_BYTES, check_size
+from molt.errors import NotFound, StoreError
+from molt.store.query import Trajectory, TrajectorySummary, sql_str, summarize
+from molt.store.schemas import EVENTS, INDEX_COLUMNS, QUARANTINE, REWARDS, TABLES
+
+__all__ = ["Store"]
+
+log = logging.getLogger("molt.store")
+
+_SEALED_COLUMNS = ["event_id", "trajectory_id", "seq", "envelope", "payload", "payload_salt",
+                   "payload_digest", "prev_hash", "hash"]
+_IN_CHUNK = 512  # ids per "IN (…)" filter
+
+
+class Store:
+    """Molt's LanceDB-backed store. Thread-safe for one writer thread plus any number of readers.
+
+    Args:
+        uri: a local directory or an object-store URI.
+        storage_options: object-store options passed to LanceDB.
+        compact_every: run compaction after this many appends (default 64; 1 – 10,000).
+        compact_interval_s: …or after this many seconds with appends pending (default 60).
+        keep_versions_s: LanceDB versions older than this are cleaned up at compaction (default
+            3,600 s; 0 keeps only the latest, which the erasure job uses).
+        auto_compact: compact on a background thread (default True); otherwise call :meth:`compact`.
+    """
+
+    def __init__(
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        storage_options: dict[str, str] | None = None,
+        compact_every: int = 64,
+        compact_interval_s: float = 60.0,
+        keep_versions_s: float = 3600.0,
+        auto_compact: bool = True,
+    ):
+        if not 1 <= compact_every <= 10_000:
+            raise ValueError(f"compact_every must be between 1 and 10,000, got {compact_every}.")
+        self.uri = str(uri)
+        is_remote = "://" in self.uri and not self.uri.startswith("file://")
+        if not is_remote:
+            self.uri = str(Path(self.uri).expanduser())
+            Path(self.uri).mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = lancedb.connect(self.uri, storage_options=storage_options or None)
+            existing = set(self._db.list_tables().tables)
+            self._tables = {}
+            for name, schema in TABLES.items():
+                if name in existing:
+                    self._tables[name] = self._db.open_table(name)
+                else:
+                    self._tables[name] = self._db.create_table(name, schema=schema, exist_ok=True)
+        except Exception as exc:
+            raise StoreError(f"Cannot open the store at {self.uri!r}: {exc}. Check the path or the "
+                             f"object-store endpoint and credentials.") from exc
+        self.compact_every = compact_every
+        self.compact_interval_s = compact_interval_s
+        self.keep_versions_s = keep_versions_s
+        self._write_lock = threading.Lock()
+        self._appends_since_compact = 0
+        self._last_compact = time.monotonic()
+        self._indexed: set[tuple[str, str]] = set()
+        self._stop = threading.Event()
+        self._compact_wake = threading.Event()
+        self._compactor: threading.Thread | None = None
+        if auto_compact:
+            self._compactor = threading.Thread(target=self._compact_loop, name="molt-compact", daemon=True)
+            self._compactor.start()
+
+    @classmethod
+    def open(cls, uri: str | os.PathLike[str] | None = None, **kwargs: Any) -> Store:
+        """Open (or create) the store at ``uri`` (default ``$MOLT_HOME/store``)."""
+        if uri is None:
+            uri = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "store"
+        return cls(uri, **kwargs)
+
+    def table(self, name: str) -> Any:
+        """The LanceDB table ``name`` (events, rewards, quarantine, memories, skills, policy_versions)."""
+        try:
+            tbl = self._tables[name]
+        except KeyError:
+            raise StoreError(f"No table {name!r}; tables: {', '.join(sorted(self._tables))}.") from None
+        return tbl
+
+    # ------------------------------------------------------------------ writes (the Sink protocol)
+
+    def write_batch(self, batch: Any) -> None:
+        """Append a :class:`~molt.capture.SinkBatch` (deduplicating by id when it is a redelivery)."""
+        with self._write_lock:
+            if batch.events:
+                self._append("events", _events_table(batch.events), "event_id", batch.redelivery)
+            if batch.rewards:
+                self._append("rewards", _rewards_table(batch.rewards), "annotation_id", batch.redelivery)
+            if batch.quarantine:
+                self._append("quarantine", _quarantine_table(batch.quarantine), None, False)
+
+    def _append(self, name: str, data: pa.Table, id_col: str | None, dedupe: bool) -> None:
+        if id_col is not None:
+            # Within-batch duplicates (a retried record) keep their first copy.
+            ids = data.column(id_col).to_pylist()
+            if len(set(ids)) != len(ids):
+                seen: set[str] = set()
+                keep = [not (i in seen or seen.add(i)) for i in ids]  # type: ignore[func-returns-value]
+                data = data.filter(pa.array(keep))
+            if dedupe:
+                present = self._existing_ids(name, id_col, data.column(id_col).to_pylist())
+                if present:
+                    data = data.filter(pc.invert(pc.is_in(data.column(id_col), pa.array(list(present)))))
+        if data.num_rows == 0:
+            return
+        try:
+            self.table(name).add(data)
+        except Exception as exc:
+            raise StoreError(f"Appending {data.num_rows} rows to {name!r} failed: {exc}.") from exc
+        self._appends_since_compact += 1
+        if self._appends_since_compact >= self.compact_every:
+            self._compact_wake.set()
+
+    def _existing_ids(self, name: str, id_col: str, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        tbl = self.table(name)
+        for i in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[i:i + _IN_CHUNK]
+            where = f"{id_col} IN ({', '.join(sql_str(x) for x in chunk)})"
+            got = tbl.search().where(where).select([id_col]).limit(None).to_arrow()
+            found.update(got.column(id_col).to_pylist())
+        return found
+
+    def append_rewards(self, annotations: Iterable[RewardAnnotation]) -> int:
+        """Append late reward annotations directly (the CLI path; agents go through the Recorder).
+
+        Every annotation must point at a trajectory (and event, if given) that is in the store."""
+        rows = [a.model_dump(mode="json") for a in annotations]
+        for r in rows:
+            if not self._has_trajectory(r["trajectory_id"]):
+                raise NotFound(f"No trajectory {r['trajectory_id']} in the store; a reward must point "
+                               f"at a stored trajectory.", trajectory_id=r["trajectory_id"])
+            if r.get("event_id") and not self._existing_ids("events", "event_id", [r["event_id"]]):
+                raise NotFound(f"No event {r['event_id']} in trajectory {r['trajectory_id']}.",
+                               trajectory_id=r["trajectory_id"], event_id=r["event_id"])
+        with self._write_lock:
+            self._append("rewards", _rewards_table(rows), "annotation_id", True)
+        return len(rows)
+
+    def quarantine(self, reason: str, *, stage: str, record: bytes | None = None,
+                   event_id: str | None = None, trajectory_id: str | None = None,
+                   tenant_id: str | None = None, kind: str | None = None) -> str:
+        """Put a record in quarantine with the reason; returns the quarantine id."""
+        qid = new_id()
+        row = {"quarantine_id": qid, "event_id": event_id, "trajectory_id": trajectory_id,
+               "tenant_id": tenant_id, "kind": kind, "stage": stage, "reason": reason,
+               "ts_us": int(time.time() * 1e6), "record": record}
+        with self._write_lock:
+            self._append("quarantine", _quarantine_table([row]), None, False)
+        return qid
+
+    # ------------------------------------------------------------------ reads
+
+    def chain_head(self, trajectory_id: str) -> tuple[int, str] | None:
+        """``(seq, hash)`` of the last stored event of a trajectory, or ``None``."""
+        got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", ["seq", "hash"])
+        if got.num_rows == 0:
+            return None
+        i = pc.index(got.column("seq"), pc.max(got.column("seq"))).as_py()
+        return got.column("seq")[i].as_py(), got.column("hash")[i].as_py()
+
+    def _has_trajectory(self, trajectory_id: str) -> bool:
+        return self.table("events").count_rows(f"trajectory_id = {sql_str(trajectory_id)}") > 0
+
+    def _where(self, name: str, where: str | None, columns: list[str] | None = None) -> pa.Table:
+        q = self.table(name).search()
+        if where:
+            q = q.where(where)
+        if columns:
+            q = q.select(columns)
+        try:
+            return q.limit(None).to_arrow()
+        except Exception as exc:
+            raise StoreError(f"Reading {name!r} failed: {exc}.") from exc
+
+    def sealed_events(self, trajectory_id: str) -> list[SealedEvent]:
+        """A trajectory's stored records, in ``seq`` order, exactly as sealed."""
+        got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", _SEALED_COLUMNS)
+        rows = sorted(got.to_pylist(), key=lambda r: r["seq"])
+        return [
+            SealedEvent(event_id=r["event_id"], trajectory_id=r["trajectory_id"], seq=r["seq"],
+                        envelope=r["envelope"], payload=r["payload"], salt=r["payload_salt"],
+                        digest=r["payload_digest"], prev_hash=r["prev_hash"], hash=r["hash"])
+            for r in rows
+        ]
+
+    def rewards(self, trajectory_id: str) -> list[RewardAnnotation]:
+        """Late rewards of a trajectory, oldest first."""
+        got = self._where("rewards", f"trajectory_id = {sql_str(trajectory_id)}", ["record", "created_at"])
+        rows = sorted(got.to_pylist(), key=lambda r: r["created_at"])
+        return [RewardAnnotation.model_validate(orjson.loads(r["record"])) for r in rows]
+
+    def trajectory(self, trajectory_id: str) -> Trajectory:
+        """A trajectory's events in causal order (by ``seq``) with late rewards joined."""
+        sealed = self.sealed_events(trajectory_id)
+        if not sealed:
+            raise NotFound(f"No trajectory {trajectory_id} in the store.", trajectory_id=trajectory_id)
+        events = [unseal(s.envelope, s.payload) for s in sealed]
+        return Trajectory(trajectory_id=trajectory_id, events=events, rewards=self.rewards(trajectory_id))
+
+    def verify(self, trajectory_id: str) -> ChainReport:
+        """Verify a trajectory's hash chain."""
+        return verify_chain(trajectory_id, self.sealed_events(trajectory_id))
+
+    def trajectory_ids(self, where: str | None = None) -> list[str]:
+        """Distinct trajectory ids (optionally under a SQL filter on the events table)."""
+        got = self._where("events", where, ["trajectory_id"])
+        return pc.unique(got.column("trajectory_id")).to_pylist()
+
+    def trajectories(
+        self,
+        *,
+        tenant: str | None = None,
+        agent: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        outcome: str | None = None,
+        limit: int | None = 100,
+    ) -> list[TrajectorySummary]:
+        """Trajectory summaries, newest first, filtered by tenant, agent, time and outcome.
+
+        ``outcome`` is ``success`` (total reward > 0), ``failure`` (rewarded, total ≤ 0), ``error``
+        (an event ended in error) or ``unrewarded``.
+        """
+        if outcome not in (None, "success", "failure", "error", "unrewarded"):
+            raise ValueError(f"outcome must be success, failure, error or unrewarded, not {outcome!r}.")
+        clauses = []
+        if tenant is not None:
+            clauses.append(f"tenant_id = {sql_str(tenant)}")
+        if agent is not None:
+            clauses.append(f"agent_id = {sql_str(agent)}")
+        where = " AND ".join(clauses) or None
+        events = self._where("events", where, ["trajectory_id", "seq", "ts", "tenant_id", "agent_id",
+                                               "task", "status", "reward", "kind"])
+        if events.num_rows == 0:
+            return []
+        tids = pc.unique(events.column("trajectory_id"))
+        rewards = self._where("rewards", None, ["trajectory_id", "value"])
+        if rewards.num_rows:
+            rewards = rewards.filter(pc.is_in(rewards.column("trajectory_id"), tids))
+        out = summarize(events, rewards)
+        if since is not None:
+            out = [s for s in out if s.last_ts >= since.astimezone(UTC)]
+        if until is not None:
+            out = [s for s in out if s.first_ts < until.astimezone(UTC)]
+        if outcome is not None:
+            out = [s for s in out if s.outcome == outcome]
+        out.sort(key=lambda s: s.last_ts, reverse=True)
+        return out[:limit] if limit is not None else out
+
+    def count(self, name: str = "events", where: str | None = None) -> int:
+        """Rows in a table (optionally under a SQL filter)."""
+        return int(self.table(name).count_rows(where))
+
+    def iter_events(self, where: str | None = None, batch_rows: int = 8192) -> Iterator[pa.RecordBatch]:
+        """Stream event rows in Arrow record batches (for exports and scans)."""
+        q = self.table("events").search()
+        if where:
+            q = q.where(where)
+        yield from q.limit(None).to_batches(batch_rows)
+
+    def export_parquet(self, path: str | os.PathLike[str], *, where: str | None = None,
+                       progress: Any = None) -> int:
+        """Write the events (all columns, sealed bytes included) to a Parquet file; returns rows."""
+        import pyarrow.parquet as pq
+
+        total = 0
+        writer = None
+        try:
+            for rb in self.iter_events(where):
+                if writer is None:
+                    writer = pq.ParquetWriter(str(path), rb.schema)
+                writer.write_batch(rb)
+                total += rb.num_rows
+                if progress is not None:
+                    progress(rb.num_rows)
+            if writer is None:
+                pq.write_table(EVENTS.empty_table(), str(path))
+        finally:
+            if writer is not None:
+                writer.close()
+        return total
+
+    # ------------------------------------------------------------------ maintenance
+
+    def compact(self, *, keep_versions_s: float | None = None) -> dict[str, Any]:
+        """Compact fragments, update indices and clean up old versions of every table."""
+        keep = self.keep_versions_s if keep_versions_s is None else keep_versions_s
+        stats: dict[str, Any] = {}
+        with self._write_lock:
+            self._appends_since_compact = 0
+            self._last_compact = time.monotonic()
+            for name, tbl in self._tables.items():
+                if tbl.count_rows() == 0:
+                    continue
+                self._ensure_indices(name, tbl)
+                tbl.optimize(cleanup_older_than=timedelta(seconds=keep), delete_unverified=keep == 0)
+                stats[name] = {"version": tbl.version, "fragments": _fragment_count(tbl)}
+        return stats
+
+    def _ensure_indices(self, name: str, tbl: Any) -> None:
+        wanted = {"events": ["trajectory_id", "event_id", "tenant_id"],
+                  "rewards": ["trajectory_id", "annotation_id"],
+                  "quarantine": ["tenant_id"]}.get(name, [])
+        for col in wanted:
+            if (name, col) in self._indexed:
+                continue
+            have = {tuple(ix.columns) for ix in tbl.list_indices()}
+            if (col,) not in have:
+                tbl.create_scalar_index(col, index_type="BTREE")
+            self._indexed.add((name, col))
+
+    def _compact_loop(self) -> None:
+        while not self._stop.is_set():
+            self._compact_wake.wait(5.0)
+            self._compact_wake.clear()
+            if self._stop.is_set():
+                return
+            due = self._appends_since_compact >= self.compact_every or (
+                self._appends_since_compact > 0
+                and time.monotonic() - self._last_compact >= self.compact_interval_s)
+            if due:
+                try:
+                    self.compact()
+                except Exception as exc:  # compaction is best effort; the next run retries
+                    log.warning("Molt store compaction failed: %r", exc)
+
+    def fragment_count(self, name: str = "events") -> int:
+        """How many data fragments a table has (compaction keeps this bounded)."""
+        return _fragment_count(self.table(name))
+
+    def close(self) -> None:
+        """Stop the compaction thread."""
+        self._stop.set()
+        self._compact_wake.set()
+        if self._compactor is not None:
+            self._compactor.join(timeout=30)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fragment_count(tbl: Any) -> int:
+    stats = tbl.stats()
+    frag = stats["fragment_stats"] if isinstance(stats, dict) else stats.fragment_stats
+    return int(frag["num_fragments"] if isinstance(frag, dict) else frag.num_fragments)
+
+
+def _ts_col(values_us: list[int]) -> pa.Array:
+    return pa.array(values_us, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+
+def _events_table(rows: list[dict[str, Any]]) -> pa.Table:
+    now = int(time.time() * 1e6)
+    xs = [r["x"] for r in rows]
+    cols: dict[str, pa.Array] = {}
+    for c in INDEX_COLUMNS:
+        cols[c] = pa.array([x.get(c) for x in xs], EVENTS.field(c).type)
+    cols["ts"] = _ts_col([x["ts_us"] for x in xs])
+    cols["envelope"] = pa.array([r["e"].encode() for r in rows], pa.binary())
+    cols["payload"] = pa.array([r["p"].encode() if r.get("p") is not None else None for r in rows], pa.binary())
+    cols["payload_salt"] = pa.array([bytes.fromhex(r["s"]) if r.get("s") else None for r in rows], pa.binary())
+    cols["payload_digest"] = pa.array([r["d"] for r in rows], pa.string())
+    cols["prev_hash"] = pa.array([r["ph"] for r in rows], pa.string())
+    cols["hash"] = pa.array([r["h"] for r in rows], pa.string())
+    cols["ingested_at"] = _ts_col([now] * len(rows))
+    return pa.Table.from_pydict({f.name: cols[f.name] for f in EVENTS}, schema=EVENTS)
+
+
+def _rewards_table(rows: list[dict[str, Any]]) -> pa.Table:
+    now = int(time.time() * 1e6)
+    records = []
+    for r in rows:
+        rec = canonical(r)
+        check_size(rec, limit=MAX_RECORD_BYTES, what="reward annotation", trajectory_id=r.get("trajectory_id"))
+        records.append(rec)
+    created = [int(datetime.fromisoformat(r["created_at"].replace("Z", "+00:00")).timestamp() * 1e6)
+               for r in rows]
+    return pa.Table.from_pydict({
+        "annotation_id": [r["annotation_id"] for r in rows],
+        "trajectory_id": [r["trajectory_id"] for r in rows],
+        "event_id": [r.get("event_id") for r in rows],
+        "value": [float(r["value"]) for r in rows],
+        "source": [r["source"] for r in rows],
+        "tenant_id": [r.get("tenant_id") for r in rows],
+        "created_at": _ts_col(created),
+        "record": records,
+        "ingested_at": _ts_col([now] * len(rows)),
+    }, schema=REWARDS)
+
+
+def _quarantine_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pydict({
+        "quarantine_id": [r.get("quarantine_id") or new_id() for r in rows],
+        "event_id": [r.get("event_id") for r in rows],
+        "trajectory_id": [r.get("trajectory_id") for r in rows],
+        "tenant_id": [r.get("tenant_id") for r in rows],
+        "kind": [r.get("kind") for r in rows],
+        "stage": [r.get("stage", "capture") for r in rows],
+        "reason": [r.get("reason", "") for r in rows],
+        "ts": _ts_col([int(r.get("ts_us") or time.time() * 1e6) for r in rows]),
+        "record": [r.get("record") for r in rows],
+    }, schema=QUARANTINE)

@@ -1,0 +1,114 @@
+"""Arrow schemas of the store's LanceDB tables.
+
+Events keep the sealed record exactly as the Recorder hashed it (``envelope`` and ``payload`` bytes,
+``payload_salt``, ``payload_digest``, ``prev_hash``, ``hash``) plus denormalized columns to filter on
+(tenant, time, kind, status, …); the denormalized columns are never trusted for verification.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = [
+    "EVENTS",
+    "MEMORIES",
+    "POLICY_VERSIONS",
+    "QUARANTINE",
+    "REWARDS",
+    "SKILLS",
+    "TABLES",
+]
+
+_TS = pa.timestamp("us", tz="UTC")
+
+EVENTS = pa.schema([
+    pa.field("event_id", pa.string(), nullable=False),
+    pa.field("trajectory_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string()),
+    pa.field("parent_id", pa.string()),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("name", pa.string()),
+    pa.field("ts", _TS, nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("agent_id", pa.string()),
+    pa.field("task", pa.string()),
+    pa.field("status", pa.string()),
+    pa.field("reward", pa.float64()),
+    pa.field("policy_version", pa.string()),
+    pa.field("classification", pa.string()),
+    pa.field("subject_id", pa.string()),
+    pa.field("envelope", pa.binary(), nullable=False),
+    pa.field("payload", pa.binary()),
+    pa.field("payload_salt", pa.binary()),
+    pa.field("payload_digest", pa.string(), nullable=False),
+    pa.field("prev_hash", pa.string(), nullable=False),
+    pa.field("hash", pa.string(), nullable=False),
+    pa.field("ingested_at", _TS, nullable=False),
+])
+
+#: The columns of EVENTS that come from ``molt.capture.index_fields``.
+INDEX_COLUMNS = (
+    "event_id", "trajectory_id", "session_id", "parent_id", "seq", "kind", "name", "tenant_id",
+    "agent_id", "task", "status", "reward", "policy_version", "classification", "subject_id",
+)
+
+REWARDS = pa.schema([
+    pa.field("annotation_id", pa.string(), nullable=False),
+    pa.field("trajectory_id", pa.string(), nullable=False),
+    pa.field("event_id", pa.string()),
+    pa.field("value", pa.float64(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("created_at", _TS, nullable=False),
+    pa.field("record", pa.binary(), nullable=False),  # the annotation's canonical JSON
+    pa.field("ingested_at", _TS, nullable=False),
+])
+
+QUARANTINE = pa.schema([
+    pa.field("quarantine_id", pa.string(), nullable=False),
+    pa.field("event_id", pa.string()),
+    pa.field("trajectory_id", pa.string()),
+    pa.field("tenant_id", pa.string()),
+    pa.field("kind", pa.string()),
+    pa.field("stage", pa.string(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("ts", _TS, nullable=False),
+    pa.field("record", pa.binary()),
+])
+
+# Placeholders: the control-plane issue fills memories, skills and policy versions.
+MEMORIES = pa.schema([
+    pa.field("memory_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("scope", pa.string()),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("source_trajectory_id", pa.string()),
+    pa.field("created_at", _TS, nullable=False),
+    pa.field("expires_at", _TS),
+])
+
+SKILLS = pa.schema([
+    pa.field("skill_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("trigger", pa.string(), nullable=False),
+    pa.field("instructions", pa.string(), nullable=False),
+    pa.field("created_at", _TS, nullable=False),
+])
+
+POLICY_VERSIONS = pa.schema([
+    pa.field("version_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("agent_id", pa.string()),
+    pa.field("parts", pa.binary(), nullable=False),  # canonical JSON of the part versions
+    pa.field("created_at", _TS, nullable=False),
+])
+
+TABLES: dict[str, pa.Schema] = {
+    "events": EVENTS,
+    "rewards": REWARDS,
+    "quarantine": QUARANTINE,
+    "memories": MEMORIES,
+    "skills": SKILLS,
+    "policy_versions": POLICY_VERSIONS,
+}
