@@ -13,7 +13,9 @@ Every error Molt raises derives from one root, so callers can catch ``MoltError`
     ├── CaptureError                       the Recorder or its spool is unusable (never raised into
     │                                      agent code unless the Recorder runs in strict mode)
     ├── GovernanceError                    a governance stage failed
-    │   └── PolicyViolation                a record breaks a tenant's policy
+    │   ├── PolicyViolation                a record breaks a tenant's policy
+    │   ├── AuthenticationError            no API key, or one that is not known (HTTP 401)
+    │   └── PermissionDenied (PermissionError)  the key's tenant or role may not do this (HTTP 403)
     ├── ReplayError                        a trajectory cannot be replayed
     ├── InterventionError                  a control-plane intervention cannot be applied
     ├── RegistryError (LookupError)        registry misuse: unknown or conflicting names
@@ -29,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "AdapterError",
+    "AuthenticationError",
     "CaptureError",
     "ChainError",
     "EventValidationError",
@@ -37,6 +40,7 @@ __all__ = [
     "MoltError",
     "NotFound",
     "PayloadTooLarge",
+    "PermissionDenied",
     "PolicyViolation",
     "ProtocolError",
     "RegistryError",
@@ -145,6 +149,14 @@ class GovernanceError(MoltError):
 
 class PolicyViolation(GovernanceError):
     """A record breaks a tenant's policy."""
+
+
+class AuthenticationError(GovernanceError):
+    """No API key was given, or the key is not known."""
+
+
+class PermissionDenied(GovernanceError, PermissionError):
+    """The caller's tenant or role may not perform the action."""
 
 
 class ReplayError(MoltError):
