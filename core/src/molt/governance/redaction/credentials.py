@@ -1,0 +1,125 @@
+"""Detectors for credentials: API keys and tokens in vendor formats, private keys, passwords.
+
+Vendor formats are matched by their fixed prefixes (``AKIA``, ``ghp_``, ``xoxb-``, ``sk_live_``,
+``sk-``, ``AIza``, ``hf_``, JWTs), which keeps false positives near zero. Free-form secrets are
+found by what names them: ``password=…``, ``"api_key": "…"``, ``Authorization: Bearer …``, the
+user-info part of a URL. :func:`secret_key_type` lets the structure-aware JSON walker treat the
+whole value of a ``"password"`` key as a secret.
+
+Registered detector names: ``api_key``, ``private_key``, ``password``.
+
+>>> [s.entity_type for s in ApiKeyDetector().detect("export GITHUB_TOKEN=ghp_" + "a" * 36)]
+['API_KEY']
+"""
+
+from __future__ import annotations
+
+import re
+
+from molt.governance.redaction.base import Span, detectors
+from molt.governance.redaction.patterns import RegexDetector
+
+__all__ = ["ApiKeyDetector", "PasswordDetector", "PrivateKeyDetector", "secret_key_type"]
+
+_VENDOR_TOKENS = "|".join(
+    (
+        r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}",  # AWS access key ids
+        r"gh[pousr]_[A-Za-z0-9]{36,255}",  # GitHub tokens
+        r"github_pat_[A-Za-z0-9_]{22,255}",
+        r"glpat-[A-Za-z0-9_-]{20,}",  # GitLab
+        r"xox[abposre]-[A-Za-z0-9-]{10,}",  # Slack
+        r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
+        r"sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",  # OpenAI, Anthropic
+        r"AIza[0-9A-Za-z_-]{35}",  # Google API keys
+        r"ya29\.[0-9A-Za-z_-]{20,}",  # Google OAuth access tokens
+        r"hf_[A-Za-z0-9]{30,}",  # Hugging Face
+        r"npm_[A-Za-z0-9]{36}",
+        r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}",
+        r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}",  # SendGrid
+        r"(?:AC|SK)[0-9a-f]{32}",  # Twilio
+        r"dop_v1_[a-f0-9]{64}",  # DigitalOcean
+        r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",  # Shopify
+        r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    )
+)
+_TOKEN_RX = re.compile(rf"(?<![\w-])(?:{_VENDOR_TOKENS})(?![\w-])")
+_BEARER_RX = re.compile(r"\b(?:bearer|token|basic)\s+([A-Za-z0-9._~+/-]{16,}=*)", re.IGNORECASE)
+
+
+class ApiKeyDetector:
+    """API keys and access tokens in known vendor formats, and ``Bearer`` credentials."""
+
+    name = "api_key"
+    entities = frozenset({"API_KEY"})
+
+    def __init__(self) -> None:
+        self._vendor = RegexDetector("api_key", "API_KEY", _TOKEN_RX, score=1.0)
+        self._bearer = RegexDetector("api_key", "API_KEY", _BEARER_RX, score=0.9, group=1)
+
+    def detect(self, text: str) -> list[Span]:
+        """Token spans."""
+        return self._vendor.detect(text) + self._bearer.detect(text)
+
+
+class PrivateKeyDetector(RegexDetector):
+    """PEM private key blocks (RSA, EC, OpenSSH, PKCS#8, encrypted), header to footer."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "private_key", "PRIVATE_KEY",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----",
+            score=1.0,
+        )  # fmt: skip
+
+
+_PASSWORD_KEYS = r"pass(?:word|wd|phrase)?|pwd|secret|client[_-]?secret|db[_-]?pass(?:word)?"
+_TOKEN_KEYS = r"api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|(?:access|auth|refresh|session|id)[_-]?token|token|private[_-]?key|x-api-key"
+_ASSIGN_RX = re.compile(
+    rf"(?<![\w-])[\w.-]*?(?P<key>{_PASSWORD_KEYS}|{_TOKEN_KEYS})[\"']?\s*(?:[:=]|=>)\s*"
+    r"(?P<q>[\"']?)(?P<value>(?(q)[^\"'\n]{3,200}|[^\s\"',;&]{3,200}))",
+    re.IGNORECASE,
+)
+_SAID_RX = re.compile(r"\b(?:password|passcode|passphrase|pin)\s+(?:is|was|:)\s+[\"']?([^\s\"']{4,100})", re.I)
+_URL_CRED_RX = re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:([^@\s/]+)@", re.IGNORECASE)
+_KEY_TYPE_RX = (
+    (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_PASSWORD_KEYS})$", re.I), "PASSWORD"),
+    (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_TOKEN_KEYS})$", re.I), "API_KEY"),
+)
+_PLACEHOLDER_VALUES = frozenset({"none", "null", "true", "false", "****", "xxx", "redacted", "changeme", "<redacted>"})
+
+
+def secret_key_type(key: str) -> str | None:
+    """``"PASSWORD"`` or ``"API_KEY"`` when a JSON/config key names a secret (``db_password``,
+    ``OPENAI_API_KEY``), else ``None``."""
+    for rx, entity in _KEY_TYPE_RX:
+        if rx.match(key):
+            return entity
+    return None
+
+
+class PasswordDetector:
+    """Secrets named by their context: ``password=…``, ``"api_key": "…"``, "my password is …",
+    and the password in ``scheme://user:password@host``."""
+
+    name = "password"
+    entities = frozenset({"PASSWORD", "API_KEY"})
+
+    def detect(self, text: str) -> list[Span]:
+        """Secret value spans (the value only, never the key that names it)."""
+        out = []
+        for m in _ASSIGN_RX.finditer(text):
+            value = m.group("value").strip()
+            if value.casefold() in _PLACEHOLDER_VALUES or value.startswith(("{", "$", "<", "%")):
+                continue
+            entity = secret_key_type(m.group("key")) or "PASSWORD"
+            start = m.start("value")
+            out.append(Span(start, start + len(value), entity, 0.9, self.name))
+        for rx in (_SAID_RX, _URL_CRED_RX):
+            for m in rx.finditer(text):
+                out.append(Span(m.start(1), m.end(1), "PASSWORD", 0.9, self.name))
+        return out
+
+
+detectors.register("api_key", ApiKeyDetector)
+detectors.register("private_key", PrivateKeyDetector)
+detectors.register("password", PasswordDetector)

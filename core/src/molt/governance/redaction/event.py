@@ -1,0 +1,190 @@
+"""Redact every text-bearing field of an ATDP :class:`~molt.atdp.Event`, structure-aware for JSON.
+
+The walker visits the payload (observation, hidden, action, outcome): messages and their content
+parts, tool-call arguments, tool results, retrieved passages, memory contents, file contents and
+diffs, browser values, hidden plans and reasoning. JSON values are walked structurally — keys are
+kept, string leaves are redacted — and a string that *holds* JSON (OpenAI's ``arguments`` is a JSON
+string) is parsed, walked and re-serialised, so the result is still valid JSON. The value of a key
+that names a secret (``password``, ``api_key``, ``access_token``) is redacted whole.
+
+Identifiers, enums, model names, tool names and numbers are left alone; so is the envelope
+(ids, metadata, provenance).
+
+Example::
+
+    event, report = redact_event(event, redactor=Redactor(policy))
+    report.counts            # {"EMAIL_ADDRESS": 2, "PERSON": 1}
+    report.spans[0].field    # "observation.messages[0].content"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from molt.atdp.models import Event
+from molt.errors import GovernanceError
+from molt.governance.redaction.base import Span
+from molt.governance.redaction.redactor import Redactor, ReplacementState
+from molt.governance.redaction.credentials import secret_key_type
+
+__all__ = ["RedactedSpan", "RedactionReport", "redact_event"]
+
+#: Payload keys whose string values are identifiers or enums, never free text.
+_SKIP_KEYS = frozenset(
+    {
+        "type", "role", "id", "tool_call_id", "call_id", "doc_id", "model", "finish_reason", "tool_name",
+        "tool_version", "index", "operation", "status", "policy_version", "tokenizer", "step_type",
+        "score", "top_k", "confidence", "rating", "retryable",
+    }
+)  # fmt: skip
+_SKIP_PATHS = frozenset({("action", "tokens"), ("action", "sampling")})
+
+
+class RedactedSpan(BaseModel):
+    """One replaced span: where (field path + offsets into the field's original string), what type,
+    which detector, which mode. Never the original value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    field: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    entity_type: str
+    detector: str
+    score: float
+    mode: str
+
+
+class RedactionReport(BaseModel):
+    """What redaction did to one event (or one text): spans, counts by type, the policy that ran."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str | None = None
+    trajectory_id: str | None = None
+    policy: str
+    policy_fingerprint: str
+    spans: list[RedactedSpan] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+    fields_scanned: int = 0
+    token_trace_dropped: bool = False
+
+    @property
+    def redacted(self) -> bool:
+        """Whether anything was replaced."""
+        return bool(self.spans)
+
+
+class _Walker:
+    """Walks a dumped payload, redacting string leaves in place and collecting span records."""
+
+    def __init__(self, redactor: Redactor):
+        self.redactor = redactor
+        self.state = ReplacementState()
+        self.records: list[RedactedSpan] = []
+        self.fields = 0
+
+    def text(self, value: str, path: str, key: str | None) -> str:
+        self.fields += 1
+        stripped = value.lstrip()
+        if stripped[:1] in ("{", "[") and len(stripped) > 1:
+            try:
+                parsed = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, (dict, list)):
+                walked = self.json(parsed, path)
+                return orjson.dumps(walked).decode()
+        entity = secret_key_type(key) if key else None
+        if entity is not None and entity in self.redactor.policy.entities and value.strip():
+            spans = [Span(0, len(value), entity, 1.0, "json_key")]
+        else:
+            spans = self.redactor.detect(value)
+        if not spans:
+            return value
+        for s in spans:
+            mode = self.redactor.policy.mode_for(s.entity_type).value
+            self.records.append(
+                RedactedSpan(
+                    field=path, start=s.start, end=s.end, entity_type=s.entity_type,
+                    detector=s.detector, score=round(s.score, 3), mode=mode,
+                )
+            )  # fmt: skip
+        return self.redactor.apply(value, spans, self.state)
+
+    def json(self, value: Any, path: str, key: str | None = None) -> Any:
+        if isinstance(value, str):
+            return self.text(value, path, key) if value else value
+        if isinstance(value, dict):
+            return {
+                k: (v if k in _SKIP_KEYS and not isinstance(v, (dict, list)) else self.json(v, f"{path}.{k}", k))
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self.json(v, f"{path}[{i}]", key) for i, v in enumerate(value)]
+        return value
+
+
+def redact_event(
+    event: Event, *, redactor: Redactor | None = None, policy_name: str | None = None
+) -> tuple[Event, RedactionReport]:
+    """A redacted copy of ``event`` and the report of what was replaced.
+
+    ``redactor`` defaults to the ``default`` policy's. Token ids of a generation are dropped when
+    anything in the event was redacted (policy ``token_traces``), because they encode the original
+    text. Raises :class:`~molt.errors.GovernanceError` (with the event's ids) when a detector fails
+    or the redacted payload no longer validates.
+    """
+    redactor = redactor or Redactor()
+    policy = redactor.policy
+    walker = _Walker(redactor)
+    dumped = event.model_dump(mode="json")
+    try:
+        for field in ("observation", "hidden", "action", "outcome"):
+            value = dumped.get(field)
+            if not isinstance(value, dict):
+                continue
+            for key, sub in value.items():
+                if (field, key) in _SKIP_PATHS or (key in _SKIP_KEYS and not isinstance(sub, (dict, list))):
+                    continue
+                value[key] = walker.json(sub, f"{field}.{key}", key)
+    except GovernanceError as exc:
+        exc.trajectory_id, exc.event_id = event.trajectory_id, event.event_id
+        raise
+    dropped = False
+    action = dumped.get("action")
+    if (
+        walker.records
+        and isinstance(action, dict)
+        and action.get("tokens") is not None
+        and policy.token_traces == "drop_if_redacted"
+    ):
+        action["tokens"] = None
+        dropped = True
+    counts: dict[str, int] = {}
+    for r in walker.records:
+        counts[r.entity_type] = counts.get(r.entity_type, 0) + 1
+    report = RedactionReport(
+        event_id=event.event_id,
+        trajectory_id=event.trajectory_id,
+        policy=policy_name or policy.name,
+        policy_fingerprint=policy.fingerprint(),
+        spans=walker.records,
+        counts=counts,
+        fields_scanned=walker.fields,
+        token_trace_dropped=dropped,
+    )
+    if not walker.records:
+        return event, report
+    try:
+        redacted = Event.model_validate(dumped)
+    except ValueError as exc:
+        raise GovernanceError(
+            f"The redacted event no longer validates ({exc}); this is a bug in a detector or the walker.",
+            trajectory_id=event.trajectory_id,
+            event_id=event.event_id,
+        ) from exc
+    return redacted, report

@@ -1,0 +1,194 @@
+"""Per-tenant redaction policy: which entities, which detectors, and how each is replaced.
+
+Three replacement modes:
+
+- ``mask`` — the span becomes ``mask_char`` repeated (its length, or ``mask_length`` if set).
+- ``placeholder`` — a typed, numbered placeholder: ``<EMAIL_ADDRESS_1>``; the same value gets the
+  same number within one text or event, so "who said what" survives.
+- ``pseudonym`` — a keyed pseudonym ``<PERSON_5e1f0a9c2b>`` = HMAC-SHA256(tenant key, type + value).
+  Stable for a tenant across events and days, so trajectories stay learnable (the same customer is
+  the same token everywhere), and different across tenants, so pseudonyms cannot be joined.
+
+Named policies live in :data:`policies`; the CLI's ``--policy`` takes a registered name or a path
+to a YAML/JSON file holding a policy::
+
+    RedactionPolicy(name="acme", tenant_id="acme", mode="pseudonym", pseudonym_key="…32+ chars…")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from molt.errors import GovernanceError
+from molt.governance.redaction.base import DEFAULT_ENTITIES, EntityType
+from molt.registry import Registry
+
+__all__ = [
+    "DEFAULT_DETECTORS",
+    "RedactionPolicy",
+    "ReplacementMode",
+    "TokenTraceHandling",
+    "derive_tenant_key",
+    "load_policy",
+    "policies",
+]
+
+#: Detectors a policy runs unless it lists its own (every built-in detector but ``date_time``).
+DEFAULT_DETECTORS: tuple[str, ...] = (
+    "email",
+    "phone",
+    "credit_card",
+    "us_ssn",
+    "iban",
+    "ip",
+    "url",
+    "us_driver_license",
+    "api_key",
+    "private_key",
+    "password",
+    "entities",
+)
+
+
+class ReplacementMode(StrEnum):
+    """How a detected span is replaced."""
+
+    MASK = "mask"
+    PLACEHOLDER = "placeholder"
+    PSEUDONYM = "pseudonym"
+
+
+class TokenTraceHandling(StrEnum):
+    """What to do with a generation's token ids when its text was redacted (the ids encode the
+    original text, so keeping them would leak what was replaced)."""
+
+    DROP_IF_REDACTED = "drop_if_redacted"
+    KEEP = "keep"
+
+
+class RedactionPolicy(BaseModel):
+    """A tenant's redaction configuration. Frozen; persist ``fingerprint()`` next to what it produced.
+
+    Fields (defaults in brackets):
+
+    - ``name`` — registry / report name ["default"].
+    - ``tenant_id`` — the tenant this policy belongs to [None].
+    - ``mode`` — default replacement mode [placeholder].
+    - ``entity_modes`` — per-type override of ``mode`` ({"PERSON": "pseudonym"}) [{}].
+    - ``entities`` — types to redact [every :class:`EntityType` but DATE_TIME].
+    - ``detectors`` — detector registry names to run [:data:`DEFAULT_DETECTORS`].
+    - ``min_score`` — spans below this detector score are kept as they are; 0–1 [0.5].
+    - ``allow_list`` — exact values never redacted (a support address, the product's own name) [[]].
+    - ``mask_char`` — one character [*]; ``mask_length`` — fixed mask length, 1–64, None = span's [None].
+    - ``pseudonym_key`` — the tenant's HMAC key, ≥ 16 characters; required for ``pseudonym`` [None].
+    - ``pseudonym_length`` — hex digits of the HMAC kept, 6–64 [10].
+    - ``token_traces`` — :class:`TokenTraceHandling` [drop_if_redacted].
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="default", min_length=1, max_length=128)
+    tenant_id: str | None = None
+    mode: ReplacementMode = ReplacementMode.PLACEHOLDER
+    entity_modes: dict[str, ReplacementMode] = Field(default_factory=dict)
+    entities: frozenset[str] = DEFAULT_ENTITIES
+    detectors: tuple[str, ...] = DEFAULT_DETECTORS
+    min_score: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    allow_list: frozenset[str] = frozenset()
+    mask_char: str = Field(default="*", min_length=1, max_length=1)
+    mask_length: Annotated[int, Field(ge=1, le=64)] | None = None
+    pseudonym_key: SecretStr | None = None
+    pseudonym_length: Annotated[int, Field(ge=6, le=64)] = 10
+    token_traces: TokenTraceHandling = TokenTraceHandling.DROP_IF_REDACTED
+
+    @field_validator("entities", "entity_modes")
+    @classmethod
+    def _known_entities(cls, v: frozenset[str] | dict[str, ReplacementMode]) -> object:
+        known = {e.value for e in EntityType}
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise ValueError(f"unknown entity types {unknown}; known types are {sorted(known)}.")
+        return v
+
+    @model_validator(mode="after")
+    def _pseudonym_needs_key(self) -> RedactionPolicy:
+        uses = self.mode == ReplacementMode.PSEUDONYM or ReplacementMode.PSEUDONYM in self.entity_modes.values()
+        if uses and self.pseudonym_key is None:
+            raise ValueError(
+                "mode/entity_modes use 'pseudonym' but pseudonym_key is not set; give the tenant an HMAC "
+                "key (derive_tenant_key(master_key, tenant_id) makes one) or choose another mode."
+            )
+        if self.pseudonym_key is not None and len(self.pseudonym_key.get_secret_value()) < 16:
+            raise ValueError("pseudonym_key must be at least 16 characters; use a random 32-byte secret.")
+        return self
+
+    def mode_for(self, entity_type: str) -> ReplacementMode:
+        """The replacement mode for ``entity_type``."""
+        return self.entity_modes.get(entity_type, self.mode)
+
+    def pseudonym(self, entity_type: str, value: str) -> str:
+        """The keyed pseudonym of ``value``: case and spacing do not change it."""
+        if self.pseudonym_key is None:
+            raise GovernanceError(f"Policy {self.name!r} has no pseudonym_key; set one to use pseudonyms.")
+        normalized = " ".join(value.casefold().split())
+        digest = hmac.new(
+            self.pseudonym_key.get_secret_value().encode(),
+            f"{entity_type}\x1f{normalized}".encode(),
+            hashlib.sha256,
+        ).hexdigest()
+        return f"<{entity_type}_{digest[: self.pseudonym_length]}>"
+
+    def fingerprint(self) -> str:
+        """A short hash of the configuration (the key excluded), to record next to redacted data."""
+        dump = self.model_dump_json(exclude={"pseudonym_key"})
+        return hashlib.sha256(dump.encode()).hexdigest()[:16]
+
+
+def derive_tenant_key(master_key: str, tenant_id: str) -> SecretStr:
+    """A per-tenant HMAC key from one master secret: HMAC-SHA256(master, "molt-pseudonym:" + tenant)."""
+    if len(master_key) < 16:
+        raise GovernanceError("The master key must be at least 16 characters; use a random 32-byte secret.")
+    digest = hmac.new(master_key.encode(), f"molt-pseudonym:{tenant_id}".encode(), hashlib.sha256)
+    return SecretStr(digest.hexdigest())
+
+
+#: Named policies. ``default`` (placeholders) and ``mask`` are built in; ``pseudonym`` is
+#: registered when ``MOLT_PSEUDONYM_KEY`` is set in the environment.
+policies: Registry[RedactionPolicy] = Registry("redaction policy")
+policies.register("default", RedactionPolicy())
+policies.register("mask", RedactionPolicy(name="mask", mode=ReplacementMode.MASK))
+
+
+def load_policy(name_or_path: str | None) -> RedactionPolicy:
+    """The policy registered as ``name_or_path``, or read from that YAML/JSON file; None = default.
+
+    Raises :class:`~molt.errors.GovernanceError` with the reason when the file is invalid.
+    """
+    if name_or_path is None:
+        return policies.get("default")
+    if name_or_path in policies:
+        return policies.get(name_or_path)
+    if name_or_path == "pseudonym" and os.environ.get("MOLT_PSEUDONYM_KEY"):
+        return RedactionPolicy(
+            name="pseudonym", mode=ReplacementMode.PSEUDONYM, pseudonym_key=os.environ["MOLT_PSEUDONYM_KEY"]
+        )
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise GovernanceError(
+            f"No redaction policy named {name_or_path!r} and no such file; registered policies: "
+            f"{', '.join(policies.names())} (pass a YAML or JSON file path for your own)."
+        )
+    try:
+        import yaml
+
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return RedactionPolicy.model_validate(data)
+    except (OSError, ValidationError, yaml.YAMLError) as exc:
+        raise GovernanceError(f"The redaction policy file {path} is not valid: {exc}") from exc

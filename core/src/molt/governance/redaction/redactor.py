@@ -1,0 +1,133 @@
+"""The :class:`Redactor`: run a policy's detectors over text, resolve overlaps, replace spans.
+
+>>> r = Redactor()
+>>> text, spans = r.redact("Mail ana.lima@example.org or call +1 415 555 0100.")
+>>> text
+'Mail <EMAIL_ADDRESS_1> or call <PHONE_NUMBER_1>.'
+>>> [(s.entity_type, s.start, s.end) for s in spans]
+[('EMAIL_ADDRESS', 5, 25), ('PHONE_NUMBER', 34, 49)]
+
+Offsets in the returned spans index the *original* text; the redacted text is never needed to
+interpret them, and the original values are never stored anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from molt.errors import GovernanceError, MoltError
+from molt.governance.redaction.base import Detector, Span, detectors
+from molt.governance.redaction.policy import RedactionPolicy, ReplacementMode, policies
+from molt.registry import Registry
+
+__all__ = ["Redactor", "ReplacementState", "redactors", "resolve_overlaps"]
+
+
+def resolve_overlaps(spans: list[Span]) -> list[Span]:
+    """Non-overlapping spans, sorted by start: where spans overlap, the higher score wins, then the
+    longer span, so a Luhn-valid card number beats the phone number inside it."""
+    if len(spans) < 2:
+        return sorted(spans)
+    ranked = sorted(spans, key=lambda s: (-s.score, s.start - s.end, s.start))
+    taken: list[Span] = []
+    for span in ranked:
+        if all(span.end <= t.start or span.start >= t.end for t in taken):
+            taken.append(span)
+    return sorted(taken)
+
+
+class ReplacementState:
+    """Per-scope memory for placeholder numbering: the same value gets the same ``<TYPE_n>``.
+
+    One state is shared by every field of an event, so a name in the user message and the same name
+    in a tool result get the same placeholder. It holds values only in memory, never in a report.
+    """
+
+    def __init__(self) -> None:
+        self._numbers: dict[tuple[str, str], int] = {}
+        self._counts: dict[str, int] = {}
+
+    def placeholder(self, entity_type: str, value: str) -> str:
+        """``<TYPE_n>`` for ``value``, numbering new values from 1 per type."""
+        key = (entity_type, " ".join(value.casefold().split()))
+        n = self._numbers.get(key)
+        if n is None:
+            n = self._counts.get(entity_type, 0) + 1
+            self._counts[entity_type] = n
+            self._numbers[key] = n
+        return f"<{entity_type}_{n}>"
+
+
+class Redactor:
+    """Redacts text under a :class:`RedactionPolicy` (the ``default`` policy if none is given).
+
+    Detectors are built once from the policy's ``detectors`` names; a detector that raises is
+    surfaced as :class:`~molt.errors.GovernanceError` naming it, since a silently skipped detector
+    would let personal data through.
+    """
+
+    def __init__(self, policy: RedactionPolicy | None = None, *, extra_detectors: list[Detector] | None = None):
+        self.policy = policy or policies.get("default")
+        try:
+            self.detectors: list[Detector] = [detectors.get(name)() for name in self.policy.detectors]
+        except MoltError:
+            raise
+        except Exception as exc:
+            raise GovernanceError(f"A detector of policy {self.policy.name!r} could not be built: {exc}") from exc
+        self.detectors.extend(extra_detectors or [])
+        wanted = self.policy.entities
+        self.detectors = [d for d in self.detectors if d.entities & wanted]
+
+    def detect(self, text: str) -> list[Span]:
+        """The spans the policy would replace in ``text``: in scope, above ``min_score``, not
+        allow-listed, overlaps resolved."""
+        if not text or text.isspace():
+            return []
+        policy = self.policy
+        found: list[Span] = []
+        for detector in self.detectors:
+            try:
+                spans = detector.detect(text)
+            except Exception as exc:
+                raise GovernanceError(
+                    f"Redaction detector {getattr(detector, 'name', detector)!r} failed ({type(exc).__name__}: "
+                    f"{exc}); fix it or remove it from policy {policy.name!r}, since skipping it would let "
+                    "personal data through."
+                ) from exc
+            found.extend(s for s in spans if s.score >= policy.min_score and s.entity_type in policy.entities)
+        if policy.allow_list:
+            found = [s for s in found if text[s.start : s.end] not in policy.allow_list]
+        return resolve_overlaps(found)
+
+    def replacement(self, entity_type: str, value: str, state: ReplacementState) -> str:
+        """What replaces ``value`` under the policy."""
+        mode = self.policy.mode_for(entity_type)
+        if mode == ReplacementMode.PLACEHOLDER:
+            return state.placeholder(entity_type, value)
+        if mode == ReplacementMode.PSEUDONYM:
+            return self.policy.pseudonym(entity_type, value)
+        return self.policy.mask_char * (self.policy.mask_length or len(value))
+
+    def apply(self, text: str, spans: list[Span], state: ReplacementState | None = None) -> str:
+        """``text`` with each (non-overlapping, sorted) span replaced."""
+        if not spans:
+            return text
+        state = state or ReplacementState()
+        parts: list[str] = []
+        pos = 0
+        for s in spans:
+            parts.append(text[pos : s.start])
+            parts.append(self.replacement(s.entity_type, text[s.start : s.end], state))
+            pos = s.end
+        parts.append(text[pos:])
+        return "".join(parts)
+
+    def redact(self, text: str, state: ReplacementState | None = None) -> tuple[str, list[Span]]:
+        """``(redacted_text, spans)``; span offsets index the original ``text``."""
+        spans = self.detect(text)
+        return self.apply(text, spans, state), spans
+
+
+#: Redactor factories by name (a factory takes a policy). ``default`` is :class:`Redactor`.
+redactors: Registry[Callable[[RedactionPolicy | None], Redactor]] = Registry("redactor")
+redactors.register("default", Redactor)
