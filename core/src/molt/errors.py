@@ -173,3 +173,89 @@ class RegistryError(MoltError, LookupError):
 
 class AdapterError(MoltError):
     """A framework adapter cannot be used (missing framework, wrong version)."""
+
+
+# ------------------------------------------------------------------------- backends and the gateway
+#
+#   MoltError
+#   ├── BackendError                       a model backend failed (the gateway answers 502)
+#   │   ├── BackendUnavailable             the backend is down or refused the connection (502)
+#   │   ├── BackendTimeout (TimeoutError)  the backend did not answer in time (504)
+#   │   └── BackendStreamError             the backend died in the middle of a streamed answer
+#   └── GatewayError                       a request the gateway cannot serve (status in ``status``)
+#       ├── InvalidRequest (ValueError)    malformed JSON, bad fields, invalid tool schemas (400)
+#       ├── ModelNotFound (LookupError)    no model or policy version of that name (404)
+#       └── RequestTooLarge                the body is over the gateway's size cap (413)
+
+
+class BackendError(MoltError):
+    """A model backend failed. ``backend`` names it; ``status`` is the HTTP status the gateway returns."""
+
+    status = 502
+    code = "backend_error"
+
+    def __init__(self, message: str, *, backend: str | None = None, trajectory_id: str | None = None,
+                 event_id: str | None = None):
+        super().__init__(message, trajectory_id=trajectory_id, event_id=event_id)
+        self.backend = backend
+
+
+class BackendUnavailable(BackendError):
+    """The backend is down, refused the connection, or answered with a server error."""
+
+    code = "backend_unavailable"
+
+
+class BackendTimeout(BackendError, TimeoutError):
+    """The backend did not answer within the configured timeout."""
+
+    status = 504
+    code = "backend_timeout"
+
+
+class BackendStreamError(BackendError):
+    """The backend died in the middle of a streamed answer (the client gets an error chunk)."""
+
+    code = "backend_stream_error"
+
+
+class GatewayError(MoltError):
+    """A request the gateway cannot serve; ``status`` is the HTTP status, ``param`` the offending field."""
+
+    status = 400
+    code = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, trajectory_id: str | None = None,
+                 event_id: str | None = None):
+        super().__init__(message, trajectory_id=trajectory_id, event_id=event_id)
+        self.param = param
+
+
+class InvalidRequest(GatewayError, ValueError):
+    """Malformed JSON, a missing or mistyped field, or an invalid tool schema (HTTP 400)."""
+
+
+class ModelNotFound(GatewayError, LookupError):
+    """No model or policy version of that name is served here (HTTP 404)."""
+
+    status = 404
+    code = "model_not_found"
+
+
+class RequestTooLarge(GatewayError):
+    """The request body is larger than the gateway's cap (HTTP 413)."""
+
+    status = 413
+    code = "request_too_large"
+
+
+__all__ += [
+    "BackendError",
+    "BackendStreamError",
+    "BackendTimeout",
+    "BackendUnavailable",
+    "GatewayError",
+    "InvalidRequest",
+    "ModelNotFound",
+    "RequestTooLarge",
+]

@@ -71,7 +71,8 @@ _STOP = object()
 
 @dataclass(frozen=True)
 class RecorderStats:
-    """Counters since the Recorder opened. ``dropped_*`` and ``quarantined`` never reach training."""
+    """Counters since the Recorder opened. ``dropped_*`` and ``quarantined`` never reach training;
+    ``duplicates`` counts re-recorded event ids that were dropped (idempotent delivery)."""
 
     enqueued: int
     acknowledged: int
@@ -79,6 +80,7 @@ class RecorderStats:
     dropped_queue_full: int
     dropped_spool_full: int
     quarantined: int
+    duplicates: int
     sink_errors: int
     writer_errors: int
     pending_in_queue: int
@@ -176,6 +178,11 @@ class Recorder:
         self._last_error: str | None = None
         self._handled = 0  # records the writer has taken off the queue (acked, dropped or failed)
 
+        # Event ids seen recently: a retried record() of the same event is dropped before sealing, so
+        # the chain never gets a duplicate (at-least-once in, exactly-once in the store).
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._max_recent = 200_000
+        self._duplicates = 0
         self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._max_heads = 200_000
         self._fresh: set[str] = set()
@@ -266,6 +273,7 @@ class Recorder:
             dropped_queue_full=_count_value(self._drop_queue),
             dropped_spool_full=self._dropped_spool,
             quarantined=self._quarantined,
+            duplicates=self._duplicates,
             sink_errors=self._sink_errors,
             writer_errors=self._writer_errors,
             pending_in_queue=len(self._queue),
@@ -310,6 +318,12 @@ class Recorder:
         staged: dict[str, tuple[int, str]] = {}
         for item in items:
             if isinstance(item, Event):
+                if item.event_id in self._recent:
+                    self._duplicates += 1
+                    continue
+                self._recent[item.event_id] = None
+                if len(self._recent) > self._max_recent:
+                    self._recent.popitem(last=False)
                 frame, head = self._seal_frame(item, staged)
                 frames.append(frame)
                 if head is not None:
@@ -392,6 +406,7 @@ class Recorder:
             if kind == FRAME_EVENT:
                 row = orjson.loads(body)
                 x = row["x"]
+                self._recent[x["event_id"]] = None
                 prev = self._heads.get(x["trajectory_id"])
                 if prev is None or x["seq"] > prev[0]:
                     self._set_head(x["trajectory_id"], (x["seq"], row["h"]))

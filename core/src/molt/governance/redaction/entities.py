@@ -151,6 +151,8 @@ class EntityDetector:
                 break
             if t.kind == "w":
                 words.append(t.f)
+                if len(words) == 1 and lx.zipf(t.f) >= 4.0 and t.f not in lx.countries:
+                    return 0, ""
                 key = " ".join(words)
                 if key in lx.countries:
                     best, kind = j - i + 1, "country"
@@ -292,65 +294,104 @@ class EntityDetector:
             return "unit"
         return "other"
 
-    def _emit_address(self, text: str, toks: list[_Tok], used: list[bool], out: list[Span], i: int, end: int, lead: int | None) -> None:
+    def _emit_address(
+        self, text: str, toks: list[_Tok], used: list[bool], out: list[Span], i: int, end: int, lead: int | None
+    ) -> None:
+        """Emit the address whose street (or unit) is tokens ``i..end``.
+
+        Layouts decide the granularity: an address written inline with a postcode, unit or more
+        lines is one span; a block laid out one part per line (an envelope or a signature) and a
+        bare "street, City" are emitted part by part.
+        """
         n = len(toks)
-        # extend on the same line: unit, commas, city / region / country words, postcode
-        j = end
-        last = end
-        while j < n and toks[j].kind != "nl":
+        j, last, rich = end, end, False
+        while j < n and toks[j].kind != "nl":  # extend on the same line
             t = toks[j]
             if t.kind == "p":
-                if t.text in ",-/#" or (t.text == "." and j > 0 and toks[j - 1].f in _ABBREVIATIONS):
+                if t.text in ",-/#" or (t.text == "." and toks[j - 1].f in _ABBREVIATIONS):
                     j += 1
                     continue
                 break
             if t.kind == "n":
                 if _POSTCODE.match(t.text) or len(t.text) <= 5:
                     j += 1
-                    last = j
+                    last, rich = j, True
                     continue
                 break
             u = self._unit_at(toks, j)
             if u > j:
                 j = last = u
+                rich = True
                 continue
-            if t.cap or t.f in _CONNECTORS or self._place_len(toks, j)[0] or _STATE_CODE.match(t.text):
-                if t.f in _ORG_WORDS or (self.lex.zipf(t.f) >= 4.5 and not self._place_len(toks, j)[0]):
+            place = self._place_len(toks, j)[0]
+            if t.cap or t.f in _CONNECTORS or place or _STATE_CODE.match(t.text):
+                if t.f in _ORG_WORDS or (self.lex.zipf(t.f) >= 4.5 and not place):
                     break
+                if place and self._place_len(toks, j)[1] == "country":
+                    rich = True
                 j += 1
                 last = j
                 continue
             break
-        used_line = (i, last)
         multi = last < n and toks[last].kind == "nl" and self._continues(toks, last)
+        line_initial = self._line_start(toks, lead if lead is not None else i)
+        if multi and not line_initial:  # inline multi-line address: one span over its lines
+            k = last
+            while k < n and toks[k].kind == "nl" and self._continues(toks, k):
+                a = k
+                while a < n and toks[a].kind == "nl":
+                    a += 1
+                b = a
+                while b < n and toks[b].kind != "nl" and not (toks[b].kind == "p" and toks[b].text in ".?!;" and toks[b - 1].f not in _ABBREVIATIONS):
+                    if toks[b].kind == "w" and not toks[b].cap and self.lex.zipf(toks[b].f) >= 4.0 and toks[b].f not in _CONNECTORS:
+                        break
+                    b += 1
+                if b == a:
+                    break
+                last = b
+                if b < n and toks[b].kind != "nl":
+                    break
+                k = b
+            self._span(toks, used, out, i, last, "ADDRESS", 0.75)
+            return
+        if not multi and rich:  # inline one-line address with postcode / unit / country
+            self._span(toks, used, out, i, last, "ADDRESS", 0.75)
+            return
         start_tok = i
         if lead is not None:
-            out.append(Span(toks[lead].start, toks[lead].end, "ADDRESS", 0.7, self.name))
+            self._span(toks, used, out, lead, lead + 1, "ADDRESS", 0.7)
             start_tok = lead + 1
+        self._span(toks, used, out, start_tok, end, "ADDRESS", 0.75)
+        if end < last:
+            self._line_parts(toks, used, out, end, last)
         if not multi:
-            out.append(Span(toks[start_tok].start, toks[used_line[1] - 1].end, "ADDRESS", 0.75, self.name))
-            for k in range(i, used_line[1]):
-                used[k] = True
             return
-        # one part per line: street line, then following lines classified individually
-        out.append(Span(toks[start_tok].start, toks[end - 1].end, "ADDRESS", 0.75, self.name))
-        for k in range(i, end):
-            used[k] = True
-        k = end
-        self._rest_of_line(toks, used, out, end, last)
-        k = last
-        lines = 0
+        k, lines = last, 0
         while k < n and toks[k].kind == "nl" and lines < 6:
             while k < n and toks[k].kind == "nl":
                 k += 1
             a = k
             while k < n and toks[k].kind != "nl":
                 k += 1
-            if a == k:
-                break
-            if not self._line_parts(toks, used, out, a, k):
+            if a == k or not self._line_parts(toks, used, out, a, k):
                 break
             lines += 1
+
+    def _span(self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int, entity: str, score: float) -> None:
+        while b > a and toks[b - 1].kind == "p" and toks[b - 1].text != ".":
+            b -= 1
+        if b <= a:
+            return
+        out.append(Span(toks[a].start, toks[b - 1].end, entity, score, self.name))
+        for k in range(a, b):
+            used[k] = True
+
+    @staticmethod
+    def _line_start(toks: list[_Tok], i: int) -> bool:
+        k = i - 1
+        while k >= 0 and toks[k].kind == "p" and toks[k].text in ">*-•|":
+            k -= 1
+        return k < 0 or toks[k].kind == "nl"
 
     def _continues(self, toks: list[_Tok], nl: int) -> bool:
         k = nl

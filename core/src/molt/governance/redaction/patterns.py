@@ -238,8 +238,8 @@ class IbanDetector:
 
 
 _PHONE = re.compile(
-    r"(?<![\w+/.:-])(?:\+\d{1,3}[ .-]?|00\d{0,2}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,6}){0,5}"
-    r"(?:[ ]?(?:x|ext\.?|#)[ ]?\d{1,6})?(?![\w/:-]|\.\d)",
+    r"(?<![\w+/.:-])(?:\+\d{1,3}[ .-]?|00\d{0,2}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,8}){0,5}"
+    r"(?:[ ]?(?:x|ext\.?|#)[ ]?\d{1,6})?(?![\w/:]|[.-]\d)",
     re.IGNORECASE,
 )
 _DATEISH = re.compile(r"\d{4}-\d{1,2}-\d{1,2}$|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}$|\d{3}-\d{2}-\d{4}$")
@@ -272,11 +272,11 @@ class PhoneDetector:
             value = m.group(0).rstrip(" .-")
             end = start + len(value)
             digits, separated = _phone_digits(value)
-            if not 7 <= digits <= 15 or _DATEISH.match(value):
+            cue = _PHONE_CUE.search(text, max(0, start - 40), start) is not None
+            if not (7 if not cue else 6) <= digits <= 15 or _DATEISH.match(value):
                 continue
             if value.count(".") == 3 and " " not in value and "-" not in value:
                 continue  # dotted quad: an IP address or a version number
-            cue = _PHONE_CUE.search(text, max(0, start - 40), start) is not None
             if not separated and not (digits >= 10 and cue):
                 continue
             groups = re.split(r"[ .-]", value)

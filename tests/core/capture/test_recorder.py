@@ -1,0 +1,165 @@
+"""The Recorder: off-thread, bounded, fail-open for the agent, fail-closed for training."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from molt.atdp import Event, EventKind, UserMessage
+from molt.capture import MemorySink, Recorder, SinkBatch
+from molt.errors import CaptureError, PayloadTooLarge
+
+
+class FlakySink(MemorySink):
+    """Fails the first ``failures`` writes, then works."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def write_batch(self, batch: SinkBatch) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("store unreachable")
+        super().write_batch(batch)
+
+
+class BlockingSink(MemorySink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def write_batch(self, batch: SinkBatch) -> None:
+        self.gate.wait(30)
+        super().write_batch(batch)
+
+
+def _ev(tid: str, text: str = "hi", **kw: Any) -> Event:
+    return Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=text), **kw)
+
+
+def test_events_are_sealed_in_order_per_trajectory(molt_home) -> None:  # type: ignore[no-untyped-def]
+    sink = MemorySink()
+    with Recorder(sink, spool_dir=molt_home / "spool") as rec:
+        a, b = rec.new_trajectory(), rec.new_trajectory()
+        for i in range(50):
+            rec.record(_ev(a, f"a{i}"))
+            rec.record(_ev(b, f"b{i}"))
+        assert rec.flush(deliver=True)
+    for tid, p in ((a, "a"), (b, "b")):
+        evs = sink.trajectory_events(tid)
+        assert [e.seq for e in evs] == list(range(50))
+        assert [e.action.content for e in evs] == [f"{p}{i}" for i in range(50)]  # type: ignore[union-attr]
+
+
+def test_a_sink_outage_loses_nothing(molt_home) -> None:  # type: ignore[no-untyped-def]
+    sink = FlakySink(failures=3)
+    rec = Recorder(sink, spool_dir=molt_home / "spool", retry_max_s=0.05)
+    tid = rec.new_trajectory()
+    for i in range(100):
+        rec.record(_ev(tid, str(i)))
+    assert rec.flush(timeout=30, deliver=True)
+    assert len(sink.events) == 100 and rec.stats.sink_errors == 3
+    rec.close()
+
+
+def test_no_sink_keeps_events_in_the_spool_for_the_next_recorder(molt_home) -> None:  # type: ignore[no-untyped-def]
+    rec = Recorder(None, spool_dir=molt_home / "spool")
+    tid = rec.new_trajectory()
+    for i in range(20):
+        rec.record(_ev(tid, str(i)))
+    assert rec.flush()
+    rec.close(timeout=1)
+    sink = MemorySink()
+    rec2 = Recorder(sink, spool_dir=molt_home / "spool")
+    rec2.record(_ev(tid, "after restart"))  # continues the chain from the spooled head
+    assert rec2.flush(deliver=True)
+    evs = sink.trajectory_events(tid)
+    assert [e.seq for e in evs] == list(range(21))
+    rec2.close()
+
+
+def test_full_queue_drops_and_counts_but_never_blocks(molt_home) -> None:  # type: ignore[no-untyped-def]
+    rec = Recorder(MemorySink(), spool_dir=molt_home / "spool", max_queue=5, flush_interval_s=0.5)
+    tid = rec.new_trajectory()
+    t0 = time.perf_counter()
+    results = [rec.record(_ev(tid)) for _ in range(10_000)]
+    assert time.perf_counter() - t0 < 1.0
+    assert not all(results)
+    assert rec.stats.dropped_queue_full == results.count(False) > 0
+    rec.close()
+
+
+def test_oversized_events_are_quarantined_not_raised(molt_home) -> None:  # type: ignore[no-untyped-def]
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool", max_record_bytes=2048)
+    tid = rec.new_trajectory()
+    assert rec.record(_ev(tid, "x" * 10_000)) is True  # the agent is never told no
+    rec.record(_ev(tid, "small"))
+    assert rec.flush(deliver=True)
+    assert rec.stats.quarantined == 1
+    assert len(sink.quarantine) == 1 and "cap" in sink.quarantine[0]["reason"]
+    evs = sink.trajectory_events(tid)
+    assert [e.action.content for e in evs] == ["small"] and evs[0].seq == 0  # type: ignore[union-attr]
+    rec.close()
+
+
+def test_strict_mode_raises_typed_errors(molt_home) -> None:  # type: ignore[no-untyped-def]
+    rec = Recorder(MemorySink(), spool_dir=molt_home / "spool", strict=True, max_record_bytes=2048)
+    with pytest.raises(PayloadTooLarge):
+        rec.record(_ev("t", "x" * 10_000))
+    rec.close()
+    with pytest.raises(CaptureError):
+        rec.record(_ev("t"))  # closed
+
+
+def test_duplicate_records_are_stored_once(molt_home) -> None:  # type: ignore[no-untyped-def]
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool")
+    tid = rec.new_trajectory()
+    ev = _ev(tid)
+    for _ in range(3):
+        rec.record(ev)  # a retrying client
+    rec.record(_ev(tid, "next"))
+    assert rec.flush(deliver=True)
+    assert [e.seq for e in sink.trajectory_events(tid)] == [0, 1]
+    assert rec.stats.duplicates == 2
+    rec.close()
+
+
+def test_close_returns_quickly_when_the_sink_hangs(molt_home) -> None:  # type: ignore[no-untyped-def]
+    sink = BlockingSink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool")
+    tid = rec.new_trajectory()
+    for i in range(10):
+        rec.record(_ev(tid, str(i)))
+    t0 = time.perf_counter()
+    delivered = rec.close(timeout=1.0)
+    assert time.perf_counter() - t0 < 2.0 and not delivered
+    sink.gate.set()
+    # everything acknowledged is still in the spool for the next start
+    sink2 = MemorySink()
+    rec2 = Recorder(sink2, spool_dir=molt_home / "spool")
+    assert rec2.flush(deliver=True, timeout=10)
+    delivered_ids = {e.event_id for e in sink2.trajectory_events(tid)} | set(sink.events)
+    assert len(delivered_ids) == 10
+    rec2.close()
+
+
+def test_garbage_is_quarantined(molt_home) -> None:  # type: ignore[no-untyped-def]
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool")
+    rec.record({"not": "an event"})  # type: ignore[arg-type]
+    assert rec.flush(deliver=True)
+    assert rec.stats.quarantined == 1 and "not an ATDP record" in sink.quarantine[0]["reason"]
+    rec.close()
+
+
+def test_bad_configuration_is_rejected(molt_home) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="max_queue"):
+        Recorder(None, spool_dir=molt_home / "s1", max_queue=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        Recorder(None, spool_dir=molt_home / "s2", batch_size=0)
