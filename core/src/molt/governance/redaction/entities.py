@@ -49,6 +49,15 @@ _ORG_CUES = frozenset(
      "join", "ceo", "cto", "founder", "founded", "hired", "acquired", "startup", "corporation",
      "organization", "organisation", "for", "at"}
 )  # fmt: skip
+_LOWER_PERSON_CUES = frozenset(
+    {"said", "says", "to", "named", "him", "her", "me", "with", "commenter", "tell", "ask", "mr", "mrs",
+     "ms", "dr", "dear", "hi", "hello", "hey", "thanks", "town", "is", "the", "by", "and", "but"}
+)  # fmt: skip
+_LOWER_PERSON_AFTER = frozenset({"is", "was", "has", "had", "said", "says", "spent", "just", "and", "can"})
+_STRONG_PLACE_CUES = frozenset(
+    {"in", "from", "near", "visit", "visiting", "visited", "city", "town", "village", "country", "across",
+     "around", "outside", "inside", "toward", "towards", "via", "moved", "born", "arrived", "live", "lives"}
+)  # fmt: skip
 _ORG_AFTER = frozenset({"office", "offices", "headquarters", "hq", "team", "employees", "staff", "inc", "ltd"})
 _ORG_WORDS = frozenset(
     {"inc", "llc", "ltd", "plc", "corp", "corporation", "company", "co", "group", "gmbh", "ag", "sa",
@@ -83,7 +92,7 @@ _UNIT_WORDS = frozenset({"apt", "apartment", "suite", "ste", "unit", "flat", "fl
 _MILITARY = re.compile(r"\b(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)\b[^\n]{0,40}\n\s*(?:FPO|APO|DPO) (?:AA|AE|AP) \d{5}")
 _POSTCODE = re.compile(r"^(?:\d{4,6}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]? ?\d[A-Z]{2})$")
 _STATE_CODE = re.compile(r"^[A-Z]{2,3}$")
-_MAX_ZIPF_NAME = 5.2  # a capitalised word this frequent in English ("Will", "Grant") needs more evidence
+_MAX_ZIPF_NAME = 6.0  # a capitalised word this frequent in English ("Will", "Grant") needs more evidence
 
 
 class _Tok:
@@ -466,13 +475,18 @@ class EntityDetector:
             j = i
             if t.cap:
                 while j < n and not used[j] and toks[j].kind == "w" and (
-                    toks[j].cap or (toks[j].f in _CONNECTORS and j + 1 < n and toks[j + 1].cap and j > i)
+                    toks[j].cap or (toks[j].f in _CONNECTORS and j > i and self._connects(toks, j))
                 ):
                     j += 1
                     if j < n and toks[j].text == "." and len(toks[j - 1].text) <= 2 and toks[j - 1].text[0].isupper():
                         j += 1  # an initial: "J. Smith"
             else:
-                if t.f in lx.first_names and lx.zipf(t.f) < 4.0 and i + 1 < n and toks[i + 1].kind == "w" and not toks[i + 1].cap and toks[i + 1].f in lx.last_names and lx.zipf(toks[i + 1].f) < 4.0:
+                nxt = toks[i + 1] if i + 1 < n else None
+                if (
+                    t.f in lx.first_names and lx.zipf(t.f) < 4.5 and nxt is not None and nxt.kind == "w"
+                    and not nxt.cap and not used[i + 1]
+                    and ((nxt.f in lx.last_names and lx.zipf(nxt.f) < 4.0) or lx.zipf(nxt.f) < 1.5)
+                ):
                     j = i + 2
                 else:
                     place, kind = self._place_len(toks, i)
@@ -480,13 +494,29 @@ class EntityDetector:
                         out.append(Span(t.start, toks[i + place - 1].end, "LOCATION", 0.6, self.name))
                         i += place
                         continue
-                    if t.f in lx.first_names and lx.zipf(t.f) < 2.5 and self._prev_word(toks, i) in _PERSON_CUES | {"is", "tell", "why"}:
+                    if self._is_name(t) and lx.zipf(t.f) < 4.5 and (
+                        self._prev_word(toks, i) in _LOWER_PERSON_CUES or self._next_word(toks, i) in _LOWER_PERSON_AFTER
+                    ):
                         out.append(Span(t.start, t.end, "PERSON", 0.55, self.name))
                     i += 1
                     continue
             run = [k for k in range(i, j) if toks[k].kind == "w"]
             self._classify(toks, run, out)
             i = max(j, i + 1)
+
+    @staticmethod
+    def _connects(toks: list[_Tok], j: int) -> bool:
+        """Connectors ("van der") join a name only when a capitalised word follows them."""
+        while j < len(toks) and toks[j].kind == "w" and toks[j].f in _CONNECTORS:
+            j += 1
+        return j < len(toks) and toks[j].cap
+
+    @staticmethod
+    def _next_word(toks: list[_Tok], i: int) -> str:
+        k = i + 1
+        while k < len(toks) and toks[k].kind == "p" and toks[k].text in "'\"":
+            k += 1
+        return toks[k].f if k < len(toks) and toks[k].kind == "w" else ""
 
     @staticmethod
     def _prev_word(toks: list[_Tok], i: int) -> str:
@@ -527,11 +557,14 @@ class EntityDetector:
             return
         place, kind = self._place_len(toks, first)
         if place == len(run):
-            if kind == "country" or prev in _PLACE_CUES or not all(self._is_name(w) for w in words):
+            all_names = all(self._is_name(w) for w in words)
+            if kind == "country" or prev in _STRONG_PLACE_CUES or (not all_names and prev != "at"):
                 out.append(Span(start, end, "LOCATION", 0.75 if kind == "country" else 0.65, self.name))
                 return
-        if len(words) == 1 and self._common(words[0]):
+        if len(words) == 1 and (self._common(words[0]) or words[0].f in _STREET_WORDS or "'" in words[0].text):
             return
+        if all(w.text.isupper() and len(w.text) > 1 for w in words) and not any(self._is_name(w) for w in words):
+            return  # acronyms and shouting ("SSN", "CAN I SPEAK")
         names = sum(self._is_name(w) for w in words)
         if nxt_word in _ORG_AFTER or (prev in _ORG_CUES and prev not in ("at", "for") and not names):
             out.append(Span(start, end, "ORGANIZATION", 0.6, self.name))
@@ -542,10 +575,15 @@ class EntityDetector:
             out.append(Span(start, end, "PERSON", 0.8 if names == len(words) else 0.7, self.name))
             return
         if at_start and prev not in _PERSON_CUES:
+            if len(words) == 1 and self.lex.zipf(words[0].f) == 0 and nxt is not None and nxt.kind != "w":
+                out.append(Span(start, end, "PERSON", 0.5, self.name))  # "Vittore, can I …"
             return
         if any(self._common(w) for w in words):
             return
-        if prev in _PLACE_CUES and prev not in ("with", "by"):
+        if prev == "at" or prev in _ORG_CUES:
+            out.append(Span(start, end, "ORGANIZATION", 0.55, self.name))
+            return
+        if prev in _PLACE_CUES:
             out.append(Span(start, end, "LOCATION", 0.55, self.name))
             return
         out.append(Span(start, end, "PERSON", 0.55, self.name))
