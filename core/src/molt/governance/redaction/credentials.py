@@ -76,7 +76,7 @@ _PASSWORD_KEYS = r"pass(?:word|wd|phrase)?|pwd|secret|client[_-]?secret|db[_-]?p
 _TOKEN_KEYS = r"api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|(?:access|auth|refresh|session|id)[_-]?token|token|private[_-]?key|x-api-key"
 _ASSIGN_RX = re.compile(
     rf"(?<![\w-])[\w.-]*?(?P<key>{_PASSWORD_KEYS}|{_TOKEN_KEYS})[\"']?\s*(?:[:=]|=>)\s*"
-    r"(?P<q>[\"']?)(?P<value>(?(q)[^\"'\n]{3,200}|[^\s\"',;&]{3,200}))",
+    r"(?:\"(?P<v1>[^\"\n]{3,200})\"|'(?P<v2>[^'\n]{3,200})'|(?P<v3>[^\s\"',;&]{3,200}))",
     re.IGNORECASE,
 )
 _SAID_RX = re.compile(r"\b(?:password|passcode|passphrase|pin)\s+(?:is|was|:)\s+[\"']?([^\s\"']{4,100})", re.I)
@@ -108,11 +108,12 @@ class PasswordDetector:
         """Secret value spans (the value only, never the key that names it)."""
         out = []
         for m in _ASSIGN_RX.finditer(text):
-            value = m.group("value").strip()
+            group = "v1" if m.group("v1") is not None else "v2" if m.group("v2") is not None else "v3"
+            value = m.group(group).strip()
             if value.casefold() in _PLACEHOLDER_VALUES or value.startswith(("{", "$", "<", "%")):
                 continue
             entity = secret_key_type(m.group("key")) or "PASSWORD"
-            start = m.start("value")
+            start = m.start(group)
             out.append(Span(start, start + len(value), entity, 0.9, self.name))
         for rx in (_SAID_RX, _URL_CRED_RX):
             for m in rx.finditer(text):

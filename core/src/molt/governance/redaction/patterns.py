@@ -175,7 +175,7 @@ _CARD_PREFIX = re.compile(r"(?:3[47]|3[0689]|4|5[1-5]|2[2-7]|6(?:011|5|4[4-9]|2)
 
 def _card_valid(value: str) -> bool:
     digits = "".join(c for c in value if c.isdigit())
-    return bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits) and len(set(digits)) > 2
+    return bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits) and len(set(digits)) > 1
 
 
 class CreditCardDetector(RegexDetector):
@@ -243,7 +243,9 @@ _PHONE = re.compile(
     re.IGNORECASE,
 )
 _DATEISH = re.compile(r"\d{4}-\d{1,2}-\d{1,2}$|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}$|\d{3}-\d{2}-\d{4}$")
-_PHONE_CUE = re.compile(r"\b(?:phone|tel|telephone|mobile|cell|fax|call|number|contact|whatsapp|sms)\b", re.I)
+_PHONE_CUE = re.compile(
+    r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|number|contact|whatsapp|sms|office|home|work)(?:\b|_)", re.I
+)
 
 
 def _phone_digits(value: str) -> tuple[int, bool]:
@@ -272,7 +274,10 @@ class PhoneDetector:
             value = m.group(0).rstrip(" .-")
             end = start + len(value)
             digits, separated = _phone_digits(value)
-            cue = _PHONE_CUE.search(text, max(0, start - 40), start) is not None
+            cue = (
+                _PHONE_CUE.search(text, max(0, start - 40), start) is not None
+                or _PHONE_CUE.match(text, end + 1, end + 12) is not None  # "…-Fax", "… mobile"
+            )
             if not (7 if not cue else 6) <= digits <= 15 or _DATEISH.match(value):
                 continue
             if value.count(".") == 3 and " " not in value and "-" not in value:
@@ -282,7 +287,7 @@ class PhoneDetector:
             groups = re.split(r"[ .-]", value)
             if " " in value and not cue and value[0] not in "+(0" and len(groups) > 2 and max(map(len, groups)) < 3:
                 continue  # "1 2 3 45 6": a list of small numbers, not a phone number
-            out.append(Span(start, end, "PHONE_NUMBER", 0.75 if separated else 0.6, self.name))
+            out.append(Span(start, end, "PHONE_NUMBER", 0.75, self.name))
         return out
 
 

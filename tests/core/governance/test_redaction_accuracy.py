@@ -1,0 +1,59 @@
+"""Accuracy floors on the labelled PII set (../shared/data/pii), held-out templates included.
+
+The floors are the figures this build reaches, so a regression fails; the issue's targets that are
+not reached yet are pinned as strict xfails, so reaching them is noticed too. Run
+``python bench/bench_redaction.py`` for the full table next to Presidio's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from molt.governance.redaction import STRUCTURED_ENTITIES, Redactor
+from molt.governance.redaction.evaluate import Scores, evaluate, load_labelled, split_by_template
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "pii" / "presidio_generated_large.json"
+IN_SCOPE = [
+    "PERSON", "ADDRESS", "LOCATION", "ORGANIZATION", "CREDIT_CARD", "PHONE_NUMBER", "EMAIL_ADDRESS",
+    "US_SSN", "IBAN_CODE", "IP_ADDRESS", "DOMAIN_NAME", "US_DRIVER_LICENSE",
+]  # fmt: skip
+
+pytestmark = pytest.mark.skipif(not DATA.is_file(), reason=f"labelled PII data not found at {DATA}")
+
+
+@pytest.fixture(scope="module")
+def scores() -> dict[str, Scores]:
+    records = load_labelled(str(DATA))
+    _dev, held = split_by_template(records)
+    redactor = Redactor()
+
+    def predict(text: str) -> list[tuple[int, int, str]]:
+        return [(s.start, s.end, s.entity_type) for s in redactor.detect(text)]
+
+    return {
+        "all": evaluate(records, predict, types=IN_SCOPE),
+        "held": evaluate(held, predict, types=IN_SCOPE),
+    }
+
+
+def test_structured_types_recall(scores: dict[str, Scores]) -> None:
+    assert scores["all"].micro(STRUCTURED_ENTITIES).recall >= 0.99
+    assert scores["held"].micro(STRUCTURED_ENTITIES).recall >= 0.98
+    for t in ("EMAIL_ADDRESS", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS"):
+        assert scores["all"].by_type[t].recall >= 0.99, t
+    assert scores["all"].micro(STRUCTURED_ENTITIES).precision >= 0.98
+
+
+def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
+    held = scores["held"].micro(IN_SCOPE)
+    assert held.recall >= 0.72 and held.precision >= 0.70
+    full = scores["all"].micro(IN_SCOPE)
+    assert full.recall >= 0.78 and full.precision >= 0.76
+
+
+@pytest.mark.xfail(strict=True, reason="issue 3 target (recall ≥ 0.90, precision ≥ 0.85) not reached yet")
+def test_all_types_issue_target_on_held_out(scores: dict[str, Scores]) -> None:
+    held = scores["held"].micro(IN_SCOPE)
+    assert held.recall >= 0.90 and held.precision >= 0.85
