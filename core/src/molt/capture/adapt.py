@@ -21,7 +21,8 @@ Oversized payloads are cut structurally — the result is still valid JSON, with
 was cut — and binary or base64 blobs are replaced by a note (or offloaded to a :class:`BlobStore`)::
 
     >>> bound_payload({"text": "x" * 10, "items": list(range(5))}, max_str=4, max_items=2)
-    {'text': 'xxxx…[molt: truncated 6 of 10 chars]', 'items': [0, 1, {'$molt': 'truncated', 'omitted_items': 3}]}
+    {'text': 'xxxx…[molt: truncated 6 of 10 chars]',
+     'items': [0, 1, {'$molt': 'truncated', 'omitted_items': 3}]}
 
 Example (the shape of an adapter)::
 
@@ -75,8 +76,8 @@ __all__ = [
     "BlobStore",
     "Capture",
     "CaptureStats",
-    "Dispatcher",
     "DirectoryBlobStore",
+    "Dispatcher",
     "OpenSpan",
     "SpanTable",
     "bound_payload",
@@ -138,8 +139,9 @@ class DirectoryBlobStore:
         return path.resolve().as_uri()
 
 
-def _blob_note(data: bytes | None, n_chars: int, media_type: str | None, store: BlobStore | None,
-               encoding: str) -> dict[str, Any]:
+def _blob_note(
+    data: bytes | None, n_chars: int, media_type: str | None, store: BlobStore | None, encoding: str
+) -> dict[str, Any]:
     note: dict[str, Any] = {MARKER_KEY: "blob", "encoding": encoding, "chars": n_chars}
     if media_type:
         note["media_type"] = media_type
@@ -162,7 +164,7 @@ def _as_blob(s: str, store: BlobStore | None) -> dict[str, Any] | None:
     if len(s) < _BLOB_MIN_CHARS:
         return None
     m = _DATA_URI_RE.match(s)
-    body = s[m.end():] if m else s
+    body = s[m.end() :] if m else s
     if not m:
         head = s[:4096]
         if " " in head[:200] or not _B64_RE.fullmatch(head) or not _looks_random(head):
@@ -170,8 +172,11 @@ def _as_blob(s: str, store: BlobStore | None) -> dict[str, Any] | None:
     if not _B64_RE.fullmatch(body):
         return None
     try:
-        data = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_" if ("-" in body or "_" in body)
-                                else None, validate=False)
+        data = base64.b64decode(
+            body + "=" * (-len(body) % 4),
+            altchars=b"-_" if ("-" in body or "_" in body) else None,
+            validate=False,
+        )
     except (binascii.Error, ValueError):
         data = None
     return _blob_note(data, len(s), m.group(1) if m else None, store, "data-uri" if m else "base64")
@@ -180,8 +185,12 @@ def _as_blob(s: str, store: BlobStore | None) -> dict[str, Any] | None:
 def _looks_random(head: str) -> bool:
     """Encoded binary mixes cases and digits; long words, hex dumps and repeated letters do not."""
     chars = set(head)
-    return (len(chars) >= 20 and any(c.isdigit() for c in chars) and any(c.isupper() for c in chars)
-            and any(c.islower() for c in chars))
+    return (
+        len(chars) >= 20
+        and any(c.isdigit() for c in chars)
+        and any(c.isupper() for c in chars)
+        and any(c.islower() for c in chars)
+    )
 
 
 def _truncate_str(s: str, max_str: int) -> str:
@@ -189,19 +198,28 @@ def _truncate_str(s: str, max_str: int) -> str:
 
 
 class _Bounder:
-    def __init__(self, max_str: int, max_items: int, max_depth: int, store: BlobStore | None):
+    def __init__(
+        self, max_str: int, max_items: int, max_depth: int, store: BlobStore | None, sanitize: bool = False
+    ):
+        self.sanitize = sanitize
         self.max_str = max_str
         self.max_items = max_items
         self.max_depth = max_depth
         self.store = store
         self.seen: set[int] = set()
 
-    def __call__(self, v: Any, depth: int = 0) -> Any:  # noqa: C901 - one dispatch table, flat on purpose
-        if v is None or isinstance(v, bool | int):
-            return v if not isinstance(v, enum.Enum) else self(v.value, depth)
+    def __call__(self, v: Any, depth: int = 0) -> Any:
+        if v is None or isinstance(v, bool):
+            return v
+        if isinstance(v, int):
+            if isinstance(v, enum.Enum):
+                return self(v.value, depth)
+            return v if -(1 << 63) <= v < (1 << 64) else str(v)  # JSON encoders stop at 64 bits
         if isinstance(v, float):
             return v if math.isfinite(v) else str(v)
         if isinstance(v, str):
+            if self.sanitize:
+                v = v.encode("utf-8", "replace").decode("utf-8")  # lone surrogates are not UTF-8
             note = _as_blob(v, self.store)
             if note is not None:
                 return note
@@ -278,15 +296,18 @@ def _to_plain(v: Any) -> Any:
 def _json_size(v: Any) -> int:
     import orjson
 
-    try:
-        return len(orjson.dumps(v))
-    except TypeError:
-        return len(repr(v))
+    return len(orjson.dumps(v))
 
 
-def bound_payload(value: Any, *, max_bytes: int = _MAX_FIELD_BYTES, max_str: int = _MAX_STR,
-                  max_items: int = _MAX_ITEMS, max_depth: int = _MAX_DEPTH,
-                  blob_store: BlobStore | None = None) -> Any:
+def bound_payload(
+    value: Any,
+    *,
+    max_bytes: int = _MAX_FIELD_BYTES,
+    max_str: int = _MAX_STR,
+    max_items: int = _MAX_ITEMS,
+    max_depth: int = _MAX_DEPTH,
+    blob_store: BlobStore | None = None,
+) -> Any:
     """``value`` as JSON-ready data no larger than about ``max_bytes`` serialized.
 
     Strings longer than ``max_str`` characters keep their head and end in a ``…[molt: truncated …]``
@@ -297,24 +318,31 @@ def bound_payload(value: Any, *, max_bytes: int = _MAX_FIELD_BYTES, max_str: int
     anything else becomes its ``repr``. When the result is still over ``max_bytes``, the string and
     item limits are halved until it fits; the result is always valid JSON.
     """
+    sanitize = False
     out = _Bounder(max_str, max_items, max_depth, blob_store)(value)
+    try:
+        size = _json_size(out)
+    except TypeError:  # a string that is not valid UTF-8 (lone surrogates): clean strings, retry
+        sanitize = True
+        out = _Bounder(max_str, max_items, max_depth, blob_store, sanitize)(value)
+        size = _json_size(out)
     if max_bytes <= 0:
         return out
-    size = _json_size(out)
     while size > max_bytes and (max_str > 16 or max_items > 1):
         # Shrink towards the budget in proportion, so a 100x overshoot takes a few passes, not seven.
         ratio = max(max_bytes / size, 0.05) * 0.9
         max_str = max(16, min(max_str // 2, int(max_str * ratio)))
         max_items = max(1, min(max_items // 2, int(max_items * ratio) or 1))
-        out = _Bounder(max_str, max_items, max_depth, blob_store)(value)
+        out = _Bounder(max_str, max_items, max_depth, blob_store, sanitize)(value)
         size = _json_size(out)
     if size > max_bytes:
         return {MARKER_KEY: "truncated", "reason": "size", "bytes": size}
     return out
 
 
-def error_outcome(exc: BaseException | Mapping[str, Any] | str, *, status: OutcomeStatus | None = None,
-                  output: Any = None) -> Outcome:
+def error_outcome(
+    exc: BaseException | Mapping[str, Any] | str, *, status: OutcomeStatus | None = None, output: Any = None
+) -> Outcome:
     """An :class:`Outcome` describing an error as data (never raised).
 
     ``GeneratorExit`` and ``asyncio.CancelledError`` become ``cancelled``, ``TimeoutError``
@@ -334,8 +362,11 @@ def error_outcome(exc: BaseException | Mapping[str, Any] | str, *, status: Outco
         message = str(exc.get("message") or exc)
     else:
         etype, message = "Error", str(exc)
-    return Outcome(status=status or OutcomeStatus.ERROR, output=output,
-                   error=ErrorInfo(type=etype[:200], message=message[:4000]))
+    return Outcome(
+        status=status or OutcomeStatus.ERROR,
+        output=output,
+        error=ErrorInfo(type=etype[:200], message=message[:4000]),
+    )
 
 
 # --------------------------------------------------------------------------- dispatcher thread
@@ -542,10 +573,18 @@ class Capture:
     ):
         self.recorder = recorder if recorder is not None else default_recorder()
         self.provenance = Provenance(
-            framework=framework, framework_version=framework_version, integration=integration,
-            integration_version=distribution_version(integration), **dict(provenance or {}))
-        self._metadata = {"tenant_id": tenant_id, "agent_id": agent_id, "task": task,
-                          "tags": dict(tags) if tags else None}
+            framework=framework,
+            framework_version=framework_version,
+            integration=integration,
+            integration_version=distribution_version(integration),
+            **dict(provenance or {}),
+        )
+        self._metadata = {
+            "tenant_id": tenant_id,
+            "agent_id": agent_id,
+            "task": task,
+            "tags": dict(tags) if tags else None,
+        }
         self.session_id = session_id
         self.max_field_bytes = max_field_bytes
         self.blob_store = blob_store
@@ -576,8 +615,13 @@ class Capture:
         now = time.monotonic()
         if now - self._last_log > 60.0:
             self._last_log = now
-            log.warning("Molt %s capture error (the agent is unaffected; %d so far): %s",
-                        self.provenance.integration, self._errors, self._last_error, exc_info=exc)
+            log.warning(
+                "Molt %s capture error (the agent is unaffected; %d so far): %s",
+                self.provenance.integration,
+                self._errors,
+                self._last_error,
+                exc_info=exc,
+            )
 
     # ---------------------------------------------------------------- dispatcher thread
 
@@ -613,13 +657,22 @@ class Capture:
             md["usage"] = usage
         if start_ns is not None and end_ns is not None:
             md["latency_ms"] = max(0, end_ns - start_ns) / 1e6
-        ts = (_dt.datetime.fromtimestamp(start_ns / 1e9, tz=_dt.UTC) if start_ns is not None
-              else _dt.datetime.now(_dt.UTC))
+        ts = (
+            _dt.datetime.fromtimestamp(start_ns / 1e9, tz=_dt.UTC)
+            if start_ns is not None
+            else _dt.datetime.now(_dt.UTC)
+        )
         return Event(
-            event_id=event_id or new_id(), trajectory_id=trajectory_id, parent_id=parent_id,
-            session_id=fields.pop("session_id", self.session_id), kind=kind, timestamp=ts,
+            event_id=event_id or new_id(),
+            trajectory_id=trajectory_id,
+            parent_id=parent_id,
+            session_id=fields.pop("session_id", self.session_id),
+            kind=kind,
+            timestamp=ts,
             metadata=Metadata(**{k: v for k, v in md.items() if v is not None}),
-            provenance=self.provenance, **fields)
+            provenance=self.provenance,
+            **fields,
+        )
 
     def record(self, event: Event) -> None:
         """Hand ``event`` to the Recorder, counting drops and errors."""
@@ -651,17 +704,23 @@ class Capture:
         ok = bool(self.recorder.flush(remaining, deliver=deliver)) and ok
         if self.strict and self._first_error is not None:
             exc, self._first_error = self._first_error, None
-            raise AdapterError(f"The {self.provenance.integration} capture failed: {exc!r}. "
-                               "Fix the mapper; outside strict mode this is only counted.") from exc
+            raise AdapterError(
+                f"The {self.provenance.integration} capture failed: {exc!r}. "
+                "Fix the mapper; outside strict mode this is only counted."
+            ) from exc
         return ok
 
     @property
     def stats(self) -> CaptureStats:
         """Current counters."""
         return CaptureStats(
-            submitted=int(repr(self._submitted)[6:-1]), events=self._events, dropped=self._dropped,
-            errors=self._errors, open_spans=len(self.spans) if self.spans is not None else 0,
-            last_error=self._last_error)
+            submitted=int(repr(self._submitted)[6:-1]),
+            events=self._events,
+            dropped=self._dropped,
+            errors=self._errors,
+            open_spans=len(self.spans) if self.spans is not None else 0,
+            last_error=self._last_error,
+        )
 
 
 # --------------------------------------------------------------------------- span bookkeeping
@@ -726,8 +785,16 @@ class SpanTable:
             return closed[0], closed[1], None
         return None
 
-    def open(self, key: Any, parent_key: Any, start_ns: int, *, trajectory_id: str | None = None,
-             hidden: bool = False, **data: Any) -> OpenSpan:
+    def open(
+        self,
+        key: Any,
+        parent_key: Any,
+        start_ns: int,
+        *,
+        trajectory_id: str | None = None,
+        hidden: bool = False,
+        **data: Any,
+    ) -> OpenSpan:
         """Start span ``key`` under ``parent_key`` (None or unknown: a new trajectory, unless
         ``trajectory_id`` names one). ``hidden`` spans record no event; their children attach to
         the nearest visible ancestor."""
@@ -738,8 +805,16 @@ class SpanTable:
                 root_key = key  # the parent already ended: this span roots its own subtree
         else:
             parent_event_id, tid, root_key = None, trajectory_id or self.capture.new_trajectory(), key
-        sp = OpenSpan(key=key, event_id=new_id(), trajectory_id=tid, parent_event_id=parent_event_id,
-                      root_key=root_key, start_ns=start_ns, hidden=hidden, data=data)
+        sp = OpenSpan(
+            key=key,
+            event_id=new_id(),
+            trajectory_id=tid,
+            parent_event_id=parent_event_id,
+            root_key=root_key,
+            start_ns=start_ns,
+            hidden=hidden,
+            data=data,
+        )
         self._open[key] = sp
         return sp
 

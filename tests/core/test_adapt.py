@@ -1,0 +1,245 @@
+"""molt.capture.adapt: payload bounding, the dispatcher, Capture and SpanTable."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from molt.atdp import EventKind, OutcomeStatus, ToolCall
+from molt.capture import MemorySink, Recorder
+from molt.capture.adapt import (
+    MARKER_KEY,
+    Capture,
+    DirectoryBlobStore,
+    Dispatcher,
+    SpanTable,
+    bound_payload,
+    error_outcome,
+    require_framework,
+)
+from molt.errors import AdapterError
+
+
+def test_small_payloads_pass_unchanged() -> None:
+    value = {"a": [1, 2.5, "x", None, True], "b": {"c": "hello"}}
+    assert bound_payload(value) == value
+
+
+def test_long_strings_and_lists_are_cut_with_markers() -> None:
+    out = bound_payload({"s": "y" * 100, "l": list(range(10))}, max_str=10, max_items=3)
+    assert out["s"].startswith("y" * 10) and "[molt: truncated 90 of 100 chars]" in out["s"]
+    assert out["l"][:3] == [0, 1, 2] and out["l"][3] == {MARKER_KEY: "truncated", "omitted_items": 7}
+
+
+def test_total_size_is_bounded_and_valid_json() -> None:
+    value = {"docs": [{"text": "lorem ipsum " * 5000, "n": i} for i in range(200)]}
+    out = bound_payload(value, max_bytes=100_000)
+    raw = orjson.dumps(out)
+    assert len(raw) <= 100_000
+    assert orjson.loads(raw) == out
+    assert b"truncated" in raw
+
+
+def test_base64_and_bytes_are_dropped_with_a_note(tmp_path: Path) -> None:
+    blob = os.urandom(3000)
+    b64 = base64.b64encode(blob).decode()
+    out = bound_payload({"img": f"data:image/png;base64,{b64}", "raw": blob, "b64": b64, "word": "a" * 600})
+    assert out["img"][MARKER_KEY] == "dropped" and out["img"]["media_type"] == "image/png"
+    assert out["img"]["bytes"] == 3000
+    assert out["raw"][MARKER_KEY] == "dropped" and out["raw"]["encoding"] == "bytes"
+    assert out["b64"][MARKER_KEY] == "dropped"
+    assert out["word"] == "a" * 600  # long but not base64-looking text is kept
+    stored = bound_payload({"img": b64}, blob_store=DirectoryBlobStore(tmp_path / "blobs"))["img"]
+    assert stored[MARKER_KEY] == "offloaded"
+    assert Path(stored["ref"].removeprefix("file://")).read_bytes() == blob
+
+
+def test_objects_cycles_and_depth() -> None:
+    from pydantic import BaseModel
+
+    class M(BaseModel):
+        x: int
+        y: bytes = b"hi"
+
+    cyc: list[object] = []
+    cyc.append(cyc)
+    deep: object = "leaf"
+    for _ in range(50):
+        deep = [deep]
+    out = bound_payload(
+        {"m": M(x=1), "cycle": cyc, "deep": deep, "f": float("nan"), "set": {3}, "obj": object()}
+    )
+    assert out["m"] == {"x": 1, "y": "hi"}
+    assert out["cycle"] == [{MARKER_KEY: "truncated", "reason": "cycle"}]
+    assert "depth" in orjson.dumps(out["deep"]).decode()
+    assert out["f"] == "nan" and out["set"] == [3] and out["obj"].startswith("<object")
+    assert (
+        orjson.dumps(bound_payload({"s": "a\ud800b", "big": 1 << 70}))
+        == b'{"s":"a?b","big":"1180591620717411303424"}'
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats()
+        | st.text(st.characters(codec=None))
+        | st.binary(),
+        lambda c: st.lists(c, max_size=6) | st.dictionaries(st.text(max_size=5), c, max_size=6),
+        max_leaves=40,
+    )
+)
+def test_bound_payload_is_always_json(value: object) -> None:
+    out = bound_payload(value, max_bytes=2000, max_str=50, max_items=4)
+    raw = orjson.dumps(out)
+    assert len(raw) <= 2000
+
+
+def test_error_outcome_statuses() -> None:
+    assert error_outcome(ValueError("bad")).status == OutcomeStatus.ERROR
+    assert error_outcome(GeneratorExit()).status == OutcomeStatus.CANCELLED
+    assert error_outcome(TimeoutError()).status == OutcomeStatus.TIMEOUT
+    o = error_outcome({"message": "nope", "data": 1})
+    assert o.error is not None and o.error.message == "nope"
+
+
+def test_dispatcher_runs_in_order_and_survives_errors() -> None:
+    d = Dispatcher(name="test-dispatcher")
+    seen: list[int] = []
+    fails: list[BaseException] = []
+
+    class Owner:
+        def fail(self, exc: BaseException) -> None:
+            fails.append(exc)
+
+    def boom() -> None:
+        raise RuntimeError("x")
+
+    for i in range(1000):
+        d.submit(Owner(), seen.append, (i,))
+        if i == 500:
+            d.submit(Owner(), boom, ())
+    assert d.drain(5)
+    assert seen == list(range(1000)) and len(fails) == 1
+
+
+def _capture(tmp_path: Path, **kw: object) -> tuple[Capture, MemorySink, Recorder]:
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never")
+    return Capture(rec, integration="molt-core", framework="test", framework_version="1", **kw), sink, rec  # type: ignore[arg-type]
+
+
+def test_capture_builds_events_with_provenance_and_metadata(tmp_path: Path) -> None:
+    cap, sink, rec = _capture(tmp_path, tenant_id="acme", tags={"team": "a"})
+    spans = SpanTable(cap)
+    t0 = time.time_ns()
+
+    def start() -> None:
+        spans.open("r1", None, t0, name="root")
+        spans.open("r2", "r1", t0 + 1000, name="child")
+
+    def end() -> None:
+        child = spans.close("r2")
+        assert child is not None
+        cap.record(
+            cap.event(
+                EventKind.TOOL_CALL,
+                trajectory_id=child.trajectory_id,
+                event_id=child.event_id,
+                parent_id=child.parent_event_id,
+                start_ns=child.start_ns,
+                end_ns=t0 + 3_000_000,
+                action=ToolCall(tool_name="t", arguments=cap.payload({"q": 1})),
+            )
+        )
+
+    cap.submit(start)
+    cap.submit(end)
+    assert cap.flush(5, deliver=True)
+    [tid] = {r["x"]["trajectory_id"] for r in sink.events.values()}
+    [ev] = sink.trajectory_events(tid)
+    assert ev.provenance.integration == "molt-core" and ev.provenance.framework == "test"
+    assert ev.provenance.integration_version is not None
+    assert ev.metadata.tenant_id == "acme" and ev.metadata.tags == {"team": "a"}
+    assert ev.metadata.latency_ms == pytest.approx(2.999, abs=1e-3)
+    assert ev.parent_id == spans.resolve("r1")[0]  # type: ignore[index]
+    assert cap.stats.events == 1 and cap.stats.open_spans == 1
+    rec.close()
+
+
+def test_capture_strict_raises_mapper_errors_at_flush(tmp_path: Path) -> None:
+    cap, _, rec = _capture(tmp_path, strict=True)
+
+    def bad() -> None:
+        raise KeyError("mapper bug")
+
+    cap.submit(bad)
+    with pytest.raises(AdapterError, match="mapper bug"):
+        cap.flush(5)
+    assert cap.stats.errors == 1
+    rec.close()
+
+
+def test_capture_never_raises_when_not_strict(tmp_path: Path) -> None:
+    cap, _, rec = _capture(tmp_path)
+    cap.submit(lambda: 1 / 0)
+    assert cap.flush(5)
+    assert cap.stats.errors == 1 and "ZeroDivisionError" in (cap.stats.last_error or "")
+    rec.close()
+
+
+def test_span_table_trajectories_hidden_spans_and_late_children(tmp_path: Path) -> None:
+    cap, _, rec = _capture(tmp_path)
+    spans = SpanTable(cap)
+    a = spans.open("a", None, 1)
+    h = spans.open("h", "a", 2, hidden=True)
+    c = spans.open("c", "h", 3)
+    assert c.parent_event_id == a.event_id and c.trajectory_id == a.trajectory_id == h.trajectory_id
+    b = spans.open("b", None, 4)
+    assert b.trajectory_id != a.trajectory_id
+    assert [s.key for s in spans.open_under("a")] == ["c", "h"]
+    spans.close("c")
+    spans.close("h")
+    spans.close("a")
+    late = spans.open("late", "a", 5)
+    assert late.parent_event_id == a.event_id and late.trajectory_id == a.trajectory_id
+    assert spans.close("nope") is None
+    rec.close()
+
+
+def test_require_framework_hint() -> None:
+    assert require_framework("molt-x", "pytest", "1.0", "pip install pytest")
+    with pytest.raises(AdapterError) as info:
+        require_framework("molt-x", "surely-not-installed-dist", "1.0", "pip install molt-x[fw]")
+    assert (
+        "molt-x needs surely-not-installed-dist>=1.0; install it with: pip install molt-x[fw]"
+        in (info.value.__notes__[0])
+    )
+    with pytest.raises(AdapterError, match="found"):
+        require_framework("molt-x", "pytest", "999.0", "pip install -U pytest")
+
+
+def test_submit_is_cheap(tmp_path: Path) -> None:
+    cap, _, rec = _capture(tmp_path)
+    hold = threading.Event()
+    cap.submit(hold.wait, 5)  # park the dispatcher so we time the hand-off alone
+    n = 20_000
+    t = time.perf_counter()
+    for i in range(n):
+        cap.submit(int, i)
+    per = (time.perf_counter() - t) / n
+    hold.set()
+    assert cap.flush(10)
+    assert per < 20e-6, f"submit costs {per * 1e6:.1f} µs"
+    rec.close()
