@@ -39,7 +39,9 @@ from molt.atdp import Event, EventKind, Outcome, ToolCall, new_id
 from molt.governance.redaction import OUT_OF_SCOPE_ENTITIES, STRUCTURED_ENTITIES, Redactor, redact_event
 from molt.governance.redaction.evaluate import Scores, evaluate, load_labelled, split_by_template
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pii" / "presidio_generated_large.json"
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "pii" / "presidio_generated_large.json"
+)
 IN_SCOPE = [
     "PERSON", "ADDRESS", "LOCATION", "ORGANIZATION", "CREDIT_CARD", "PHONE_NUMBER", "EMAIL_ADDRESS",
     "US_SSN", "IBAN_CODE", "IP_ADDRESS", "DOMAIN_NAME", "US_DRIVER_LICENSE",
@@ -83,7 +85,11 @@ def _table(title: str, molt: Scores, presidio: Scores | None, types: list[str]) 
         if molt.by_type[ty].gold or molt.by_type[ty].predicted:
             row(ty, molt.by_type[ty], presidio.by_type[ty] if presidio else None)
     t.add_section()
-    row("structured (micro)", molt.micro(STRUCTURED_ENTITIES), presidio.micro(STRUCTURED_ENTITIES) if presidio else None)
+    row(
+        "structured (micro)",
+        molt.micro(STRUCTURED_ENTITIES),
+        presidio.micro(STRUCTURED_ENTITIES) if presidio else None,
+    )
     row("all in scope (micro)", molt.micro(IN_SCOPE), presidio.micro(IN_SCOPE) if presidio else None)
     return t
 
@@ -137,14 +143,21 @@ def main(argv: list[str] | None = None) -> int:
         console.print(_table(f"Redaction accuracy, {title} (n={len(rs)}, IoU ≥ 0.5)", m, p, IN_SCOPE))
 
     oos = sorted(OUT_OF_SCOPE_ENTITIES)
-    dt = Redactor(redactor.policy.model_copy(update={"entities": frozenset({"DATE_TIME"}), "detectors": ("date_time",)}))
+    dt = Redactor(
+        redactor.policy.model_copy(update={"entities": frozenset({"DATE_TIME"}), "detectors": ("date_time",)})
+    )
     m = evaluate(records, lambda t: [(s.start, s.end, s.entity_type) for s in dt.detect(t)], types=oos)
     t = Table(title="Out of the default scope (not redacted by default; DATE_TIME via an opt-in detector)")
     for c in ("entity type", "gold", "opt-in P", "opt-in R"):
         t.add_column(c)
     for ty in oos:
         s = m.by_type[ty]
-        t.add_row(ty, str(s.gold), f"{s.precision:.3f}" if ty == "DATE_TIME" else "—", f"{s.recall:.3f}" if ty == "DATE_TIME" else "—")
+        t.add_row(
+            ty,
+            str(s.gold),
+            f"{s.precision:.3f}" if ty == "DATE_TIME" else "—",
+            f"{s.recall:.3f}" if ty == "DATE_TIME" else "—",
+        )
     console.print(t)
 
     texts = _texts_1kb(records, 200)
@@ -155,13 +168,25 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     molt_rate = _rate(redactor.redact, texts, args.seconds)
     events = iter(range(10**9))
-    ev_rate = _rate(lambda _x: redact_event(event_of[next(events) % len(event_of)], redactor=redactor), texts, args.seconds)
+    ev_rate = _rate(
+        lambda _x: redact_event(event_of[next(events) % len(event_of)], redactor=redactor),
+        texts,
+        args.seconds,
+    )
     t = Table(title=f"Throughput, one core, {len(texts)} texts of ~1 KB (PII-dense)")
     for c in ("system", "texts/s", "vs Presidio"):
         t.add_column(c)
     pres_rate = _rate(presidio_predict, texts[:40], args.seconds) if analyzer else None
-    t.add_row("Molt Redactor.redact (detect + replace)", f"{molt_rate:,.0f}", f"{molt_rate / pres_rate:.1f}×" if pres_rate else "")
-    t.add_row("Molt redact_event (tool-call event)", f"{ev_rate:,.0f}", f"{ev_rate / pres_rate:.1f}×" if pres_rate else "")
+    t.add_row(
+        "Molt Redactor.redact (detect + replace)",
+        f"{molt_rate:,.0f}",
+        f"{molt_rate / pres_rate:.1f}×" if pres_rate else "",
+    )
+    t.add_row(
+        "Molt redact_event (tool-call event)",
+        f"{ev_rate:,.0f}",
+        f"{ev_rate / pres_rate:.1f}×" if pres_rate else "",
+    )
     if pres_rate:
         t.add_row("Presidio AnalyzerEngine, pattern recognizers only (detect)", f"{pres_rate:,.0f}", "1.0×")
     console.print(t)

@@ -18,7 +18,10 @@ def test_cli_plain_and_json_lines() -> None:
     assert result.exit_code == 0, result.output
     out = [json.loads(x) for x in result.stdout.splitlines()]
     assert len(out) == 4
-    assert out[0] == {"text": "call <PHONE_NUMBER_1> now", "spans": [{"entity_type": "PHONE_NUMBER", "start": 5, "end": 18}]}
+    assert out[0] == {
+        "text": "call <PHONE_NUMBER_1> now",
+        "spans": [{"entity_type": "PHONE_NUMBER", "start": 5, "end": 18}],
+    }
     assert out[1]["spans"] == [{"entity_type": "EMAIL_ADDRESS", "start": 5, "end": 20}]
     assert out[2] == {"text": "", "spans": []}
     assert out[3] == {"text": "no pii here", "spans": []}

@@ -25,7 +25,9 @@ def test_iban_checksum() -> None:
     assert not iban_valid("GB83 WEST 1234 5698 7654 32")  # check digits wrong
     assert not iban_valid("GB82 WEST 1234 5698 7654 3")  # wrong length for GB
     assert found("iban", "pay gb82west12345698765432 today") == [("IBAN_CODE", "gb82west12345698765432")]
-    assert found("iban", "IBAN GB82 WEST 1234 5698 7654 32 and more") == [("IBAN_CODE", "GB82 WEST 1234 5698 7654 32")]
+    assert found("iban", "IBAN GB82 WEST 1234 5698 7654 32 and more") == [
+        ("IBAN_CODE", "GB82 WEST 1234 5698 7654 32")
+    ]
     assert found("iban", "IBAN GB83WEST12345698765432") == []
 
 
@@ -40,7 +42,9 @@ def test_ssn_rules() -> None:
 
 def test_email_and_url() -> None:
     assert found("email", "mail KosaraReisl@fleckens.hu.") == [("EMAIL_ADDRESS", "KosaraReisl@fleckens.hu")]
-    assert found("url", "see https://www.FunnyTan.co.nz/. Thanks") == [("DOMAIN_NAME", "https://www.FunnyTan.co.nz/")]
+    assert found("url", "see https://www.FunnyTan.co.nz/. Thanks") == [
+        ("DOMAIN_NAME", "https://www.FunnyTan.co.nz/")
+    ]
     assert found("url", "visit example.com today") == [("DOMAIN_NAME", "example.com")]
     assert found("url", "edit models.py and README.md") == []  # file names are not domains
 
@@ -55,7 +59,14 @@ def test_ip_addresses() -> None:
 
 @pytest.mark.parametrize(
     "phone",
-    ["(227)664-8546x506", "+1-203-305-2492x5662", "916.972.1680x22008", "032 696 10 69", "06-10446904", "(11) 4706-6184"],
+    [
+        "(227)664-8546x506",
+        "+1-203-305-2492x5662",
+        "916.972.1680x22008",
+        "032 696 10 69",
+        "06-10446904",
+        "(11) 4706-6184",
+    ],
 )
 def test_phone_formats(phone: str) -> None:
     assert found("phone", f"call me at {phone}, thanks") == [("PHONE_NUMBER", phone)]
@@ -66,7 +77,9 @@ def test_phone_look_alikes() -> None:
 
 
 def test_driver_license_needs_context() -> None:
-    assert found("us_driver_license", "My driver's license number is A125325867") == [("US_DRIVER_LICENSE", "A125325867")]
+    assert found("us_driver_license", "My driver's license number is A125325867") == [
+        ("US_DRIVER_LICENSE", "A125325867")
+    ]
     assert found("us_driver_license", "the order number is A125325867") == []
 
 
@@ -95,7 +108,11 @@ def test_entities() -> None:
     spans = found("entities", "Yesterday Christine Sørensen flew from Reykjavík to Latvia.")
     assert ("PERSON", "Christine Sørensen") in spans
     assert ("LOCATION", "Reykjavík") in spans and ("LOCATION", "Latvia") in spans
-    assert ("ORGANIZATION", "Keychain Logistics Corp.") in found("entities", "She works at Keychain Logistics Corp. now")
-    addr = found("entities", "Please send it to 52 Rua Joaquim de Oliveira Cruz 1615 Suite 498, Curitiba 80010 today")
+    assert ("ORGANIZATION", "Keychain Logistics Corp.") in found(
+        "entities", "She works at Keychain Logistics Corp. now"
+    )
+    addr = found(
+        "entities", "Please send it to 52 Rua Joaquim de Oliveira Cruz 1615 Suite 498, Curitiba 80010 today"
+    )
     assert addr and addr[0][0] == "ADDRESS" and addr[0][1].startswith("52 Rua Joaquim")
     assert found("entities", "Please run the tests and fix the build.") == []

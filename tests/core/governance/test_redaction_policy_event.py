@@ -30,7 +30,12 @@ def test_placeholder_mode_numbers_values() -> None:
     assert text == (
         "Mail <EMAIL_ADDRESS_1>, then <EMAIL_ADDRESS_1> again, card <CREDIT_CARD_1>. Also <EMAIL_ADDRESS_2>"
     )
-    assert [s.entity_type for s in spans] == ["EMAIL_ADDRESS", "EMAIL_ADDRESS", "CREDIT_CARD", "EMAIL_ADDRESS"]
+    assert [s.entity_type for s in spans] == [
+        "EMAIL_ADDRESS",
+        "EMAIL_ADDRESS",
+        "CREDIT_CARD",
+        "EMAIL_ADDRESS",
+    ]
     assert TEXT[spans[0].start : spans[0].end] == "ana@example.org"  # offsets index the original
 
 
@@ -132,17 +137,27 @@ def test_redact_event_tool_call_json_structure() -> None:
     event = Event(
         trajectory_id=new_id(),
         kind=EventKind.TOOL_CALL,
-        action=ToolCall(tool_name="send", arguments={"to": ["a@example.org"], "meta": {"ip": "10.0.0.1", "k": 1}}),
+        action=ToolCall(
+            tool_name="send", arguments={"to": ["a@example.org"], "meta": {"ip": "10.0.0.1", "k": 1}}
+        ),
         outcome=Outcome(output={"ok": True, "echo": "sent to a@example.org"}),
     )
     red, report = redact_event(event)
     assert red.action.arguments == {"to": ["<EMAIL_ADDRESS_1>"], "meta": {"ip": "<IP_ADDRESS_1>", "k": 1}}
     assert red.outcome.output == {"ok": True, "echo": "sent to <EMAIL_ADDRESS_1>"}
-    assert {s.field for s in report.spans} == {"action.arguments.to[0]", "action.arguments.meta.ip", "outcome.output.echo"}
+    assert {s.field for s in report.spans} == {
+        "action.arguments.to[0]",
+        "action.arguments.meta.ip",
+        "outcome.output.echo",
+    }
 
 
 def test_clean_event_is_returned_unchanged() -> None:
-    event = Event(trajectory_id=new_id(), kind=EventKind.TOOL_CALL, action=ToolCall(tool_name="t", arguments={"q": "ok"}))
+    event = Event(
+        trajectory_id=new_id(),
+        kind=EventKind.TOOL_CALL,
+        action=ToolCall(tool_name="t", arguments={"q": "ok"}),
+    )
     red, report = redact_event(event)
     assert red is event and not report.redacted
 

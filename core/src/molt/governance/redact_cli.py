@@ -42,7 +42,10 @@ def redact_line(line: str, redactor: object) -> bytes:
             text = obj["text"]
     redacted, spans = redactor.redact(text)
     return orjson.dumps(
-        {"text": redacted, "spans": [{"entity_type": s.entity_type, "start": s.start, "end": s.end} for s in spans]}
+        {
+            "text": redacted,
+            "spans": [{"entity_type": s.entity_type, "start": s.start, "end": s.end} for s in spans],
+        }
     )
 
 
@@ -75,7 +78,9 @@ app = typer.Typer(add_completion=False, help="Redact PII and secrets from text l
 def main(
     policy: Annotated[
         str | None,
-        typer.Option("--policy", "-p", help="Registered policy name (default, mask, …) or a YAML/JSON policy file."),
+        typer.Option(
+            "--policy", "-p", help="Registered policy name (default, mask, …) or a YAML/JSON policy file."
+        ),
     ] = None,
 ) -> None:
     """Read plain-text or JSON lines (with a "text" field) on stdin; print {"text", "spans"} JSON lines."""

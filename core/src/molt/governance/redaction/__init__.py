@@ -15,9 +15,9 @@ Example::
     event, report = redact_event(event)
 """
 
+from molt.governance.redaction import credentials as _credentials  # noqa: F401  (registers secret detectors)
 from molt.governance.redaction import entities as _entities  # noqa: F401  (registers "entities")
 from molt.governance.redaction import patterns as _patterns  # noqa: F401  (registers pattern detectors)
-from molt.governance.redaction import credentials as _credentials  # noqa: F401  (registers secret detectors)
 from molt.governance.redaction.base import (
     DEFAULT_ENTITIES,
     OUT_OF_SCOPE_ENTITIES,

@@ -79,13 +79,18 @@ _ASSIGN_RX = re.compile(
     r"(?:\"(?P<v1>[^\"\n]{3,200})\"|'(?P<v2>[^'\n]{3,200})'|(?P<v3>[^\s\"',;&]{3,200}))",
     re.IGNORECASE,
 )
-_SAID_RX = re.compile(r"\b(?:password|passcode|passphrase|pin)\s+(?:is|was|:)\s+[\"']?([^\s\"']{4,100})", re.I)
+_SAID_RX = re.compile(
+    r"\b(?:password|passcode|passphrase|pin)\s+(?:is|was|:)\s+[\"']?([^\s\"']{4,100})", re.I
+)
 _URL_CRED_RX = re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:([^@\s/]+)@", re.IGNORECASE)
 _KEY_TYPE_RX = (
     (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_PASSWORD_KEYS})$", re.I), "PASSWORD"),
     (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_TOKEN_KEYS})$", re.I), "API_KEY"),
 )
-_PLACEHOLDER_VALUES = frozenset({"none", "null", "true", "false", "****", "xxx", "redacted", "changeme", "<redacted>"})
+_PREFILTER = re.compile(r"pass|pwd|secret|key|token|pin\b|://", re.IGNORECASE)
+_PLACEHOLDER_VALUES = frozenset(
+    {"none", "null", "true", "false", "****", "xxx", "redacted", "changeme", "<redacted>"}
+)
 
 
 def secret_key_type(key: str) -> str | None:
@@ -106,7 +111,9 @@ class PasswordDetector:
 
     def detect(self, text: str) -> list[Span]:
         """Secret value spans (the value only, never the key that names it)."""
-        out = []
+        out: list[Span] = []
+        if not _PREFILTER.search(text):
+            return out
         for m in _ASSIGN_RX.finditer(text):
             group = "v1" if m.group("v1") is not None else "v2" if m.group("v2") is not None else "v3"
             value = m.group(group).strip()

@@ -27,7 +27,9 @@ from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
 __all__ = ["EntityDetector"]
 
 _TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*\.?|\d+[^\W_]*|\n|[^\w\s]")
-_SENT_END = frozenset({".", "!", "?", "\n", ":", ";", '"', "“", "”", ">", "*", "•", "(", "[", "|", "-", "…", "#"})
+_SENT_END = frozenset(
+    {".", "!", "?", "\n", ":", ";", '"', "“", "”", ">", "*", "•", "(", "[", "|", "-", "…", "#"}
+)
 _CONNECTORS = frozenset(
     {"van", "der", "den", "de", "da", "das", "do", "dos", "del", "della", "di", "du", "la", "le", "von",
      "zu", "ter", "ten", "bin", "ibn", "al", "el", "y", "e", "st"}
@@ -58,7 +60,9 @@ _STRONG_PLACE_CUES = frozenset(
     {"in", "from", "near", "visit", "visiting", "visited", "city", "town", "village", "country", "across",
      "around", "outside", "inside", "toward", "towards", "via", "moved", "born", "arrived", "live", "lives"}
 )  # fmt: skip
-_ORG_AFTER = frozenset({"office", "offices", "headquarters", "hq", "team", "employees", "staff", "inc", "ltd"})
+_ORG_AFTER = frozenset(
+    {"office", "offices", "headquarters", "hq", "team", "employees", "staff", "inc", "ltd"}
+)
 _ORG_WORDS = frozenset(
     {"inc", "llc", "ltd", "plc", "corp", "corporation", "company", "co", "group", "gmbh", "ag", "sa",
      "bv", "nv", "llp", "lp", "holdings", "partners", "associates", "foundation", "institute",
@@ -88,15 +92,38 @@ _STREET_MORPHEMES = re.compile(
     r"ulica|iela|gatve|tänav|tee|põik|cesta|ulice|náměstí|sokak|caddesi|bulvar)$",
     re.IGNORECASE,
 )
-_UNIT_WORDS = frozenset({"apt", "apartment", "suite", "ste", "unit", "flat", "floor", "fl", "room", "rm", "box", "po", "p.o", "bldg", "building", "dept", "psc", "cmr"})
-_MILITARY = re.compile(r"\b(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)\b[^\n]{0,40}\n\s*(?:FPO|APO|DPO) (?:AA|AE|AP) \d{5}")
+_UNIT_WORDS = frozenset(
+    {
+        "apt",
+        "apartment",
+        "suite",
+        "ste",
+        "unit",
+        "flat",
+        "floor",
+        "fl",
+        "room",
+        "rm",
+        "box",
+        "po",
+        "p.o",
+        "bldg",
+        "building",
+        "dept",
+        "psc",
+        "cmr",
+    }
+)
+_MILITARY = re.compile(
+    r"\b(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)\b[^\n]{0,40}\n\s*(?:FPO|APO|DPO) (?:AA|AE|AP) \d{5}"
+)
 _POSTCODE = re.compile(r"^(?:\d{4,6}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]? ?\d[A-Z]{2})$")
 _STATE_CODE = re.compile(r"^[A-Z]{2,3}$")
 _MAX_ZIPF_NAME = 6.0  # a capitalised word this frequent in English ("Will", "Grant") needs more evidence
 
 
 class _Tok:
-    __slots__ = ("cap", "end", "f", "kind", "start", "text")
+    __slots__ = ("cap", "end", "f", "kind", "place", "start", "text")
 
     def __init__(self, text: str, start: int, end: int):
         self.text, self.start, self.end = text, start, end
@@ -104,6 +131,7 @@ class _Tok:
         self.kind = "w" if c.isalpha() else "n" if c.isdigit() else "nl" if c == "\n" else "p"
         self.cap = self.kind == "w" and c.isupper()
         self.f = fold(text.rstrip(".")) if self.kind == "w" else text
+        self.place: tuple[int, str] | None = None  # memo of EntityDetector._place_len
 
 
 def _tokenize(text: str) -> list[_Tok]:
@@ -140,8 +168,12 @@ class EntityDetector:
     def __init__(self, lexicon: Lexicon | None = None):
         self.lex = lexicon or get_lexicon()
         lx = self.lex
-        self._street_suffix = _STREET_WORDS | {s for s in lx.street_suffixes if len(s) >= 4 and " " not in s and lx.zipf(s) < 4.5}
-        self._street_prefix = _STREET_PREFIXES | {s for s in lx.street_prefixes if len(s) >= 3 and " " not in s and lx.zipf(s) < 4.0}
+        self._street_suffix = _STREET_WORDS | {
+            s for s in lx.street_suffixes if len(s) >= 4 and " " not in s and lx.zipf(s) < 4.5
+        }
+        self._street_prefix = _STREET_PREFIXES | {
+            s for s in lx.street_prefixes if len(s) >= 3 and " " not in s and lx.zipf(s) < 4.0
+        }
 
     # ------------------------------------------------------------------ lexicon helpers
 
@@ -150,6 +182,12 @@ class EntityDetector:
 
     def _place_len(self, toks: list[_Tok], i: int) -> tuple[int, str]:
         """Longest known place starting at token ``i``: (tokens, kind) or (0, "")."""
+        memo = toks[i].place
+        if memo is None:
+            memo = toks[i].place = self._place_scan(toks, i)
+        return memo
+
+    def _place_scan(self, toks: list[_Tok], i: int) -> tuple[int, str]:
         lx = self.lex
         best, kind = 0, ""
         words = []
@@ -204,7 +242,14 @@ class EntityDetector:
         # "NUM rue Victor Hugo [NUM]" / "NUM Via Carlo Cattaneo 130"
         if toks[j].f in self._street_prefix:
             k = j + 1
-            while k < n and k - j <= 6 and (toks[k].kind == "w" and (toks[k].cap or toks[k].f in _CONNECTORS or toks[k].text.islower())):
+            while (
+                k < n
+                and k - j <= 6
+                and (
+                    toks[k].kind == "w"
+                    and (toks[k].cap or toks[k].f in _CONNECTORS or toks[k].text.islower())
+                )
+            ):
                 if toks[k].f in _UNIT_WORDS:
                     break
                 k += 1
@@ -213,7 +258,12 @@ class EntityDetector:
             return k if k > j + 1 else i
         # "NUM Words Street" / "NUM Words NUM"
         k = j
-        while k < n and k - j < 5 and toks[k].kind == "w" and (toks[k].cap or toks[k].f in _CONNECTORS or toks[k].text.islower()):
+        while (
+            k < n
+            and k - j < 5
+            and toks[k].kind == "w"
+            and (toks[k].cap or toks[k].f in _CONNECTORS or toks[k].text.islower())
+        ):
             if toks[k].f in _UNIT_WORDS and k > j:
                 break
             if toks[k].f in self._street_suffix and k > j:
@@ -234,7 +284,11 @@ class EntityDetector:
         k = i
         while k < n and k - i < 4 and toks[k].kind == "w" and toks[k].cap:
             k += 1
-            if k < n and toks[k].kind == "w" and (_STREET_MORPHEMES.search(toks[k - 1].text) or toks[k - 1].f in ("u.", "út")):
+            if (
+                k < n
+                and toks[k].kind == "w"
+                and (_STREET_MORPHEMES.search(toks[k - 1].text) or toks[k - 1].f in ("u.", "út"))
+            ):
                 pass
             if _STREET_MORPHEMES.search(toks[k - 1].text) and k < n and toks[k].kind == "n":
                 return k + 1
@@ -277,7 +331,16 @@ class EntityDetector:
             lead = None
             if t.kind == "n":
                 end = self._street_at(toks, i)
-                if end > i and toks[i + 1].kind == "n" or (end > i and toks[end - 1].kind == "n" and end - i > 2 and self._lead_split(toks, i, end)):
+                if (
+                    (end > i
+                    and toks[i + 1].kind == "n")
+                    or (
+                        end > i
+                        and toks[end - 1].kind == "n"
+                        and end - i > 2
+                        and self._lead_split(toks, i, end)
+                    )
+                ):
                     lead = i  # "19 2249 College Street": a building number before a full street address
             elif t.kind == "w" and t.cap:
                 end = self._unit_at(toks, i)
@@ -304,7 +367,14 @@ class EntityDetector:
         return "other"
 
     def _emit_address(
-        self, text: str, toks: list[_Tok], used: list[bool], out: list[Span], i: int, end: int, lead: int | None
+        self,
+        text: str,
+        toks: list[_Tok],
+        used: list[bool],
+        out: list[Span],
+        i: int,
+        end: int,
+        lead: int | None,
     ) -> None:
         """Emit the address whose street (or unit) is tokens ``i..end``.
 
@@ -351,8 +421,19 @@ class EntityDetector:
                 while a < n and toks[a].kind == "nl":
                     a += 1
                 b = a
-                while b < n and toks[b].kind != "nl" and not (toks[b].kind == "p" and toks[b].text in ".?!;" and toks[b - 1].f not in _ABBREVIATIONS):
-                    if toks[b].kind == "w" and not toks[b].cap and self.lex.zipf(toks[b].f) >= 4.0 and toks[b].f not in _CONNECTORS:
+                while (
+                    b < n
+                    and toks[b].kind != "nl"
+                    and not (
+                        toks[b].kind == "p" and toks[b].text in ".?!;" and toks[b - 1].f not in _ABBREVIATIONS
+                    )
+                ):
+                    if (
+                        toks[b].kind == "w"
+                        and not toks[b].cap
+                        and self.lex.zipf(toks[b].f) >= 4.0
+                        and toks[b].f not in _CONNECTORS
+                    ):
                         break
                     b += 1
                 if b == a:
@@ -386,7 +467,9 @@ class EntityDetector:
                 break
             lines += 1
 
-    def _span(self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int, entity: str, score: float) -> None:
+    def _span(
+        self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int, entity: str, score: float
+    ) -> None:
         while b > a and toks[b - 1].kind == "p" and toks[b - 1].text != ".":
             b -= 1
         if b <= a:
@@ -411,7 +494,12 @@ class EntityDetector:
         if k >= len(toks):
             return False
         t = toks[k]
-        return self._unit_at(toks, k) > k or t.cap or (t.kind == "n" and bool(_POSTCODE.match(t.text))) or self._place_len(toks, k)[0] > 0
+        return (
+            self._unit_at(toks, k) > k
+            or t.cap
+            or (t.kind == "n" and bool(_POSTCODE.match(t.text)))
+            or self._place_len(toks, k)[0] > 0
+        )
 
     def _rest_of_line(self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int) -> None:
         if a < b:
@@ -449,7 +537,11 @@ class EntityDetector:
                 continue
             # a run of capitalised words / a known place → LOCATION
             j = k
-            while j < b and toks[j].kind == "w" and (toks[j].cap or toks[j].f in _CONNECTORS or self._place_len(toks, j)[0]):
+            while (
+                j < b
+                and toks[j].kind == "w"
+                and (toks[j].cap or toks[j].f in _CONNECTORS or self._place_len(toks, j)[0])
+            ):
                 j += 1
             if j == k:
                 return emitted
@@ -474,17 +566,29 @@ class EntityDetector:
             # the run: capitalised words (connectors inside), or a lowercase first+last name pair
             j = i
             if t.cap:
-                while j < n and not used[j] and toks[j].kind == "w" and (
-                    toks[j].cap or (toks[j].f in _CONNECTORS and j > i and self._connects(toks, j))
+                while (
+                    j < n
+                    and not used[j]
+                    and toks[j].kind == "w"
+                    and (toks[j].cap or (toks[j].f in _CONNECTORS and j > i and self._connects(toks, j)))
                 ):
                     j += 1
-                    if j < n and toks[j].text == "." and len(toks[j - 1].text) <= 2 and toks[j - 1].text[0].isupper():
+                    if (
+                        j < n
+                        and toks[j].text == "."
+                        and len(toks[j - 1].text) <= 2
+                        and toks[j - 1].text[0].isupper()
+                    ):
                         j += 1  # an initial: "J. Smith"
             else:
                 nxt = toks[i + 1] if i + 1 < n else None
                 if (
-                    t.f in lx.first_names and lx.zipf(t.f) < 4.5 and nxt is not None and nxt.kind == "w"
-                    and not nxt.cap and not used[i + 1]
+                    t.f in lx.first_names
+                    and lx.zipf(t.f) < 4.5
+                    and nxt is not None
+                    and nxt.kind == "w"
+                    and not nxt.cap
+                    and not used[i + 1]
                     and ((nxt.f in lx.last_names and lx.zipf(nxt.f) < 4.0) or lx.zipf(nxt.f) < 1.5)
                 ):
                     j = i + 2
@@ -494,8 +598,13 @@ class EntityDetector:
                         out.append(Span(t.start, toks[i + place - 1].end, "LOCATION", 0.6, self.name))
                         i += place
                         continue
-                    if self._is_name(t) and lx.zipf(t.f) < 4.5 and (
-                        self._prev_word(toks, i) in _LOWER_PERSON_CUES or self._next_word(toks, i) in _LOWER_PERSON_AFTER
+                    if (
+                        self._is_name(t)
+                        and lx.zipf(t.f) < 4.5
+                        and (
+                            self._prev_word(toks, i) in _LOWER_PERSON_CUES
+                            or self._next_word(toks, i) in _LOWER_PERSON_AFTER
+                        )
                     ):
                         out.append(Span(t.start, t.end, "PERSON", 0.55, self.name))
                     i += 1
@@ -548,7 +657,7 @@ class EntityDetector:
         start, end = toks[first].start, toks[last].end
         words = [toks[k] for k in run]
         # organisation: a company word at the end ("Acme Corp", "Smith Ltd."), or "X office"
-        if words[-1].f in _ORG_WORDS or words[-1].f in lx.company_suffixes and len(words) > 1:
+        if words[-1].f in _ORG_WORDS or (words[-1].f in lx.company_suffixes and len(words) > 1):
             out.append(Span(start, end, "ORGANIZATION", 0.8, self.name))
             return
         # a sentence-initial common word is not an entity ("Please", "The"); drop it and go on
@@ -561,9 +670,13 @@ class EntityDetector:
             if kind == "country" or prev in _STRONG_PLACE_CUES or (not all_names and prev != "at"):
                 out.append(Span(start, end, "LOCATION", 0.75 if kind == "country" else 0.65, self.name))
                 return
-        if len(words) == 1 and (self._common(words[0]) or words[0].f in _STREET_WORDS or "'" in words[0].text):
+        if len(words) == 1 and (
+            self._common(words[0]) or words[0].f in _STREET_WORDS or "'" in words[0].text
+        ):
             return
-        if all(w.text.isupper() and len(w.text) > 1 for w in words) and not any(self._is_name(w) for w in words):
+        if all(w.text.isupper() and len(w.text) > 1 for w in words) and not any(
+            self._is_name(w) for w in words
+        ):
             return  # acronyms and shouting ("SSN", "CAN I SPEAK")
         names = sum(self._is_name(w) for w in words)
         if nxt_word in _ORG_AFTER or (prev in _ORG_CUES and prev not in ("at", "for") and not names):

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from molt.atdp.models import Event
 from molt.errors import GovernanceError
 from molt.governance.redaction.base import Span
-from molt.governance.redaction.redactor import Redactor, ReplacementState
 from molt.governance.redaction.credentials import secret_key_type
+from molt.governance.redaction.redactor import Redactor, ReplacementState
 
 __all__ = ["RedactedSpan", "RedactionReport", "redact_event"]
 
@@ -120,7 +120,11 @@ class _Walker:
             return self.text(value, path, key) if value else value
         if isinstance(value, dict):
             return {
-                k: (v if k in _SKIP_KEYS and not isinstance(v, (dict, list)) else self.json(v, f"{path}.{k}", k))
+                k: (
+                    v
+                    if k in _SKIP_KEYS and not isinstance(v, (dict, list))
+                    else self.json(v, f"{path}.{k}", k)
+                )
                 for k, v in value.items()
             }
         if isinstance(value, list):

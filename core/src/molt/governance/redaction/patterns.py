@@ -138,7 +138,9 @@ class UrlDetector:
         return out
 
 
-_IPV4 = r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"
+_IPV4 = (
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"
+)
 _IPV6 = r"(?<![\w:.])(?:[0-9a-f]{0,4}:){2,7}(?:[0-9a-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?:%\w+)?(?![\w:])"
 
 
@@ -223,7 +225,9 @@ def _iban_candidates(text: str) -> list[Span]:
     return out
 
 
-_IBAN = re.compile(r"(?<![\w])[a-z]{2}\d{2}(?:[a-z0-9]{11,30}|(?: ?[a-z0-9]{4}){2,7}(?: ?[a-z0-9]{1,3})?)(?!\w)", re.I)
+_IBAN = re.compile(
+    r"(?<![\w])[a-z]{2}\d{2}(?:[a-z0-9]{11,30}|(?: ?[a-z0-9]{4}){2,7}(?: ?[a-z0-9]{1,3})?)(?!\w)", re.I
+)
 
 
 class IbanDetector:
@@ -238,13 +242,14 @@ class IbanDetector:
 
 
 _PHONE = re.compile(
-    r"(?<![\w+/.:-])(?:\+\d{1,3}[ .-]?|00\d{0,2}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,5}(?:[ .-]\d{1,8}){0,5}"
+    r"(?<![\w+/.:-])(?:\+\d{1,3}[ .-]?|00\d{0,2}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,12}(?:[ .-]\d{1,8}){0,5}"
     r"(?:[ ]?(?:x|ext\.?|#)[ ]?\d{1,6})?(?![\w/:]|[.-]\d)",
     re.IGNORECASE,
 )
 _DATEISH = re.compile(r"\d{4}-\d{1,2}-\d{1,2}$|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}$|\d{3}-\d{2}-\d{4}$")
 _PHONE_CUE = re.compile(
-    r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|number|contact|whatsapp|sms|office|home|work)(?:\b|_)", re.I
+    r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|number|contact|whatsapp|sms|office|home|work)(?:\b|_)",
+    re.I,
 )
 
 
@@ -285,7 +290,13 @@ class PhoneDetector:
             if not separated and not (digits >= 10 and cue):
                 continue
             groups = re.split(r"[ .-]", value)
-            if " " in value and not cue and value[0] not in "+(0" and len(groups) > 2 and max(map(len, groups)) < 3:
+            if (
+                " " in value
+                and not cue
+                and value[0] not in "+(0"
+                and len(groups) > 2
+                and max(map(len, groups)) < 3
+            ):
                 continue  # "1 2 3 45 6": a list of small numbers, not a phone number
             out.append(Span(start, end, "PHONE_NUMBER", 0.75, self.name))
         return out

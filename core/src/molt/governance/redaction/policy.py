@@ -24,7 +24,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from molt.errors import GovernanceError
 from molt.governance.redaction.base import DEFAULT_ENTITIES, EntityType
@@ -119,7 +127,9 @@ class RedactionPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _pseudonym_needs_key(self) -> RedactionPolicy:
-        uses = self.mode == ReplacementMode.PSEUDONYM or ReplacementMode.PSEUDONYM in self.entity_modes.values()
+        uses = (
+            self.mode == ReplacementMode.PSEUDONYM or ReplacementMode.PSEUDONYM in self.entity_modes.values()
+        )
         if uses and self.pseudonym_key is None:
             raise ValueError(
                 "mode/entity_modes use 'pseudonym' but pseudonym_key is not set; give the tenant an HMAC "

@@ -66,14 +66,18 @@ class Redactor:
     would let personal data through.
     """
 
-    def __init__(self, policy: RedactionPolicy | None = None, *, extra_detectors: list[Detector] | None = None):
+    def __init__(
+        self, policy: RedactionPolicy | None = None, *, extra_detectors: list[Detector] | None = None
+    ):
         self.policy = policy or policies.get("default")
         try:
             self.detectors: list[Detector] = [detectors.get(name)() for name in self.policy.detectors]
         except MoltError:
             raise
         except Exception as exc:
-            raise GovernanceError(f"A detector of policy {self.policy.name!r} could not be built: {exc}") from exc
+            raise GovernanceError(
+                f"A detector of policy {self.policy.name!r} could not be built: {exc}"
+            ) from exc
         self.detectors.extend(extra_detectors or [])
         wanted = self.policy.entities
         self.detectors = [d for d in self.detectors if d.entities & wanted]
