@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="time per throughput measurement")
     ap.add_argument("--no-presidio", action="store_true")
     args = ap.parse_args(argv)
-    console = Console()
+    console = Console(width=150)
     records = load_labelled(args.data)
     dev, held = split_by_template(records)
     redactor = Redactor()
