@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import orjson
 import typer
 from rich.console import Console
@@ -160,7 +161,7 @@ def trajectories_export(
 @app.command()
 def reward(
     trajectory_id: str,
-    value: Annotated[float, typer.Argument(help="Reward value (finite).")],
+    value: Annotated[float, typer.Option("--value", "-v", help="Reward value (finite; may be negative).")],
     source: Annotated[str, typer.Option(help="user_correction, test_result, human_label, judge, …")] = "human_label",
     event: Annotated[str | None, typer.Option("--event", help="Attach to this event, not the trajectory.")] = None,
     reason: Annotated[str | None, typer.Option(help="Why.")] = None,
@@ -267,8 +268,13 @@ _MOUNTS: list[tuple[str, str]] = [
 ]
 
 
-def _mount() -> None:
+def _mount(argv: list[str]) -> None:
+    # Import a contributed module only when its command runs (or for top-level help): some pull in
+    # heavy dependencies, and `molt schema` should not pay for them.
+    wanted = argv[0] if argv else "--help"
     for name, target in _MOUNTS:
+        if wanted not in (name, "--help", "-h"):
+            continue
         module, _, attr = target.partition(":")
         try:
             obj = getattr(importlib.import_module(module), attr)
@@ -286,17 +292,32 @@ def _utc(ts: datetime | None) -> datetime | None:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
 
 
-def main() -> None:
-    """Entry point: run the app; Molt errors become one clear line and exit status 2."""
-    _mount()
+def run(argv: list[str] | None = None) -> int:
+    """Run ``molt`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
+
+    Molt errors and invalid values become one clear line on stderr and status 2 (no traceback)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _mount(args)
     try:
-        app()
-    except MoltError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise SystemExit(2) from None
-    except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise SystemExit(2) from None
+        # Without standalone mode click returns the code of a typer.Exit instead of raising it.
+        rv = app(args, prog_name="molt", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except (MoltError, ValueError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return 2
+    return rv if isinstance(rv, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    raise SystemExit(run())
 
 
 if __name__ == "__main__":

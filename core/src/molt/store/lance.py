@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -336,7 +337,11 @@ class Store:
                 if tbl.count_rows() == 0:
                     continue
                 self._ensure_indices(name, tbl)
-                tbl.optimize(cleanup_older_than=timedelta(seconds=keep), delete_unverified=keep == 0)
+                with warnings.catch_warnings():
+                    # keep == 0 is deliberate (erasure, tests): LanceDB warns that it drops every
+                    # older version, which is the point; this store is the table's only writer.
+                    warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
+                    tbl.optimize(cleanup_older_than=timedelta(seconds=keep), delete_unverified=keep == 0)
                 stats[name] = {"version": tbl.version, "fragments": _fragment_count(tbl)}
         return stats
 

@@ -1,0 +1,138 @@
+"""The LanceDB store: queries, export, compaction, and bad input that alters nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.parquet as pq
+import pytest
+
+from molt.atdp import Event, EventKind, Outcome, RewardAnnotation, ToolCall
+from molt.capture import Recorder
+from molt.errors import NotFound, PayloadTooLarge, StoreError
+from molt.store import Store, sql_str
+
+
+def _fill(store, molt_home, event_factory, tenants=("acme", "globex"), per=5, n=6):  # type: ignore[no-untyped-def]
+    rec = Recorder(store, spool_dir=molt_home / "spool")
+    tids: dict[str, list[str]] = {t: [] for t in tenants}
+    for tenant in tenants:
+        for _ in range(per):
+            tid = rec.new_trajectory()
+            tids[tenant].append(tid)
+            for i in range(n):
+                rec.record(event_factory(tid, i, tenant=tenant))
+    assert rec.flush(deliver=True)
+    return rec, tids
+
+
+def test_query_by_tenant_agent_time_and_outcome(store, molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
+    rec, tids = _fill(store, molt_home, event_factory)
+    acme = store.trajectories(tenant="acme")
+    assert {s.trajectory_id for s in acme} == set(tids["acme"])
+    assert all(s.tenant_id == "acme" and s.events == 6 for s in acme)
+    assert store.trajectories(tenant="nobody") == []
+    assert len(store.trajectories(agent="support-bot", limit=None)) == 10
+    assert len(store.trajectories(limit=3)) == 3
+    assert store.trajectories(since=datetime.now(UTC) + timedelta(hours=1)) == []
+    assert len(store.trajectories(until=datetime.now(UTC) + timedelta(hours=1), limit=None)) == 10
+
+    win, lose = tids["acme"][0], tids["acme"][1]
+    rec.reward(RewardAnnotation(trajectory_id=win, value=1, source="test_result"))
+    rec.reward(RewardAnnotation(trajectory_id=lose, value=-1, source="test_result"))
+    failing = rec.new_trajectory()
+    rec.record(Event(trajectory_id=failing, kind=EventKind.TOOL_CALL, metadata={"tenant_id": "acme"},
+                     action=ToolCall(tool_name="refund"),
+                     outcome=Outcome(status="error", error={"type": "Timeout", "message": "slow"})))
+    assert rec.flush(deliver=True)
+    assert [s.trajectory_id for s in store.trajectories(outcome="success")] == [win]
+    assert [s.trajectory_id for s in store.trajectories(outcome="failure")] == [lose]
+    assert [s.trajectory_id for s in store.trajectories(outcome="error")] == [failing]
+    with pytest.raises(ValueError, match="outcome"):
+        store.trajectories(outcome="meh")
+    rec.close()
+
+
+def test_export_to_parquet(store, molt_home, event_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rec, tids = _fill(store, molt_home, event_factory)
+    n = store.export_parquet(tmp_path / "all.parquet")
+    assert n == 60 and pq.read_table(tmp_path / "all.parquet").num_rows == 60
+    n = store.export_parquet(tmp_path / "acme.parquet", where=f"tenant_id = {sql_str('acme')}")
+    table = pq.read_table(tmp_path / "acme.parquet")
+    assert n == 30 and set(table.column("tenant_id").to_pylist()) == {"acme"}
+    assert {"envelope", "payload", "hash"} <= set(table.column_names)
+    rec.close()
+
+
+def test_compaction_keeps_fragments_bounded_under_continuous_ingest(store, molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
+    store.compact_every = 10
+    rec = Recorder(store, spool_dir=molt_home / "spool")
+    tid = rec.new_trajectory()
+    peak = 0
+    for i in range(60):  # 60 separate appends
+        rec.record(event_factory(tid, i))
+        assert rec.flush(deliver=True)
+        if store._appends_since_compact >= store.compact_every:  # noqa: SLF001 - what the scheduler does
+            store.compact(keep_versions_s=0)
+        peak = max(peak, store.fragment_count())
+    assert peak <= 11
+    assert len(store.table("events").list_versions()) < 30
+    assert store.verify(tid).ok and store.count() == 60
+    rec.close()
+
+
+def test_scheduled_compaction_runs_in_the_background(molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
+    s = Store.open(molt_home / "bg", compact_every=5)
+    rec = Recorder(s, spool_dir=molt_home / "spool-bg")
+    tid = rec.new_trajectory()
+    for i in range(20):
+        rec.record(event_factory(tid, i))
+        assert rec.flush(deliver=True)
+    s._compact_wake.set()  # noqa: SLF001 - don't wait for the 5 s tick
+    for _ in range(100):
+        if s.fragment_count() <= 5:
+            break
+        import time
+
+        time.sleep(0.1)
+    assert s.fragment_count() <= 5
+    rec.close()
+    s.close()
+
+
+def test_unknown_ids_and_injection_attempts(store, molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
+    rec, tids = _fill(store, molt_home, event_factory)
+    with pytest.raises(NotFound, match="No trajectory"):
+        store.trajectory("does-not-exist")
+    # an id crafted to widen the filter matches nothing
+    with pytest.raises(NotFound):
+        store.trajectory("x' OR '1'='1")
+    assert store.trajectories(tenant="acme' OR tenant_id = 'globex") == []
+    with pytest.raises(ValueError):
+        sql_str("a\x00b")
+    rec.close()
+
+
+def test_bad_late_rewards_are_rejected_and_nothing_changes(store, molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
+    rec, tids = _fill(store, molt_home, event_factory)
+    tid = tids["acme"][0]
+    before = store.sealed_events(tid)
+    with pytest.raises(NotFound):
+        store.append_rewards([RewardAnnotation(trajectory_id="nope", value=1, source="judge")])
+    with pytest.raises(NotFound, match="No event"):
+        store.append_rewards([RewardAnnotation(trajectory_id=tid, event_id="nope", value=1, source="judge")])
+    with pytest.raises(PayloadTooLarge):
+        store.append_rewards([RewardAnnotation(trajectory_id=tid, value=1, source="judge",
+                                               dimensions={f"d{i}": 0.0 for i in range(100_000)})])
+    assert store.count("rewards") == 0
+    assert store.sealed_events(tid) == before and store.verify(tid).ok
+    rec.close()
+
+
+def test_unknown_table_and_unopenable_store(store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(StoreError, match="tables"):
+        store.table("nope")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises((StoreError, OSError)):
+        Store.open(blocker / "store")

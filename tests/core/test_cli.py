@@ -1,0 +1,133 @@
+"""The `molt` command: schema, trajectories ls/show/export, reward, verify, doctor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from molt.capture import Recorder
+from molt.store import Store
+
+
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+_capsys: pytest.CaptureFixture[str] | None = None
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    global _capsys
+    _capsys = capsys
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+def molt(*args: str, home: Path, check: bool = True) -> Result:
+    """Run `molt` in-process (as the console script does) under MOLT_HOME=home."""
+    import os
+
+    from molt.cli import run
+
+    assert _capsys is not None
+    _capsys.readouterr()
+    old = os.environ["MOLT_HOME"]
+    os.environ["MOLT_HOME"] = str(home)
+    try:
+        rc = run(list(args))
+    finally:
+        os.environ["MOLT_HOME"] = old
+    out, err = _capsys.readouterr()
+    if check and rc != 0:
+        raise AssertionError(f"molt {' '.join(args)} exited {rc}:\n{out}\n{err}")
+    return Result(rc, out, err)
+
+
+def test_console_script_exit_codes(molt_home: Path) -> None:
+    """The installed entry point: a clean error line and status 2, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "molt.cli", "trajectories", "show", "nope"],
+                          capture_output=True, text=True, timeout=120,
+                          env={"MOLT_HOME": str(molt_home), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "No trajectory nope" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def filled(molt_home: Path, event_factory) -> list[str]:  # type: ignore[no-untyped-def]
+    store = Store.open(molt_home / "store", auto_compact=False)
+    with Recorder(store, spool_dir=molt_home / "spool") as rec:
+        tids = [rec.new_trajectory() for _ in range(3)]
+        for tid in tids:
+            for i in range(4):
+                rec.record(event_factory(tid, i, tenant="acme" if tid != tids[2] else "globex"))
+        assert rec.flush(deliver=True)
+    store.close()
+    return tids
+
+
+def test_schema(molt_home: Path, tmp_path: Path) -> None:
+    out = molt("schema", home=molt_home).stdout
+    assert json.loads(out)["version"] == "1.0"
+    molt("schema", "-o", str(tmp_path / "s.json"), home=molt_home)
+    assert json.loads((tmp_path / "s.json").read_text())["title"].startswith("ATDP")
+
+
+def test_ls_show_export(molt_home: Path, filled: list[str], tmp_path: Path) -> None:
+    lines = molt("trajectories", "ls", "--json", "--tenant", "acme", home=molt_home).stdout.splitlines()
+    assert {json.loads(x)["trajectory_id"] for x in lines} == set(filled[:2])
+    table = molt("trajectories", "ls", home=molt_home).stdout
+    assert all(t in table for t in filled)
+    shown = json.loads(molt("trajectories", "show", filled[0], "--json", home=molt_home).stdout)
+    assert [e["seq"] for e in shown["events"]] == [0, 1, 2, 3]
+    assert "tool_call" in molt("trajectories", "show", filled[0], home=molt_home).stdout
+    molt("trajectories", "export", str(tmp_path / "x.parquet"), "--tenant", "globex", home=molt_home)
+    assert pq.read_table(tmp_path / "x.parquet").num_rows == 4
+
+
+def test_reward_then_verify(molt_home: Path, filled: list[str]) -> None:
+    molt("reward", filled[0], "--value", "-0.5", "--source", "user_correction", "--reason", "wrong", "--dim",
+         "helpfulness=0.1", home=molt_home)
+    shown = json.loads(molt("trajectories", "show", filled[0], "--json", home=molt_home).stdout)
+    assert shown["rewards"][0]["value"] == -0.5 and shown["rewards"][0]["dimensions"] == {"helpfulness": 0.1}
+    out = molt("verify", home=molt_home).stdout
+    assert "3 of 3 trajectories verify" in out
+
+
+def test_verify_fails_on_tampering(molt_home: Path, filled: list[str]) -> None:
+    store = Store.open(molt_home / "store", auto_compact=False)
+    store.table("events").update(where=f"trajectory_id = '{filled[1]}' AND seq = 2",
+                                 values={"payload": b'{"action":{"type":"tool_call","tool_name":"evil"}}'})
+    store.close()
+    proc = molt("verify", home=molt_home, check=False)
+    assert proc.returncode == 1
+    assert "FAIL" in proc.stderr and filled[1] in proc.stderr
+    assert "2 of 3" in proc.stdout
+
+
+def test_bad_input_gives_one_clear_line_and_exit_2(molt_home: Path, filled: list[str]) -> None:
+    proc = molt("trajectories", "show", "nope", home=molt_home, check=False)
+    assert proc.returncode == 2 and "No trajectory nope" in proc.stderr and "Traceback" not in proc.stderr
+    proc = molt("reward", filled[0], "--value", "nan", home=molt_home, check=False)
+    assert proc.returncode == 2 and "finite" in proc.stderr
+    proc = molt("reward", filled[0], "-v", "1", "--source", "vibes", home=molt_home, check=False)
+    assert proc.returncode == 2 and "source" in proc.stderr
+    proc = molt("trajectories", "ls", "--outcome", "meh", home=molt_home, check=False)
+    assert proc.returncode == 2 and "outcome" in proc.stderr
+    assert "3 of 3" in molt("verify", home=molt_home).stdout  # nothing was altered
+
+
+def test_doctor_and_molt_home_isolation(molt_home: Path, filled: list[str], tmp_path: Path) -> None:
+    out = molt("doctor", home=molt_home).stdout
+    assert "molt-core" in out and "12 rows" in out
+    other = tmp_path / "other-home"
+    assert "0 rows" in molt("doctor", home=other).stdout
+    assert molt("trajectories", "ls", "--json", home=other).stdout == ""
+
+
+def test_smoke_command(molt_home: Path) -> None:
+    assert "OK" in molt("smoke", home=molt_home).stdout
