@@ -792,19 +792,23 @@ class SpanTable:
         start_ns: int,
         *,
         trajectory_id: str | None = None,
+        parent_event_id: str | None = None,
         hidden: bool = False,
         **data: Any,
     ) -> OpenSpan:
-        """Start span ``key`` under ``parent_key`` (None or unknown: a new trajectory, unless
-        ``trajectory_id`` names one). ``hidden`` spans record no event; their children attach to
-        the nearest visible ancestor."""
+        """Start span ``key`` under ``parent_key``.
+
+        Without a known parent the span roots a subtree: in trajectory ``trajectory_id`` under event
+        ``parent_event_id`` when given (a resumed run), else in a new trajectory. ``hidden`` spans
+        record no event; their children attach to the nearest visible ancestor.
+        """
         parent = self.resolve(parent_key) if parent_key is not None else None
         if parent is not None:
             parent_event_id, tid, root_key = parent
             if root_key is None:
                 root_key = key  # the parent already ended: this span roots its own subtree
         else:
-            parent_event_id, tid, root_key = None, trajectory_id or self.capture.new_trajectory(), key
+            tid, root_key = trajectory_id or self.capture.new_trajectory(), key
         sp = OpenSpan(
             key=key,
             event_id=new_id(),

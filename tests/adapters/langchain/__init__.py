@@ -1,0 +1,1 @@
+"""molt-langchain tests: LangChain and LangGraph run for real with a scripted tool-calling chat model."""

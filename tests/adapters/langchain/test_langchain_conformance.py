@@ -1,0 +1,52 @@
+"""molt-langchain passes the adapter conformance suite, with LangGraph driving the scripted agent."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "langgraph", reason="the LangGraph story needs langgraph (pip install molt-langchain[test])"
+)
+
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+
+from conformance import AdapterConformanceSuite, Capabilities, Script
+from molt.capture import Recorder
+from molt_langchain import MoltCallbackHandler
+
+from .scripted import answer, build_graph, config, request
+
+GRAPH = build_graph()
+
+
+class TestLangChainConformance(AdapterConformanceSuite):
+    adapter = "molt-langchain"
+    framework = "langchain"
+    framework_dist = "langchain-core"
+    capabilities = Capabilities(streaming=True, async_=True, approvals=True, retrieval=True)
+
+    def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltCallbackHandler:
+        return MoltCallbackHandler(recorder, strict=strict)
+
+    def run_scripted_agent(self, handle: Any, script: Script) -> str:
+        cfg = config(handle)
+        first = GRAPH.invoke({"messages": [HumanMessage(request(script.marker, script.huge_output))]}, cfg)
+        assert first.get("__interrupt__"), "the graph did not pause for approval"
+        return answer(GRAPH.invoke(Command(resume="approve"), cfg))
+
+    async def arun_scripted_agent(self, handle: Any, script: Script) -> str:
+        cfg = config(handle)
+        await GRAPH.ainvoke({"messages": [HumanMessage(request(script.marker))]}, cfg)
+        return answer(await GRAPH.ainvoke(Command(resume="approve"), cfg))
+
+    def run_scripted_stream(self, handle: Any, script: Script) -> list[Any]:
+        stream = GRAPH.stream(
+            {"messages": [HumanMessage(request(script.marker))]}, config(handle), stream_mode="messages"
+        )
+        got = list(itertools.islice(stream, script.stop_after))
+        stream.close()
+        return got
