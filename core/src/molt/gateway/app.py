@@ -1,0 +1,419 @@
+"""The OpenAI-compatible FastAPI app.
+
+=======================================  ==========================================  ============
+endpoint                                 what                                        permission
+=======================================  ==========================================  ============
+POST /v1/chat/completions                chat, streaming, tools, n, logprobs         write
+POST /v1/completions                     text or token-id prompts                    write
+GET  /v1/models, /v1/models/{id}         public models and policy versions           any key
+GET  /health                             liveness and backend health                 any key
+GET  /metrics                            Prometheus text format                      read
+POST /v1/molt/rewards/call               reward one call                             write
+POST /v1/molt/rewards/trajectory         reward a trajectory                         write
+POST /v1/molt/rewards/last-call          reward a session's last call (discounted)   write
+POST /v1/molt/trajectories/{id}/end      end a trajectory (optional final reward)    write
+POST /v1/molt/sessions/{id}/end          end a session's current trajectory          write
+GET  /v1/molt/admin/routes               the routing table                           admin
+PUT  /v1/molt/admin/models/{m}/weights   canary weights for new sessions             admin
+POST /v1/molt/admin/versions             register a policy version                   admin
+DELETE /v1/molt/admin/versions/{v}       remove a version (rollback)                 admin
+POST /v1/molt/admin/adapters             hot-load a LoRA adapter as a new version    admin
+=======================================  ==========================================  ============
+
+Every endpoint takes ``Authorization: Bearer <key>`` when the gateway has a key ring. Errors are
+OpenAI-style JSON objects ``{"error": {"message", "type", "param", "code"}}``, made in one place
+(:func:`_install_error_handlers`).
+
+Example::
+
+    app = create_app(Gateway([StubBackend()], recorder=recorder))
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from molt.backends import openai_wire as wire
+from molt.errors import (
+    AuthenticationError,
+    BackendError,
+    GatewayError,
+    GovernanceError,
+    InvalidRequest,
+    ModelNotFound,
+    MoltError,
+    NotFound,
+    PermissionDenied,
+    RequestTooLarge,
+)
+from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallReward, TrajectoryReward
+from molt.gateway.router import RoutingTable, VersionSpec
+from molt.gateway.service import Gateway
+from molt.governance.access import Action, Principal
+from molt.harness import HarnessSpec
+
+__all__ = ["create_app", "error_body"]
+
+log = logging.getLogger("molt.gateway")
+
+M = TypeVar("M", bound=BaseModel)
+_JSON = "application/json"
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def _classify(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    if isinstance(exc, AuthenticationError):
+        return 401, error_body(exc.message, "invalid_request_error", "invalid_api_key")
+    if isinstance(exc, PermissionDenied):
+        return 403, error_body(exc.message, "permission_error", "permission_denied")
+    if isinstance(exc, GatewayError):
+        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+        return exc.status, error_body(exc.message, kind, exc.code, exc.param)
+    if isinstance(exc, BackendError):
+        return exc.status, error_body(exc.message, "server_error", exc.code)
+    if isinstance(exc, NotFound):
+        return 404, error_body(exc.message, "not_found_error", "not_found")
+    if isinstance(exc, GovernanceError | ValueError):
+        return 400, error_body(str(exc), "invalid_request_error", "invalid_value")
+    if isinstance(exc, MoltError):
+        return 500, error_body(exc.message, "server_error", "molt_error")
+    return 500, error_body("The gateway failed while serving this request; see its log.", "server_error",
+                           "internal_error")
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves as an OpenAI-style JSON object with the right status (the one place)."""
+
+    def respond(request: Request, exc: BaseException) -> Response:
+        status, body = _classify(exc)
+        if status >= 500 and not isinstance(exc, BackendError):
+            log.error("Unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        gw: Gateway | None = getattr(request.app.state, "gateway", None)
+        if gw is not None:
+            gw.metrics.observe(request.url.path, status, 0.0)
+        return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
+
+    async def molt_error(request: Request, exc: Exception) -> Response:
+        return respond(request, exc)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        msg = f"{request.method} {request.url.path} is not an endpoint of this gateway." if exc.status_code in (
+            404, 405) else str(exc.detail)
+        return Response(orjson.dumps(error_body(msg, "invalid_request_error", code)), status_code=exc.status_code,
+                        media_type=_JSON)
+
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        return respond(request, InvalidRequest(f"The request is invalid: {exc}"))
+
+    app.add_exception_handler(MoltError, molt_error)
+    app.add_exception_handler(ValueError, molt_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, molt_error)
+
+
+# ------------------------------------------------------------------------------------------ bodies
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON, refusing bodies over ``limit`` bytes (413) and bad JSON (400)."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise InvalidRequest("The Content-Length header is not a number.")
+        if int(length) > limit:
+            raise RequestTooLarge(f"The request body has {int(length):,} bytes; this gateway takes at most "
+                                  f"{limit:,}. Send less context or raise --max-body-bytes.")
+        body = await request.body()
+    else:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestTooLarge(f"The request body is over {limit:,} bytes, the most this gateway takes.")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+    if not body:
+        raise InvalidRequest("The request body is empty; send a JSON object.")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
+
+
+async def _read_model(request: Request, gw: Gateway, model: type[M]) -> M:
+    body = await _read_json(request, gw.config.max_body_bytes)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        errs = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+        raise InvalidRequest(f"The request is invalid: {errs}.") from None
+
+
+def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type=_JSON, headers=headers)
+
+
+class AdapterBody(BaseModel):
+    """Load a LoRA adapter into the backends of ``base_version`` (default: the model's current
+    heaviest version) and route ``weight`` of the model's new sessions to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    version: str = Field(min_length=1, max_length=200)
+    path: str = Field(min_length=1)
+    weight: float = Field(default=0.1, ge=0.0)
+    weights: dict[str, float] | None = None
+    base_version: str | None = None
+    harness: HarnessSpec | None = None
+
+
+class VersionBody(BaseModel):
+    """Register a policy version (e.g. a harness edit on the same weights) with a canary weight."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    spec: VersionSpec
+    weight: float = Field(default=0.1, ge=0.0)
+    weights: dict[str, float] | None = None
+
+
+class WeightsBody(BaseModel):
+    """The weights new sessions of a model get from now on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: dict[str, float]
+
+
+# ------------------------------------------------------------------------------------------ the app
+
+
+def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
+    """The FastAPI app serving ``gateway``. With ``manage_lifecycle`` the app starts the gateway's
+    backends on startup and closes them on shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_lifecycle:
+            await gateway.start()
+        try:
+            yield
+        finally:
+            if manage_lifecycle:
+                await gateway.aclose()
+
+    app = FastAPI(title="Molt gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.gateway = gateway
+    feedback = Feedback(gateway)
+    _install_error_handlers(app)
+    gw = gateway
+
+    def auth(request: Request, action: Action | None = None) -> Principal:
+        h = request.headers
+        p = gw.authenticate(h.get("authorization"), h.get("x-api-key"))
+        if action is not None:
+            p.require(action)
+        return p
+
+    # ---------------------------------------------------------------- inference
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        t0 = time.perf_counter()
+        p = auth(request, Action.WRITE)
+        body = await _read_json(request, gw.config.max_body_bytes)
+        req, stream = wire.parse_chat_request(body)
+        call = gw.begin_chat(p, req, body, request.headers)
+        if stream:
+            first, it = await gw.open_stream(call, req)
+            gw.metrics.observe("/v1/chat/completions", 200, time.perf_counter() - t0)
+            return StreamingResponse(gw.sse(call, first, it), media_type="text/event-stream",
+                                     headers={**call.headers, "cache-control": "no-cache"})
+        result = await gw.run(call, req)
+        payload = wire.chat_response(result, id="chatcmpl-" + call.record.event_ids[0], created=int(call.record.started),
+                                     model=req.model, logprobs=req.logprobs)
+        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers)
+        gw.finish(call, result)
+        gw.metrics.observe("/v1/chat/completions", 200, time.perf_counter() - t0)
+        return resp
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        t0 = time.perf_counter()
+        p = auth(request, Action.WRITE)
+        body = await _read_json(request, gw.config.max_body_bytes)
+        req, stream = wire.parse_completion_request(body)
+        call = gw.begin_completion(p, req, body, request.headers)
+        if stream:
+            first, it = await gw.open_stream(call, req)
+            gw.metrics.observe("/v1/completions", 200, time.perf_counter() - t0)
+            return StreamingResponse(gw.sse(call, first, it), media_type="text/event-stream",
+                                     headers={**call.headers, "cache-control": "no-cache"})
+        result = await gw.run(call, req)
+        payload = wire.completion_response(result, id="cmpl-" + call.record.event_ids[0],
+                                           created=int(call.record.started), model=req.model,
+                                           logprobs=req.logprobs is not None)
+        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers)
+        gw.finish(call, result)
+        gw.metrics.observe("/v1/completions", 200, time.perf_counter() - t0)
+        return resp
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        auth(request)
+        data = [{"id": m, "object": "model", "created": int(gw.started_at), "owned_by": "molt"}
+                for m in gw.router.models()]
+        return _json({"object": "list", "data": data})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: str) -> Response:
+        auth(request)
+        if model_id not in gw.router.models():
+            raise ModelNotFound(f"The model {model_id!r} does not exist here.", param="model")
+        return _json({"id": model_id, "object": "model", "created": int(gw.started_at), "owned_by": "molt"})
+
+    # ---------------------------------------------------------------- operations
+
+    @app.get("/health")
+    async def health(request: Request) -> Response:
+        auth(request)
+        backends = gw.router.health()
+        ok = any(backends.values())
+        out: dict[str, Any] = {"status": "ok" if ok else "degraded", "backends": backends}
+        if gw.recorder is not None and hasattr(gw.recorder, "stats"):
+            s = gw.recorder.stats
+            out["recorder"] = {"enqueued": s.enqueued, "acknowledged": s.acknowledged, "delivered": s.delivered,
+                               "dropped": s.dropped_queue_full + s.dropped_spool_full}
+        return _json(out, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        auth(request, Action.READ)
+        gauges: list[tuple[str, str, dict[str, str], float]] = [
+            ("molt_gateway_backend_up", "Whether a backend passes its health check.", {"backend": b}, float(ok))
+            for b, ok in gw.router.health().items()]
+        if gw.recorder is not None and hasattr(gw.recorder, "stats"):
+            for k, v in gw.recorder.stats.as_dict().items():
+                if isinstance(v, int):
+                    gauges.append(("molt_recorder_" + k, f"Recorder counter {k}.", {}, float(v)))
+        if gw.capture is not None:
+            gauges.append(("molt_gateway_capture_failures", "Calls whose events could not be built.", {},
+                           float(gw.capture.failed)))
+        return Response(gw.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # ---------------------------------------------------------------- feedback
+
+    @app.post("/v1/molt/rewards/call")
+    async def reward_call(request: Request) -> Response:
+        p = auth(request, Action.WRITE)
+        return _json(feedback.reward_call(p, await _read_model(request, gw, CallReward)))
+
+    @app.post("/v1/molt/rewards/trajectory")
+    async def reward_trajectory(request: Request) -> Response:
+        p = auth(request, Action.WRITE)
+        return _json(feedback.reward_trajectory(p, await _read_model(request, gw, TrajectoryReward)))
+
+    @app.post("/v1/molt/rewards/last-call")
+    async def reward_last_call(request: Request) -> Response:
+        p = auth(request, Action.WRITE)
+        return _json(feedback.reward_last_call(p, await _read_model(request, gw, LastCallReward)))
+
+    @app.post("/v1/molt/trajectories/{trajectory_id}/end")
+    async def end_trajectory(request: Request, trajectory_id: str) -> Response:
+        p = auth(request, Action.WRITE)
+        body = await _read_model(request, gw, EndTrajectory) if await request.body() else EndTrajectory()
+        return _json(feedback.end_trajectory(p, trajectory_id, body))
+
+    @app.post("/v1/molt/sessions/{session_id}/end")
+    async def end_session(request: Request, session_id: str) -> Response:
+        p = auth(request, Action.WRITE)
+        body = await _read_model(request, gw, EndTrajectory) if await request.body() else EndTrajectory()
+        return _json(feedback.end_session(p, session_id, body))
+
+    # ---------------------------------------------------------------- admin
+
+    def table_json(t: RoutingTable) -> dict[str, Any]:
+        return {"table": t.model_dump(mode="json"), "health": gw.router.health(),
+                "current_weights": {m: t.current_weights(m) for m in t.models}}
+
+    @app.get("/v1/molt/admin/routes")
+    async def routes(request: Request) -> Response:
+        auth(request, Action.ADMIN)
+        return _json(table_json(gw.router.table))
+
+    @app.put("/v1/molt/admin/models/{model_name}/weights")
+    async def set_weights(request: Request, model_name: str) -> Response:
+        auth(request, Action.ADMIN)
+        body = await _read_model(request, gw, WeightsBody)
+        return _json(table_json(gw.router.set_weights(model_name, body.weights)))
+
+    @app.post("/v1/molt/admin/versions")
+    async def add_version(request: Request) -> Response:
+        auth(request, Action.ADMIN)
+        body = await _read_model(request, gw, VersionBody)
+        unknown = set(body.spec.backends) - set(gw.backends)
+        if unknown:
+            raise InvalidRequest(f"The version names unknown backends {sorted(unknown)}; backends: "
+                                 f"{', '.join(sorted(gw.backends))}.", param="spec.backends")
+        return _json(table_json(gw.router.add_version(body.model, body.spec, weight=body.weight,
+                                                      weights=body.weights)))
+
+    @app.delete("/v1/molt/admin/versions/{version}")
+    async def remove_version(request: Request, version: str) -> Response:
+        auth(request, Action.ADMIN)
+        return _json(table_json(gw.router.remove_version(version)))
+
+    @app.post("/v1/molt/admin/adapters")
+    async def load_adapter(request: Request) -> Response:
+        auth(request, Action.ADMIN)
+        body = await _read_model(request, gw, AdapterBody)
+        t = gw.router.table
+        if body.model not in t.models:
+            raise ModelNotFound(f"The model {body.model!r} does not exist here.", param="model")
+        base_id = body.base_version or max(t.current_weights(body.model).items(), key=lambda kv: kv[1])[0]
+        base = t.versions.get(base_id)
+        if base is None:
+            raise ModelNotFound(f"No version {base_id!r}.", param="base_version")
+        targets = [b for b in base.backends if gw.backends[b].capabilities.lora]
+        if not targets:
+            raise InvalidRequest(f"No backend of version {base_id!r} can load LoRA adapters "
+                                 f"({', '.join(base.backends)}); serve it with the vllm or local backend.",
+                                 param="base_version")
+        for name in targets:
+            await gw.backends[name].load_adapter(body.version, body.path)
+        spec = VersionSpec(version=body.version, backends=tuple(targets), upstream_model=body.version,
+                           lora_adapter=body.path, model_checkpoint=base.model_checkpoint or base.upstream_model,
+                           harness=body.harness if body.harness is not None else base.harness)
+        return _json(table_json(gw.router.add_version(body.model, spec, weight=body.weight, weights=body.weights)))
+
+    @app.post("/v1/molt/admin/health")
+    async def check_health(request: Request) -> Response:
+        auth(request, Action.ADMIN)
+        return _json({"backends": await gw.check_health()})
+
+    return app

@@ -1,0 +1,139 @@
+"""``molt serve``: run the gateway with one backend kind.
+
+Examples::
+
+    molt serve --backend stub                                    # no model: tests, demos, benchmarks
+    molt serve --backend vllm                                    # starts vLLM (.venv-vllm) on SmolLM2
+    molt serve --backend vllm --upstream-url http://127.0.0.1:8100/v1      # an already running vLLM
+    molt serve --backend openai --upstream-url https://api.example.com/v1 --model gpt-x
+    molt serve --backend local --keys keys.toml --host 0.0.0.0 --port 8000
+
+Events go through a Recorder (spool in ``$MOLT_HOME/spool``) into the store (``$MOLT_HOME/store``);
+``--no-record`` turns capture off. Without ``--keys`` the gateway is open (every caller is tenant
+``default``): keep it on loopback, which is the default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from molt.backends import BACKENDS, POLICY_MODEL_NAME, BaseBackend, create_backend
+from molt.gateway.router import RoutingTable, VersionSpec
+from molt.gateway.service import Gateway, GatewayConfig
+
+__all__ = ["build_gateway", "is_loopback", "serve_command"]
+
+log = logging.getLogger("molt.gateway")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def make_backend(kind: str, *, model: str | None = None, upstream_url: str | None = None,
+                 upstream_key: str | None = None, start_vllm: bool | None = None, max_model_len: int = 1024,
+                 timeout_s: float = 120.0) -> BaseBackend:
+    """One backend of ``kind`` with the ``molt serve`` options."""
+    BACKENDS.get(kind)  # unknown kinds list the known ones
+    if kind == "stub":
+        return create_backend("stub", model=model or "stub")
+    if kind == "openai":
+        return create_backend("openai", base_url=upstream_url, api_key=upstream_key, model=model,
+                              timeout_s=timeout_s)
+    if kind == "local":
+        return create_backend("local", model=model or POLICY_MODEL_NAME)
+    if kind == "vllm":
+        from molt.backends.vllm import VLLMServer
+
+        server = None
+        if start_vllm or (start_vllm is None and not upstream_url):
+            server = VLLMServer(served_model_name=model or POLICY_MODEL_NAME, max_model_len=max_model_len)
+        return create_backend("vllm", base_url=upstream_url, server=server, model=model or POLICY_MODEL_NAME,
+                              max_model_len=max_model_len, timeout_s=max(timeout_s, 300.0))
+    return create_backend(kind, model=model)
+
+
+def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None = None, record: bool = True,
+                  home: Path | None = None, store_uri: str | None = None, keys: str | None = None,
+                  config: GatewayConfig | None = None) -> tuple[Gateway, Any, Any]:
+    """A gateway over ``backend`` with a Recorder into the store (unless ``record`` is off).
+
+    Returns ``(gateway, recorder, store)``; the caller closes the recorder and store after the
+    gateway. ``model`` is the public model name (default: the backend's model name).
+    """
+    backends = backend if isinstance(backend, list) else [backend]
+    home = home or Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
+    recorder = store = None
+    if record:
+        from molt.capture import Recorder
+        from molt.store import Store
+
+        store = Store.open(store_uri or home / "store")
+        recorder = Recorder(store, spool_dir=home / "spool", name="molt-gateway")
+    keyring = None
+    if keys:
+        from molt.governance.access import KeyRing
+
+        keyring = KeyRing.from_file(keys)
+    public = model or backends[0].model
+    table = RoutingTable.single(public, VersionSpec(version=f"{public}@base", backends=tuple(b.name for b in backends)))
+    gw = Gateway(backends, table, recorder=recorder, keyring=keyring, config=config, store=store)
+    return gw, recorder, store
+
+
+def serve_command(
+    backend: Annotated[str, typer.Option(help="Backend kind: vllm, openai, local or stub.")] = "stub",
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
+    model: Annotated[str | None, typer.Option(help="Public model name (default: the backend's).")] = None,
+    upstream_url: Annotated[str | None, typer.Option(
+        help="openai/vllm: the upstream API root with /v1 (vllm: omit to start a server).")] = None,
+    upstream_key: Annotated[str | None, typer.Option(
+        help="openai: upstream API key (default $MOLT_UPSTREAM_API_KEY).")] = None,
+    keys: Annotated[str | None, typer.Option(help="TOML file of tenant API keys (default $MOLT_KEYS).")] = None,
+    store: Annotated[str | None, typer.Option("--store", help="Store URI (default $MOLT_HOME/store).")] = None,
+    record: Annotated[bool, typer.Option(help="Record every call into the store.")] = True,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 8 << 20,
+    backend_timeout: Annotated[float, typer.Option(help="Seconds allowed for a backend answer / chunk.")] = 120.0,
+    max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Serve the OpenAI-compatible gateway (chat, completions, models, feedback, admin, metrics)."""
+    import uvicorn
+
+    from molt.gateway.app import create_app
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    keys = keys or os.environ.get("MOLT_KEYS") or None
+    if not keys and not is_loopback(host):
+        typer.secho(f"WARNING: the gateway listens on {host}, beyond this machine, WITHOUT API keys: anyone who "
+                    f"can reach it can use the model and write training data as tenant 'default'. Pass "
+                    f"--keys keys.toml (see molt.governance.access) or bind 127.0.0.1.", fg="red", err=True)
+    be = make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
+                      max_model_len=max_model_len, timeout_s=backend_timeout)
+    config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout)
+    gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config)
+    app = create_app(gw)
+    typer.echo(f"molt gateway: {backend} backend, model {gw.router.models()[0]!r}, http://{host}:{port}/v1 "
+               f"(recording {'on' if recorder else 'off'}, {'API keys' if keys else 'open, loopback'})", err=True)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False)
+    finally:
+        if recorder is not None:
+            recorder.close(timeout=10.0)
+        if st is not None:
+            st.close()
+    sys.exit(0)

@@ -1,0 +1,105 @@
+"""Gateway metrics in the Prometheus text exposition format (no client library: a few dicts).
+
+Counters and histograms are updated on the event loop's thread only, so plain ints suffice.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+
+__all__ = ["Metrics"]
+
+#: Request latency buckets, seconds.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _labels(**kv: str) -> str:
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in kv.items())
+    return "{" + inner + "}" if inner else ""
+
+
+def _escape(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class _Histogram:
+    __slots__ = ("counts", "sum", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.sum = 0.0
+        self.total = 0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS, v)] += 1
+        self.sum += v
+        self.total += 1
+
+
+class Metrics:
+    """The gateway's counters; :meth:`render` writes them out."""
+
+    def __init__(self) -> None:
+        self.requests: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.latency: defaultdict[str, _Histogram] = defaultdict(_Histogram)
+        self.backend_requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self.tokens: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.failovers = 0
+        self.stream_errors = 0
+        self.inflight = 0
+
+    def observe(self, endpoint: str, status: int, seconds: float) -> None:
+        """Count a finished request and its latency."""
+        self.requests[(endpoint, str(status))] += 1
+        self.latency[endpoint].observe(seconds)
+
+    def backend(self, backend: str, version: str, outcome: str) -> None:
+        """Count a backend call by outcome (``ok``, ``error``, ``timeout``, ``unavailable``, ``stream_error``)."""
+        self.backend_requests[(backend, version, outcome)] += 1
+
+    def add_tokens(self, version: str, prompt: int, completion: int) -> None:
+        """Count tokens served by a policy version."""
+        self.tokens[(version, "prompt")] += prompt
+        self.tokens[(version, "completion")] += completion
+
+    def render(self, gauges: Iterable[tuple[str, str, dict[str, str], float]] = ()) -> str:
+        """The exposition text. ``gauges`` adds ``(name, help, labels, value)`` samples."""
+        out: list[str] = []
+        out += ["# HELP molt_gateway_requests_total Requests served, by endpoint and HTTP status.",
+                "# TYPE molt_gateway_requests_total counter"]
+        for (ep, st), n in sorted(self.requests.items()):
+            out.append(f"molt_gateway_requests_total{_labels(endpoint=ep, status=st)} {n}")
+        out += ["# HELP molt_gateway_request_duration_seconds Request latency inside the gateway.",
+                "# TYPE molt_gateway_request_duration_seconds histogram"]
+        for ep, h in sorted(self.latency.items()):
+            acc = 0
+            for b, c in zip(BUCKETS, h.counts, strict=False):
+                acc += c
+                out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="{b}"}} {acc}')
+            out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="+Inf"}} {h.total}')
+            out.append(f"molt_gateway_request_duration_seconds_sum{_labels(endpoint=ep)} {h.sum:.6f}")
+            out.append(f"molt_gateway_request_duration_seconds_count{_labels(endpoint=ep)} {h.total}")
+        out += ["# HELP molt_gateway_backend_requests_total Backend calls, by backend, policy version and outcome.",
+                "# TYPE molt_gateway_backend_requests_total counter"]
+        for (b, v, o), n in sorted(self.backend_requests.items()):
+            out.append(f"molt_gateway_backend_requests_total{_labels(backend=b, version=v, outcome=o)} {n}")
+        out += ["# HELP molt_gateway_tokens_total Tokens served, by policy version and kind.",
+                "# TYPE molt_gateway_tokens_total counter"]
+        for (v, kind), n in sorted(self.tokens.items()):
+            out.append(f"molt_gateway_tokens_total{_labels(version=v, kind=kind)} {n}")
+        out += ["# HELP molt_gateway_failovers_total Requests routed away from their first choice.",
+                "# TYPE molt_gateway_failovers_total counter", f"molt_gateway_failovers_total {self.failovers}",
+                "# HELP molt_gateway_stream_errors_total Streams cut short by a backend failure.",
+                "# TYPE molt_gateway_stream_errors_total counter",
+                f"molt_gateway_stream_errors_total {self.stream_errors}",
+                "# HELP molt_gateway_inflight_requests Requests being served now.",
+                "# TYPE molt_gateway_inflight_requests gauge", f"molt_gateway_inflight_requests {self.inflight}"]
+        seen: set[str] = set()
+        for name, help_, labels, value in gauges:
+            if name not in seen:
+                out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+                seen.add(name)
+            out.append(f"{name}{_labels(**labels)} {value:g}")
+        return "\n".join(out) + "\n"

@@ -1,0 +1,341 @@
+"""Session-affine routing over several backends and policy versions.
+
+A **routing table** names policy versions (a version = which backends serve it, under which upstream
+model name, with which LoRA adapter and harness) and, per public model name, a history of
+**generations**: from time ``since`` on, new sessions split between versions by ``weights`` (a canary
+is a small weight). Routing is a pure function of the session key and the table:
+
+1. the session's start time picks the generation (the latest whose ``since`` is not after it), so
+   a session stays on the version it started on when weights change or a version is added;
+2. weighted rendezvous hashing over that generation's versions picks the version (a session key
+   lands on a version with probability ``w_v / Σw``, and changing one weight moves only the sessions
+   that must move);
+3. rendezvous hashing over the version's healthy backends picks the backend (a backend that goes
+   down moves only its own sessions; when it comes back they return).
+
+The start time of a session key that is a UUIDv7 (Molt's trajectory and session ids, ``new_id()``)
+is read from the key itself, so replicas that share the table agree without sharing any state.
+For other keys it is the time this router first saw the key (kept in a bounded LRU), so replicas
+agree on everything except sessions that straddle a table change and move between replicas.
+
+Example::
+
+    table = RoutingTable.single("smollm2", VersionSpec(version="smollm2@base", backends=("vllm-0",)))
+    router = Router(table)
+    decision = router.route("smollm2", session_key="0193…")      # → Decision(version=…, backend="vllm-0")
+    router.add_version("smollm2", VersionSpec(version="smollm2@lora-7", backends=("vllm-0",),
+                                              upstream_model="lora-7", lora_adapter="/ckpt/7"), weight=0.1)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from molt.errors import BackendUnavailable, ModelNotFound
+from molt.harness import HarnessSpec
+
+__all__ = ["Decision", "Generation", "Router", "RoutingTable", "VersionSpec", "choose", "session_start"]
+
+_DATA = ConfigDict(extra="forbid", frozen=True)
+_MAX_GENERATIONS = 64
+
+
+class VersionSpec(BaseModel):
+    """A policy version as the gateway serves it.
+
+    ``version`` is the policy version id recorded in provenance. ``backends`` are the backend
+    instances that serve it; ``upstream_model`` is the model name sent to them (a LoRA adapter's
+    served name, or ``None`` for the backend's base model). ``lora_adapter`` and ``model_checkpoint``
+    are recorded in provenance; ``harness`` is applied to requests (``None``: no harness edits).
+    """
+
+    model_config = _DATA
+
+    version: str = Field(min_length=1, max_length=200)
+    backends: tuple[str, ...] = Field(min_length=1)
+    upstream_model: str | None = None
+    lora_adapter: str | None = None
+    model_checkpoint: str | None = None
+    harness: HarnessSpec | None = None
+
+
+class Generation(BaseModel):
+    """From ``since`` (Unix seconds) on, new sessions of a model split between versions by ``weights``."""
+
+    model_config = _DATA
+
+    since: float = 0.0
+    weights: dict[str, float]
+
+    @model_validator(mode="after")
+    def _valid(self) -> Generation:
+        for v, w in self.weights.items():
+            if not (math.isfinite(w) and w >= 0):
+                raise ValueError(f"weight of version {v!r} must be a finite number ≥ 0, got {w}.")
+        if self.weights and not any(w > 0 for w in self.weights.values()):
+            raise ValueError("at least one version needs a weight > 0.")
+        return self
+
+
+class RoutingTable(BaseModel):
+    """Versions by id, and each public model's generations (oldest first)."""
+
+    model_config = _DATA
+
+    versions: dict[str, VersionSpec]
+    models: dict[str, tuple[Generation, ...]]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RoutingTable:
+        for vid, spec in self.versions.items():
+            if spec.version != vid:
+                raise ValueError(f"versions[{vid!r}].version is {spec.version!r}; the key and the id must match.")
+        for model, gens in self.models.items():
+            if not gens:
+                raise ValueError(f"model {model!r} has no generation; give it at least one version.")
+            if model in self.versions:
+                raise ValueError(f"{model!r} is both a model and a version id; use distinct names.")
+            for g in gens:
+                unknown = set(g.weights) - set(self.versions)
+                if unknown:
+                    raise ValueError(f"model {model!r} weights name unknown versions {sorted(unknown)}.")
+            if any(b.since < a.since for a, b in zip(gens, gens[1:], strict=False)):
+                raise ValueError(f"model {model!r} generations must be ordered by 'since'.")
+        return self
+
+    @classmethod
+    def single(cls, model: str, version: VersionSpec) -> RoutingTable:
+        """A table serving one model with one version."""
+        return cls(versions={version.version: version}, models={model: (Generation(weights={version.version: 1.0}),)})
+
+    def current_weights(self, model: str) -> dict[str, float]:
+        """The weights new sessions of ``model`` get now."""
+        return dict(self.models[model][-1].weights)
+
+    def backends(self) -> set[str]:
+        """Every backend name the table uses."""
+        return {b for v in self.versions.values() for b in v.backends}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a request goes: the policy version and the backend instance."""
+
+    version: VersionSpec
+    backend: str
+    failover: bool = False
+
+
+def _u64(*parts: str) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\x00")
+    return int.from_bytes(h.digest(), "big")
+
+
+def _unit(*parts: str) -> float:
+    """A deterministic uniform number in (0, 1) from the parts."""
+    return (_u64(*parts) + 0.5) / 2.0**64
+
+
+def session_start(key: str) -> float | None:
+    """The creation time (Unix seconds) embedded in a UUIDv7 key, or ``None`` for other keys."""
+    if len(key) != 36 or key[14] != "7" or key[8] != "-":
+        return None
+    try:
+        return int(key[:8] + key[9:13], 16) / 1000.0
+    except ValueError:
+        return None
+
+
+def _generation(gens: tuple[Generation, ...], started_at: float) -> Generation:
+    chosen = gens[0]
+    for g in gens:
+        if g.since <= started_at:
+            chosen = g
+        else:
+            break
+    return chosen
+
+
+def _ranked_versions(table: RoutingTable, gen: Generation, key: str) -> list[str]:
+    """The generation's versions, best first, by weighted rendezvous score ``-w / ln(u)``."""
+    scored = []
+    for vid, w in gen.weights.items():
+        if w > 0 and vid in table.versions:
+            scored.append((-w / math.log(_unit(key, vid)), vid))
+    scored.sort(reverse=True)
+    return [vid for _, vid in scored]
+
+
+def _pick_backend(spec: VersionSpec, key: str, healthy: Callable[[str], bool]) -> str | None:
+    alive = [b for b in spec.backends if healthy(b)]
+    if not alive:
+        return None
+    return max(alive, key=lambda b: _u64(key, spec.version, b))
+
+
+def choose(table: RoutingTable, model: str, key: str, started_at: float,
+           healthy: Iterable[str] | None = None) -> Decision:
+    """The pure routing function (see the module docstring).
+
+    ``model`` is a public model name or a version id (which pins the version). ``healthy`` is the set
+    of backends that can take requests (``None``: all). Raises ``ModelNotFound`` for an unknown name
+    and ``BackendUnavailable`` when no backend of any eligible version is healthy.
+    """
+    alive = None if healthy is None else set(healthy)
+
+    def ok(b: str) -> bool:
+        return alive is None or b in alive
+
+    if model in table.versions:
+        spec = table.versions[model]
+        backend = _pick_backend(spec, key, ok)
+        if backend is None:
+            raise BackendUnavailable(f"No healthy backend serves version {model!r} (backends: "
+                                     f"{', '.join(spec.backends)}).")
+        return Decision(spec, backend)
+    gens = table.models.get(model)
+    if gens is None:
+        known = ", ".join(sorted(table.models)) or "none"
+        raise ModelNotFound(f"The model {model!r} does not exist here; served models: {known}.", param="model")
+    ranked = _ranked_versions(table, _generation(gens, started_at), key)
+    for i, vid in enumerate(ranked):
+        backend = _pick_backend(table.versions[vid], key, ok)
+        if backend is not None:
+            return Decision(table.versions[vid], backend, failover=i > 0)
+    # Every version of the session's generation is down: fall over to the current generation.
+    for vid in _ranked_versions(table, gens[-1], key):
+        backend = _pick_backend(table.versions[vid], key, ok)
+        if backend is not None:
+            return Decision(table.versions[vid], backend, failover=True)
+    raise BackendUnavailable(f"No healthy backend serves model {model!r}; check the backends' health.")
+
+
+class Router:
+    """Holds the routing table (swapped atomically on change), backend health, and first-seen times.
+
+    Args:
+        table: the initial routing table.
+        max_sessions: first-seen times kept for non-UUIDv7 session keys (default 1,000,000).
+        clock: the time source (tests pass a fake one).
+    """
+
+    def __init__(self, table: RoutingTable, *, max_sessions: int = 1_000_000,
+                 clock: Callable[[], float] | None = None):
+        self._table = table
+        self._health: dict[str, bool] = {b: True for b in table.backends()}
+        self._first_seen: OrderedDict[str, float] = OrderedDict()
+        self._max_sessions = max_sessions
+        self._clock = clock or time.time
+        self._lock = threading.Lock()
+
+    @property
+    def table(self) -> RoutingTable:
+        """The current table (immutable; changes replace it)."""
+        return self._table
+
+    # ------------------------------------------------------------------ routing
+
+    def started_at(self, key: str) -> float:
+        """A session key's start time: from the key when it is a UUIDv7, else first seen here."""
+        t = session_start(key)
+        if t is not None:
+            return t
+        seen = self._first_seen.get(key)
+        if seen is None:
+            seen = self._first_seen[key] = self._clock()
+            if len(self._first_seen) > self._max_sessions:
+                self._first_seen.popitem(last=False)
+        return seen
+
+    def route(self, model: str, session_key: str, *, exclude: Iterable[str] = ()) -> Decision:
+        """The version and backend for a request of ``session_key`` to ``model``."""
+        excluded = set(exclude)
+        healthy = [b for b, ok in self._health.items() if ok and b not in excluded]
+        return choose(self._table, model, session_key, self.started_at(session_key), healthy)
+
+    def models(self) -> list[str]:
+        """Public model names, then version ids."""
+        return sorted(self._table.models) + sorted(self._table.versions)
+
+    # ------------------------------------------------------------------ health
+
+    def set_health(self, backend: str, healthy: bool) -> None:
+        """Mark a backend (un)healthy (health checks and failed requests call this)."""
+        self._health[backend] = healthy
+
+    def health(self) -> dict[str, bool]:
+        """Backend → healthy."""
+        return dict(self._health)
+
+    # ------------------------------------------------------------------ changes
+
+    def replace(self, table: RoutingTable) -> None:
+        """Swap in a new table."""
+        with self._lock:
+            self._table = table
+            for b in table.backends():
+                self._health.setdefault(b, True)
+
+    def add_version(self, model: str, spec: VersionSpec, *, weight: float,
+                    weights: Mapping[str, float] | None = None) -> RoutingTable:
+        """Register ``spec`` and start a generation of ``model`` in which it has ``weight`` (the other
+        versions keep theirs unless ``weights`` overrides them). Sessions already started keep their
+        version."""
+        with self._lock:
+            t = self._table
+            if spec.version in t.models:
+                raise ValueError(f"{spec.version!r} is a model name; choose another version id.")
+            versions = {**t.versions, spec.version: spec}
+            new_weights = {**(t.current_weights(model) if model in t.models else {}), **(weights or {}),
+                           spec.version: weight}
+            self._commit(t, versions, model, new_weights)
+            return self._table
+
+    def set_weights(self, model: str, weights: Mapping[str, float]) -> RoutingTable:
+        """Start a generation of ``model`` with ``weights`` (versions left out get weight 0)."""
+        with self._lock:
+            t = self._table
+            if model not in t.models:
+                raise ModelNotFound(f"The model {model!r} does not exist here.", param="model")
+            self._commit(t, dict(t.versions), model, dict(weights))
+            return self._table
+
+    def remove_version(self, version: str) -> RoutingTable:
+        """Drop a version (a rollback): its sessions move to the other versions of their generation."""
+        with self._lock:
+            t = self._table
+            if version not in t.versions:
+                raise ModelNotFound(f"No version {version!r}.", param="version")
+            versions = {k: v for k, v in t.versions.items() if k != version}
+            models = {}
+            for m, gens in t.models.items():
+                kept = tuple(Generation(since=g.since, weights={k: w for k, w in g.weights.items() if k != version})
+                             for g in gens)
+                kept = tuple(g for g in kept if any(w > 0 for w in g.weights.values()))
+                if kept:
+                    models[m] = kept
+            self._table = RoutingTable(versions=versions, models=models)
+            return self._table
+
+    def _commit(self, t: RoutingTable, versions: dict[str, VersionSpec], model: str,
+                weights: dict[str, float]) -> None:
+        now = self._clock()
+        gens = t.models.get(model, ())
+        if gens and gens[-1].since > now:
+            now = gens[-1].since
+        gens = (*gens, Generation(since=now, weights=weights))[-_MAX_GENERATIONS:]
+        self._table = RoutingTable(versions=versions, models={**t.models, model: gens})
+        for spec in versions.values():
+            for b in spec.backends:
+                self._health.setdefault(b, True)

@@ -1,0 +1,475 @@
+"""The gateway's core, apart from HTTP: authenticate, place the call in a trajectory, route it, apply
+the harness, call the backend (with a timeout and one failover), answer, and record.
+
+:class:`Gateway` is what the FastAPI app (:mod:`molt.gateway.app`) drives; tests and embedders can
+drive it directly too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from molt.atdp.ids import new_id
+from molt.atdp.models import OutcomeStatus
+from molt.backends import openai_wire as wire
+from molt.backends.base import BaseBackend, ChatRequest, CompletionRequest, Delta, Result, StreamEnd, StreamItem
+from molt.errors import (
+    BackendError,
+    BackendStreamError,
+    BackendTimeout,
+    BackendUnavailable,
+    GatewayError,
+    MoltError,
+)
+from molt.gateway.capture import CallRecord, Capture, StreamAssembler, reply_message, tool_results
+from molt.gateway.metrics import Metrics
+from molt.gateway.router import Decision, Router, RoutingTable, VersionSpec
+from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
+from molt.governance.access import KeyRing, Principal, Role
+from molt.harness import Applied, HarnessApplier, StaticHarness
+
+__all__ = ["Call", "Gateway", "GatewayConfig"]
+
+log = logging.getLogger("molt.gateway")
+
+_OPEN = Principal(tenant_id="default", role=Role.ADMIN, key_name="open-gateway")
+
+
+class GatewayConfig(BaseModel):
+    """Gateway settings (all optional).
+
+    - ``max_body_bytes``: request body cap, larger bodies get 413 (default 8 MiB; 1 KiB – 1 GiB).
+    - ``backend_timeout_s``: time allowed for a backend's answer, and for each streamed chunk
+      (default 120 s).
+    - ``health_interval_s``: seconds between backend health checks; 0 turns them off (default 5).
+    - ``failover``: retry once on another backend when one is down (default on).
+    - ``max_sessions``: sessions / trajectories / answers remembered for linking calls (default 200,000).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_body_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
+    backend_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    health_interval_s: float = Field(default=5.0, ge=0)
+    failover: bool = True
+    max_sessions: int = Field(default=200_000, ge=100)
+
+
+@dataclass(slots=True)
+class Call:
+    """One model call in flight."""
+
+    principal: Principal
+    endpoint: str
+    public_model: str
+    resolution: Resolution | None
+    record: CallRecord
+    decision: Decision
+    backend: BaseBackend
+    applied: Applied | None
+    want_logprobs: bool = False
+    include_usage: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    t0: float = 0.0
+    state: TrajectoryState | None = None
+
+
+def _ids_from(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(session, trajectory, agent) from the X-Molt headers, else the OpenAI ``user``/``metadata`` fields."""
+    md = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    session = headers.get("x-molt-session") or md.get("molt_session") or md.get("session_id")
+    if session is None and isinstance(body.get("user"), str) and body["user"]:
+        session = body["user"]
+    trajectory = headers.get("x-molt-trajectory") or md.get("molt_trajectory") or md.get("trajectory_id")
+    agent = headers.get("x-molt-agent") or md.get("agent_id")
+    return (str(session)[:256] if session else None, str(trajectory)[:128] if trajectory else None,
+            str(agent)[:256] if agent else None)
+
+
+class Gateway:
+    """Backends, routing, harness, capture and auth behind one OpenAI-compatible surface.
+
+    Args:
+        backends: backend instances by name (or a sequence, named by their ``name``).
+        table: the routing table (default: one model — the first backend's model name — served by
+            every backend as version ``<model>@base``).
+        recorder: a :class:`~molt.capture.Recorder` (``None``: nothing is recorded).
+        keyring: tenant API keys (``None``: open gateway, every caller is tenant ``default``; keep it
+            on loopback).
+        harness: the harness applier (default :class:`~molt.harness.StaticHarness`).
+        config: :class:`GatewayConfig`.
+        store: the store, to look up trajectories the gateway no longer remembers (rewards).
+    """
+
+    def __init__(self, backends: Mapping[str, BaseBackend] | Sequence[BaseBackend], table: RoutingTable | None = None,
+                 *, recorder: Any = None, keyring: KeyRing | None = None, harness: HarnessApplier | None = None,
+                 config: GatewayConfig | None = None, store: Any = None):
+        self.backends: dict[str, BaseBackend] = (dict(backends) if isinstance(backends, Mapping)
+                                                 else {b.name: b for b in backends})
+        if not self.backends:
+            raise ValueError("The gateway needs at least one backend.")
+        if table is None:
+            first = next(iter(self.backends.values()))
+            table = RoutingTable.single(first.model, VersionSpec(version=f"{first.model}@base",
+                                                                 backends=tuple(self.backends)))
+        unknown = table.backends() - set(self.backends)
+        if unknown:
+            raise ValueError(f"The routing table names backends {sorted(unknown)} that were not given.")
+        self.router = Router(table)
+        self.recorder = recorder
+        self.capture = Capture(recorder) if recorder is not None else None
+        self.keyring = keyring
+        self.harness: HarnessApplier = harness or StaticHarness()
+        self.config = config or GatewayConfig()
+        self.store = store
+        self.metrics = Metrics()
+        new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
+        self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions)
+        self.started_at = time.time()
+        self._health_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start every backend and the health-check loop."""
+        await asyncio.gather(*(b.start() for b in self.backends.values()))
+        if self.config.health_interval_s > 0 and self._health_task is None:
+            self._health_task = asyncio.create_task(self._health_loop(), name="molt-health")
+
+    async def aclose(self) -> None:
+        """Stop the health loop and close the backends (the owner closes the Recorder)."""
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
+        for b in self.backends.values():
+            try:
+                await b.aclose()
+            except Exception:
+                log.exception("Closing backend %s failed.", b.name)
+
+    async def check_health(self) -> dict[str, bool]:
+        """Ask every backend now; updates the router."""
+        async def one(name: str, b: BaseBackend) -> tuple[str, bool]:
+            try:
+                return name, bool(await asyncio.wait_for(b.health(), 5.0))
+            except Exception:
+                return name, False
+
+        for name, ok in await asyncio.gather(*(one(n, b) for n, b in self.backends.items())):
+            self.router.set_health(name, ok)
+        return self.router.health()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            try:
+                await self.check_health()
+            except Exception:  # the loop must outlive any one failure
+                log.exception("Health check failed.")
+
+    # ------------------------------------------------------------------ auth
+
+    def authenticate(self, authorization: str | None, api_key: str | None = None) -> Principal:
+        """The caller, from ``Authorization: Bearer <key>`` (or an ``x-api-key`` header)."""
+        if self.keyring is None:
+            return _OPEN
+        key = api_key
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            key = token.strip() if scheme.lower() == "bearer" else None
+        return self.keyring.authenticate(key)
+
+    # ------------------------------------------------------------------ placing a call
+
+    def begin_chat(self, principal: Principal, req: ChatRequest, body: dict[str, Any],
+                   headers: Mapping[str, str]) -> Call:
+        """Resolve the trajectory, route, and apply the harness for a chat request."""
+        session, trajectory, agent = _ids_from(headers, body)
+        res = self.sessions.resolve(principal.tenant_id, req.messages, session_id=session, trajectory_id=trajectory)
+        st = res.state
+        decision = self.router.route(req.model, st.route_key)
+        rec = CallRecord(endpoint="chat.completions", event_ids=[new_id() for _ in range(req.n)],
+                         trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=res.parent_id,
+                         tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
+                         started=time.time(), messages=req.messages, tools=req.tools,
+                         sampling=_sampling(req), key_name=principal.key_name,
+                         new_tools=tool_results(req.messages, res.new_from) if res.continued else [])
+        so = body.get("stream_options")
+        call = Call(principal=principal, endpoint="chat.completions", public_model=req.model, resolution=res,
+                    record=rec, decision=decision, backend=self.backends[decision.backend], applied=None,
+                    want_logprobs=req.logprobs,
+                    include_usage=bool(isinstance(so, dict) and so.get("include_usage")), t0=time.perf_counter())
+        self._headers(call)
+        return call
+
+    def begin_completion(self, principal: Principal, req: CompletionRequest, body: dict[str, Any],
+                         headers: Mapping[str, str]) -> Call:
+        """Resolve the trajectory and route a completions request (no harness: there are no messages)."""
+        session, trajectory, agent = _ids_from(headers, body)
+        st = None
+        if trajectory is not None:
+            st = self.sessions.trajectory(principal.tenant_id, trajectory)
+        elif session is not None:
+            st = self.sessions.session(principal.tenant_id, session)
+        if st is None or st.ended:
+            res = self.sessions.resolve(principal.tenant_id, [], session_id=session, trajectory_id=trajectory)
+            st = res.state
+        parent = st.last_event_id
+        decision = self.router.route(req.model, st.route_key)
+        rec = CallRecord(endpoint="completions", event_ids=[new_id() for _ in range(req.n)],
+                         trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=parent,
+                         tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
+                         started=time.time(), prompt=req.prompt, sampling=_sampling(req), key_name=principal.key_name)
+        so = body.get("stream_options")
+        call = Call(principal=principal, endpoint="completions", public_model=req.model, resolution=None, record=rec,
+                    decision=decision, backend=self.backends[decision.backend], applied=None,
+                    want_logprobs=req.logprobs is not None,
+                    include_usage=bool(isinstance(so, dict) and so.get("include_usage")), t0=time.perf_counter())
+        call.state = st
+        self._headers(call)
+        return call
+
+    def _headers(self, call: Call) -> None:
+        rec = call.record
+        call.headers = {"x-molt-trajectory": rec.trajectory_id, "x-molt-event-id": rec.event_ids[0],
+                        "x-molt-policy-version": call.decision.version.version}
+        if len(rec.event_ids) > 1:
+            call.headers["x-molt-event-ids"] = ",".join(rec.event_ids)
+        if rec.session_id:
+            call.headers["x-molt-session"] = rec.session_id
+
+    def _backend_chat_request(self, call: Call, req: ChatRequest) -> ChatRequest:
+        spec = call.decision.version
+        applied = self.harness.apply(req.messages, req.tools, spec)
+        call.applied = applied
+        call.record.harness_fingerprint = applied.fingerprint
+        model = spec.upstream_model or call.backend.model
+        if applied.messages is req.messages and applied.tools is req.tools and model == req.model:
+            return req
+        return ChatRequest(model=model, messages=applied.messages, tools=applied.tools, tool_choice=req.tool_choice,
+                           n=req.n, stop=req.stop, temperature=req.temperature, top_p=req.top_p,
+                           max_tokens=req.max_tokens, logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                           seed=req.seed, extra=req.extra)
+
+    def _backend_completion_request(self, call: Call, req: CompletionRequest) -> CompletionRequest:
+        model = call.decision.version.upstream_model or call.backend.model
+        if model == req.model:
+            return req
+        return CompletionRequest(model=model, prompt=req.prompt, n=req.n, stop=req.stop, temperature=req.temperature,
+                                 top_p=req.top_p, max_tokens=req.max_tokens, logprobs=req.logprobs, seed=req.seed,
+                                 extra=req.extra)
+
+    def _failover(self, call: Call, exc: BackendError) -> bool:
+        """Mark the backend down and re-route the call elsewhere; False if there is nowhere to go."""
+        self.router.set_health(call.decision.backend, False)
+        if not self.config.failover:
+            return False
+        key = call.resolution.state.route_key if call.resolution else call.record.trajectory_id
+        try:
+            decision = self.router.route(call.public_model, key)
+        except MoltError:
+            return False
+        log.warning("Backend %s failed (%s); failing over to %s.", call.decision.backend, exc, decision.backend)
+        self.metrics.failovers += 1
+        call.decision = call.record.decision = decision
+        call.backend = self.backends[decision.backend]
+        self._headers(call)
+        return True
+
+    # ------------------------------------------------------------------ non-streamed
+
+    async def run(self, call: Call, req: ChatRequest | CompletionRequest) -> Result:
+        """Call the backend (timeout, one failover); on failure the call is recorded and the error raised."""
+        for attempt in range(2):
+            try:
+                if isinstance(req, ChatRequest):
+                    breq: Any = self._backend_chat_request(call, req)
+                    async with asyncio.timeout(self.config.backend_timeout_s):
+                        result = await call.backend.chat(breq)
+                else:
+                    breq = self._backend_completion_request(call, req)
+                    async with asyncio.timeout(self.config.backend_timeout_s):
+                        result = await call.backend.complete(breq)
+            except TimeoutError as exc:
+                err = exc if isinstance(exc, BackendTimeout) else BackendTimeout(
+                    f"The backend {call.decision.backend!r} did not answer within "
+                    f"{self.config.backend_timeout_s:g} s.", backend=call.decision.backend)
+                self._fail(call, err, OutcomeStatus.TIMEOUT, "timeout")
+                raise err from None
+            except BackendUnavailable as exc:
+                if attempt == 0 and self._failover(call, exc):
+                    continue
+                self._fail(call, exc, OutcomeStatus.ERROR, "unavailable")
+                raise
+            except (BackendError, GatewayError) as exc:
+                self._fail(call, exc, OutcomeStatus.ERROR, "error")
+                raise
+            self._restore_tool_names(call, result)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _restore_tool_names(self, call: Call, result: Result) -> None:
+        if call.applied is not None and call.applied.tool_names:
+            for c in result.choices:
+                for t in c.tool_calls or ():
+                    t.name = call.applied.client_tool_name(t.name)
+
+    def _fail(self, call: Call, exc: BaseException, status: OutcomeStatus, outcome: str) -> None:
+        self.metrics.backend(call.decision.backend, call.decision.version.version, outcome)
+        call.record.status, call.record.error = status, exc
+        call.record.latency_ms = (time.perf_counter() - call.t0) * 1000.0
+        if self.capture is not None:
+            self.capture.submit(call.record)
+
+    def finish(self, call: Call, result: Result) -> None:
+        """Register the answer with the session index and record the call (after the response)."""
+        rec = call.record
+        rec.result = result
+        rec.latency_ms = (time.perf_counter() - call.t0) * 1000.0
+        state = call.state
+        if call.resolution is not None:
+            self.sessions.register(call.resolution, [reply_message(c) for c in result.choices],
+                                   rec.event_ids[:len(result.choices)])
+        elif state is not None:
+            self.sessions.note_call(state, rec.event_ids[:max(1, len(result.choices))])
+        version = call.decision.version.version
+        self.metrics.backend(call.decision.backend, version, "ok")
+        if result.usage is not None:
+            self.metrics.add_tokens(version, result.usage.prompt_tokens, result.usage.completion_tokens)
+        if self.capture is not None:
+            self.capture.submit(rec)
+
+    # ------------------------------------------------------------------ streamed
+
+    async def open_stream(self, call: Call, req: ChatRequest | CompletionRequest,
+                          ) -> tuple[StreamItem, AsyncIterator[StreamItem]]:
+        """Start the backend's stream and wait for its first item, so a backend that is down or too
+        slow is still an HTTP error (502/504) rather than an error chunk."""
+        for attempt in range(2):
+            if isinstance(req, ChatRequest):
+                it = call.backend.stream_chat(self._backend_chat_request(call, req))
+            else:
+                it = call.backend.stream_complete(self._backend_completion_request(call, req))
+            try:
+                async with asyncio.timeout(self.config.backend_timeout_s):
+                    first = await it.__anext__()
+                return first, it
+            except StopAsyncIteration:
+                err = BackendStreamError(f"The backend {call.decision.backend!r} sent an empty stream.",
+                                         backend=call.decision.backend)
+                self._fail(call, err, OutcomeStatus.ERROR, "stream_error")
+                raise err from None
+            except TimeoutError as exc:
+                await _aclose(it)
+                err = exc if isinstance(exc, BackendTimeout) else BackendTimeout(
+                    f"The backend {call.decision.backend!r} did not start answering within "
+                    f"{self.config.backend_timeout_s:g} s.", backend=call.decision.backend)
+                self._fail(call, err, OutcomeStatus.TIMEOUT, "timeout")
+                raise err from None
+            except BackendUnavailable as exc:
+                await _aclose(it)
+                if attempt == 0 and self._failover(call, exc):
+                    continue
+                self._fail(call, exc, OutcomeStatus.ERROR, "unavailable")
+                raise
+            except (BackendError, GatewayError) as exc:
+                await _aclose(it)
+                self._fail(call, exc, OutcomeStatus.ERROR, "error")
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def sse(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+        """The SSE body: chunks as the backend streams; a backend failure mid-stream becomes an error
+        chunk (the partial answer is recorded with the error), then ``[DONE]``."""
+        rec = call.record
+        asm = StreamAssembler(call.public_model)
+        chat = call.endpoint == "chat.completions"
+        cid = ("chatcmpl-" if chat else "cmpl-") + rec.event_ids[0]
+        created = int(rec.started)
+        seen: set[int] = set()
+        error: MoltError | None = None
+        item: StreamItem | None = first
+        try:
+            while item is not None:
+                if isinstance(item, StreamEnd):
+                    asm.end = item
+                else:
+                    self._restore_delta_names(call, item)
+                    asm.add(item)
+                    if chat:
+                        chunk = wire.chat_chunk(id=cid, created=created, model=call.public_model, delta=item,
+                                                first=item.index not in seen, logprobs=call.want_logprobs)
+                        seen.add(item.index)
+                    else:
+                        chunk = wire.completion_chunk(id=cid, created=created, model=call.public_model, delta=item,
+                                                      logprobs=call.want_logprobs)
+                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                try:
+                    async with asyncio.timeout(self.config.backend_timeout_s):
+                        item = await it.__anext__()
+                except StopAsyncIteration:
+                    item = None
+        except TimeoutError:
+            error = BackendStreamError(f"The backend {call.decision.backend!r} stopped streaming for "
+                                       f"{self.config.backend_timeout_s:g} s.", backend=call.decision.backend)
+        except MoltError as exc:
+            error = exc if isinstance(exc, BackendError) else BackendStreamError(str(exc), backend=call.decision.backend)
+        except BaseException as exc:  # the client went away (cancelled) or a bug: record what was streamed
+            rec.result = asm.result()
+            status = OutcomeStatus.CANCELLED if isinstance(exc, asyncio.CancelledError | GeneratorExit) else OutcomeStatus.ERROR
+            self._fail(call, exc if status == OutcomeStatus.ERROR else BackendStreamError(
+                "The client disconnected mid-stream.", backend=call.decision.backend), status, "cancelled")
+            await _aclose(it)
+            raise
+        if error is not None:
+            self.metrics.stream_errors += 1
+            rec.result = asm.result()
+            self._fail(call, error, OutcomeStatus.ERROR, "stream_error")
+            await _aclose(it)
+            body = {"error": {"message": error.message, "type": "backend_error",
+                              "code": getattr(error, "code", "backend_error"), "param": None}}
+            yield b"data: " + orjson.dumps(body) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+            return
+        result = asm.result()
+        self.finish(call, result)
+        if call.include_usage and result.usage is not None:
+            maker = wire.chat_chunk if chat else wire.completion_chunk
+            yield b"data: " + orjson.dumps(maker(id=cid, created=created, model=call.public_model,
+                                                 usage=result.usage)) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    def _restore_delta_names(self, call: Call, d: Delta) -> None:
+        if call.applied is not None and call.applied.tool_names and d.tool_calls:
+            for t in d.tool_calls:
+                if t.name:
+                    t.name = call.applied.client_tool_name(t.name)
+
+
+def _sampling(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("temperature", "top_p", "max_tokens", "seed", "stop"):
+        v = getattr(req, key)
+        if v is not None:
+            out[key] = v
+    if req.n != 1:
+        out["n"] = req.n
+    return out
+
+
+async def _aclose(it: AsyncIterator[StreamItem]) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(BaseException):
+            await aclose()
