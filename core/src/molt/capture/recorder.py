@@ -50,7 +50,7 @@ from molt.atdp.chain import GENESIS, seal
 from molt.atdp.ids import new_id
 from molt.atdp.models import Event, RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
-from molt.capture.sinks import Sink, SinkBatch
+from molt.capture.sinks import SealedRow, Sink, SinkBatch
 from molt.capture.spool import (
     FRAME_EVENT,
     FRAME_QUARANTINE,
@@ -316,6 +316,7 @@ class Recorder:
         frames: list[bytes] = []
         n_events = 0
         staged: dict[str, tuple[int, str]] = {}
+        self._prefetch_heads(items)
         for item in items:
             if isinstance(item, Event):
                 if item.event_id in self._recent:
@@ -349,16 +350,9 @@ class Recorder:
             head = staged.get(tid) or self._head(tid)
             seq = head[0] + 1
             sealed = seal(event, seq, head[1])
-            row = {
-                "x": index_fields(event, seq),
-                "e": sealed.envelope.decode(),
-                "p": sealed.payload.decode() if sealed.payload is not None else None,
-                "s": sealed.salt.hex() if sealed.salt is not None else None,
-                "d": sealed.digest,
-                "ph": sealed.prev_hash,
-                "h": sealed.hash,
-            }
-            body = orjson.dumps(row)
+            body = SealedRow(x=index_fields(event, seq), envelope=sealed.envelope, payload=sealed.payload,
+                             salt=sealed.salt, digest=sealed.digest, prev_hash=sealed.prev_hash,
+                             hash=sealed.hash).encode()
             check_size(body, limit=self.max_record_bytes + 4096, what="event",
                        trajectory_id=tid, event_id=event.event_id)
         except MoltError as exc:
@@ -395,6 +389,28 @@ class Recorder:
                 log.warning("Molt could not look up the chain head of %s: %r", tid, exc)
         return found if found is not None else (-1, GENESIS)
 
+    def _prefetch_heads(self, items: list[Any]) -> None:
+        """Look up the chain heads of every unknown trajectory in the batch with one sink query
+        (a trajectory id the Recorder did not create may already have events in the store)."""
+        unknown = {i.trajectory_id for i in items if isinstance(i, Event)}
+        unknown = {t for t in unknown if t not in self._heads and t not in self._fresh}
+        if not unknown or self.sink is None:
+            return
+        lookup = getattr(self.sink, "chain_heads", None)
+        try:
+            found = lookup(sorted(unknown)) if lookup is not None else {
+                t: h for t in unknown if (h := self.sink.chain_head(t)) is not None}
+        except Exception as exc:
+            self._sink_errors += 1
+            self._last_error = f"chain head lookup failed: {exc!r}"
+            log.warning("Molt could not look up chain heads: %r", exc)
+            return
+        for tid in unknown:
+            if tid in found:
+                self._set_head(tid, found[tid])
+            else:
+                self._fresh.add(tid)  # no stored events: the chain starts here
+
     def _set_head(self, tid: str, head: tuple[int, str]) -> None:
         self._heads[tid] = head
         self._heads.move_to_end(tid)
@@ -404,12 +420,12 @@ class Recorder:
     def _seed_heads_from_spool(self) -> None:
         for kind, body in self._spool.iter_undelivered():
             if kind == FRAME_EVENT:
-                row = orjson.loads(body)
-                x = row["x"]
+                row = SealedRow.decode(body)
+                x = row.x
                 self._recent[x["event_id"]] = None
                 prev = self._heads.get(x["trajectory_id"])
                 if prev is None or x["seq"] > prev[0]:
-                    self._set_head(x["trajectory_id"], (x["seq"], row["h"]))
+                    self._set_head(x["trajectory_id"], (x["seq"], row.hash))
 
     # ------------------------------------------------------------------ delivery thread
 
@@ -492,13 +508,12 @@ def _count_value(counter: itertools.count[int]) -> int:
 def _to_batch(frames: list[tuple[bytes, bytes]], *, redelivery: bool) -> SinkBatch:
     batch = SinkBatch(redelivery=redelivery)
     for kind, body in frames:
-        rec = orjson.loads(body)
         if kind == FRAME_EVENT:
-            batch.events.append(rec)
+            batch.events.append(SealedRow.decode(body))
         elif kind == FRAME_REWARD:
-            batch.rewards.append(rec)
+            batch.rewards.append(orjson.loads(body))
         else:
-            batch.quarantine.append(rec)
+            batch.quarantine.append(orjson.loads(body))
     return batch
 
 

@@ -202,6 +202,19 @@ class Store:
         i = pc.index(got.column("seq"), pc.max(got.column("seq"))).as_py()
         return got.column("seq")[i].as_py(), got.column("hash")[i].as_py()
 
+    def chain_heads(self, trajectory_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """``{trajectory_id: (seq, hash)}`` of the last stored event, for those that have events."""
+        heads: dict[str, tuple[int, str]] = {}
+        for i in range(0, len(trajectory_ids), _IN_CHUNK):
+            chunk = trajectory_ids[i:i + _IN_CHUNK]
+            where = f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})"
+            got = self._where("events", where, ["trajectory_id", "seq", "hash"])
+            for tid, seq, h in zip(got.column("trajectory_id").to_pylist(), got.column("seq").to_pylist(),
+                                   got.column("hash").to_pylist(), strict=True):
+                if tid not in heads or seq > heads[tid][0]:
+                    heads[tid] = (seq, h)
+        return heads
+
     def _has_trajectory(self, trajectory_id: str) -> bool:
         return self.table("events").count_rows(f"trajectory_id = {sql_str(trajectory_id)}") > 0
 
@@ -400,19 +413,21 @@ def _ts_col(values_us: list[int]) -> pa.Array:
     return pa.array(values_us, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
 
 
-def _events_table(rows: list[dict[str, Any]]) -> pa.Table:
+def _events_table(rows: list[Any]) -> pa.Table:
+    """Arrow table from :class:`~molt.capture.SealedRow` records (duck-typed: store never imports
+    capture)."""
     now = int(time.time() * 1e6)
-    xs = [r["x"] for r in rows]
+    xs = [r.x for r in rows]
     cols: dict[str, pa.Array] = {}
     for c in INDEX_COLUMNS:
         cols[c] = pa.array([x.get(c) for x in xs], EVENTS.field(c).type)
     cols["ts"] = _ts_col([x["ts_us"] for x in xs])
-    cols["envelope"] = pa.array([r["e"].encode() for r in rows], pa.binary())
-    cols["payload"] = pa.array([r["p"].encode() if r.get("p") is not None else None for r in rows], pa.binary())
-    cols["payload_salt"] = pa.array([bytes.fromhex(r["s"]) if r.get("s") else None for r in rows], pa.binary())
-    cols["payload_digest"] = pa.array([r["d"] for r in rows], pa.string())
-    cols["prev_hash"] = pa.array([r["ph"] for r in rows], pa.string())
-    cols["hash"] = pa.array([r["h"] for r in rows], pa.string())
+    cols["envelope"] = pa.array([r.envelope for r in rows], pa.binary())
+    cols["payload"] = pa.array([r.payload for r in rows], pa.binary())
+    cols["payload_salt"] = pa.array([r.salt for r in rows], pa.binary())
+    cols["payload_digest"] = pa.array([r.digest for r in rows], pa.string())
+    cols["prev_hash"] = pa.array([r.prev_hash for r in rows], pa.string())
+    cols["hash"] = pa.array([r.hash for r in rows], pa.string())
     cols["ingested_at"] = _ts_col([now] * len(rows))
     return pa.Table.from_pydict({f.name: cols[f.name] for f in EVENTS}, schema=EVENTS)
 
