@@ -149,7 +149,7 @@ class CapturedRun:
 
     result: Any
     events: dict[str, list[Event]]
-    rows: list[dict[str, Any]]
+    sealed: dict[str, list[SealedEvent]]
     quarantine: list[dict[str, Any]]
     stats: CaptureStats
     recorder_quarantined: int
@@ -207,11 +207,14 @@ def _collect(
     sink: MemorySink, rec: Recorder, capture: Capture, result: Any, attempts: list[str]
 ) -> CapturedRun:
     rows = list(sink.events.values())
-    tids = sorted({r["x"]["trajectory_id"] for r in rows})
+    tids = sorted({_index(r)["trajectory_id"] for r in rows})
+    sealed: dict[str, list[SealedEvent]] = {}
+    for r in rows:
+        sealed.setdefault(_index(r)["trajectory_id"], []).append(_sealed(r))
     return CapturedRun(
         result=result,
         events={t: sink.trajectory_events(t) for t in tids},
-        rows=rows,
+        sealed=sealed,
         quarantine=list(sink.quarantine),
         stats=capture.stats,
         recorder_quarantined=rec.stats.quarantined,
@@ -219,7 +222,14 @@ def _collect(
     )
 
 
-def _sealed(row: dict[str, Any]) -> SealedEvent:
+def _index(row: Any) -> dict[str, Any]:
+    """The index columns of a sink row (a SealedRow, or the older dict form)."""
+    return row.x if hasattr(row, "x") else row["x"]  # type: ignore[no-any-return]
+
+
+def _sealed(row: Any) -> SealedEvent:
+    if hasattr(row, "sealed"):
+        return row.sealed()  # type: ignore[no-any-return]
     x = row["x"]
     return SealedEvent(
         event_id=x["event_id"],
@@ -490,11 +500,8 @@ class AdapterConformanceSuite:
         Troubleshooting: events recorded with ``seq`` set by the adapter (let the Recorder assign it),
         or one trajectory id reused across runs.
         """
-        by_tid: dict[str, list[SealedEvent]] = {}
-        for row in standard_run.rows:
-            by_tid.setdefault(row["x"]["trajectory_id"], []).append(_sealed(row))
-        assert by_tid
-        for tid, recs in by_tid.items():
+        assert standard_run.sealed
+        for tid, recs in standard_run.sealed.items():
             report = verify_chain(tid, recs)
             assert report.ok, report.problems
             assert report.events == len(standard_run.events[tid])

@@ -1,0 +1,121 @@
+"""The tracing processor users register with the Agents SDK.
+
+Its callbacks run on the agent's event loop and only read the clock and queue the span for Molt's
+dispatcher thread; they never raise into the SDK (errors are counted in ``processor.stats``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agents.tracing import TracingProcessor
+
+from molt.capture.adapt import BlobStore, Capture, CaptureStats, distribution_version
+
+from .mapping import AgentsMapper
+
+__all__ = ["MoltTracingProcessor"]
+
+_FRAMEWORK_VERSION = distribution_version("openai-agents")
+_now = time.time_ns
+
+
+class MoltTracingProcessor(TracingProcessor):
+    """Record Agents SDK traces as ATDP trajectories: agents, model calls, tools, handoffs, guardrails
+    and MCP tool listings become events, parented by the SDK's span ids.
+
+    Register it once per process::
+
+        from agents import add_trace_processor
+        add_trace_processor(MoltTracingProcessor(recorder))
+
+    (``agents.set_trace_processors([...])`` instead keeps traces from going to OpenAI's backend.) Model
+    inputs and outputs reach the processor only when the run's ``trace_include_sensitive_data`` is on
+    (the SDK's default); tool error details only when the tool has its own ``failure_error_function``.
+
+    Args:
+        recorder: the :class:`molt.capture.Recorder` (default: the process default Recorder).
+        tenant_id, agent_id, task, tags: metadata put on every event.
+        max_field_bytes: bound of each payload field (default 192 KiB).
+        blob_store: where binary payloads are offloaded (default: dropped with a note).
+        strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
+    """
+
+    def __init__(
+        self,
+        recorder: Any = None,
+        *,
+        tenant_id: str | None = None,
+        agent_id: str | None = None,
+        task: str | None = None,
+        tags: dict[str, str] | None = None,
+        max_field_bytes: int | None = None,
+        blob_store: BlobStore | None = None,
+        strict: bool = False,
+    ):
+        extra = {"max_field_bytes": max_field_bytes} if max_field_bytes is not None else {}
+        self.capture = Capture(
+            recorder,
+            integration="molt-openai-agents",
+            framework="openai-agents",
+            framework_version=_FRAMEWORK_VERSION,
+            tenant_id=tenant_id,
+            agent_id=agent_id,
+            task=task,
+            tags=tags,
+            blob_store=blob_store,
+            strict=strict,
+            **extra,
+        )
+        self._mapper = AgentsMapper(self.capture)
+
+    def _queue(self, fn: Any, *args: Any) -> None:
+        try:
+            self.capture.submit(fn, *args)
+        except Exception as exc:
+            self.capture.fail(exc)
+
+    # ------------------------------------------------------------------ TracingProcessor (agent loop)
+
+    def on_trace_start(self, trace: Any) -> None:
+        """A workflow begins: a new trajectory."""
+        try:
+            info = trace.export() or {}
+        except Exception:
+            info = {"workflow_name": getattr(trace, "name", None)}
+        self._queue(self._mapper.trace_start, trace.trace_id, _now(), info)
+
+    def on_trace_end(self, trace: Any) -> None:
+        """The workflow ended."""
+        self._queue(self._mapper.trace_end, trace.trace_id, _now())
+
+    def on_span_start(self, span: Any) -> None:
+        """A span began."""
+        self._queue(self._mapper.span_start, span.span_id, span.parent_id, span.trace_id, _now(), span)
+
+    def on_span_end(self, span: Any) -> None:
+        """A span ended (its data is final now)."""
+        self._queue(self._mapper.span_end, span.span_id, _now(), span)
+
+    def shutdown(self) -> None:
+        """Flush what was captured (the SDK calls this at exit)."""
+        try:
+            self.capture.flush(5.0)
+        except Exception as exc:
+            self.capture.fail(exc)
+
+    def force_flush(self) -> None:
+        """Flush what was captured."""
+        self.shutdown()
+
+    # ------------------------------------------------------------------ helpers
+
+    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
+        """Wait until captured events are durable (see :meth:`molt.capture.adapt.Capture.flush`)."""
+        return self.capture.flush(timeout, deliver=deliver)
+
+    @property
+    def stats(self) -> CaptureStats:
+        """Counters: events recorded, capture errors, spans still open."""
+        return self.capture.stats
