@@ -163,3 +163,11 @@ def test_bad_configuration_is_rejected(molt_home) -> None:  # type: ignore[no-un
         Recorder(None, spool_dir=molt_home / "s1", max_queue=0)
     with pytest.raises(ValueError, match="batch_size"):
         Recorder(None, spool_dir=molt_home / "s2", batch_size=0)
+
+
+def test_two_recorders_cannot_share_a_spool(molt_home) -> None:  # type: ignore[no-untyped-def]
+    rec = Recorder(MemorySink(), spool_dir=molt_home / "spool")
+    with pytest.raises(CaptureError, match="in use"):
+        Recorder(MemorySink(), spool_dir=molt_home / "spool")
+    rec.close()
+    Recorder(MemorySink(), spool_dir=molt_home / "spool").close()  # free again after close

@@ -60,7 +60,7 @@ def test_export_to_parquet(store, molt_home, event_factory, tmp_path) -> None:  
     n = store.export_parquet(tmp_path / "acme.parquet", where=f"tenant_id = {sql_str('acme')}")
     table = pq.read_table(tmp_path / "acme.parquet")
     assert n == 30 and set(table.column("tenant_id").to_pylist()) == {"acme"}
-    assert {"envelope", "payload", "hash"} <= set(table.column_names)
+    assert {"envelope", "payload", "chain"} <= set(table.column_names)
     rec.close()
 
 

@@ -15,7 +15,8 @@ the answer, with deterministic log-probabilities, so token capture can be tested
 
 Directives in the last user message inject faults (tests of the gateway's error handling):
 ``[[stub:sleep=2.5]]`` waits before answering, ``[[stub:fail]]`` raises ``BackendUnavailable``,
-``[[stub:die_after=3]]`` dies after 3 streamed chunks (a non-streamed call fails).
+``[[stub:die_after=3]]`` dies after 3 streamed chunks (a non-streamed call fails),
+``[[stub:chunk_delay=0.2]]`` waits that long between streamed chunks.
 
 Example::
 
@@ -52,7 +53,7 @@ from molt.backends.base import (
 from molt.backends.chat_format import render_chatml, template_messages, text_content
 from molt.errors import BackendStreamError, BackendUnavailable, InvalidRequest, MoltError
 
-__all__ = ["StubBackend", "stub_asgi_app"]
+__all__ = ["StubBackend", "serve_stub", "stub_asgi_app"]
 
 _DIRECTIVE = re.compile(r"\[\[stub:([a-z_]+)(?:=([^\]]*))?\]\]")
 _PIECE = re.compile(r"\S+\s*|\s+")
@@ -168,6 +169,7 @@ class StubBackend(BaseBackend):
         """Answer word by word; tool calls come as one delta each."""
         found = await self._directives(text_content(request.messages[-1].get("content")))
         die_after = int(found["die_after"]) if found.get("die_after") else None
+        chunk_delay = float(found["chunk_delay"]) if found.get("chunk_delay") else 0.0
         prompt_ids, choices = self._prepare(request)
         sent = 0
         for c in choices:
@@ -188,7 +190,7 @@ class StubBackend(BaseBackend):
                                              f"{sent} chunks.", backend=self.name)
                 sent += 1
                 yield p
-                await asyncio.sleep(0)
+                await asyncio.sleep(chunk_delay)
         n_out = sum(len(c.token_ids or ()) for c in choices)
         yield StreamEnd(model=request.model, prompt_ids=prompt_ids, tokenizer=TOKENIZER,
                         usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=n_out))
@@ -349,3 +351,20 @@ async def _sse(send: Any, chunks: AsyncIterator[bytes]) -> None:
         err = orjson.dumps(_err(exc.message, "backend_error"))
         await send({"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True})
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+def serve_stub(host: str = "127.0.0.1", port: int = 8001, *, log_level: str = "warning") -> None:
+    """Serve :func:`stub_asgi_app` with uvicorn (``python -m molt.backends.stub --port 8001``)."""
+    import uvicorn
+
+    uvicorn.run(stub_asgi_app(), host=host, port=port, log_level=log_level, access_log=False)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="A stub OpenAI-compatible server (no model).")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8001)
+    args = ap.parse_args()
+    serve_stub(args.host, args.port)

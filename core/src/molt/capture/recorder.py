@@ -190,6 +190,7 @@ class Recorder:
         self._recovery_end = self._spool.end()  # frames up to here may have been delivered already
 
         self._closed = False
+        self._abandoned = False
         self._writer_done = threading.Event()
         self._writer = threading.Thread(target=self._write_loop, name=f"{name}-spool-writer", daemon=True)
         self._writer.start()
@@ -448,6 +449,8 @@ class Recorder:
                 batch = _to_batch(frames, redelivery=start < self._recovery_end)
                 try:
                     self.sink.write_batch(batch)
+                    if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
+                        return
                 except Exception as exc:
                     self._sink_errors += 1
                     self._last_error = f"sink write failed: {exc!r}"
@@ -484,6 +487,10 @@ class Recorder:
         self._deliver_wake.set()
         self._deliverer.join(max(0.0, deadline - time.monotonic()) + 0.1)
         done = self._all_delivered()
+        if self._deliverer.is_alive():
+            # stuck in a sink call: let it finish in the background, but it must not touch the
+            # spool again; what it was delivering stays undelivered there for the next Recorder.
+            self._abandoned = True
         if not self._writer.is_alive():
             self._spool.close()
         _live.discard(self)

@@ -24,13 +24,14 @@ between the two re-delivers one batch; the store deduplicates by event id (exact
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from molt.errors import CaptureError
 
@@ -91,6 +92,7 @@ class Spool:
                 f"segment_bytes ({segment_bytes}) must be >= 4096 and <= max_bytes ({max_bytes}).")
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fh = _lock_directory(self.dir)
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
         self.segment_bytes = segment_bytes
@@ -154,10 +156,12 @@ class Spool:
         return self._end
 
     def close(self) -> None:
-        """Flush and close the current segment."""
+        """Flush and close the current segment, and release the directory lock."""
         if not self._fh.closed:
             os.fsync(self._fh.fileno())
             self._fh.close()
+        if not self._lock_fh.closed:
+            self._lock_fh.close()  # closing the descriptor releases the flock
 
     # ------------------------------------------------------------------ reader side
 
@@ -285,6 +289,24 @@ class Spool:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _lock_directory(directory: Path) -> Any:
+    """Take an exclusive lock on the spool directory: two writers would interleave frames."""
+    fh = open(directory / "lock", "a+")  # noqa: SIM115 - held for the spool's life
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise CaptureError(
+            f"The spool {directory} is in use by {holder}; give each Recorder its own spool_dir.") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    return fh
 
 
 def _iter_frames(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:

@@ -44,8 +44,7 @@ __all__ = ["Store"]
 
 log = logging.getLogger("molt.store")
 
-_SEALED_COLUMNS = ["event_id", "trajectory_id", "seq", "envelope", "payload", "payload_salt",
-                   "payload_digest", "prev_hash", "hash"]
+_SEALED_COLUMNS = ["event_id", "seq", "envelope", "payload", "payload_salt", "chain"]
 _IN_CHUNK = 512  # ids per "IN (…)" filter
 
 
@@ -196,11 +195,7 @@ class Store:
 
     def chain_head(self, trajectory_id: str) -> tuple[int, str] | None:
         """``(seq, hash)`` of the last stored event of a trajectory, or ``None``."""
-        got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", ["seq", "hash"])
-        if got.num_rows == 0:
-            return None
-        i = pc.index(got.column("seq"), pc.max(got.column("seq"))).as_py()
-        return got.column("seq")[i].as_py(), got.column("hash")[i].as_py()
+        return self.chain_heads([trajectory_id]).get(trajectory_id)
 
     def chain_heads(self, trajectory_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
         """``{trajectory_id: (seq, hash)}`` of the last stored event, for those that have events."""
@@ -208,11 +203,11 @@ class Store:
         for i in range(0, len(trajectory_ids), _IN_CHUNK):
             chunk = trajectory_ids[i:i + _IN_CHUNK]
             where = f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})"
-            got = self._where("events", where, ["trajectory_id", "seq", "hash"])
-            for tid, seq, h in zip(got.column("trajectory_id").to_pylist(), got.column("seq").to_pylist(),
-                                   got.column("hash").to_pylist(), strict=True):
+            got = self._where("events", where, ["trajectory_id", "seq", "chain"])
+            for tid, seq, chain in zip(got.column("trajectory_id").to_pylist(), got.column("seq").to_pylist(),
+                                       got.column("chain").to_pylist(), strict=True):
                 if tid not in heads or seq > heads[tid][0]:
-                    heads[tid] = (seq, h)
+                    heads[tid] = (seq, chain[130:])
         return heads
 
     def _has_trajectory(self, trajectory_id: str) -> bool:
@@ -234,9 +229,9 @@ class Store:
         got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", _SEALED_COLUMNS)
         rows = sorted(got.to_pylist(), key=lambda r: r["seq"])
         return [
-            SealedEvent(event_id=r["event_id"], trajectory_id=r["trajectory_id"], seq=r["seq"],
+            SealedEvent(event_id=r["event_id"], trajectory_id=trajectory_id, seq=r["seq"],
                         envelope=r["envelope"], payload=r["payload"], salt=r["payload_salt"],
-                        digest=r["payload_digest"], prev_hash=r["prev_hash"], hash=r["hash"])
+                        digest=r["chain"][:64], prev_hash=r["chain"][65:129], hash=r["chain"][130:])
             for r in rows
         ]
 
@@ -425,9 +420,7 @@ def _events_table(rows: list[Any]) -> pa.Table:
     cols["envelope"] = pa.array([r.envelope for r in rows], pa.binary())
     cols["payload"] = pa.array([r.payload for r in rows], pa.binary())
     cols["payload_salt"] = pa.array([r.salt for r in rows], pa.binary())
-    cols["payload_digest"] = pa.array([r.digest for r in rows], pa.string())
-    cols["prev_hash"] = pa.array([r.prev_hash for r in rows], pa.string())
-    cols["hash"] = pa.array([r.hash for r in rows], pa.string())
+    cols["chain"] = pa.array([f"{r.digest}:{r.prev_hash}:{r.hash}" for r in rows], pa.string())
     cols["ingested_at"] = _ts_col([now] * len(rows))
     return pa.Table.from_pydict({f.name: cols[f.name] for f in EVENTS}, schema=EVENTS)
 

@@ -1,0 +1,119 @@
+"""Fixtures for gateway tests: a real uvicorn server on a loopback port, a Recorder into a real store,
+and OpenAI clients pointed at it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from molt.backends import BaseBackend, StubBackend
+from molt.capture import Recorder
+from molt.gateway import Gateway, GatewayConfig, RoutingTable, create_app
+from molt.governance.access import KeyRing
+from molt.store import Store
+
+KEYS = {"sk-acme-writer": ("acme", "agent_writer"), "sk-acme-admin": ("acme", "admin"),
+        "sk-acme-reader": ("acme", "reader"), "sk-globex-writer": ("globex", "agent_writer")}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """uvicorn serving an ASGI app on a loopback port, in a thread of this process."""
+
+    def __init__(self, app: Any):
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    access_log=False))
+        self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Served:
+    """A running gateway: its URL, the gateway object, its Recorder and store."""
+
+    url: str
+    gateway: Gateway
+    recorder: Recorder
+    store: Store
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def client(self, key: str = "sk-acme-writer", **kw: Any) -> Any:
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, **kw)
+
+    def flush(self) -> None:
+        assert self.recorder.flush(timeout=30, deliver=True)
+
+    def events(self, trajectory_id: str) -> list[Any]:
+        self.flush()
+        return self.store.trajectory(trajectory_id).events
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    """A factory: ``serve(backends, table=None, keys=True, **config)`` starts a gateway server."""
+    stack: list[tuple[ServerThread, Recorder, Store]] = []
+
+    def start(backends: list[BaseBackend] | None = None, table: RoutingTable | None = None, *, keys: bool = True,
+              **config: Any) -> Served:
+        n = len(stack)
+        store = Store.open(tmp_path / f"store{n}", auto_compact=False)
+        rec = Recorder(store, spool_dir=tmp_path / f"spool{n}", fsync="never")
+        config.setdefault("health_interval_s", 0)
+        gw = Gateway(backends or [StubBackend()], table, recorder=rec, store=store,
+                     keyring=KeyRing.from_mapping(KEYS) if keys else None, config=GatewayConfig(**config))
+        srv = ServerThread(create_app(gw)).__enter__()
+        stack.append((srv, rec, store))
+        return Served(srv.url, gw, rec, store)
+
+    yield start
+    for srv, rec, store in reversed(stack):
+        srv.__exit__()
+        rec.close()
+        store.close()
+
+
+@pytest.fixture
+def served(serve: Callable[..., Served]) -> Served:
+    """A gateway over one stub backend, with tenant keys."""
+    return serve()
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
