@@ -320,9 +320,9 @@ class Router:
             versions = {k: v for k, v in t.versions.items() if k != version}
             models = {}
             for m, gens in t.models.items():
-                kept = tuple(Generation(since=g.since, weights={k: w for k, w in g.weights.items() if k != version})
-                             for g in gens)
-                kept = tuple(g for g in kept if any(w > 0 for w in g.weights.values()))
+                # A generation left without weight is dropped: its sessions fall back to the one before.
+                left = [(g.since, {k: w for k, w in g.weights.items() if k != version}) for g in gens]
+                kept = tuple(Generation(since=since, weights=w) for since, w in left if any(x > 0 for x in w.values()))
                 if kept:
                     models[m] = kept
             self._table = RoutingTable(versions=versions, models=models)
