@@ -1,7 +1,23 @@
-"""MCP server middleware and recording proxy for Molt (skeleton; see the adapters issue)."""
+"""Molt for MCP: server middleware that records every ``tools/call``, ``resources/read`` and
+``prompts/get`` of an MCP server, and a recording proxy that fronts an existing server unchanged.
+
+::
+
+    from mcp.server.mcpserver import MCPServer
+    from molt_mcp import MoltMiddleware
+
+    server = MCPServer("orders", middleware=[MoltMiddleware(recorder)])
+"""
 
 from __future__ import annotations
 
-__all__ = ["__version__"]
+from molt.capture.adapt import require_framework
+
+require_framework("molt-mcp", "mcp", "2.0", 'pip install "mcp>=2.0"')
+
+from .middleware import RECORDED_METHODS, MoltMiddleware  # noqa: E402
+from .proxy import recording_proxy  # noqa: E402
+
+__all__ = ["RECORDED_METHODS", "MoltMiddleware", "__version__", "recording_proxy"]
 
 __version__ = "0.1.0"

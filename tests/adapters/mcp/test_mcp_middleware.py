@@ -1,0 +1,170 @@
+"""molt-mcp beyond the conformance suite: linking to a caller's trajectory, legacy sessions, the
+proxy in front of a real stdio server, the ``python -m molt_mcp.proxy`` command, the framework check
+and the README quickstart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from conformance import Script
+from molt.atdp import EventKind, OutcomeStatus, new_id
+from molt.capture import MemorySink, Recorder
+from molt_mcp import MoltMiddleware, recording_proxy
+
+from .scripted import build_server, run_agent
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPTED = Path(__file__).with_name("scripted.py")
+
+
+@pytest.fixture
+def rec(tmp_path: Path) -> Any:
+    sink = MemorySink()
+    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    r.sink_ = sink  # type: ignore[attr-defined]
+    yield r
+    r.close()
+
+
+def _events(capture: Any, rec: Any) -> list[Any]:
+    assert capture.flush(10, deliver=True)
+    sink = rec.sink_
+    rows = list(sink.events.values())
+    tids = sorted({(r.x if hasattr(r, "x") else r["x"])["trajectory_id"] for r in rows})
+    return [e for t in tids for e in sink.trajectory_events(t)]
+
+
+def test_meta_links_calls_into_the_callers_trajectory(rec: Any) -> None:
+    mw = MoltMiddleware(rec, strict=True)
+    server = build_server([mw])
+    tid, parent = rec.new_trajectory(), new_id()
+
+    async def go() -> None:
+        async with Client(server) as c:
+            await c.call_tool(
+                "lookup", {"query": "mu"}, meta={"io.molt/trajectory": tid, "io.molt/parent": parent}
+            )
+            await c.call_tool(
+                "lookup", {"query": "nu"}, meta={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"}
+            )
+
+    asyncio.run(go())
+    evs = _events(mw, rec)
+    linked = [e for e in evs if e.trajectory_id == tid]
+    assert len(linked) == 1 and linked[0].parent_id == parent
+    assert len({e.trajectory_id for e in evs}) == 2
+
+
+def test_legacy_sessions_are_one_trajectory_each(rec: Any) -> None:
+    mw = MoltMiddleware(rec, strict=True)
+    server = build_server([mw])
+
+    async def one(m: str) -> None:
+        async with Client(server, mode="legacy") as c:
+            await c.call_tool("lookup", {"query": m})
+            await c.read_resource(f"kb://docs/{m}")
+
+    async def both() -> None:
+        await asyncio.gather(one("xi"), one("omicron"))
+
+    asyncio.run(both())
+    evs = _events(mw, rec)
+    by_tid: dict[str, set[str]] = {}
+    for e in evs:
+        by_tid.setdefault(e.trajectory_id, set()).add("xi" if "xi" in e.model_dump_json() else "omicron")
+    assert sorted(map(sorted, by_tid.values())) == [["omicron"], ["xi"]]
+    [ret] = [e for e in evs if e.kind == EventKind.RETRIEVAL and "xi" in e.action.query]
+    assert ret.observation.passages[0].doc_id == "kb://docs/xi"
+
+
+def test_unknown_resource_is_an_error_outcome(rec: Any) -> None:
+    mw = MoltMiddleware(rec, strict=True)
+    server = build_server([mw])
+
+    async def go() -> None:
+        async with Client(server) as c:
+            with pytest.raises(Exception, match=r"nknown resource|not found"):
+                await c.read_resource("nope://missing")
+
+    asyncio.run(go())
+    [ev] = _events(mw, rec)
+    assert ev.kind == EventKind.RETRIEVAL and ev.outcome.status == OutcomeStatus.ERROR
+
+
+@pytest.mark.slow
+def test_proxy_in_front_of_a_stdio_server(rec: Any) -> None:
+    upstream = StdioServerParameters(command=sys.executable, args=[str(SCRIPTED)], env=dict(os.environ))
+    proxy = recording_proxy(upstream, rec, tenant_id="acme", strict=True)
+    assert asyncio.run(run_agent(proxy, Script(marker="pi"))) == "done: pi"
+    evs = _events(proxy.middleware[-1], rec)
+    assert [e.kind for e in evs] == [
+        EventKind.TOOL_CALL,
+        EventKind.TOOL_CALL,
+        EventKind.RETRIEVAL,
+        EventKind.AGENT_STEP,
+    ]
+    assert evs[1].outcome.status == OutcomeStatus.ERROR and "pi" in evs[1].outcome.error.message
+    assert {e.metadata.tenant_id for e in evs} == {"acme"} and len({e.trajectory_id for e in evs}) == 1
+
+
+@pytest.mark.slow
+def test_proxy_command_spools_for_later_delivery(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "MOLT_HOME": str(home)}
+    cmd = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "molt_mcp.proxy", "--tenant", "acme", "--", sys.executable, str(SCRIPTED)],
+        env=env,
+    )
+    assert asyncio.run(run_agent(cmd, Script(marker="rho"))) == "done: rho"
+    sink = MemorySink()  # a later process with a sink delivers what the proxy spooled
+    with Recorder(sink, spool_dir=home / "spool") as r:
+        assert r.flush(10, deliver=True)
+    rows = list(sink.events.values())
+    assert len(rows) == 4
+    tid = (rows[0].x if hasattr(rows[0], "x") else rows[0]["x"])["trajectory_id"]
+    assert {e.metadata.tenant_id for e in sink.trajectory_events(tid)} == {"acme"}
+
+
+def test_framework_version_is_checked_at_import() -> None:
+    code = (
+        "import importlib.metadata as m; v = m.version\n"
+        "m.version = lambda d: '1.9.0' if d == 'mcp' else v(d)\n"
+        "try:\n    import molt_mcp\n"
+        "except Exception as e:\n    print(type(e).__name__, e, *getattr(e, '__notes__', []), sep='|')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith("AdapterError|molt-mcp needs mcp>=2.0, but found 1.9.0.")
+
+
+@pytest.mark.slow
+def test_readme_quickstart_runs() -> None:
+    from molt.store import Store
+
+    readme = (ROOT / "adapters" / "mcp" / "README.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
+    assert len(snippet.strip().splitlines()) <= 15
+    ns: dict[str, Any] = {}
+    exec(compile(snippet, "README.md", "exec"), ns)
+
+    async def go() -> None:
+        async with Client(ns["server"]) as c:
+            for q in ("sigma", "tau"):
+                assert not (await c.call_tool("lookup", {"query": q})).is_error
+
+    asyncio.run(go())
+    ns["recorder"].close()
+    store = Store.open()
+    try:
+        assert store.count("events") == 2
+    finally:
+        store.close()
