@@ -18,7 +18,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -136,4 +135,3 @@ def serve_command(
             recorder.close(timeout=10.0)
         if st is not None:
             st.close()
-    sys.exit(0)

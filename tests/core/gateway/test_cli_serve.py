@@ -1,0 +1,73 @@
+"""``molt serve``: a real server process over the stub backend; the open-gateway warning."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from molt.gateway.cli import is_loopback
+
+from .conftest import free_port
+
+
+def test_molt_serve_stub_records_into_the_store(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "MOLT_HOME": str(tmp_path), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
+                             "--log-level", "warning"], env=env, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="stub",
+                                                               messages=[{"role": "user", "content": "via cli"}])
+        assert raw.parse().choices[0].message.content == "echo: via cli"
+        tid = raw.headers["x-molt-trajectory"]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert b"molt gateway: stub backend" in err
+    from molt.store import Store
+
+    store = Store.open(tmp_path / "store", auto_compact=False)
+    try:
+        [ev] = store.trajectory(tid).events
+        assert ev.action.text == "echo: via cli" and ev.metadata.tenant_id == "default"
+    finally:
+        store.close()
+
+
+def test_open_gateway_beyond_loopback_warns(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import uvicorn
+
+    import molt.cli
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
+    assert molt.cli.run(["serve", "--backend", "stub", "--host", "0.0.0.0", "--no-record"]) == 0
+    assert "WITHOUT API keys" in capsys.readouterr().err and calls[0]["host"] == "0.0.0.0"
+    calls.clear()
+    assert molt.cli.run(["serve", "--backend", "stub", "--no-record"]) == 0
+    assert "WITHOUT API keys" not in capsys.readouterr().err and calls[0]["host"] == "127.0.0.1"
+
+
+def test_is_loopback() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1") and is_loopback("127.5.0.1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.com")
