@@ -48,7 +48,6 @@ def create_backend(kind: str, name: str | None = None, **config: Any) -> BaseBac
 
 __all__ = [
     "BACKENDS",
-    "POLICY_MODEL_NAME",
     "Backend",
     "BaseBackend",
     "Capabilities",
@@ -58,6 +57,7 @@ __all__ = [
     "Delta",
     "LocalBackend",
     "OpenAIBackend",
+    "POLICY_MODEL_NAME",
     "Result",
     "StreamEnd",
     "StreamItem",
