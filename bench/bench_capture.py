@@ -104,11 +104,12 @@ def caller_cost(n: int, tmp: Path) -> Table:
         logger.addHandler(logging.handlers.QueueHandler(q))
         listener = logging.handlers.QueueListener(q, logging.FileHandler(tmp / f"log-{paced}.jsonl"))
         listener.start()
-        measure("stdlib logging.QueueHandler", lambda ev: logger.info("%s", ev), paced)
+        measure("stdlib logging.QueueHandler", lambda ev, lg=logger: lg.info("%s", ev), paced)
         listener.stop()
 
         fh = open(tmp / f"sync-{paced}.jsonl", "w")  # noqa: SIM115
-        measure("sync JSON line write+flush", lambda ev: (fh.write(ev.model_dump_json() + "\n"), fh.flush()), paced)
+        measure("sync JSON line write+flush",
+                lambda ev, f=fh: (f.write(ev.model_dump_json() + "\n"), f.flush()), paced)
         fh.close()
 
     t = Table("caller-side cost per event", "mode", "p50 µs", "p99 µs",
@@ -251,7 +252,7 @@ def main() -> None:
         for t in tables:
             console.print(t)
     if args.json:
-        args.json.write_text(json.dumps([{"title": str(t.title), "rows": [[c._cells[i] for c in t.columns]  # noqa: SLF001
+        args.json.write_text(json.dumps([{"title": str(t.title), "rows": [[c._cells[i] for c in t.columns]
                                                                          for i in range(t.row_count)]}
                                          for t in tables], indent=2))
 

@@ -60,7 +60,7 @@ def test_core_never_imports_adapters_or_trainer() -> None:
 def test_adapters_import_only_core_and_their_framework() -> None:
     adapters = {p.name: next((p / "src").iterdir()).name for p in (ROOT / "adapters").iterdir() if p.is_dir()}
     bad = []
-    for name, module in adapters.items():
+    for name, _module in adapters.items():
         others = {m for n, m in adapters.items() if n != name} | {"molt_trainer"}
         for f in (ROOT / "adapters" / name / "src").rglob("*.py"):
             for mod in _imports(f):

@@ -8,8 +8,8 @@ import pytest
 
 PINNED = {
     "molt": ["MoltError", "__version__"],
-    "molt.capture": ["MemorySink", "Recorder", "RecorderStats", "Sink", "SinkBatch", "Spool",
-                     "SpoolPosition", "index_fields"],
+    "molt.capture": ["CaptureHook", "HookResult", "MemorySink", "Recorder", "RecorderStats", "Sink",
+                     "SinkBatch", "Spool", "SpoolPosition", "index_fields"],
     "molt.store": ["Store", "Trajectory", "TrajectorySummary", "sql_str"],
     "molt.atdp": sorted([
         "ATDP_VERSION", "AgentStep", "ApprovalRequest", "BrowserAction", "ChainReport", "Classification",
@@ -18,7 +18,7 @@ PINNED = {
         "Message", "Metadata", "Observation", "OtelSpan", "Outcome", "OutcomeStatus",
         "Passage", "Provenance", "RetrievalQuery", "RewardAnnotation", "RewardSource", "SealedEvent",
         "TokenTrace", "ToolCall", "ToolCallRequest", "Usage", "UserMessage", "event_to_span",
-        "json_schema", "new_id", "parse_event", "parse_reward", "seal", "unseal",
+        "json_schema", "new_id", "parse_event", "parse_reward", "seal", "span_to_event", "unseal",
         "verify_chain",
     ]),
 }

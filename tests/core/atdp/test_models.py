@@ -55,7 +55,7 @@ def test_empty_ids_are_rejected() -> None:
 
 
 def test_wrong_schema_version_is_its_own_error() -> None:
-    with pytest.raises(SchemaVersionError, match="2.0"):
+    with pytest.raises(SchemaVersionError, match=r"2\.0"):
         parse_event({"schema_version": "2.0", "trajectory_id": "t", "kind": "tool_call"})
     # a newer minor version of the same major is readable
     assert parse_event({"schema_version": "1.7", "trajectory_id": "t", "kind": "tool_call"}).kind == "tool_call"
@@ -105,7 +105,7 @@ def test_rewards_must_be_finite() -> None:
 
 
 def test_token_trace_needs_one_logprob_per_token() -> None:
-    with pytest.raises(ValueError, match="one log-probability per completion token"):
+    with pytest.raises(ValueError, match=r"one log-probability per completion token"):
         TokenTrace(prompt_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-0.1])
     g = Generation(tokens=TokenTrace(prompt_ids=[1], completion_ids=[2, 3], completion_logprobs=[-0.5, -0.1],
                                      policy_version="v3"))

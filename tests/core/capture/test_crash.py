@@ -56,7 +56,7 @@ def test_sigkill_mid_ingest_loses_nothing_and_duplicates_nothing(tmp_path: Path,
     store = Store.open(home / "store", auto_compact=False)
     rec = Recorder(store, spool_dir=home / "spool")
     assert rec.flush(timeout=60, deliver=True)
-    ids = store._where("events", None, ["event_id", "trajectory_id"])  # noqa: SLF001
+    ids = store._where("events", None, ["event_id", "trajectory_id"])
     stored = ids.column("event_id").to_pylist()
     assert len(stored) == len(set(stored)), "an event is in the store twice"
     missing = set(acked) - set(stored)

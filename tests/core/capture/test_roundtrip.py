@@ -18,7 +18,7 @@ def test_ten_thousand_events_round_trip_byte_identical(store, molt_home, event_f
     tids = [rec.new_trajectory() for _ in range(100)]
     sent: dict[str, list] = {t: [] for t in tids}
     last: dict[str, str | None] = dict.fromkeys(tids)
-    for i in range(10_000):
+    for _i in range(10_000):
         tid = rng.choice(tids)  # interleaved, as concurrent agents would produce them
         ev = event_factory(tid, len(sent[tid]), parent=last[tid])
         sent[tid].append(ev)

@@ -54,7 +54,7 @@ def test_query_by_tenant_agent_time_and_outcome(store, molt_home, event_factory)
 
 
 def test_export_to_parquet(store, molt_home, event_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    rec, tids = _fill(store, molt_home, event_factory)
+    rec, _tids = _fill(store, molt_home, event_factory)
     n = store.export_parquet(tmp_path / "all.parquet")
     assert n == 60 and pq.read_table(tmp_path / "all.parquet").num_rows == 60
     n = store.export_parquet(tmp_path / "acme.parquet", where=f"tenant_id = {sql_str('acme')}")
@@ -72,7 +72,7 @@ def test_compaction_keeps_fragments_bounded_under_continuous_ingest(store, molt_
     for i in range(60):  # 60 separate appends
         rec.record(event_factory(tid, i))
         assert rec.flush(deliver=True)
-        if store._appends_since_compact >= store.compact_every:  # noqa: SLF001 - what the scheduler does
+        if store._appends_since_compact >= store.compact_every:
             store.compact(keep_versions_s=0)
         peak = max(peak, store.fragment_count())
     assert peak <= 11
@@ -88,7 +88,7 @@ def test_scheduled_compaction_runs_in_the_background(molt_home, event_factory) -
     for i in range(20):
         rec.record(event_factory(tid, i))
         assert rec.flush(deliver=True)
-    s._compact_wake.set()  # noqa: SLF001 - don't wait for the 5 s tick
+    s._compact_wake.set()
     for _ in range(100):
         if s.fragment_count() <= 5:
             break
@@ -101,7 +101,7 @@ def test_scheduled_compaction_runs_in_the_background(molt_home, event_factory) -
 
 
 def test_unknown_ids_and_injection_attempts(store, molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
-    rec, tids = _fill(store, molt_home, event_factory)
+    rec, _tids = _fill(store, molt_home, event_factory)
     with pytest.raises(NotFound, match="No trajectory"):
         store.trajectory("does-not-exist")
     # an id crafted to widen the filter matches nothing

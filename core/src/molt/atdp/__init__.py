@@ -41,6 +41,8 @@ from molt.atdp.validate import MAX_RECORD_BYTES, parse_event, parse_reward
 
 __all__ = [
     "ATDP_VERSION",
+    "GENESIS",
+    "MAX_RECORD_BYTES",
     "AgentStep",
     "ApprovalRequest",
     "BrowserAction",
@@ -52,10 +54,8 @@ __all__ = [
     "EventKind",
     "FeedbackAction",
     "FileAction",
-    "GENESIS",
     "Generation",
     "HiddenState",
-    "MAX_RECORD_BYTES",
     "MemoryRead",
     "MemoryWrite",
     "Message",
@@ -81,6 +81,7 @@ __all__ = [
     "parse_event",
     "parse_reward",
     "seal",
+    "span_to_event",
     "unseal",
     "verify_chain",
 ]

@@ -23,12 +23,12 @@ import orjson
 from molt.atdp.ids import new_id
 from molt.atdp.models import (
     AgentStep,
+    ErrorInfo,
     Event,
     EventKind,
     Generation,
     Outcome,
     OutcomeStatus,
-    ErrorInfo,
     RetrievalQuery,
     ToolCall,
     Usage,
