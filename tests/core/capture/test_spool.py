@@ -66,7 +66,7 @@ def test_corrupt_frame_stops_reading_at_the_corruption(tmp_path: Path) -> None:
 def test_cursor_survives_reopen(tmp_path: Path) -> None:
     sp = Spool(tmp_path)
     sp.append(_frames(10))
-    _frames, pos = sp.read(sp.cursor, sp.end(), max_frames=4)
+    _got, pos = sp.read(sp.cursor, sp.end(), max_frames=4)
     sp.commit(pos)
     sp.close()
     sp = Spool(tmp_path)

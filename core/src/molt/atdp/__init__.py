@@ -41,8 +41,6 @@ from molt.atdp.validate import MAX_RECORD_BYTES, parse_event, parse_reward
 
 __all__ = [
     "ATDP_VERSION",
-    "GENESIS",
-    "MAX_RECORD_BYTES",
     "AgentStep",
     "ApprovalRequest",
     "BrowserAction",
@@ -54,8 +52,10 @@ __all__ = [
     "EventKind",
     "FeedbackAction",
     "FileAction",
+    "GENESIS",
     "Generation",
     "HiddenState",
+    "MAX_RECORD_BYTES",
     "MemoryRead",
     "MemoryWrite",
     "Message",

@@ -3,4 +3,9 @@
 from molt.store.lance import Store
 from molt.store.query import Trajectory, TrajectorySummary, sql_str
 
-__all__ = ["Store", "Trajectory", "TrajectorySummary", "sql_str"]
+__all__ = [
+    "Store",
+    "Trajectory",
+    "TrajectorySummary",
+    "sql_str",
+]
