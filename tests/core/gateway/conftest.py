@@ -117,3 +117,6 @@ def served(serve: Callable[..., Served]) -> Served:
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+from ..backends.conftest import policy_model_dir  # noqa: E402,F401  (a fixture, shared with backend tests)
