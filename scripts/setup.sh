@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Set Molt up on a fresh machine and run the main job, in one command:
+#
+#   bash scripts/setup.sh            # create/update .venv, .venv-crewai, .venv-vllm, then run the demo
+#
+# Options:
+#   --no-vllm   skip the vLLM server environment (.venv-vllm, ~3.5 GB, ~2-3 min on a fresh machine);
+#               also MOLT_NO_VLLM=1. Nothing else needs it unless you serve through vLLM.
+#   --no-run    only create/update the environments; do not run the main job (scripts/test.sh uses this)
+#   --fresh     delete the environments and build them again from nothing
+#   -h, --help  show this text
+#
+# The environments (see scripts/_envs.sh and shared/DESIGN.md, "Dependency environments") come from
+# the package registry through venv + pip only. Each is rebuilt only when what shaped it changed
+# (requirement files, pyproject.toml files, the helper scripts, the interpreter), so a re-run is fast.
+# The main job: `molt demo --quick` once `molt demo` exists; until then `python -m molt.smoke`
+# (capture -> store -> read-back through the Recorder, under a temporary MOLT_HOME).
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+with_vllm=1
+run_main=1
+fresh=0
+if [[ "${MOLT_NO_VLLM:-0}" == 1 ]]; then with_vllm=0; fi
+while (($#)); do
+  case "$1" in
+    --no-vllm) with_vllm=0 ;;
+    --no-run) run_main=0 ;;
+    --fresh) fresh=1 ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    *)
+      usage >&2
+      printf '\nsetup.sh: unknown option %q\n' "$1" >&2
+      exit 2
+      ;;
+  esac
+  shift
+done
+
+# shellcheck source=scripts/_envs.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/_envs.sh"
+MOLT_LOG_TAG=setup
+cd -- "$MOLT_ROOT"
+
+t_start="$(_now_ds)"
+check_python
+say "python: $("$MOLT_PYTHON" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
+
+ensure_env main "$MOLT_VENV" "$(env_manifest main "${MAIN_INPUTS[@]}")" "$fresh" build_main
+ensure_env crewai "$MOLT_VENV_CREWAI" "$(env_manifest crewai "${CREWAI_INPUTS[@]}")" "$fresh" build_crewai
+if ((with_vllm)); then
+  ensure_env vllm "$MOLT_VENV_VLLM" "$(env_manifest vllm "${VLLM_INPUTS[@]}")" "$fresh" build_vllm
+else
+  say "vllm    skipped (--no-vllm)"
+fi
+say "environments ready in $(_fmt_ds $(($(_now_ds) - t_start)))"
+
+((run_main)) || exit 0
+
+# The main job. Nothing here may reach a model hub: everything it needs was installed above.
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
+if "$MOLT_VENV/bin/molt" demo --help >/dev/null 2>&1; then
+  say "running: molt demo --quick"
+  exec "$MOLT_VENV/bin/molt" demo --quick
+else
+  say "running: python -m molt.smoke ('molt demo' does not exist yet)"
+  exec "$MOLT_VENV/bin/python" -m molt.smoke
+fi
