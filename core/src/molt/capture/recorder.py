@@ -50,6 +50,7 @@ from molt.atdp.chain import GENESIS, seal
 from molt.atdp.ids import new_id
 from molt.atdp.models import Event, RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
+from molt.capture.hooks import CaptureHook
 from molt.capture.sinks import SealedRow, Sink, SinkBatch
 from molt.capture.spool import (
     FRAME_EVENT,
@@ -131,6 +132,9 @@ class Recorder:
         max_record_bytes: the size cap of one serialized event (default 1 MiB); larger ones are
             quarantined with the reason, not delivered to the store.
         strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
+        pipeline: a :class:`~molt.capture.CaptureHook` run on the writer thread before sealing (the
+            governance pipeline); ``None`` (default) seals events as recorded. A hook that raises or
+            rejects an event quarantines it; the caller never sees either.
     """
 
     def __init__(
@@ -147,6 +151,7 @@ class Recorder:
         retry_max_s: float = 5.0,
         strict: bool = False,
         name: str = "molt",
+        pipeline: CaptureHook | None = None,
     ):
         if not 1 <= max_queue <= 10_000_000:
             raise ValueError(f"max_queue must be between 1 and 10,000,000, got {max_queue}.")
@@ -155,6 +160,7 @@ class Recorder:
         if spool_dir is None:
             spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
         self.sink = sink
+        self.pipeline = pipeline
         self.strict = strict
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -347,11 +353,20 @@ class Recorder:
 
     def _seal_frame(self, event: Event, staged: dict[str, tuple[int, str]]) -> tuple[bytes, tuple[int, str] | None]:
         tid = event.trajectory_id
+        annotations = None
+        if self.pipeline is not None:
+            verdict = self._run_pipeline(event)
+            if isinstance(verdict, bytes):
+                return verdict, None
+            event, annotations = verdict
         try:
             head = staged.get(tid) or self._head(tid)
             seq = head[0] + 1
             sealed = seal(event, seq, head[1])
-            body = SealedRow(x=index_fields(event, seq), envelope=sealed.envelope, payload=sealed.payload,
+            x = index_fields(event, seq)
+            if annotations is not None:
+                x["annotations"] = annotations
+            body = SealedRow(x=x, envelope=sealed.envelope, payload=sealed.payload,
                              salt=sealed.salt, digest=sealed.digest, prev_hash=sealed.prev_hash,
                              hash=sealed.hash).encode()
             check_size(body, limit=self.max_record_bytes + 4096, what="event",
@@ -362,13 +377,35 @@ class Recorder:
             return self._quarantine_frame(event, "capture", f"sealing failed: {exc!r}"), None
         return encode_frame(FRAME_EVENT, body), (seq, sealed.hash)
 
-    def _quarantine_frame(self, event: Event | None, stage: str, reason: str) -> bytes:
+    def _run_pipeline(self, event: Event) -> bytes | tuple[Event, dict[str, Any] | None]:
+        """The hook's verdict: ``(event to seal, annotations)``, or a quarantine frame. Fails closed."""
+        assert self.pipeline is not None
+        try:
+            res = self.pipeline.process(event)
+            if res.event is None:
+                return self._quarantine_frame(event, res.stage or "pipeline",
+                                              res.reason or "rejected by the pipeline", record=res.record)
+            if (res.event.event_id, res.event.trajectory_id) != (event.event_id, event.trajectory_id):
+                raise CaptureError("the capture hook changed the event's event_id or trajectory_id")
+            return res.event, res.annotations
+        except Exception as exc:  # never reaches the agent; never reaches training either
+            self._last_error = f"capture pipeline failed: {exc!r}"
+            return self._quarantine_frame(event, "pipeline", f"the capture pipeline failed: {exc!r}",
+                                          record=_raw_record(event))
+
+    def _quarantine_frame(self, event: Event | None, stage: str, reason: str,
+                          record: bytes | None = None) -> bytes:
         self._quarantined += 1
         rec: dict[str, Any] = {"stage": stage, "reason": reason[:2000],
                                "ts_us": int(time.time() * 1_000_000)}
         if event is not None:
             rec.update(event_id=event.event_id, trajectory_id=event.trajectory_id,
                        tenant_id=event.metadata.tenant_id, kind=event.kind.value)
+        if record is not None:
+            if len(record) > _MAX_QUARANTINE_RECORD:  # a spool frame must stay readable in one chunk
+                rec["reason"] = f"{rec['reason']} (record of {len(record):,} bytes not kept: over the cap)"
+            else:
+                rec["record"] = record.decode("utf-8", "replace")
         return encode_frame(FRAME_QUARANTINE, orjson.dumps(rec))
 
     def _head(self, tid: str) -> tuple[int, str]:
@@ -501,6 +538,17 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Largest record a quarantine frame keeps (the spool reads frames in 16 MiB chunks).
+_MAX_QUARANTINE_RECORD = 8 << 20
+
+
+def _raw_record(event: Event) -> bytes | None:
+    try:
+        return event.model_dump_json().encode()
+    except Exception:  # an unserializable value: the reason still says what happened
+        return None
 
 
 def _count_value(counter: itertools.count[int]) -> int:
