@@ -8,8 +8,8 @@ import pytest
 
 PINNED = {
     "molt": ["MoltError", "__version__"],
-    "molt.capture": ["CaptureHook", "HookResult", "MemorySink", "Recorder", "RecorderStats", "Sink",
-                     "SinkBatch", "Spool", "SpoolPosition", "index_fields"],
+    "molt.capture": ["CaptureHook", "HookResult", "MemorySink", "Recorder", "RecorderStats", "SealedRow",
+                     "Sink", "SinkBatch", "Spool", "SpoolPosition", "index_fields"],
     "molt.store": ["Store", "Trajectory", "TrajectorySummary", "sql_str"],
     "molt.atdp": sorted([
         "ATDP_VERSION", "AgentStep", "ApprovalRequest", "BrowserAction", "ChainReport", "Classification",
