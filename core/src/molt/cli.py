@@ -264,6 +264,10 @@ def doctor(store: StoreOpt = None) -> None:
 _MOUNTS: list[tuple[str, str]] = [
     ("smoke", "molt.smoke:smoke_command"),
     ("redact", "molt.governance.redact_cli:redact_command"),
+    ("erase", "molt.governance.cli:erase_command"),
+    ("audit", "molt.governance.cli:audit_command"),
+    ("retention", "molt.governance.cli:retention_app"),
+    ("policy", "molt.governance.cli:policy_app"),
     ("serve", "molt.gateway.cli:serve_command"),
 ]
 

@@ -1,0 +1,178 @@
+"""The governance pipeline: the hook the Recorder runs on its writer thread, before sealing.
+
+::
+
+    agent ── record(ev) ──▶ Recorder queue ──▶ writer thread:
+                              GovernancePipeline.process(ev)
+                                validate → authenticate → redact → classify → eligibility → retention
+                              ├─ accepted: seal the (redacted) event + its Decision ──▶ spool ──▶ store
+                              └─ rejected or a stage raised: quarantine with stage, reason and record
+
+The agent's ``record()`` costs the same with or without governance (a deque append): every stage
+runs on the writer thread. Nothing a stage does reaches the agent (fail open), and a record that
+fails any stage is quarantined, never stored as an event nor trained on (fail closed). Quarantined
+records keep the (redacted if possible) record, so nothing is lost.
+
+Example::
+
+    from molt.capture import Recorder
+    from molt.governance import GovernancePipeline, GovernedSink
+    from molt.store import Store
+
+    store = Store.open("~/.molt/store")
+    pipeline = GovernancePipeline.from_file("governance.yaml")
+    with Recorder(GovernedSink(store), pipeline=pipeline) as rec:
+        rec.record(event)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from molt.atdp.models import Event
+from molt.capture.hooks import HookResult
+from molt.errors import GovernanceError, MoltError
+from molt.governance.access import Action, KeyRing, Principal
+from molt.governance.decision import Decision
+from molt.governance.policy import GovernancePolicy, LimitSettings, load_policy_file
+from molt.governance.stages import Context, Reject, Stage, stages
+
+__all__ = ["GovernancePipeline", "PipelineStats"]
+
+log = logging.getLogger("molt.governance")
+
+
+@dataclass
+class PipelineStats:
+    """Counters since the pipeline was built; ``busy_s`` is the time spent in :meth:`process`."""
+
+    processed: int = 0
+    accepted: int = 0
+    eligible: int = 0
+    redacted: int = 0
+    quarantined: Counter[str] = field(default_factory=Counter)
+    busy_s: float = 0.0
+
+    @property
+    def events_per_s(self) -> float:
+        """Throughput of the pipeline on its own thread."""
+        return self.processed / self.busy_s if self.busy_s else 0.0
+
+
+class GovernancePipeline:
+    """Runs the policy's stages on each event (a :class:`~molt.capture.CaptureHook`).
+
+    Args:
+        policy: the :class:`GovernancePolicy` (``None``: built-in defaults).
+        keyring, api_key: authenticate the writer: its events are bound to the key's tenant. An
+            unknown key does not raise here; every event is quarantined with the reason instead, so
+            the agent keeps running and nothing is lost.
+        principal: an already authenticated writer (instead of ``keyring`` + ``api_key``).
+        error: a configuration error to report for every event (see :meth:`from_file`).
+    """
+
+    def __init__(self, policy: GovernancePolicy | None = None, *, keyring: KeyRing | None = None,
+                 api_key: str | None = None, principal: Principal | None = None, error: str | None = None):
+        self.policy = policy or GovernancePolicy()
+        self.principal = principal
+        self.auth_error: str | None = error
+        if api_key is not None:
+            if keyring is None:
+                raise GovernanceError("An api_key needs a keyring to check it against; pass keyring=KeyRing…")
+            try:
+                self.principal = keyring.authenticate(api_key)
+            except MoltError as exc:
+                self.auth_error = f"the capture API key was rejected: {exc.message}"
+                log.error("Molt governance: %s; every event will be quarantined.", self.auth_error)
+        if self.principal is not None and not self.principal.can(Action.WRITE):
+            self.auth_error = (f"the capture API key has role {self.principal.role.value!r}, which may not write "
+                               f"events; use an agent_writer or admin key")
+        self.stages: list[Stage] = [stages.get(name)(self) for name in self.policy.pipeline]
+        self.label = self.policy.label
+        self.stats = PipelineStats()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str] | None, *, strict: bool = True, **kwargs: Any
+                  ) -> GovernancePipeline:
+        """A pipeline from a policy file. With ``strict=False`` a malformed file does not raise: the
+        error is logged and every event is quarantined with it (fail open for the agent, closed for
+        training) until the file is fixed."""
+        try:
+            policy = load_policy_file(path)
+        except GovernanceError as exc:
+            if strict:
+                raise
+            log.error("Molt governance: %s Every event will be quarantined until it is fixed.", exc)
+            return cls(GovernancePolicy(), error=f"the governance policy could not be loaded: {exc}", **kwargs)
+        return cls(policy, **kwargs)
+
+    def limits_for(self, tenant_id: str | None) -> LimitSettings:
+        """The size limits of ``tenant_id`` (the defaults when the tenant is unknown)."""
+        return self.policy.for_tenant(tenant_id if self.policy.knows(tenant_id) else None).limits
+
+    # ------------------------------------------------------------------ the hook
+
+    def process(self, event: Event) -> HookResult:
+        """Run every stage on ``event``; never raises."""
+        t0 = time.perf_counter()
+        ctx = Context(event=event, original=event, principal=self.principal, auth_error=self.auth_error,
+                      classification_in=event.metadata.classification)
+        stage_name = "pipeline"
+        try:
+            for stage in self.stages:
+                stage_name = stage.name
+                stage.run(ctx)
+                ctx.ran.append(stage.name)
+            decision = self._decision(ctx)
+            result = HookResult.accept(ctx.event, decision.annotations())
+        except Reject as r:
+            result = self._quarantine(ctx, r.stage, r.reason)
+        except Exception as exc:  # a stage bug: fail closed, keep the record
+            log.warning("Molt governance stage %r failed: %r", stage_name, exc)
+            result = self._quarantine(ctx, stage_name, f"the {stage_name} stage failed: {type(exc).__name__}: {exc}")
+        with self._lock:
+            s = self.stats
+            s.processed += 1
+            s.busy_s += time.perf_counter() - t0
+            if result.event is not None:
+                s.accepted += 1
+                s.eligible += ctx.eligible is True
+                s.redacted += bool(ctx.redaction and ctx.redaction.counts)
+            else:
+                s.quarantined[result.stage or "pipeline"] += 1
+        return result
+
+    __call__ = process
+
+    def _decision(self, ctx: Context) -> Decision:
+        return Decision(
+            policy=self.label, stages=ctx.ran, tenant_id=ctx.event.metadata.tenant_id, redaction=ctx.redaction,
+            classification=ctx.event.metadata.classification, classification_in=ctx.classification_in,
+            escalated_by=ctx.escalated_by, eligible=ctx.eligible, reasons=ctx.reasons,
+            excluded_fields=ctx.excluded_fields, retention_class=ctx.retention_class,
+            retention_days=ctx.retention_days, expires_at=ctx.expires_at, decided_at=datetime.now(UTC))
+
+    def _quarantine(self, ctx: Context, stage: str, reason: str) -> HookResult:
+        """Quarantine with the most redacted form of the record that exists (nothing is lost)."""
+        note = ""
+        try:
+            if ctx.redaction is not None:  # redaction ran (or is off for this tenant): keep its output
+                record = ctx.event.model_dump_json().encode()
+            else:
+                record = ctx.raw or ctx.original.model_dump_json().encode()
+                note = " [record kept unredacted]"
+        except Exception:  # an unserializable value: the reason says what happened
+            record, note = None, " [record could not be serialized]"
+        cap = self.limits_for(ctx.original.metadata.tenant_id).quarantine_record_bytes
+        if record is not None and len(record) > cap:
+            note = f" [record of {len(record):,} bytes not kept: over quarantine_record_bytes={cap:,}]"
+            record = None
+        return HookResult.quarantine(stage, reason + note, record)

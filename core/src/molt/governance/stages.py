@@ -1,0 +1,255 @@
+"""The pipeline's stages: validate → authenticate → redact → classify → eligibility → retention.
+
+Each stage is a small object with a ``name`` and ``run(ctx)``; it reads and updates the
+:class:`Context` (the event, possibly replaced by a redacted copy, and the decision being built) or
+raises :class:`Reject` to quarantine the record. Stages are registered by name in :data:`stages`, so
+a policy file lists the ones it runs and a replay can rebuild exactly what ran::
+
+    @stages.register("no_weekend_data")
+    class NoWeekend:
+        name = "no_weekend_data"
+        def __init__(self, pipeline): ...
+        def run(self, ctx): ...
+
+Any other exception a stage raises also quarantines the record (fail closed), with the stage named.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from molt.atdp.models import Classification, Event
+from molt.errors import GovernanceError
+from molt.governance.decision import RedactionSummary
+from molt.governance.eligibility import event_reasons
+from molt.governance.policy import TenantPolicy, UnknownTenants, classification_rank
+from molt.registry import Registry
+
+if TYPE_CHECKING:
+    from molt.governance.access import Principal
+    from molt.governance.pipeline import GovernancePipeline
+
+__all__ = ["Context", "Reject", "Stage", "stages"]
+
+log = logging.getLogger("molt.governance")
+
+
+class Reject(Exception):
+    """Raised by a stage: quarantine the record at ``stage`` with ``reason``."""
+
+    def __init__(self, stage: str, reason: str):
+        super().__init__(f"{stage}: {reason}")
+        self.stage = stage
+        self.reason = reason
+
+
+@dataclass
+class Context:
+    """One event on its way through the pipeline, and the decision being built for it."""
+
+    event: Event
+    original: Event
+    principal: Principal | None = None
+    auth_error: str | None = None
+    tenant: TenantPolicy | None = None
+    raw: bytes | None = None
+    redacted_raw: bytes | None = None
+    redaction: RedactionSummary | None = None
+    classification_in: Classification = Classification.INTERNAL
+    escalated_by: list[str] = field(default_factory=list)
+    eligible: bool | None = None
+    reasons: list[str] = field(default_factory=list)
+    excluded_fields: list[str] = field(default_factory=list)
+    retention_class: str | None = None
+    retention_days: int | None = None
+    expires_at: datetime | None = None
+    ran: list[str] = field(default_factory=list)
+
+
+class Stage(Protocol):
+    """A pipeline stage (see the module docstring)."""
+
+    name: str
+
+    def run(self, ctx: Context) -> None:
+        """Update ``ctx`` or raise :class:`Reject`."""
+        ...
+
+
+#: Stage factories by name; a factory takes the :class:`GovernancePipeline` it belongs to.
+stages: Registry[Callable[[GovernancePipeline], Stage]] = Registry("governance stage")
+
+
+@stages.register("validate")
+class Validate:
+    """Re-validate the event (adapters may build events without validation) and enforce the size cap."""
+
+    name = "validate"
+
+    def __init__(self, pipeline: GovernancePipeline):
+        self.pipeline = pipeline
+
+    def run(self, ctx: Context) -> None:
+        raw = ctx.event.model_dump_json().encode()
+        ctx.raw = raw
+        limits = self.pipeline.limits_for(ctx.event.metadata.tenant_id)
+        if len(raw) > limits.max_event_bytes:
+            raise Reject(self.name, f"the event is {len(raw):,} bytes, over max_event_bytes="
+                                    f"{limits.max_event_bytes:,}; it was kept here, not stored or trained on")
+        try:
+            Event.model_validate_json(raw)
+        except ValueError as exc:
+            raise Reject(self.name, f"the event does not validate: {exc}") from None
+
+
+@stages.register("authenticate")
+class Authenticate:
+    """Bind the event to a tenant: the pipeline's API key, or a tenant the policy accepts."""
+
+    name = "authenticate"
+
+    def __init__(self, pipeline: GovernancePipeline):
+        self.pipeline = pipeline
+
+    def run(self, ctx: Context) -> None:
+        if ctx.auth_error is not None:
+            raise Reject(self.name, ctx.auth_error)
+        tenant = ctx.event.metadata.tenant_id
+        if ctx.principal is not None:
+            own = ctx.principal.tenant_id
+            if tenant is None:  # stamp the key's tenant on events that name none
+                md = ctx.event.metadata.model_copy(update={"tenant_id": own})
+                ctx.event = ctx.event.model_copy(update={"metadata": md})
+                tenant = own
+            elif tenant != own:
+                raise Reject(self.name, f"the event names tenant {tenant!r} but the API key belongs to tenant "
+                                        f"{own!r}; a key may only write its own tenant's events")
+        if not tenant:
+            raise Reject(self.name, "the event names no tenant (metadata.tenant_id) and the pipeline has no "
+                                    "API key to take one from")
+        policy = self.pipeline.policy
+        if not policy.knows(tenant) and policy.unknown_tenants == UnknownTenants.QUARANTINE:
+            raise Reject(self.name, f"tenant {tenant!r} has no section in the governance policy and "
+                                    f"unknown_tenants is 'quarantine'; add the tenant to the policy file")
+        ctx.tenant = policy.for_tenant(tenant)
+
+
+def _tenant(ctx: Context, pipeline: GovernancePipeline) -> TenantPolicy:
+    if ctx.tenant is None:  # a pipeline without the authenticate stage
+        ctx.tenant = pipeline.policy.for_tenant(ctx.event.metadata.tenant_id)
+    return ctx.tenant
+
+
+@stages.register("redact")
+class Redact:
+    """Replace PII and secrets in every text-bearing payload field (``molt.governance.redaction``)."""
+
+    name = "redact"
+
+    def __init__(self, pipeline: GovernancePipeline):
+        self.pipeline = pipeline
+        self._redactors: dict[int, Any] = {}
+
+    def redactor(self, tenant: TenantPolicy) -> Any:
+        """The tenant's redactor, built once."""
+        key = id(tenant)
+        r = self._redactors.get(key)
+        if r is None:
+            from molt.governance.redaction import redactors
+
+            r = redactors.get(tenant.redaction.redactor)(tenant.redaction_policy)
+            self._redactors[key] = r
+        return r
+
+    def run(self, ctx: Context) -> None:
+        from molt.governance.redaction import redact_event
+
+        tenant = _tenant(ctx, self.pipeline)
+        if not tenant.redaction.enabled:
+            ctx.redaction = RedactionSummary(enabled=False)
+            return
+        try:
+            redactor = self.redactor(tenant)
+            event, report = redact_event(ctx.event, redactor=redactor)
+        except GovernanceError as exc:
+            raise Reject(self.name, f"redaction failed, so the record cannot be stored: {exc.message}") from None
+        except Exception as exc:
+            raise Reject(self.name, f"redaction failed, so the record cannot be stored: "
+                                    f"{type(exc).__name__}: {exc}") from None
+        ctx.event = event
+        ctx.redaction = RedactionSummary(
+            policy=report.policy, fingerprint=report.policy_fingerprint, counts=dict(report.counts),
+            fields=sorted({s.field for s in report.spans}), token_trace_dropped=report.token_trace_dropped)
+
+
+@stages.register("classify")
+class Classify:
+    """Raise the event's classification to the tenant's floor and to what redaction found."""
+
+    name = "classify"
+
+    def __init__(self, pipeline: GovernancePipeline):
+        self.pipeline = pipeline
+
+    def run(self, ctx: Context) -> None:
+        settings = _tenant(ctx, self.pipeline).classification
+        current = ctx.event.metadata.classification
+        level = max(classification_rank(current), classification_rank(settings.floor))
+        if classification_rank(settings.floor) > classification_rank(current):
+            ctx.escalated_by.append(f"floor:{settings.floor.value}")
+        for etype in sorted(ctx.redaction.counts if ctx.redaction else {}):
+            target = settings.escalate.get(etype)
+            if target is not None and classification_rank(target) > classification_rank(current):
+                ctx.escalated_by.append(etype)
+                level = max(level, classification_rank(target))
+        new = _LEVELS[level]
+        if new != current:
+            md = ctx.event.metadata.model_copy(update={"classification": new})
+            ctx.event = ctx.event.model_copy(update={"metadata": md})
+
+
+_LEVELS = [Classification.PUBLIC, Classification.INTERNAL, Classification.CONFIDENTIAL, Classification.RESTRICTED]
+
+
+@stages.register("eligibility")
+class Eligibility:
+    """Decide whether the event may be trained on, with the reasons; note the fields to strip."""
+
+    name = "eligibility"
+
+    def __init__(self, pipeline: GovernancePipeline):
+        self.pipeline = pipeline
+
+    def run(self, ctx: Context) -> None:
+        training = _tenant(ctx, self.pipeline).training
+        types = ctx.redaction.counts if ctx.redaction else {}
+        ctx.reasons = event_reasons(ctx.event, training, redacted_types=types)
+        ctx.eligible = not ctx.reasons
+        ctx.excluded_fields = list(training.exclude_fields)
+
+
+@stages.register("retention")
+class Retention:
+    """Tag the event with its retention class, window and expiry."""
+
+    name = "retention"
+
+    def __init__(self, pipeline: GovernancePipeline):
+        self.pipeline = pipeline
+
+    def run(self, ctx: Context) -> None:
+        settings = _tenant(ctx, self.pipeline).retention
+        cls = ctx.event.metadata.classification
+        days = settings.days[cls]
+        label = cls.value
+        consent = ctx.event.metadata.consent
+        if settings.honor_consent_days and consent is not None and consent.retention_days is not None \
+                and consent.retention_days < days:
+            days, label = consent.retention_days, f"{cls.value}+consent"
+        ctx.retention_class = label
+        ctx.retention_days = days
+        ctx.expires_at = ctx.event.timestamp + timedelta(days=days)

@@ -1,0 +1,182 @@
+"""The training queue: the only read path a trainer uses, returning eligible, redacted trajectories.
+
+A trajectory is handed to a trainer only when, under the policy *now* and as recorded at capture:
+
+- its tenant opted in, and the trainer's tenant is that tenant or one it shares with (both tenants'
+  ``training.share_with`` must name each other);
+- every event passed the governance pipeline and was judged eligible (an event with no recorded
+  decision is not: fail closed), and still is under the current rules (consent, classification,
+  kinds, tools);
+- no payload was erased, the hash chain verifies, and the minimum-quality rules hold (late rewards
+  included).
+
+Events come back as stored — redacted at capture — minus the tenant's ``exclude_fields``.
+
+Example::
+
+    from molt.governance import TrainingQueue, load_policy_file
+
+    queue = TrainingQueue(store, load_policy_file("governance.yaml"), trainer_principal)
+    for traj in queue.eligible_trajectories(limit=256):
+        ...
+    for verdict in queue.evaluate():           # every trajectory, with the reasons
+        print(verdict.trajectory_id, verdict.eligible, verdict.reasons)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from molt.atdp.chain import unseal, verify_chain
+from molt.errors import PermissionDenied
+from molt.governance.access import Action, Principal
+from molt.governance.eligibility import event_reasons, quality_reasons, strip_fields
+from molt.governance.policy import GovernancePolicy
+from molt.governance.records import audit_row, ensure_governance_tables, write_audit
+from molt.store.lance import Store
+from molt.store.query import Trajectory, sql_str
+from molt.store.scoped import TenantView
+
+__all__ = ["TrainingQueue", "TrajectoryVerdict", "eligible_trajectories"]
+
+_IN_CHUNK = 512
+_MAX_REASONS = 20
+
+
+@dataclass(frozen=True)
+class TrajectoryVerdict:
+    """Whether one trajectory may be trained on, and why not."""
+
+    trajectory_id: str
+    tenant_id: str
+    eligible: bool
+    reasons: list[str] = field(default_factory=list)
+    events: int = 0
+
+
+class TrainingQueue:
+    """Eligible trajectories for one trainer principal (role ``trainer`` or ``admin``)."""
+
+    def __init__(self, store: Store, policy: GovernancePolicy, principal: Principal):
+        principal.require(Action.TRAIN)
+        self.store = store
+        self.policy = policy
+        self.principal = principal
+        ensure_governance_tables(store)
+
+    def tenants(self, tenants: Sequence[str] | None = None) -> list[str]:
+        """The tenants this trainer may read: its own, plus those sharing with it both ways."""
+        own = self.principal.tenant_id
+        wanted = list(dict.fromkeys(tenants or [own]))
+        for t in wanted:
+            if not self.policy.shares(t, own):
+                raise PermissionDenied(
+                    f"Tenant {own!r} may not train on tenant {t!r}'s data: cross-tenant training needs "
+                    f"tenants.{t}.training.share_with to list {own!r} (with opt_in) and "
+                    f"tenants.{own}.training.share_with to list {t!r}.")
+        return wanted
+
+    def evaluate(self, *, tenants: Sequence[str] | None = None, since: datetime | None = None,
+                 until: datetime | None = None, audit: bool = False
+                 ) -> list[tuple[TrajectoryVerdict, Trajectory | None]]:
+        """A verdict for every trajectory of ``tenants`` active in ``[since, until)``, with the
+        trainable trajectory when eligible. ``audit=True`` records each verdict in the audit log."""
+        out: list[tuple[TrajectoryVerdict, Trajectory | None]] = []
+        for tenant in self.tenants(tenants):
+            out.extend(self._evaluate_tenant(tenant, since, until))
+        if audit:
+            who = self.principal.key_name or f"{self.principal.tenant_id}/{self.principal.role.value}"
+            write_audit(self.store, [audit_row(
+                tenant_id=v.tenant_id, kind="eligibility", actor=who, target=v.trajectory_id,
+                summary="eligible" if v.eligible else "ineligible: " + "; ".join(v.reasons[:3]),
+                detail={"eligible": v.eligible, "reasons": v.reasons, "events": v.events})
+                for v, _ in out])
+        return out
+
+    def eligible_trajectories(self, *, tenants: Sequence[str] | None = None, since: datetime | None = None,
+                              until: datetime | None = None, limit: int | None = None) -> list[Trajectory]:
+        """Only the eligible, redacted trajectories (oldest first), at most ``limit``."""
+        got = [t for v, t in self.evaluate(tenants=tenants, since=since, until=until) if v.eligible and t]
+        return got[:limit] if limit is not None else got
+
+    # ------------------------------------------------------------------ one tenant
+
+    def _evaluate_tenant(self, tenant: str, since: datetime | None, until: datetime | None
+                         ) -> list[tuple[TrajectoryVerdict, Trajectory | None]]:
+        view = TenantView.for_tenant(self.store, tenant)
+        tp = self.policy.for_tenant(tenant)
+        spans = view.aggregate("events", [("ts", "min"), ("ts", "max")], by=["trajectory_id"])
+        rows = sorted(spans.to_pylist(), key=lambda r: (r["ts_min"], r["trajectory_id"]))
+        if since is not None:
+            rows = [r for r in rows if r["ts_max"] >= since.astimezone(UTC)]
+        if until is not None:
+            rows = [r for r in rows if r["ts_min"] < until.astimezone(UTC)]
+        tids = [r["trajectory_id"] for r in rows]
+        if not tids:
+            return []
+        decisions = self._decisions(view, tids)
+        sealed = view.sealed_many(tids)
+        rewards = view.rewards_many(tids)
+        out = []
+        for tid in tids:
+            records = sealed.get(tid, [])
+            reasons: list[str] = []
+            events = []
+            excluded = set(tp.training.exclude_fields)
+            for r in records:
+                where = f"event seq {r.seq}"
+                if r.payload is None:
+                    reasons.append(f"{where}: erasure: the payload was erased")
+                    continue
+                ev = unseal(r.envelope, r.payload)
+                events.append(ev)
+                d = decisions.get(r.event_id)
+                if d is None:
+                    reasons.append(f"{where}: governance: no decision was recorded (not captured through "
+                                   f"the governance pipeline)")
+                    continue
+                excluded.update(d["excluded_fields"] or ())
+                if d["eligible"] is not True:
+                    reasons.extend(f"{where}: {x}" for x in (d["reasons"] or ["eligibility was not decided"]))
+                types = orjson.loads(d["redacted_types"]) if d["redacted_types"] else {}
+                reasons.extend(f"{where}: {x}" for x in event_reasons(ev, tp.training, redacted_types=types)
+                               if f"{where}: {x}" not in reasons)
+            late = rewards.get(tid, [])
+            inline = [e.reward for e in events if e.reward is not None]
+            total = sum(inline) + sum(a.value for a in late) if inline or late else None
+            chain_ok = verify_chain(tid, records).ok
+            reasons.extend(quality_reasons(events, total, tp.training.quality, chain_ok=chain_ok))
+            reasons = list(dict.fromkeys(reasons))
+            ok = not reasons
+            traj = None
+            if ok:
+                traj = Trajectory(trajectory_id=tid, events=[strip_fields(e, sorted(excluded)) for e in events],
+                                  rewards=late)
+            out.append((TrajectoryVerdict(trajectory_id=tid, tenant_id=tenant, eligible=ok,
+                                          reasons=reasons[:_MAX_REASONS], events=len(records)), traj))
+        return out
+
+    @staticmethod
+    def _decisions(view: TenantView, tids: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        cols = ["event_id", "eligible", "reasons", "excluded_fields", "redacted_types"]
+        for i in range(0, len(tids), _IN_CHUNK):
+            chunk = tids[i:i + _IN_CHUNK]
+            got = view.scan("governance", where=f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})",
+                            columns=cols)
+            for r in got.to_pylist():
+                out[r["event_id"]] = r
+        return out
+
+
+def eligible_trajectories(store: Store, policy: GovernancePolicy, principal: Principal, *,
+                          tenants: Sequence[str] | None = None, since: datetime | None = None,
+                          until: datetime | None = None, limit: int | None = None) -> list[Trajectory]:
+    """The trainer's read path: eligible, redacted trajectories (see :class:`TrainingQueue`)."""
+    return TrainingQueue(store, policy, principal).eligible_trajectories(
+        tenants=tenants, since=since, until=until, limit=limit)
