@@ -32,7 +32,8 @@ def test_chat_stream_complete_models_health(upstream: str) -> None:
             assert r.choices[0].text == "echo: up" and r.usage is not None and r.usage.completion_tokens == 8
             assert r.choices[0].token_ids is None  # an upstream does not expose token ids
             assert [lp.token for lp in r.choices[0].logprobs or []][:2] == ["e", "c"]
-            items = [x async for x in b.stream_chat(ChatRequest(model="stub", messages=[{"role": "user", "content": "a b"}]))]
+            req = ChatRequest(model="stub", messages=[{"role": "user", "content": "a b"}])
+            items = [x async for x in b.stream_chat(req)]
             assert "".join(i.text or "" for i in items if isinstance(i, Delta)) == "echo: a b"
             assert isinstance(items[-1], StreamEnd) and items[-1].usage is not None
             c = await b.complete(CompletionRequest(model="stub", prompt="p"))

@@ -97,7 +97,8 @@ def test_wire_roundtrip() -> None:
     back = wire.parse_chat_response(body)
     assert [(c.text, c.finish_reason) for c in back.choices] == [(c.text, "tool_calls") for c in result.choices]
     assert back.choices[0].tool_calls == result.choices[0].tool_calls
-    assert [lp.logprob for lp in back.choices[0].logprobs or []] == [lp.logprob for lp in result.choices[0].logprobs or []]
+    got = [lp.logprob for lp in back.choices[0].logprobs or []]
+    assert got == [lp.logprob for lp in result.choices[0].logprobs or []]
     upstream = wire.chat_request_body(req, stream=True)
     assert upstream["presence_penalty"] == 0.1 and upstream["stream_options"] == {"include_usage": True}
     chunk = wire.chat_chunk(id="x", created=1, model="stub", delta=Delta(index=0, text="hi"), first=True)

@@ -23,7 +23,8 @@ def _check_trajectory(served: Served, tool_output: str) -> None:
     events = served.store.trajectory(tid).events
     assert [e.kind for e in events] == [EventKind.MODEL_CALL, EventKind.TOOL_CALL, EventKind.MODEL_CALL]
     first, tool, last = events
-    assert first.action.tool_calls[0].name == "get_weather" and first.action.tool_calls[0].arguments == {"city": "Paris"}
+    [call] = first.action.tool_calls
+    assert call.name == "get_weather" and call.arguments == {"city": "Paris"}
     assert tool.action.tool_name == "get_weather" and tool.action.arguments == {"city": "Paris"}
     assert tool_output in str(tool.outcome.output)
     assert last.action.text == "It is sunny in Paris, 21 C."

@@ -54,7 +54,8 @@ def test_molt_serve_stub_records_into_the_store(tmp_path: Path) -> None:
         store.close()
 
 
-def test_open_gateway_beyond_loopback_warns(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_open_gateway_beyond_loopback_warns(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     import uvicorn
 
     import molt.cli

@@ -107,7 +107,8 @@ def test_oversized_bodies_are_413(serve: Any) -> None:
             yield b"y" * 1000
         yield b'"}]}'
 
-    r = httpx.post(served.url + "/v1/chat/completions", content=chunks(), headers={**W, "content-type": "application/json"})
+    r = httpx.post(served.url + "/v1/chat/completions", content=chunks(),
+                   headers={**W, "content-type": "application/json"})
     _error(r, 413)
     with pytest.raises(openai.APIStatusError) as info:
         served.client().chat.completions.create(model="stub", messages=big["messages"])
@@ -199,8 +200,8 @@ def test_a_killed_upstream_mid_stream(serve: Any, tmp_path: Any) -> None:
     streams: the client gets an error chunk, the earlier call's events are kept, the gateway stays up."""
     port = free_port()
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([sys.executable, "-c", f"from molt.backends.stub import serve_stub; serve_stub(port={port})"],
-                            env=env, start_new_session=True)
+    code = f"from molt.backends.stub import serve_stub; serve_stub(port={port})"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -68,7 +68,7 @@ def test_end_a_trajectory_then_the_session_starts_a_new_one(served: Served) -> N
     tid = a.headers["x-molt-trajectory"]
     r = httpx.post(served.url + "/v1/molt/rewards/trajectory", headers=W, json={"trajectory_id": tid, "value": 0.5})
     assert r.status_code == 200
-    r = httpx.post(served.url + f"/v1/molt/sessions/sess-e/end", headers=W,
+    r = httpx.post(served.url + "/v1/molt/sessions/sess-e/end", headers=W,
                    json={"status": "ok", "reward": 1.0, "reason": "task solved"})
     assert r.status_code == 200, r.text
     b = _chat(served, "second", session="sess-e")
@@ -78,7 +78,7 @@ def test_end_a_trajectory_then_the_session_starts_a_new_one(served: Served) -> N
     assert events[1].name == "trajectory.end" and events[1].parent_id == events[0].event_id
     assert events[1].outcome.status == OutcomeStatus.OK
     assert sorted(a.value for a in served.store.rewards(tid)) == [0.5, 1.0]
-    summary = [s for s in served.store.trajectories() if s.trajectory_id == tid][0]
+    summary = next(s for s in served.store.trajectories() if s.trajectory_id == tid)
     assert summary.outcome == "success" and summary.reward == 1.5
     r = httpx.post(served.url + f"/v1/molt/trajectories/{b.headers['x-molt-trajectory']}/end", headers=W)
     assert r.status_code == 200

@@ -9,6 +9,7 @@ about them, and otherwise in the Hermes convention (the tool list in the system 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from typing import Any
@@ -62,10 +63,8 @@ def _call_json(call: dict[str, Any]) -> str:
     fn = call.get("function") or {}
     args: Any = fn.get("arguments", {})
     if isinstance(args, str):
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):
             args = orjson.loads(args) if args.strip() else {}
-        except orjson.JSONDecodeError:
-            pass
     return orjson.dumps({"name": fn.get("name", ""), "arguments": args}).decode()
 
 
@@ -146,8 +145,5 @@ def _as_call(blob: str, tool_names: set[str] | None) -> ToolCallOut | None:
     if tool_names is not None and obj["name"] not in tool_names:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):
-        arguments = args
-    else:
-        arguments = orjson.dumps(args if args is not None else {}).decode()
+    arguments = args if isinstance(args, str) else orjson.dumps(args if args is not None else {}).decode()
     return ToolCallOut(id=new_tool_call_id(), name=obj["name"], arguments=arguments)

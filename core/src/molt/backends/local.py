@@ -90,7 +90,7 @@ class LocalBackend(BaseBackend):
         self.model_path = path
         self.tokenizer = PolicyTokenizer(path, name=self.model)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-        model.eval()
+        model.eval()  # type: ignore[no-untyped-call]
         self._model = model
 
     # ------------------------------------------------------------------ sampling

@@ -101,7 +101,7 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     # With tied embeddings the LM head is the embedding matrix, so it may be absent from the dump.
     missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]

@@ -1,5 +1,5 @@
 """The ``openai`` backend: any OpenAI-compatible upstream (a hosted model, another gateway, a local
-server), over httpx with pooled keep-alive connections.
+server), over pooled keep-alive HTTP/1.1 connections (:mod:`molt.backends.http`).
 
 It passes requests through and reads answers back; it cannot give token ids (the upstream does not
 expose them) nor load adapters. Upstream failures map onto Molt's backend errors: a refused or
@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -31,6 +32,7 @@ from molt.backends.base import (
     Result,
     StreamItem,
 )
+from molt.backends.http import HTTPPool, iter_lines
 from molt.errors import (
     BackendStreamError,
     BackendTimeout,
@@ -73,6 +75,9 @@ class OpenAIBackend(BaseBackend):
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.timeout_s = timeout_s
+        self._pool = HTTPPool(self.base_url, {k: v for k, v in headers.items() if k != "content-type"},
+                             max_connections=max_connections)
+        # httpx for the occasional calls (models, health, adapters); the pool for inference.
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
@@ -83,17 +88,18 @@ class OpenAIBackend(BaseBackend):
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            resp = await self._client.post(path, content=orjson.dumps(body))
-        except httpx.TimeoutException as exc:
-            raise BackendTimeout(f"The upstream {self.base_url} did not answer within {self.timeout_s:g} s "
-                                 f"({type(exc).__name__}).", backend=self.name) from exc
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(self.timeout_s):
+                resp = await self._pool.request("POST", path, orjson.dumps(body))
+        except TimeoutError as exc:
+            raise BackendTimeout(f"The upstream {self.base_url} did not answer within {self.timeout_s:g} s.",
+                                 backend=self.name) from exc
+        except (OSError, asyncio.IncompleteReadError) as exc:
             raise BackendUnavailable(f"The upstream {self.base_url} is unreachable: {exc!r}. Check that it "
                                      f"is running.", backend=self.name) from exc
-        if resp.status_code >= 400:
-            self._raise_for(resp.status_code, resp.content)
+        if resp.status >= 400:
+            self._raise_for(resp.status, resp.body)
         try:
-            out: dict[str, Any] = orjson.loads(resp.content)
+            out: dict[str, Any] = orjson.loads(resp.body)
         except orjson.JSONDecodeError as exc:
             raise BackendUnavailable(f"The upstream {self.base_url} answered with invalid JSON.",
                                      backend=self.name) from exc
@@ -116,37 +122,44 @@ class OpenAIBackend(BaseBackend):
         raise BackendUnavailable(msg, backend=self.name)
 
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        started = False
+        """SSE chunks of a streamed answer. Only connecting and the response head are timed here;
+        the gateway bounds the wait for each chunk."""
+        cm = self._pool.stream("POST", path, orjson.dumps(body))
         try:
-            async with self._client.stream("POST", path, content=orjson.dumps(body)) as resp:
-                if resp.status_code >= 400:
-                    self._raise_for(resp.status_code, await resp.aread())
-                started = True
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    chunk = orjson.loads(data)
-                    if isinstance(chunk, dict) and "error" in chunk:
-                        err = chunk["error"]
-                        raise BackendStreamError(
-                            f"The upstream {self.base_url} failed mid-stream: "
-                            f"{err.get('message', err) if isinstance(err, dict) else err}", backend=self.name)
-                    yield chunk
+            async with asyncio.timeout(self.timeout_s):
+                status, _, pieces = await cm.__aenter__()
+        except TimeoutError as exc:
+            raise BackendTimeout(f"The upstream {self.base_url} did not start answering within "
+                                 f"{self.timeout_s:g} s.", backend=self.name) from exc
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise BackendUnavailable(f"The upstream {self.base_url} is unreachable: {exc!r}.",
+                                     backend=self.name) from exc
+        try:
+            if status >= 400:
+                self._raise_for(status, b"".join([p async for p in pieces]))
+            async for line in iter_lines(pieces):
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                chunk = orjson.loads(data)
+                if isinstance(chunk, dict) and "error" in chunk:
+                    err = chunk["error"]
+                    raise BackendStreamError(
+                        f"The upstream {self.base_url} failed mid-stream: "
+                        f"{err.get('message', err) if isinstance(err, dict) else err}", backend=self.name)
+                yield chunk
             raise BackendStreamError(f"The upstream {self.base_url} closed the stream without [DONE].",
                                      backend=self.name)
-        except httpx.TimeoutException as exc:
-            cls = BackendStreamError if started else BackendTimeout
-            raise cls(f"The upstream {self.base_url} stopped answering ({type(exc).__name__}).",
-                      backend=self.name) from exc
-        except httpx.HTTPError as exc:
-            cls = BackendStreamError if started else BackendUnavailable
-            raise cls(f"The upstream {self.base_url} connection failed: {exc!r}.", backend=self.name) from exc
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise BackendStreamError(f"The upstream {self.base_url} connection broke mid-stream: {exc!r}.",
+                                     backend=self.name) from exc
         except orjson.JSONDecodeError as exc:
             raise BackendStreamError(f"The upstream {self.base_url} sent a malformed chunk.",
                                      backend=self.name) from exc
+        finally:
+            await cm.__aexit__(None, None, None)
 
     # ------------------------------------------------------------------ the backend protocol
 
@@ -188,5 +201,6 @@ class OpenAIBackend(BaseBackend):
         return resp.status_code == 200
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools."""
+        await self._pool.aclose()
         await self._client.aclose()

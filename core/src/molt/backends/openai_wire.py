@@ -120,11 +120,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
             raise _bad(f"messages[{i}].content must be a string, a list of content parts or null.",
                        f"messages[{i}].content")
         calls = m.get("tool_calls")
-        if calls is not None:
-            if not isinstance(calls, list) or not all(
-                    isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls):
-                raise _bad(f"messages[{i}].tool_calls must be a list of {{'id', 'type', 'function'}} objects.",
-                           f"messages[{i}].tool_calls")
+        if calls is not None and (not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)):
+            raise _bad(f"messages[{i}].tool_calls must be a list of {{'id', 'type', 'function'}} objects.",
+                       f"messages[{i}].tool_calls")
     return messages
 
 
@@ -444,7 +443,7 @@ def _parse_chat_logprobs(lp: Any) -> list[TokenLogprob] | None:
 
 def parse_chat_response(body: dict[str, Any]) -> Result:
     """A :class:`Result` from an upstream ``chat.completion`` object."""
-    choices = []
+    choices: list[Choice] = []
     for c in body.get("choices") or []:
         msg = c.get("message") or {}
         calls = None

@@ -68,8 +68,12 @@ def _byte_token(b: int) -> str:
     return chr(b) if b < 128 else f"bytes:\\x{b:02x}"
 
 
+# One shared (never mutated) entry per byte value: building a result costs a list of references.
+_LOGPROB = [TokenLogprob(token=_byte_token(b), logprob=_byte_logprob(b), token_id=b) for b in range(256)]
+
+
 def _logprobs(ids: list[int]) -> list[TokenLogprob]:
-    return [TokenLogprob(token=_byte_token(b), logprob=_byte_logprob(b), token_id=b) for b in ids]
+    return [_LOGPROB[b] for b in ids]
 
 
 class StubBackend(BaseBackend):

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -142,7 +143,7 @@ class VLLMBackend(OpenAIBackend):
         return list(ids), lps
 
     def _choices(self, body: dict[str, Any], tool_names: set[str] | None) -> list[Choice]:
-        choices = []
+        choices: list[Choice] = []
         for c in body.get("choices") or []:
             ids, lps = self._tokens(c)
             text = c.get("text") or ""
@@ -400,17 +401,13 @@ class VLLMServer:
         if proc is None:
             return
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait(10)
         log = getattr(self, "_log", None)
         if log is not None:
@@ -426,7 +423,5 @@ class VLLMServer:
 
     def __del__(self) -> None:  # never leave a server behind a dropped supervisor
         if self._proc is not None and self._proc.poll() is None and sys is not None:
-            try:
+            with contextlib.suppress(Exception):
                 os.killpg(self._proc.pid, signal.SIGTERM)
-            except Exception:
-                pass

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from molt.backends import openai_wire as wire
@@ -69,6 +70,7 @@ __all__ = ["create_app", "error_body"]
 log = logging.getLogger("molt.gateway")
 
 M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[Request], Awaitable[Response]]
 _JSON = "application/json"
 
 
@@ -240,9 +242,20 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             p.require(action)
         return p
 
+    def route(path: str, method: str) -> Callable[[Handler], Handler]:
+        """A plain Starlette route: these handlers read the request themselves, so FastAPI's
+        dependency solving would only add latency."""
+        def register(fn: Handler) -> Handler:
+            app.add_route(path, fn, methods=[method])
+            return fn
+        return register
+
+    async def record_later(call: Any) -> None:  # async: runs on the loop after the response, no thread hop
+        gw.record(call)
+
     # ---------------------------------------------------------------- inference
 
-    @app.post("/v1/chat/completions")
+    @route("/v1/chat/completions", "POST")
     async def chat_completions(request: Request) -> Response:
         t0 = time.perf_counter()
         p = auth(request, Action.WRITE)
@@ -255,14 +268,15 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             return StreamingResponse(gw.sse(call, first, it), media_type="text/event-stream",
                                      headers={**call.headers, "cache-control": "no-cache"})
         result = await gw.run(call, req)
-        payload = wire.chat_response(result, id="chatcmpl-" + call.record.event_ids[0], created=int(call.record.started),
-                                     model=req.model, logprobs=req.logprobs)
-        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers)
+        payload = wire.chat_response(result, id="chatcmpl-" + call.record.event_ids[0],
+                                     created=int(call.record.started), model=req.model, logprobs=req.logprobs)
         gw.finish(call, result)
+        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers,
+                        background=BackgroundTask(record_later, call))
         gw.metrics.observe("/v1/chat/completions", 200, time.perf_counter() - t0)
         return resp
 
-    @app.post("/v1/completions")
+    @route("/v1/completions", "POST")
     async def completions(request: Request) -> Response:
         t0 = time.perf_counter()
         p = auth(request, Action.WRITE)
@@ -278,20 +292,22 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         payload = wire.completion_response(result, id="cmpl-" + call.record.event_ids[0],
                                            created=int(call.record.started), model=req.model,
                                            logprobs=req.logprobs is not None)
-        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers)
         gw.finish(call, result)
+        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers,
+                        background=BackgroundTask(record_later, call))
         gw.metrics.observe("/v1/completions", 200, time.perf_counter() - t0)
         return resp
 
-    @app.get("/v1/models")
+    @route("/v1/models", "GET")
     async def models(request: Request) -> Response:
         auth(request)
         data = [{"id": m, "object": "model", "created": int(gw.started_at), "owned_by": "molt"}
                 for m in gw.router.models()]
         return _json({"object": "list", "data": data})
 
-    @app.get("/v1/models/{model_id:path}")
-    async def model(request: Request, model_id: str) -> Response:
+    @route("/v1/models/{model_id:path}", "GET")
+    async def model(request: Request) -> Response:
+        model_id = request.path_params["model_id"]
         auth(request)
         if model_id not in gw.router.models():
             raise ModelNotFound(f"The model {model_id!r} does not exist here.", param="model")
@@ -299,7 +315,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     # ---------------------------------------------------------------- operations
 
-    @app.get("/health")
+    @route("/health", "GET")
     async def health(request: Request) -> Response:
         auth(request)
         backends = gw.router.health()
@@ -311,7 +327,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
                                "dropped": s.dropped_queue_full + s.dropped_spool_full}
         return _json(out, 200 if ok else 503)
 
-    @app.get("/metrics")
+    @route("/metrics", "GET")
     async def metrics(request: Request) -> Response:
         auth(request, Action.READ)
         gauges: list[tuple[str, str, dict[str, str], float]] = [
@@ -328,29 +344,31 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     # ---------------------------------------------------------------- feedback
 
-    @app.post("/v1/molt/rewards/call")
+    @route("/v1/molt/rewards/call", "POST")
     async def reward_call(request: Request) -> Response:
         p = auth(request, Action.WRITE)
         return _json(feedback.reward_call(p, await _read_model(request, gw, CallReward)))
 
-    @app.post("/v1/molt/rewards/trajectory")
+    @route("/v1/molt/rewards/trajectory", "POST")
     async def reward_trajectory(request: Request) -> Response:
         p = auth(request, Action.WRITE)
         return _json(feedback.reward_trajectory(p, await _read_model(request, gw, TrajectoryReward)))
 
-    @app.post("/v1/molt/rewards/last-call")
+    @route("/v1/molt/rewards/last-call", "POST")
     async def reward_last_call(request: Request) -> Response:
         p = auth(request, Action.WRITE)
         return _json(feedback.reward_last_call(p, await _read_model(request, gw, LastCallReward)))
 
-    @app.post("/v1/molt/trajectories/{trajectory_id}/end")
-    async def end_trajectory(request: Request, trajectory_id: str) -> Response:
+    @route("/v1/molt/trajectories/{trajectory_id}/end", "POST")
+    async def end_trajectory(request: Request) -> Response:
+        trajectory_id = request.path_params["trajectory_id"]
         p = auth(request, Action.WRITE)
         body = await _read_model(request, gw, EndTrajectory) if await request.body() else EndTrajectory()
         return _json(feedback.end_trajectory(p, trajectory_id, body))
 
-    @app.post("/v1/molt/sessions/{session_id}/end")
-    async def end_session(request: Request, session_id: str) -> Response:
+    @route("/v1/molt/sessions/{session_id}/end", "POST")
+    async def end_session(request: Request) -> Response:
+        session_id = request.path_params["session_id"]
         p = auth(request, Action.WRITE)
         body = await _read_model(request, gw, EndTrajectory) if await request.body() else EndTrajectory()
         return _json(feedback.end_session(p, session_id, body))
@@ -361,18 +379,19 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         return {"table": t.model_dump(mode="json"), "health": gw.router.health(),
                 "current_weights": {m: t.current_weights(m) for m in t.models}}
 
-    @app.get("/v1/molt/admin/routes")
+    @route("/v1/molt/admin/routes", "GET")
     async def routes(request: Request) -> Response:
         auth(request, Action.ADMIN)
         return _json(table_json(gw.router.table))
 
-    @app.put("/v1/molt/admin/models/{model_name}/weights")
-    async def set_weights(request: Request, model_name: str) -> Response:
+    @route("/v1/molt/admin/models/{model_name}/weights", "PUT")
+    async def set_weights(request: Request) -> Response:
+        model_name = request.path_params["model_name"]
         auth(request, Action.ADMIN)
         body = await _read_model(request, gw, WeightsBody)
         return _json(table_json(gw.router.set_weights(model_name, body.weights)))
 
-    @app.post("/v1/molt/admin/versions")
+    @route("/v1/molt/admin/versions", "POST")
     async def add_version(request: Request) -> Response:
         auth(request, Action.ADMIN)
         body = await _read_model(request, gw, VersionBody)
@@ -383,12 +402,13 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         return _json(table_json(gw.router.add_version(body.model, body.spec, weight=body.weight,
                                                       weights=body.weights)))
 
-    @app.delete("/v1/molt/admin/versions/{version}")
-    async def remove_version(request: Request, version: str) -> Response:
+    @route("/v1/molt/admin/versions/{version}", "DELETE")
+    async def remove_version(request: Request) -> Response:
+        version = request.path_params["version"]
         auth(request, Action.ADMIN)
         return _json(table_json(gw.router.remove_version(version)))
 
-    @app.post("/v1/molt/admin/adapters")
+    @route("/v1/molt/admin/adapters", "POST")
     async def load_adapter(request: Request) -> Response:
         auth(request, Action.ADMIN)
         body = await _read_model(request, gw, AdapterBody)
@@ -411,7 +431,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
                            harness=body.harness if body.harness is not None else base.harness)
         return _json(table_json(gw.router.add_version(body.model, spec, weight=body.weight, weights=body.weights)))
 
-    @app.post("/v1/molt/admin/health")
+    @route("/v1/molt/admin/health", "POST")
     async def check_health(request: Request) -> Response:
         auth(request, Action.ADMIN)
         return _json({"backends": await gw.check_health()})

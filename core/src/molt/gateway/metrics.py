@@ -75,9 +75,9 @@ class Metrics:
                 "# TYPE molt_gateway_request_duration_seconds histogram"]
         for ep, h in sorted(self.latency.items()):
             acc = 0
-            for b, c in zip(BUCKETS, h.counts, strict=False):
+            for le, c in zip(BUCKETS, h.counts, strict=False):
                 acc += c
-                out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="{b}"}} {acc}')
+                out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="{le}"}} {acc}')
             out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="+Inf"}} {h.total}')
             out.append(f"molt_gateway_request_duration_seconds_sum{_labels(endpoint=ep)} {h.sum:.6f}")
             out.append(f"molt_gateway_request_duration_seconds_count{_labels(endpoint=ep)} {h.total}")

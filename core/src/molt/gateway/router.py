@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import threading
 import time
@@ -107,7 +108,7 @@ class RoutingTable(BaseModel):
                 unknown = set(g.weights) - set(self.versions)
                 if unknown:
                     raise ValueError(f"model {model!r} weights name unknown versions {sorted(unknown)}.")
-            if any(b.since < a.since for a, b in zip(gens, gens[1:], strict=False)):
+            if any(b.since < a.since for a, b in itertools.pairwise(gens)):
                 raise ValueError(f"model {model!r} generations must be ordered by 'since'.")
         return self
 

@@ -85,7 +85,7 @@ class Call:
 
 def _ids_from(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
     """(session, trajectory, agent) from the X-Molt headers, else the OpenAI ``user``/``metadata`` fields."""
-    md = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    md: dict[str, Any] = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
     session = headers.get("x-molt-session") or md.get("molt_session") or md.get("session_id")
     if session is None and isinstance(body.get("user"), str) and body["user"]:
         session = body["user"]
@@ -333,7 +333,8 @@ class Gateway:
             self.capture.submit(call.record)
 
     def finish(self, call: Call, result: Result) -> None:
-        """Register the answer with the session index and record the call (after the response)."""
+        """Register the answer with the session index (before the response, so the agent's next
+        turn finds its trajectory); :meth:`record` then records the call (after the response)."""
         rec = call.record
         rec.result = result
         rec.latency_ms = (time.perf_counter() - call.t0) * 1000.0
@@ -347,8 +348,11 @@ class Gateway:
         self.metrics.backend(call.decision.backend, version, "ok")
         if result.usage is not None:
             self.metrics.add_tokens(version, result.usage.prompt_tokens, result.usage.completion_tokens)
+
+    def record(self, call: Call) -> None:
+        """Build and record the call's events (off the request path: after the response is sent)."""
         if self.capture is not None:
-            self.capture.submit(rec)
+            self.capture.submit(call.record)
 
     # ------------------------------------------------------------------ streamed
 
@@ -372,11 +376,11 @@ class Gateway:
                 raise err from None
             except TimeoutError as exc:
                 await _aclose(it)
-                err = exc if isinstance(exc, BackendTimeout) else BackendTimeout(
+                slow = exc if isinstance(exc, BackendTimeout) else BackendTimeout(
                     f"The backend {call.decision.backend!r} did not start answering within "
                     f"{self.config.backend_timeout_s:g} s.", backend=call.decision.backend)
-                self._fail(call, err, OutcomeStatus.TIMEOUT, "timeout")
-                raise err from None
+                self._fail(call, slow, OutcomeStatus.TIMEOUT, "timeout")
+                raise slow from None
             except BackendUnavailable as exc:
                 await _aclose(it)
                 if attempt == 0 and self._failover(call, exc):
@@ -424,10 +428,12 @@ class Gateway:
             error = BackendStreamError(f"The backend {call.decision.backend!r} stopped streaming for "
                                        f"{self.config.backend_timeout_s:g} s.", backend=call.decision.backend)
         except MoltError as exc:
-            error = exc if isinstance(exc, BackendError) else BackendStreamError(str(exc), backend=call.decision.backend)
+            error = exc if isinstance(exc, BackendError) else BackendStreamError(
+                str(exc), backend=call.decision.backend)
         except BaseException as exc:  # the client went away (cancelled) or a bug: record what was streamed
             rec.result = asm.result()
-            status = OutcomeStatus.CANCELLED if isinstance(exc, asyncio.CancelledError | GeneratorExit) else OutcomeStatus.ERROR
+            cancelled = isinstance(exc, asyncio.CancelledError | GeneratorExit)
+            status = OutcomeStatus.CANCELLED if cancelled else OutcomeStatus.ERROR
             self._fail(call, exc if status == OutcomeStatus.ERROR else BackendStreamError(
                 "The client disconnected mid-stream.", backend=call.decision.backend), status, "cancelled")
             await _aclose(it)
@@ -444,11 +450,14 @@ class Gateway:
             return
         result = asm.result()
         self.finish(call, result)
-        if call.include_usage and result.usage is not None:
-            maker = wire.chat_chunk if chat else wire.completion_chunk
-            yield b"data: " + orjson.dumps(maker(id=cid, created=created, model=call.public_model,
-                                                 usage=result.usage)) + b"\n\n"
-        yield b"data: [DONE]\n\n"
+        try:
+            if call.include_usage and result.usage is not None:
+                maker = wire.chat_chunk if chat else wire.completion_chunk
+                yield b"data: " + orjson.dumps(maker(id=cid, created=created, model=call.public_model,
+                                                     usage=result.usage)) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.record(call)
 
     def _restore_delta_names(self, call: Call, d: Delta) -> None:
         if call.applied is not None and call.applied.tool_names and d.tool_calls:

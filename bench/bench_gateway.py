@@ -1,0 +1,360 @@
+"""Gateway overhead: Molt's gateway vs LiteLLM's proxy, both in front of the same stub upstream.
+
+    python bench/bench_gateway.py [--seconds 5] [--requests 600] [--no-litellm]
+
+What runs (all on loopback, each server one process / one worker):
+
+- ``stub``: the stub OpenAI-compatible server (:func:`molt.backends.stub.stub_asgi_app`, uvicorn),
+  answering at once — the "backend directly" baseline.
+- ``molt → stub``: ``molt`` gateway with the ``openai`` backend pointed at the stub server, tenant
+  API keys checked on every request, every call recorded (Recorder → spool with fsync → LanceDB
+  store), and the governance pipeline on the Recorder's writer thread when ``molt.governance``
+  provides one. The same path as LiteLLM's: one more HTTP hop.
+- ``molt (in-process stub)``: the gateway serving the stub backend itself (no upstream hop), i.e.
+  the gateway's own cost over the stub served directly.
+- ``litellm → stub``: LiteLLM's proxy (``litellm[proxy]`` from PyPI, in its own venv
+  ``.venv-bench-litellm`` made by :func:`ensure_litellm`, telemetry off) routing model ``stub`` to
+  the stub server.
+
+Each target answers the same non-streamed chat request from a load generator (a minimal keep-alive
+HTTP/1.1 client on uvloop, in this process): sequentially (concurrency 1) and with 16 connections in
+a closed loop. "Added" latency is the target's percentile minus the stub's at the same concurrency;
+requests/s is what one worker completes at concurrency 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LITELLM_VENV = ROOT / ".venv-bench-litellm"
+LITELLM_SPEC = "litellm[proxy]==1.106.12"  # the newest whose proxy extras all resolve from the registry
+KEY = "sk-bench-writer"
+BODY = json.dumps({"model": "stub",
+                   "messages": [{"role": "user", "content": "What is the status of order A-17?"}]}).encode()
+
+
+# ------------------------------------------------------------------------------------------ setup
+
+
+def ensure_litellm() -> Path | None:
+    """The ``litellm`` executable of ``.venv-bench-litellm``, creating the venv on first use (its
+    pins conflict with the main environment's). Returns None if it cannot be installed."""
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if exe.exists():
+        return exe
+    print(f"setting up {LITELLM_VENV} ({LITELLM_SPEC}); this happens once ...", file=sys.stderr, flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run([str(LITELLM_VENV / "bin" / "python"), "-m", "pip", "install", "-q",
+                        "--disable-pip-version-check", "-c", str(ROOT / "requirements" / "constraints.txt"),
+                        LITELLM_SPEC], check=True)
+    except subprocess.CalledProcessError as exc:
+        print(f"could not install LiteLLM ({exc}); its rows are left out", file=sys.stderr)
+        return None
+    return exe if exe.exists() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def process(cmd: list[str], port: int, *, env: dict[str, str] | None = None, timeout: float = 120.0,
+            health: str = "/health", headers: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a server process until its health URL answers; stop it (process group) afterwards."""
+    import httpx
+
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"{cmd[0]} exited while starting:\n{log.read().decode(errors='replace')[-3000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}{health}", headers=headers, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{cmd[0]} did not become healthy in {timeout:g} s")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        log.close()
+
+
+# ------------------------------------------------------------------------------------------ servers
+
+
+def serve_molt(port: int, upstream: str | None, home: str) -> None:
+    """The gateway process: openai backend → ``upstream`` (or the in-process stub), keys, recording,
+    governance when available."""
+    import uvicorn
+
+    from molt.backends import OpenAIBackend, StubBackend
+    from molt.capture import Recorder
+    from molt.gateway import Gateway, RoutingTable, VersionSpec, create_app
+    from molt.gateway.cli import tune_process
+    from molt.governance.access import KeyRing
+    from molt.store import Store
+
+    backend = (OpenAIBackend("stub-upstream", base_url=upstream, model="stub") if upstream
+               else StubBackend("stub-inproc"))
+    store = Store.open(Path(home) / "store")
+    kwargs: dict[str, Any] = {}
+    pipeline = governance_pipeline()
+    sink: Any = store
+    if pipeline is not None:
+        kwargs["pipeline"] = pipeline
+        from molt.governance import GovernedSink  # type: ignore[attr-defined]
+
+        sink = GovernedSink(store)
+    recorder = Recorder(sink, spool_dir=Path(home) / "spool", **kwargs)
+    table = RoutingTable.single("stub", VersionSpec(version="stub@base", backends=(backend.name,)))
+    gw = Gateway([backend], table, recorder=recorder, store=store,
+                 keyring=KeyRing.from_mapping({KEY: ("bench", "agent_writer")}))
+    tune_process()
+    try:
+        uvicorn.run(create_app(gw), host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                    loop="uvloop", http="httptools")
+    finally:
+        recorder.close()
+        print(json.dumps({"recorder": recorder.stats.as_dict()}), flush=True)
+
+
+def governance_pipeline() -> Any:
+    """The default governance pipeline (validate, authenticate, redact, classify, eligibility,
+    retention), if this build of molt has one."""
+    try:
+        from molt.governance import GovernancePipeline, GovernedSink  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        return None
+    return GovernancePipeline()
+
+
+def litellm_config(upstream: str, path: Path) -> Path:
+    path.write_text(
+        "model_list:\n"
+        "  - model_name: stub\n"
+        "    litellm_params:\n"
+        "      model: openai/stub\n"
+        f"      api_base: {upstream}\n"
+        "      api_key: unused\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "  drop_params: true\n"
+        "  set_verbose: false\n"
+    )
+    return path
+
+
+# ------------------------------------------------------------------------------------------ load
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection (the load generator's client: small and predictable)."""
+
+    def __init__(self, port: int, path: str, body: bytes, key: str | None):
+        self.port = port
+        auth = f"Authorization: Bearer {key}\r\n" if key else ""
+        self.request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                        f"{auth}Content-Length: {len(body)}\r\n\r\n").encode() + body
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        self.writer.write(self.request)
+        status = int((await self.reader.readline()).split()[1])
+        length, chunked = 0, False
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding" and "chunked" in value:
+                chunked = True
+        if chunked:
+            while True:
+                size = int((await self.reader.readline()).strip(), 16)
+                await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        else:
+            await self.reader.readexactly(length)
+        return status
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def load(port: int, path: str, key: str | None, *, concurrency: int, requests: int | None,
+               seconds: float) -> tuple[list[float], float]:
+    """Closed-loop load; returns (latencies in ms, wall seconds)."""
+    lat: list[float] = []
+    stop = time.perf_counter() + seconds
+    count = 0
+    errors = 0
+
+    async def worker() -> None:
+        nonlocal count, errors
+        c = Conn(port, path, BODY, key)
+        try:
+            while time.perf_counter() < stop and (requests is None or count < requests):
+                count += 1
+                t0 = time.perf_counter()
+                status = await c.post()
+                lat.append((time.perf_counter() - t0) * 1000.0)
+                if status != 200:
+                    errors += 1
+        finally:
+            c.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{errors} requests to port {port} failed")
+    return lat, wall
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
+
+
+def measure(name: str, port: int, path: str, key: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    import uvloop
+
+    async def run() -> dict[str, Any]:
+        await load(port, path, key, concurrency=4, requests=200, seconds=5)  # warm-up
+        l1, _ = await load(port, path, key, concurrency=1, requests=args.requests, seconds=args.seconds)
+        l16, wall16 = await load(port, path, key, concurrency=16, requests=None, seconds=args.seconds)
+        return {"name": name, "n1": len(l1), "p50_1": pct(l1, 50), "p99_1": pct(l1, 99),
+                "mean_1": statistics.fmean(l1), "n16": len(l16), "p50_16": pct(l16, 50), "p99_16": pct(l16, 99),
+                "rps_16": len(l16) / wall16}
+
+    out = uvloop.run(run())
+    print(f"  {name:<26} c=1 p50 {out['p50_1']:.3f} ms p99 {out['p99_1']:.3f} ms | c=16 p50 {out['p50_16']:.3f} ms "
+          f"p99 {out['p99_16']:.3f} ms | {out['rps_16']:.0f} req/s", file=sys.stderr, flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of each measured phase (default 5)")
+    ap.add_argument("--requests", type=int, default=600, help="most sequential requests per target (default 600)")
+    ap.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "bench_gateway.json")
+    ap.add_argument("--serve-molt", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--upstream", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--home", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_molt:
+        serve_molt(args.serve_molt, args.upstream, args.home)
+        return
+
+    t_start = time.perf_counter()
+    litellm = None if args.no_litellm else ensure_litellm()
+    py = sys.executable
+    quiet = {"PYTHONWARNINGS": "ignore"}
+    results: list[dict[str, Any]] = []
+    governance = governance_pipeline() is not None
+    with tempfile.TemporaryDirectory(prefix="molt-bench-gw-") as tmp:
+        stub_port = free_port()
+        stub_cmd = [py, "-c", f"import uvicorn; from molt.backends.stub import stub_asgi_app; uvicorn.run("
+                              f"stub_asgi_app(), host='127.0.0.1', port={stub_port}, log_level='warning', "
+                              f"access_log=False, loop='uvloop', http='httptools')"]
+        upstream = f"http://127.0.0.1:{stub_port}/v1"
+        auth = {"authorization": f"Bearer {KEY}"}
+        with process(stub_cmd, stub_port, env=quiet):
+            print("measuring (each server: one process, one worker) ...", file=sys.stderr, flush=True)
+            results.append(measure("stub (direct)", stub_port, "/v1/chat/completions", None, args))
+            port = free_port()
+            cmd = [py, __file__, "--serve-molt", str(port), "--upstream", upstream, "--home", tmp + "/a"]
+            with process(cmd, port, env=quiet, headers=auth):
+                results.append(measure("molt → stub", port, "/v1/chat/completions", KEY, args))
+            port = free_port()
+            cmd = [py, __file__, "--serve-molt", str(port), "--home", tmp + "/b"]
+            with process(cmd, port, env=quiet, headers=auth):
+                results.append(measure("molt (in-process stub)", port, "/v1/chat/completions", KEY, args))
+            if litellm is not None:
+                port = free_port()
+                cfg = litellm_config(upstream, Path(tmp) / "litellm.yaml")
+                env = {**quiet, "LITELLM_TELEMETRY": "False", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                       "LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION", "DISABLE_SCHEMA_UPDATE": "true"}
+                with process([str(litellm), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
+                              "--num_workers", "1"], port, env=env, timeout=240, health="/health/liveliness"):
+                    results.append(measure("litellm → stub", port, "/v1/chat/completions", None, args))
+
+    base = results[0]
+    rows = []
+    for r in results:
+        rows.append({**r, "add_p50_1": r["p50_1"] - base["p50_1"], "add_p99_1": r["p99_1"] - base["p99_1"],
+                     "add_p50_16": r["p50_16"] - base["p50_16"], "add_p99_16": r["p99_16"] - base["p99_16"]})
+    print()
+    print(f"Gateway overhead over a stub upstream — recording on, API keys on, governance "
+          f"{'on' if governance else 'not built yet (keys only)'}; one worker each; 2-core machine")
+    print()
+    hdr = ("| path | c=1 p50 ms | c=1 p99 ms | added p50 (c=1) | added p99 (c=1) | c=16 p50 ms | c=16 p99 ms "
+           "| added p50 (c=16) | added p99 (c=16) | req/s (c=16) |")
+    print(hdr)
+    print("|" + "---|" * 10)
+    for r in rows:
+        same = r is rows[0]
+        add = (lambda v: "—") if same else (lambda v: f"{v:+.2f}")
+        print(f"| {r['name']} | {r['p50_1']:.2f} | {r['p99_1']:.2f} | {add(r['add_p50_1'])} | {add(r['add_p99_1'])} "
+              f"| {r['p50_16']:.2f} | {r['p99_16']:.2f} | {add(r['add_p50_16'])} | {add(r['add_p99_16'])} "
+              f"| {r['rps_16']:.0f} |")
+    by = {r["name"]: r for r in rows}
+    molt, lite = by.get("molt → stub"), by.get("litellm → stub")
+    print()
+    if molt:
+        print(f"molt → stub adds {molt['add_p50_1']:.2f} ms p50 / {molt['add_p99_1']:.2f} ms p99 at concurrency 1 "
+              f"(goal ≤ 1 ms / ≤ 5 ms)")
+    if molt and lite:
+        print(f"throughput: molt {molt['rps_16']:.0f} req/s vs LiteLLM {lite['rps_16']:.0f} req/s = "
+              f"{molt['rps_16'] / lite['rps_16']:.1f}× (goal ≥ 10×)")
+    print(f"(whole run {time.perf_counter() - t_start:.0f} s; python bench/bench_gateway.py)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"governance": governance, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
