@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -58,7 +59,6 @@ from molt.capture.spool import (
     FRAME_REWARD,
     FsyncPolicy,
     Spool,
-    SpoolPosition,
     encode_frame,
 )
 from molt.errors import CaptureError, MoltError, ProtocolError
@@ -66,8 +66,6 @@ from molt.errors import CaptureError, MoltError, ProtocolError
 __all__ = ["Recorder", "RecorderStats", "index_fields"]
 
 log = logging.getLogger("molt.capture")
-
-_STOP = object()
 
 
 @dataclass(frozen=True)
@@ -305,8 +303,6 @@ class Recorder:
             items = []
             while q and len(items) < self.batch_size:
                 items.append(q.popleft())
-            if _STOP in items:
-                items = [i for i in items if i is not _STOP]
             try:
                 self._write_batch(items)
             except Exception as exc:  # never let the writer die: count, log, keep going
@@ -321,7 +317,6 @@ class Recorder:
 
     def _write_batch(self, items: list[Any]) -> None:
         frames: list[bytes] = []
-        n_events = 0
         staged: dict[str, tuple[int, str]] = {}
         self._prefetch_heads(items)
         for item in items:
@@ -336,7 +331,6 @@ class Recorder:
                 frames.append(frame)
                 if head is not None:
                     staged[item.trajectory_id] = head
-                    n_events += 1
             elif isinstance(item, RewardAnnotation):
                 frames.append(encode_frame(FRAME_REWARD, orjson.dumps(item.model_dump(mode="json"))))
             else:
@@ -578,7 +572,5 @@ _live: weakref.WeakSet[Recorder] = weakref.WeakSet()
 @atexit.register
 def _close_all() -> None:  # bounded: an unreachable sink never holds the process for long
     for rec in list(_live):
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: never raise from atexit
             rec.close(timeout=1.0)
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
