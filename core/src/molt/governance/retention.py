@@ -94,16 +94,17 @@ def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[s
         rep = RetentionReport(tenant_id=tenant, action=settings.action, dry_run=dry_run)
         scope = f"tenant_id = {sql_str(tenant)}" if tenant is not None else "tenant_id IS NULL"
         live = " AND payload IS NOT NULL" if settings.action == "null_payload" else ""
-        for cls, cutoff in cutoffs[tenant].items():
-            where = f"{scope} AND classification = {sql_str(cls.value)} AND ts < {_ts(cutoff)}{live}"
-            rep.expired[cls.value] = _apply(store, tables, where, settings.action, dry_run)
+        by_class = {c: f"(classification = {sql_str(c.value)} AND ts < {_ts(cut)})" for c, cut in cutoffs[tenant].items()}
+        for cls, pred in by_class.items():
+            rep.expired[cls.value] = _apply(store, tables, f"{scope} AND {pred}{live}", settings.action, dry_run)
+        not_by_class = f" AND NOT ({' OR '.join(by_class.values())})"
         # Shorter consent windows were tagged at capture as the decision's expires_at.
         gov = tables["governance"].search().where(f"{scope} AND expires_at < {_ts(now)}").select(
             ["event_id"]).limit(None).to_arrow()
         ids = sorted(set(gov.column("event_id").to_pylist()))
         for i in range(0, len(ids), _IN_CHUNK):
             chunk = ", ".join(sql_str(x) for x in ids[i:i + _IN_CHUNK])
-            rep.consent_expired += _apply(store, tables, f"{scope} AND event_id IN ({chunk}){live}",
+            rep.consent_expired += _apply(store, tables, f"{scope} AND event_id IN ({chunk}){not_by_class}{live}",
                                           settings.action, dry_run)
         q_where = f"{scope} AND ts < {_ts(now - timedelta(days=settings.quarantine_days))}"
         rep.quarantine_deleted = (tables["quarantine"].count_rows(q_where) if dry_run
