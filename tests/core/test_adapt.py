@@ -74,28 +74,20 @@ def test_objects_cycles_and_depth() -> None:
     deep: object = "leaf"
     for _ in range(50):
         deep = [deep]
-    out = bound_payload(
-        {"m": M(x=1), "cycle": cyc, "deep": deep, "f": float("nan"), "set": {3}, "obj": object()}
-    )
+    out = bound_payload({"m": M(x=1), "cycle": cyc, "deep": deep, "f": float("nan"), "set": {3}, "obj": object()})
     assert out["m"] == {"x": 1, "y": "hi"}
     assert out["cycle"] == [{MARKER_KEY: "truncated", "reason": "cycle"}]
     assert "depth" in orjson.dumps(out["deep"]).decode()
     assert out["f"] == "nan" and out["set"] == [3] and out["obj"].startswith("<object")
     assert (
-        orjson.dumps(bound_payload({"s": "a\ud800b", "big": 1 << 70}))
-        == b'{"s":"a?b","big":"1180591620717411303424"}'
+        orjson.dumps(bound_payload({"s": "a\ud800b", "big": 1 << 70})) == b'{"s":"a?b","big":"1180591620717411303424"}'
     )
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     st.recursive(
-        st.none()
-        | st.booleans()
-        | st.integers()
-        | st.floats()
-        | st.text(st.characters(codec=None))
-        | st.binary(),
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(st.characters(codec=None)) | st.binary(),
         lambda c: st.lists(c, max_size=6) | st.dictionaries(st.text(max_size=5), c, max_size=6),
         max_leaves=40,
     )
@@ -167,7 +159,7 @@ def test_capture_builds_events_with_provenance_and_metadata(tmp_path: Path) -> N
     cap.submit(start)
     cap.submit(end)
     assert cap.flush(5, deliver=True)
-    [tid] = {r["x"]["trajectory_id"] for r in sink.events.values()}
+    [tid] = {(r.x if hasattr(r, "x") else r["x"])["trajectory_id"] for r in sink.events.values()}
     [ev] = sink.trajectory_events(tid)
     assert ev.provenance.integration == "molt-core" and ev.provenance.framework == "test"
     assert ev.provenance.integration_version is not None
@@ -243,3 +235,19 @@ def test_submit_is_cheap(tmp_path: Path) -> None:
     assert cap.flush(10)
     assert per < 20e-6, f"submit costs {per * 1e6:.1f} µs"
     rec.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_dispatcher_restarts_in_a_forked_child() -> None:
+    d = Dispatcher(name="fork-test")
+    seen: list[int] = []
+    d.submit(None, seen.append, (1,))
+    assert d.drain(5)
+    pid = os.fork()
+    if pid == 0:  # child: the parent's dispatcher thread is gone; a new one must start
+        ok = d.drain(5)
+        d.submit(None, seen.append, (2,))
+        ok = ok and d.drain(5)
+        os._exit(0 if ok and seen == [1, 2] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -129,16 +129,10 @@ def explode(reason: str) -> str:
 class ScriptedRetriever(BaseRetriever):
     """Two passages about the query."""
 
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-    ) -> list[Document]:
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         return [
-            Document(
-                page_content=f"passage one about {query}", id="doc-1", metadata={"source": "kb", "score": 0.9}
-            ),
-            Document(
-                page_content=f"passage two about {query}", id="doc-2", metadata={"source": "kb", "score": 0.7}
-            ),
+            Document(page_content=f"passage one about {query}", id="doc-1", metadata={"source": "kb", "score": 0.9}),
+            Document(page_content=f"passage two about {query}", id="doc-2", metadata={"source": "kb", "score": 0.7}),
         ]
 
 

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip(
-    "langgraph", reason="the LangGraph story needs langgraph (pip install molt-langchain[test])"
-)
+pytest.importorskip("langgraph", reason="the LangGraph story needs langgraph (pip install molt-langchain[test])")
 
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command

@@ -38,7 +38,7 @@ def rec(tmp_path: Path) -> Any:
 def _events(handler: MoltCallbackHandler, rec: Any) -> list[Any]:
     assert handler.flush(10, deliver=True)
     sink = rec.sink_
-    tids = sorted({r["x"]["trajectory_id"] for r in sink.events.values()})
+    tids = sorted({(r.x if hasattr(r, "x") else r["x"])["trajectory_id"] for r in sink.events.values()})
     return [e for t in tids for e in sink.trajectory_events(t)]
 
 
@@ -85,9 +85,7 @@ def test_async_stream_to_the_end(rec: Any) -> None:
     msgs = [HumanMessage("help eps"), ToolMessage("ok", tool_call_id="x")]
 
     async def go() -> str:
-        return "".join(
-            [str(c.content) async for c in ScriptedChatModel().astream(msgs, {"callbacks": [handler]})]
-        )
+        return "".join([str(c.content) async for c in ScriptedChatModel().astream(msgs, {"callbacks": [handler]})])
 
     assert asyncio.run(go()) == "done: eps"
     [ev] = _events(handler, rec)
@@ -140,9 +138,7 @@ def test_rejected_approval_is_denied_not_error(rec: Any) -> None:
     assert approvals[0].action.options == ["approve", "reject"]
     assert approvals[1].parent_id == approvals[0].event_id
     assert not [
-        e
-        for e in evs
-        if e.outcome and e.outcome.status == OutcomeStatus.ERROR and e.kind != EventKind.TOOL_CALL
+        e for e in evs if e.outcome and e.outcome.status == OutcomeStatus.ERROR and e.kind != EventKind.TOOL_CALL
     ]
     assert len({e.trajectory_id for e in evs}) == 1 and {e.session_id for e in evs} == {
         cfg["configurable"]["thread_id"]
@@ -154,9 +150,7 @@ def test_hidden_runs_pass_their_parent_on(rec: Any) -> None:
     handler = MoltCallbackHandler(rec, strict=True)
     root, hidden, tool = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     handler.on_chain_start({"name": "outer"}, {"x": 1}, run_id=root)
-    handler.on_chain_start(
-        {"name": "ChannelWrite"}, {}, run_id=hidden, parent_run_id=root, tags=["langgraph:hidden"]
-    )
+    handler.on_chain_start({"name": "ChannelWrite"}, {}, run_id=hidden, parent_run_id=root, tags=["langgraph:hidden"])
     handler.on_tool_start({"name": "lookup"}, "q", run_id=tool, parent_run_id=hidden, inputs={"query": "q"})
     handler.on_tool_end("fine", run_id=tool)
     handler.on_chain_end({}, run_id=hidden)

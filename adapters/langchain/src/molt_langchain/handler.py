@@ -73,13 +73,7 @@ class MoltCallbackHandler(BaseCallbackHandler):
         strict: bool = False,
     ):
         opts = dict(tenant_id=tenant_id, agent_id=agent_id, task=task, tags=tags, blob_store=blob_store)
-        if (
-            recorder is None
-            and not any(opts.values())
-            and max_field_bytes is None
-            and not strict
-            and capture_chain_io
-        ):
+        if recorder is None and not any(opts.values()) and max_field_bytes is None and not strict and capture_chain_io:
             self._mapper = _shared_mapper()
         else:
             extra = {"max_field_bytes": max_field_bytes} if max_field_bytes is not None else {}

@@ -13,6 +13,7 @@ event records the decision (its latency is the human's), and the resumed graph r
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -71,6 +72,7 @@ class LangChainMapper:
         # thread_id -> interrupts waiting for a human: [(interrupt id, event id, trajectory, request, t_ns)]
         self._pending: OrderedDict[str, list[tuple[str, str, str, Any, int]]] = OrderedDict()
         self._seen_interrupts: OrderedDict[str, None] = OrderedDict()
+        self._messages = _MessageCache()
 
     # ------------------------------------------------------------------ starts
 
@@ -174,9 +176,7 @@ class LangChainMapper:
                     child,
                     t_ns,
                     None,
-                    Outcome(
-                        status=OutcomeStatus.CANCELLED, output={"reason": "the enclosing run ended first"}
-                    ),
+                    Outcome(status=OutcomeStatus.CANCELLED, output={"reason": "the enclosing run ended first"}),
                 )
 
     def _interrupts(self, sp: OpenSpan, exc: BaseException, t_ns: int) -> None:
@@ -206,9 +206,7 @@ class LangChainMapper:
             )
             c.record(ev)
             if thread is not None:
-                self._pending.setdefault(str(thread), []).append(
-                    (iid, ev.event_id, sp.trajectory_id, value, t_ns)
-                )
+                self._pending.setdefault(str(thread), []).append((iid, ev.event_id, sp.trajectory_id, value, t_ns))
                 self._pending.move_to_end(str(thread))
                 if len(self._pending) > 10_000:
                     self._pending.popitem(last=False)
@@ -280,9 +278,7 @@ class LangChainMapper:
         if msg is not None:
             text = _text(msg)
             tool_calls = [
-                ToolCallRequest(
-                    id=tc.get("id"), name=tc.get("name") or "?", arguments=c.payload(tc.get("args"))
-                )
+                ToolCallRequest(id=tc.get("id"), name=tc.get("name") or "?", arguments=c.payload(tc.get("args")))
                 for tc in getattr(msg, "tool_calls", None) or []
             ] or None
             rm = getattr(msg, "response_metadata", None) or {}
@@ -303,7 +299,7 @@ class LangChainMapper:
             model=str(model),
             usage=usage,
             action=action,
-            observation=_observation(c, d["kind"], d["inputs"]),
+            observation=_observation(c, d["kind"], d["inputs"], self._messages),
             hidden=HiddenState(reasoning=c.payload(str(reasoning))) if reasoning else None,
             outcome=outcome or Outcome(status=OutcomeStatus.OK),
             **common,
@@ -359,7 +355,12 @@ def _usage(msg: Any, result: Any) -> Usage | None:
 
 def _message(c: Capture, m: Any, budget: int) -> Message:
     role = _ROLES.get(getattr(m, "type", "")) or _ROLES.get(getattr(m, "role", ""), "user")
-    content = getattr(m, "content", m if isinstance(m, str) else str(m))
+    if isinstance(m, str):
+        content: Any = m
+    else:
+        content = getattr(m, "content", None)
+        if content is None and not hasattr(m, "content"):
+            content = repr(m)[:4000]  # str() of a LangChain object is slow (signature inspection)
     from molt.capture.adapt import bound_payload
 
     content = bound_payload(content, max_bytes=budget, blob_store=c.blob_store)
@@ -382,7 +383,33 @@ def _message(c: Capture, m: Any, budget: int) -> Message:
     )
 
 
-def _observation(c: Capture, kind: str, inputs: Any) -> Observation | None:
+class _MessageCache:
+    """Converted messages by object identity: an agent re-sends its whole history on every model call,
+    so each message is converted once, not once per call (a quadratic cost otherwise). Only messages
+    small enough that no budget would cut them are kept; a weak reference guards against id reuse."""
+
+    def __init__(self, size: int = 20_000):
+        self._d: OrderedDict[int, tuple[Any, Message]] = OrderedDict()
+        self._size = size
+
+    def get(self, c: Capture, m: Any, budget: int) -> Message:
+        hit = self._d.get(id(m))
+        if hit is not None and hit[0]() is m:
+            return hit[1]
+        msg = _message(c, m, budget)
+        content = getattr(m, "content", None)
+        calls = getattr(m, "tool_calls", None)
+        if isinstance(content, str) and len(content) <= 2048 and (not calls or len(repr(calls)) <= 2048):
+            try:
+                self._d[id(m)] = (weakref.ref(m), msg)
+            except TypeError:  # not weak-referenceable: convert it every time
+                return msg
+            if len(self._d) > self._size:
+                self._d.popitem(last=False)
+        return msg
+
+
+def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None = None) -> Observation | None:
     if kind == "llm":  # text-completion LLMs get prompts
         prompts = list(inputs or [])
         return Observation(text=c.payload("\n\n".join(str(p) for p in prompts)))
@@ -390,8 +417,9 @@ def _observation(c: Capture, kind: str, inputs: Any) -> Observation | None:
     omitted = max(0, len(msgs) - _MAX_MESSAGES)
     msgs = msgs[omitted:]
     budget = max(2048, c.max_field_bytes // max(1, len(msgs)))
+    convert = cache.get if cache is not None else _message
     return Observation(
-        messages=[_message(c, m, budget) for m in msgs],
+        messages=[convert(c, m, budget) for m in msgs],
         data={"$molt": "truncated", "omitted_messages": omitted} if omitted else None,
     )
 

@@ -60,6 +60,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -198,9 +199,7 @@ def _truncate_str(s: str, max_str: int) -> str:
 
 
 class _Bounder:
-    def __init__(
-        self, max_str: int, max_items: int, max_depth: int, store: BlobStore | None, sanitize: bool = False
-    ):
+    def __init__(self, max_str: int, max_items: int, max_depth: int, store: BlobStore | None, sanitize: bool = False):
         self.sanitize = sanitize
         self.max_str = max_str
         self.max_items = max_items
@@ -318,6 +317,18 @@ def bound_payload(
     anything else becomes its ``repr``. When the result is still over ``max_bytes``, the string and
     item limits are halved until it fits; the result is always valid JSON.
     """
+    if (
+        value is None
+        or isinstance(value, bool)
+        or (
+            isinstance(value, str)
+            and len(value) < _BLOB_MIN_CHARS
+            and len(value) <= max_str
+            and value.isascii()
+            and len(value) * 3 < max_bytes
+        )
+    ):
+        return value  # the common case (short text, flags) needs no walk and no size check
     sanitize = False
     out = _Bounder(max_str, max_items, max_depth, blob_store)(value)
     try:
@@ -386,15 +397,23 @@ class Dispatcher:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        _dispatchers.add(self)
 
     def submit(self, owner: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Queue ``fn(*args)``; ``owner.fail(exc)`` hears about an exception it raises."""
         self._q.append((owner, fn, args))
-        if self._thread is None or self._pid != os.getpid():
+        if self._thread is None:
             self._start()
         if not self._wake.is_set():
             self._wake.set()
+
+    def _after_fork(self) -> None:
+        # The child has no dispatcher thread; the next submit starts one. Queued drain markers
+        # (owner None) belong to parent threads that do not exist here.
+        self._q = collections.deque(x for x in self._q if x[0] is not None)
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = None
 
     def drain(self, timeout: float | None = 10.0) -> bool:
         """Wait until everything submitted before this call has run; False on timeout."""
@@ -411,11 +430,6 @@ class Dispatcher:
 
     def _start(self) -> None:
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's thread does not exist here
-                self._q = collections.deque(x for x in self._q if x[0] is not None)
-                self._wake = threading.Event()
-                self._thread = None
-                self._pid = os.getpid()
             if self._thread is None:
                 t = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread = t
@@ -444,6 +458,16 @@ class Dispatcher:
 
 
 _default_dispatcher: Dispatcher | None = None
+_dispatchers: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for d in list(_dispatchers):
+        d._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 _default_lock = threading.Lock()
 
 
