@@ -1,0 +1,97 @@
+"""Episode replay, cassettes and counterfactual evaluation with the deterministic stub policy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from molt.replay import (
+    LiveTools,
+    Overrides,
+    ReplayPolicy,
+    evaluate_candidate,
+    load_results,
+    load_trajectory,
+    replay_episode,
+    replay_steps,
+)
+from molt.harness import ToolRewrite
+
+from .conftest import FACT, ORDER_QUESTIONS, REFUND_QUESTIONS, UNRELATED, FactStub, kb_search, record_window
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_no_override_replay_reproduces_recorded_actions(store: Any, stub_policy: ReplayPolicy) -> None:
+    ids = run(record_window(store, stub_policy, [REFUND_QUESTIONS[0], ORDER_QUESTIONS[0]]))
+    for tid in ids:
+        traj = load_trajectory(store, tid)
+        res = run(replay_episode(traj, "test-support", ReplayPolicy(FactStub())))
+        assert res.status == "ok" and res.same_actions, res.as_dict()
+        assert [a.render() for a in res.actions] == [a.render() for a in res.recorded]
+        assert res.answer == res.recorded_answer
+        assert res.replayed_reward == res.recorded_reward
+        assert not res.misses
+        steps = run(replay_steps(traj, ReplayPolicy(FactStub())))
+        assert steps and all(s.same_as_recorded for s in steps)
+
+
+def test_missing_fact_memory_fixes_it_unrelated_memory_does_not(store: Any, stub_policy: ReplayPolicy) -> None:
+    ids = run(record_window(store, stub_policy, REFUND_QUESTIONS + ORDER_QUESTIONS))
+    traj = load_trajectory(store, ids[0])
+    assert traj.total_reward == 0.0
+
+    fixed = run(replay_episode(traj, "test-support", ReplayPolicy(FactStub(), Overrides(memories=(FACT,)))))
+    assert fixed.status == "ok" and fixed.replayed_reward == 1.0 and "45 days" in fixed.answer
+    unrelated = run(replay_episode(traj, "test-support", ReplayPolicy(FactStub(), Overrides(memories=(UNRELATED,)))))
+    assert unrelated.status == "ok" and unrelated.replayed_reward == 0.0 and unrelated.same_actions
+
+    good = run(evaluate_candidate(store, ids, "test-support", ReplayPolicy(FactStub(), Overrides(memories=(FACT,))),
+                                  candidate_id="cand-memory", tenant_id="acme"))
+    assert good.scored == 12 and good.unknown == 0
+    assert good.baseline_success_rate == pytest.approx(4 / 12)
+    assert good.candidate_success_rate == 1.0
+    assert good.success_delta == pytest.approx(8 / 12)
+    lo, hi = good.success_delta_ci
+    assert 0.0 < lo < good.success_delta < hi <= 1.0
+    assert good.reward_delta_ci[0] > 0
+    assert good.cost["model_calls"] > 0
+
+    bad = run(evaluate_candidate(store, ids, "test-support",
+                                 ReplayPolicy(FactStub(), Overrides(memories=(UNRELATED,))), candidate_id="cand-unrelated"))
+    assert bad.success_delta == 0.0
+    lo, hi = bad.success_delta_ci
+    assert lo < 0 < hi
+
+    rows = load_results(store, candidate_id="cand-memory")
+    assert len(rows) == 13 and rows[-1]["kind"] == "summary"
+    assert {r["trajectory_id"] for r in rows if r["kind"] == "trajectory"} == set(ids)
+    assert rows[-1]["record"]["success_delta"] == pytest.approx(8 / 12)
+
+
+def test_cache_miss_is_reported_never_invented(store: Any, stub_policy: ReplayPolicy) -> None:
+    ids = run(record_window(store, stub_policy, [ORDER_QUESTIONS[0]]))
+    traj = load_trajectory(store, ids[0])
+    # A tool-schema rewrite makes the policy call the tool with arguments the recording never saw.
+    rewrite = Overrides(tool_rewrites={"search_kb": ToolRewrite(parameters={
+        "type": "object", "properties": {"query": {"type": "string"}, "lang": {"type": "string", "enum": ["en"]}},
+        "required": ["query", "lang"]})})
+    res = run(replay_episode(traj, "test-support", ReplayPolicy(FactStub(), rewrite)))
+    assert res.status == "unknown" and res.replayed_reward is None
+    assert len(res.misses) == 1 and res.misses[0].resolution == "unknown"
+    assert "left the recording" in res.error and "search_kb" in res.error
+
+    calls: list[dict[str, Any]] = []
+    live = LiveTools()
+    live.register("search_kb", lambda **kw: calls.append(kw) or kb_search(kw["query"]))
+    res = run(replay_episode(traj, "test-support", ReplayPolicy(FactStub(), rewrite), live=live))
+    assert res.status == "ok" and res.replayed_reward == 1.0
+    assert [m.resolution for m in res.misses] == ["live"] and calls == [{"query": ORDER_QUESTIONS[0], "lang": "en"}]
+
+    ev = run(evaluate_candidate(store, ids, "test-support", ReplayPolicy(FactStub(), rewrite), save=False))
+    assert ev.unknown == 1 and ev.scored == 0 and ev.success_delta is None
+    assert "left the recording" in ev.evidence[0]["misses"][0]
