@@ -86,33 +86,32 @@ def quality_reasons(events: list[Event], total_reward: float | None, rules: Qual
 
 def strip_fields(event: Event, paths: Iterable[str]) -> Event:
     """``event`` without the payload ``paths`` (``hidden``, ``hidden.reasoning``, ``outcome.output``;
-    a path through a list applies to every element)."""
+    a path through a list applies to every element). A field the model requires is emptied instead."""
     paths = list(paths)
     if not paths:
         return event
-    data = event.model_dump(mode="json")
-    changed = False
-    for path in paths:
-        changed |= _drop(data, path.split("."))
-    if not changed:
-        return event
-    try:
-        return Event.model_validate(data)
-    except ValueError as exc:
-        raise GovernanceError(f"Excluding the fields {paths} leaves an invalid event ({exc}); exclude the "
-                              f"enclosing field instead.", trajectory_id=event.trajectory_id,
-                              event_id=event.event_id) from None
+    for blank in (False, True):
+        data = event.model_dump(mode="json")
+        if not any([_drop(data, p.split("."), blank) for p in paths]):
+            return event
+        try:
+            return Event.model_validate(data)
+        except ValueError as exc:
+            error = exc
+    raise GovernanceError(f"Excluding the fields {paths} leaves an invalid event ({error}); exclude the "
+                          f"enclosing field instead.", trajectory_id=event.trajectory_id,
+                          event_id=event.event_id) from None
 
 
-def _drop(node: Any, keys: list[str]) -> bool:
+def _drop(node: Any, keys: list[str], blank: bool) -> bool:
     if isinstance(node, list):
-        return any([_drop(item, keys) for item in node])
+        return any([_drop(item, keys, blank) for item in node])
     if not isinstance(node, dict) or keys[0] not in node or node[keys[0]] is None:
         return False
-    if len(keys) == 1:  # a required string keeps its place, empty; anything else goes
-        if isinstance(node[keys[0]], str):
+    if len(keys) == 1:
+        if blank and isinstance(node[keys[0]], str):
             node[keys[0]] = ""
         else:
             del node[keys[0]]
         return True
-    return _drop(node[keys[0]], keys[1:])
+    return _drop(node[keys[0]], keys[1:], blank)

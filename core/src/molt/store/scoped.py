@@ -157,7 +157,7 @@ class TenantView:
                 raise StoreError(f"Version {version} of table {name!r} cannot be read ({exc}); it may have "
                                  f"been cleaned up. Versions kept: {self.versions(name)}.") from exc
             self._handles[key] = h
-            if len(self._handles) > 16:
+            if len(self._handles) > 64:
                 self._handles.popitem(last=False)
         return h
 
