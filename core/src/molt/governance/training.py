@@ -125,7 +125,7 @@ class TrainingQueue:
         out = []
         for tid in tids:
             records = sealed.get(tid, [])
-            reasons: list[str] = []
+            reasons: list[str] = [] if tp.training.opt_in else ["tenant: the tenant has not opted in to training"]
             events = []
             excluded = set(tp.training.exclude_fields)
             for r in records:
@@ -141,11 +141,13 @@ class TrainingQueue:
                                    f"the governance pipeline)")
                     continue
                 excluded.update(d["excluded_fields"] or ())
-                if d["eligible"] is not True:
-                    reasons.extend(f"{where}: {x}" for x in (d["reasons"] or ["eligibility was not decided"]))
                 types = orjson.loads(d["redacted_types"]) if d["redacted_types"] else {}
-                reasons.extend(f"{where}: {x}" for x in event_reasons(ev, tp.training, redacted_types=types)
-                               if f"{where}: {x}" not in reasons)
+                now = event_reasons(ev, tp.training, redacted_types=types)
+                then = (d["reasons"] or ["eligibility was not decided"]) if d["eligible"] is not True else []
+                # capture-time reasons stand (data captured before an opt-in stays out); the current
+                # tenant-level opt-in is judged once per trajectory above
+                now = [x for x in now if not x.startswith("tenant:")]
+                reasons.extend(f"{where}: {x}" for x in dict.fromkeys(then + now))
             late = rewards.get(tid, [])
             inline = [e.reward for e in events if e.reward is not None]
             total = sum(inline) + sum(a.value for a in late) if inline or late else None
