@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 PINNED = {
-    "molt": ["MoltError", "__version__"],
+    "molt": ["MoltError", "__version__", "replayable"],
     "molt.capture": ["CaptureHook", "HookResult", "MemorySink", "Recorder", "RecorderStats", "SealedRow",
                      "Sink", "SinkBatch", "Spool", "SpoolPosition", "index_fields"],
     "molt.store": ["Store", "Trajectory", "TrajectorySummary", "sql_str"],
