@@ -269,6 +269,7 @@ _MOUNTS: list[tuple[str, str]] = [
     ("retention", "molt.governance.cli:retention_app"),
     ("policy", "molt.governance.cli:policy_app"),
     ("serve", "molt.gateway.cli:serve_command"),
+    ("replay", "molt.replay.cli:app"),
 ]
 
 
