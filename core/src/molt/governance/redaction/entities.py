@@ -1,18 +1,22 @@
 """Lexicon-and-context detector for names, places, postal addresses and organisations.
 
-A fast offline "model" for PERSON, LOCATION, ADDRESS and ORGANIZATION: no neural network, so it
-runs at tens of thousands of 1 KB texts per second on one core. It combines
+A fast offline "model" for PERSON, LOCATION, ADDRESS and ORGANIZATION, with no neural network.
+It is built so that the per-character work happens inside compiled regular expressions and
+Python only sees candidates:
 
-1. packaged lexicons (:mod:`molt.governance.redaction.lexicon`: first and last names of ~80 locales,
-   world cities, regions and countries, street and company suffixes, English word frequencies);
-2. capitalisation: a run of capitalised words not at a sentence start is an entity candidate,
-   and a common English word ("Please", "Monday") is not a name;
-3. context: "from / in / near X" → place; "Mr / Dr / name is X" → person; "X Inc / X LLC",
-   "works at X", "X office" → organisation;
-4. address grammar: house number + street (``221B Baker Street``, ``Hochstrasse 96``,
-   ``40 rue Victor Hugo``), unit (``Apt. 4``, ``Suite 200``, ``P.O. Box 12``), city, region code,
-   postcode, country. A one-line address is one span; an address laid out one part per line is
-   emitted part by part (street, unit, city as LOCATION, country as LOCATION, postcode).
+1. addresses (:mod:`~molt.governance.redaction.addresses`): a regex grammar anchored on house
+   numbers, street words and units, extended part by part (unit, city, region, postcode, country);
+2. capitalised runs: one regex finds every run of capitalised words ("Christine Sørensen",
+   "Kostelec nad Orlicí", "Jones, Mitchell and Williams" is three runs joined by a rule); each run
+   is split at connectors ("and", "of", "&") unless the whole is a known place or organisation,
+   and each part is classified from packaged lexicons (first and last names of ~80 locales, world
+   cities, regions and countries, English word frequencies — see
+   :mod:`~molt.governance.redaction.lexicon`) and the words around it: "from / in X" → place,
+   "Mr / Dr / name is X" → person, "X Inc / X Labs / the X office / X invested / at X" →
+   organisation, brand-shaped words ("BioFlower", "Healthmap") → organisation;
+3. text written all in lowercase (chat), where capitals carry no signal: words that are names or
+   places in the lexicons are promoted to capitalised candidates and go through step 2; in mixed
+   text a lowercase name is taken only after a strong cue ("my name is …", "hi …").
 
 Registered as detector ``entities``.
 """
@@ -20,143 +24,119 @@ Registered as detector ``entities``.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
+from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors
 from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
 
 __all__ = ["EntityDetector"]
 
-_TOKEN = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*\.?|\d+[^\W_]*|\n|[^\w\s]")
-_SENT_END = frozenset(
-    {".", "!", "?", "\n", ":", ";", '"', "“", "”", ">", "*", "•", "(", "[", "|", "-", "…", "#"}
-)
-_CONNECTORS = frozenset(
-    {"van", "der", "den", "de", "da", "das", "do", "dos", "del", "della", "di", "du", "la", "le", "von",
-     "zu", "ter", "ten", "bin", "ibn", "al", "el", "y", "e", "st"}
+_UP = "".join(re.escape(chr(c)) for c in range(0x3000) if chr(c).isupper() or chr(c).istitle())
+_WORD = rf"[{_UP}][^\W_]*(?:['’][^\W_]+)*(?:-[^\W_]+)*"
+# capitalised words, joined by single spaces or by up to three short lowercase words ("van der",
+# "and", "of the"); Python splits a run again at the lowercase words that do not belong in a name.
+# No alternation at the start, so the scan for the first capital stays in C.
+_RUN = re.compile(rf"{_WORD}(?:[ \t]{{1,2}}(?:[a-z&][a-z']{{0,4}}[ \t]{{1,2}}){{0,3}}{_WORD})*")
+_FIRM_HEAD = re.compile(rf"({_WORD}), $")
+_LOWER_CUES = (
+    "name is", "name's", "i'm", "this is", "call me", "dear", "hi", "hello", "hey", "thanks", "thank you",
+    "mr.", "mrs.", "ms.", "dr.", "ask for", "speak to", "speak with",
 )  # fmt: skip
+_LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
+_CASED_WORD = re.compile(rf"[{_UP}][^\W\d_]")  # a capital that starts a word of 2+ letters
+_DIGIT = re.compile(r"\d")
+_LOWER_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
+_CAMEL = re.compile(r"[a-z]{2}[A-Z][a-z]")
+
+# lowercase words that may stand inside a name ("Ludwig van Beethoven", "Maria da Silva")
+_NAME_CONN = frozenset(
+    {"van", "von", "der", "den", "de", "da", "das", "do", "dos", "del", "della", "di", "du", "la", "le", "les",
+     "des", "zu", "ter", "ten", "bin", "ibn", "al", "el", "y", "e"}
+)  # fmt: skip
+_ABBREVIATIONS = frozenset(
+    {"mr", "mrs", "ms", "mx", "dr", "prof", "st", "mt", "ft", "hon", "rev", "capt", "col", "gen", "lt", "sgt",
+     "jr", "sr"}
+)  # fmt: skip
+_HONORIFICS = frozenset(
+    {"mr", "mrs", "ms", "mx", "miss", "dr", "prof", "sir", "madam", "dame", "lord", "lady", "rev", "hon",
+     "capt", "col", "gen", "lt", "sgt", "mister", "doctor", "professor"}
+)  # fmt: skip
+_NAME_SUFFIXES = frozenset({"jr", "sr", "md", "phd", "ii", "iii", "iv", "esq", "dds", "dvm", "rn"})
 _PERSON_CUES = frozenset(
     {"mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "dear", "hi", "hello", "hey", "thanks",
      "mister", "named", "called", "name", "says", "said", "by", "with", "signed", "regards", "cc",
      "contact", "commenter", "tell", "ask", "meet", "met", "son", "daughter", "wife", "husband",
      "mother", "father", "brother", "sister", "friend", "partner", "colleague", "uncle", "aunt",
-     "md", "phd", "jr", "sr"}
+     "customer", "agent", "assistant", "manager", "is", "am", "i'm", "to", "from"}
 )  # fmt: skip
-_PLACE_CUES = frozenset(
-    {"in", "from", "to", "near", "at", "visit", "visiting", "visited", "city", "town", "village",
-     "country", "across", "around", "outside", "inside", "toward", "towards", "via", "reach",
-     "flew", "fly", "moved", "live", "lives", "living", "born", "arrived", "leaving", "left"}
-)  # fmt: skip
-_ORG_CUES = frozenset(
-    {"works", "work", "working", "worked", "employed", "employer", "company", "firm", "joined",
-     "join", "ceo", "cto", "founder", "founded", "hired", "acquired", "startup", "corporation",
-     "organization", "organisation", "for", "at"}
-)  # fmt: skip
-_LOWER_PERSON_CUES = frozenset(
-    {"said", "says", "to", "named", "him", "her", "me", "with", "commenter", "tell", "ask", "mr", "mrs",
-     "ms", "dr", "dear", "hi", "hello", "hey", "thanks", "town", "is", "the", "by", "and", "but"}
-)  # fmt: skip
-_LOWER_PERSON_AFTER = frozenset({"is", "was", "has", "had", "said", "says", "spent", "just", "and", "can"})
 _STRONG_PLACE_CUES = frozenset(
     {"in", "from", "near", "visit", "visiting", "visited", "city", "town", "village", "country", "across",
-     "around", "outside", "inside", "toward", "towards", "via", "moved", "born", "arrived", "live", "lives"}
+     "around", "outside", "inside", "toward", "towards", "via", "moved", "born", "arrived", "live", "lives",
+     "living", "flew", "fly", "flight", "trip", "travel", "traveling", "travelling", "relocated", "based",
+     "headquartered", "downtown", "of"}
+)  # fmt: skip
+_PLACE_CUES = _STRONG_PLACE_CUES | {"to", "at", "reach", "leaving", "left", "through", "into", "toward"}
+_ORG_CUES = frozenset(
+    {"works", "work", "working", "worked", "employed", "employer", "company", "firm", "joined", "join",
+     "ceo", "cto", "cfo", "founder", "founded", "hired", "acquired", "startup", "corporation", "vendor",
+     "organization", "organisation", "became", "client", "supplier", "brand", "for", "at", "with", "by"}
 )  # fmt: skip
 _ORG_AFTER = frozenset(
-    {"office", "offices", "headquarters", "hq", "team", "employees", "staff", "inc", "ltd"}
-)
-_ORG_WORDS = frozenset(
-    {"inc", "llc", "ltd", "plc", "corp", "corporation", "company", "co", "group", "gmbh", "ag", "sa",
-     "bv", "nv", "llp", "lp", "holdings", "partners", "associates", "foundation", "institute",
-     "university", "bank", "technologies", "technology", "solutions", "systems", "labs", "consulting",
-     "services", "industries", "international", "enterprises", "ventures", "capital", "media",
-     "insurance", "energy", "logistics", "pharmaceuticals", "networks", "software", "association",
-     "society", "council", "agency", "department", "ministry", "sons", "brothers", "report", "club"}
+    {"office", "offices", "headquarters", "hq", "employees", "staff", "shares", "stock", "invested", "acquired",
+     "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures", "sells", "employs",
+     "reported", "filed", "ceo", "cto", "spokesperson", "spokesman", "spokeswoman", "board", "branch",
+     "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp"}
+)  # fmt: skip
+# head nouns that end an organisation's name ("Wolfram Research", "Castle Biosciences")
+_ORG_NOUNS = frozenset(
+    {"inc", "incorporated", "llc", "ltd", "limited", "plc", "corp", "corporation", "company", "co", "group",
+     "gmbh", "ag", "sa", "sas", "sarl", "srl", "spa", "bv", "nv", "oy", "ab", "as", "asa", "llp", "lp",
+     "pty", "holdings", "holding", "partners", "associates", "foundation", "institute", "university",
+     "college", "academy", "school", "bank", "technologies", "technology", "tech", "solutions", "systems",
+     "labs", "lab", "laboratories", "consulting", "consultants", "research", "services", "industries",
+     "international", "enterprises", "ventures", "capital", "media", "insurance", "energy", "logistics",
+     "pharmaceuticals", "pharma", "therapeutics", "biosciences", "bioscience", "biotech", "networks",
+     "software", "analytics", "robotics", "dynamics", "electronics", "motors", "airlines", "airways",
+     "communications", "telecom", "entertainment", "studios", "studio", "pictures", "records",
+     "publishing", "press", "news", "association", "society", "council", "committee", "commission",
+     "agency", "authority", "department", "ministry", "bureau", "federation", "union", "league", "club",
+     "sons", "brothers", "bros", "report", "trust", "fund", "investments", "realty", "properties",
+     "construction", "engineering", "manufacturing", "works", "brands", "products", "designs",
+     "interactive", "digital", "games", "apps", "app", "data", "cloud", "health", "healthcare",
+     "medical", "clinic", "hospital", "pharmacy", "foods", "restaurants", "hotels", "resorts", "airport",
+     "movers", "maintenance", "appraisals", "unlimited", "supplies", "supply", "store", "stores",
+     "market", "markets", "traffic", "exchange", "partnership", "cooperative", "coop", "collective",
+     "co-op", "outfitters", "mart", "depot", "express", "wholesale", "retail", "finance", "financial",
+     "securities", "advisors", "advisers", "management", "marketing", "global", "worldwide", "board",
+     "institution", "centre", "center", "museum", "library", "church", "orchestra", "band", "team"}
+)  # fmt: skip
+# "University of X", "Bank of X": the part before "of" names an organisation
+_ORG_BEFORE_OF = frozenset(
+    {"university", "bank", "institute", "department", "ministry", "college", "school", "museum", "society",
+     "association", "board", "council", "academy", "federation", "union", "league", "office", "bureau",
+     "commission", "court", "church", "hospital", "library", "seeds", "friends", "house", "order"}
 )  # fmt: skip
 _STREET_WORDS = frozenset(
-    {"street", "st", "avenue", "ave", "road", "rd", "boulevard", "blvd", "lane", "ln", "drive", "dr",
-     "court", "ct", "place", "pl", "square", "sq", "terrace", "way", "parkway", "pkwy", "highway",
-     "hwy", "circle", "cir", "crescent", "close", "row", "alley", "trail", "path", "walk", "plaza",
-     "grove", "gardens", "hill", "heights", "creek", "park", "ridge", "view", "mews", "loop",
-     "crossing", "expressway", "freeway", "turnpike", "pike", "wharf", "quay", "esplanade", "str"}
+    {"street", "st", "avenue", "ave", "road", "rd", "boulevard", "blvd", "lane", "ln", "drive", "court",
+     "place", "square", "terrace", "way", "parkway", "highway", "circle", "crescent", "close", "alley"}
 )  # fmt: skip
-_STREET_PREFIXES = frozenset(
-    {"rue", "via", "viale", "calle", "avenida", "av", "rua", "travessa", "largo", "piazza", "corso",
-     "camino", "carrera", "plaza", "paseo", "boulevard", "bd", "allée", "chemin", "impasse", "place",
-     "route", "quai", "ulica", "ul", "ulitsa", "pr", "prospekt", "strada", "vicolo", "rambla",
-     "avinguda", "carrer", "sokak", "cadde", "jalan", "jl", "odos", "leoforos", "plateia", "postbox",
-     "camiño", "rúa", "praça", "estrada", "alameda"}
-)  # fmt: skip
-_STREET_MORPHEMES = re.compile(
-    r"(?:stra(?:ss|ß)e|str\.?|gasse|weg|vej|gade|laan|straat|plein|dreef|kade|steenweg|gata|gatan|"
-    r"vägen|väg|veien|vei|gate|tie|katu|kuja|polku|utca|út|útja|u\.|allee|ring|platz|damm|ufer|"
-    r"chaussee|markt|stieg|pfad|berg|hof|torget|torv|bakken|lunden|stræde|plads|huset|vegur|"
-    r"ulica|iela|gatve|tänav|tee|põik|cesta|ulice|náměstí|sokak|caddesi|bulvar)$",
-    re.IGNORECASE,
-)
-_UNIT_WORDS = frozenset(
-    {
-        "apt",
-        "apartment",
-        "suite",
-        "ste",
-        "unit",
-        "flat",
-        "floor",
-        "fl",
-        "room",
-        "rm",
-        "box",
-        "po",
-        "p.o",
-        "bldg",
-        "building",
-        "dept",
-        "psc",
-        "cmr",
-    }
-)
-_MILITARY = re.compile(
-    r"\b(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)\b[^\n]{0,40}\n\s*(?:FPO|APO|DPO) (?:AA|AE|AP) \d{5}"
-)
-_POSTCODE = re.compile(r"^(?:\d{4,6}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]? ?\d[A-Z]{2})$")
-_STATE_CODE = re.compile(r"^[A-Z]{2,3}$")
-_MAX_ZIPF_NAME = 6.0  # a capitalised word this frequent in English ("Will", "Grant") needs more evidence
+_SENT_END = frozenset('.!?\n:;"“”>*•([|-…#')
+_QUOTES = " \t'\"“‘’”(["
+_BRAND_END = ("ly", "ify", "io", "hq", "sy", "co", "com", "x", "ix")
 
 
-class _Tok:
-    __slots__ = ("cap", "end", "f", "kind", "place", "start", "text")
+class _W(NamedTuple):
+    """One word of a run: offsets, surface text, folded key, and what the lexicons say about it."""
 
-    def __init__(self, text: str, start: int, end: int):
-        self.text, self.start, self.end = text, start, end
-        c = text[0]
-        self.kind = "w" if c.isalpha() else "n" if c.isdigit() else "nl" if c == "\n" else "p"
-        self.cap = self.kind == "w" and c.isupper()
-        self.f = fold(text.rstrip(".")) if self.kind == "w" else text
-        self.place: tuple[int, str] | None = None  # memo of EntityDetector._place_len
-
-
-def _tokenize(text: str) -> list[_Tok]:
-    toks = []
-    for m in _TOKEN.finditer(text):
-        t, s, e = m.group(), m.start(), m.end()
-        if t[-1] == "." and t[0].isalpha():
-            core = t[:-1]
-            # keep the period only on short abbreviations (Dr., St., Apt., Inc.); else it ends a sentence
-            if len(core) > 4 or fold(core) not in _ABBREVIATIONS:
-                toks.append(_Tok(core, s, e - 1))
-                toks.append(_Tok(".", e - 1, e))
-                continue
-        if len(t) > 2 and t[-2] in "'’" and t[-1] in "sS":
-            toks.append(_Tok(t[:-2], s, e - 2))
-            toks.append(_Tok("'s", e - 2, e))
-            continue
-        toks.append(_Tok(t, s, e))
-    return toks
-
-
-_ABBREVIATIONS = frozenset(
-    {"dr", "mr", "mrs", "ms", "st", "apt", "inc", "ltd", "co", "corp", "jr", "sr", "ave", "rd",
-     "blvd", "ste", "no", "p.o", "u", "str", "prof", "fl", "bldg", "mt", "ft", "av", "pl", "sq"}
-)  # fmt: skip
+    start: int
+    end: int
+    text: str
+    f: str
+    first: bool  # a first name
+    last: bool  # a last name
+    z: float  # English Zipf frequency
+    conn: bool  # a lowercase connector ("van", "of", "and")
 
 
 class EntityDetector:
@@ -167,539 +147,378 @@ class EntityDetector:
 
     def __init__(self, lexicon: Lexicon | None = None):
         self.lex = lexicon or get_lexicon()
-        lx = self.lex
-        self._street_suffix = _STREET_WORDS | {
-            s for s in lx.street_suffixes if len(s) >= 4 and " " not in s and lx.zipf(s) < 4.5
-        }
-        self._street_prefix = _STREET_PREFIXES | {
-            s for s in lx.street_prefixes if len(s) >= 3 and " " not in s and lx.zipf(s) < 4.0
-        }
+        self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word)
+        self._info: dict[str, tuple[str, bool, bool, float]] = {}
+        self._skip: dict[str, bool] = {}
 
     # ------------------------------------------------------------------ lexicon helpers
 
-    def _is_name(self, t: _Tok) -> bool:
-        return t.f in self.lex.first_names or t.f in self.lex.last_names
+    def _lookup(self, word: str) -> tuple[str, bool, bool, float]:
+        info = self._info.get(word)
+        if info is None:
+            f = fold(word)
+            lx = self.lex
+            info = (f, f in lx.first_names, f in lx.last_names, lx.zipf(f))
+            if len(self._info) > 200_000:
+                self._info.clear()
+            self._info[word] = info
+        return info
 
-    def _place_len(self, toks: list[_Tok], i: int) -> tuple[int, str]:
-        """Longest known place starting at token ``i``: (tokens, kind) or (0, "")."""
-        memo = toks[i].place
-        if memo is None:
-            memo = toks[i].place = self._place_scan(toks, i)
-        return memo
-
-    def _place_scan(self, toks: list[_Tok], i: int) -> tuple[int, str]:
+    def _place(self, key: str) -> str:
+        """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""
         lx = self.lex
-        best, kind = 0, ""
-        words = []
-        j = i
-        while j < len(toks) and len(words) < lx.max_place_len:
-            t = toks[j]
-            if t.kind != "w" and not (t.kind == "p" and t.text in "-'" and words):
-                break
-            if t.kind == "w":
-                words.append(t.f)
-                if len(words) == 1 and lx.zipf(t.f) >= 4.0 and t.f not in lx.countries:
-                    return 0, ""
-                key = " ".join(words)
-                if key in lx.countries:
-                    best, kind = j - i + 1, "country"
-                elif key in lx.cities or key in lx.regions:
-                    best, kind = j - i + 1, "city"
-            j += 1
-        return best, kind
+        if key in lx.countries:
+            return "country"
+        if key in lx.cities or key in lx.regions:
+            return "city"
+        return ""
 
-    def _common(self, t: _Tok) -> bool:
+    def _is_place_phrase(self, phrase: str) -> bool:
+        f = fold(phrase)
+        kind = self._place(f)
+        if not kind:
+            return False
+        # a frequent English word that happens to be a small town ("March", "Union") needs a capital
+        return kind == "country" or " " in f or self.lex.zipf(f) < 4.5 or phrase[:1].isupper()
+
+    def _is_common_word(self, word: str) -> bool:
+        return self._lookup(word)[3] >= 3.5
+
+    def _common(self, w: _W) -> bool:
         """A frequent English word that is not (also) a name."""
-        z = self.lex.zipf(t.f)
-        return z >= 3.0 and not (self._is_name(t) and z < _MAX_ZIPF_NAME)
+        return w.z >= 3.0 and not ((w.first or w.last) and w.z < 6.0)
+
+    def _compound(self, f: str) -> bool:
+        """Two English words run together ("healthmap", "karmadata"): a typical brand name."""
+        if len(f) < 7 or not f.isalpha():
+            return False
+        z = self.lex.zipf
+        for i in range(3, len(f) - 2):
+            if z(f[:i]) >= 3.2 and z(f[i:]) >= 3.2:
+                return True
+        return False
+
+    def _brandlike(self, w: _W) -> bool:
+        t = w.text
+        if _CAMEL.search(t) and not t.startswith(("Mc", "Mac", "O'", "De", "Di", "La", "Le", "Van", "Von")):
+            return True
+        if any(c.isdigit() for c in t):
+            return True
+        return not (w.first or w.last) and w.z == 0 and self._compound(w.f)
 
     # ------------------------------------------------------------------ detection
 
     def detect(self, text: str) -> list[Span]:
         """Entity spans in ``text``."""
-        toks = _tokenize(text)
-        if not toks:
-            return []
-        used = [False] * len(toks)
+        lowercase = _CASED_WORD.search(text) is None
         out: list[Span] = []
-        self._addresses(text, toks, used, out)
-        self._names(toks, used, out)
+        blocked: list[tuple[int, int]] = []
+        if _DIGIT.search(text) is not None or "orner of" in text:
+            for a in self._addresses.find(text, lowercase):
+                if a.parts:
+                    for s, e, kind in a.parts:
+                        out.append(Span(s, e, "LOCATION" if kind == "place" else "ADDRESS", 0.8, self.name))
+                else:
+                    out.append(Span(a.start, a.end, "ADDRESS", 0.8, self.name))
+                blocked.append((a.start, a.end))
+        source = self._promote_lowercase(text) if lowercase else text
+        skip = self._skip
+        for m in _RUN.finditer(source):
+            s, e = m.span()
+            if s and (source[s - 1].isalnum() or source[s - 1] in "_'’-@./\\"):
+                continue  # a capital inside a word, an identifier or a path
+            word = m.group()
+            if " " not in word:  # one word: most are sentence starts ("The", "Please", "I")
+                drop = skip.get(word)
+                if drop is None:
+                    drop = skip[word] = self._never_entity(word)
+                if drop:
+                    continue
+            if blocked:
+                s, e = _outside(blocked, s, e)
+                if e <= s:
+                    continue
+            self._run(source, s, e, out)
+        if not lowercase:
+            self._lowercase_names(text, blocked, out)
         return out
 
-    # ------------------------------------------------------------------ addresses
+    def _never_entity(self, word: str) -> bool:
+        """A single capitalised word that no rule would take: a letter, or frequent English that is
+        neither a name nor a place ("The", "Please", "Thanks")."""
+        if len(word) == 1:
+            return True
+        if word.isupper():
+            return False  # acronyms: "at BBC"
+        f, first, last, z = self._lookup(word)
+        return z >= 3.0 and not (first or last) and not self._place(f) and f not in _ORG_NOUNS
 
-    def _street_at(self, toks: list[_Tok], i: int) -> int:
-        """End index (exclusive) of a street address starting at token ``i`` (a number), or ``i``."""
-        n = len(toks)
-        j = i
-        if toks[j].kind != "n":
-            return i
-        j += 1
-        if j < n and toks[j].kind == "n":
-            j += 1
-        if j >= n or toks[j].kind != "w":
-            return i
-        # "NUM rue Victor Hugo [NUM]" / "NUM Via Carlo Cattaneo 130"
-        if toks[j].f in self._street_prefix:
-            k = j + 1
-            while (
-                k < n
-                and k - j <= 6
-                and (
-                    toks[k].kind == "w"
-                    and (toks[k].cap or toks[k].f in _CONNECTORS or toks[k].text.islower())
-                )
-            ):
-                if toks[k].f in _UNIT_WORDS:
-                    break
-                k += 1
-            if k < n and toks[k].kind == "n":
-                k += 1
-            return k if k > j + 1 else i
-        # "NUM Words Street" / "NUM Words NUM"
-        k = j
-        while (
-            k < n
-            and k - j < 5
-            and toks[k].kind == "w"
-            and (toks[k].cap or toks[k].f in _CONNECTORS or toks[k].text.islower())
-        ):
-            if toks[k].f in _UNIT_WORDS and k > j:
-                break
-            if toks[k].f in self._street_suffix and k > j:
-                k += 1
-                if k < n and toks[k].text == ".":
-                    k += 1
-                return k
-            k += 1
-        if k < n and toks[k].kind == "n" and k > j:
-            return k + 1
-        if k > j and _STREET_MORPHEMES.search(toks[k - 1].text) and toks[k - 1].cap:
-            return k
-        return i
+    # ------------------------------------------------------------------ lowercase text
 
-    def _street_no_number(self, toks: list[_Tok], i: int) -> int:
-        """``Hochstrasse 96`` / ``Dózsa György út 78.`` / ``Gordon Street``: end index or ``i``."""
-        n = len(toks)
-        k = i
-        while k < n and k - i < 4 and toks[k].kind == "w" and toks[k].cap:
-            k += 1
-            if (
-                k < n
-                and toks[k].kind == "w"
-                and (_STREET_MORPHEMES.search(toks[k - 1].text) or toks[k - 1].f in ("u.", "út"))
-            ):
-                pass
-            if _STREET_MORPHEMES.search(toks[k - 1].text) and k < n and toks[k].kind == "n":
-                return k + 1
-            if toks[k - 1].f in ("street", "avenue", "road", "boulevard", "lane", "drive") and k - 1 > i:
-                return k
-        return i
+    def _promote_lowercase(self, text: str) -> str:
+        """``text`` with lexicon names and places capitalised (same length), for all-lowercase input."""
+        lx = self.lex
+        parts: list[str] = []
+        pos = 0
+        prev = ""
+        for m in _LOWER_WORD.finditer(text):
+            w = m.group()
+            f, first, last, z = self._lookup(w)
+            promote = False
+            if (first or last) and z < 4.0:
+                promote = True
+            elif z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3:
+                promote = True
+            elif f in lx.countries and (prev in _PLACE_CUES or z < 4.5):
+                promote = True
+            if promote:
+                up = w[0].upper()
+                if len(up) == 1:
+                    parts.append(text[pos : m.start()])
+                    parts.append(up + w[1:])
+                    pos = m.end()
+            prev = f
+        if not parts:
+            return text
+        parts.append(text[pos:])
+        return "".join(parts)
 
-    def _unit_at(self, toks: list[_Tok], i: int) -> int:
-        n = len(toks)
-        if toks[i].kind != "w" or toks[i].f not in _UNIT_WORDS:
-            return i
-        j = i + 1
-        if toks[i].f in ("p.o", "po") and j < n and toks[j].f == "box":
-            j += 1
-        if j < n and toks[j].text == ".":
-            j += 1
-        if j < n and toks[j].text == "#":
-            j += 1
-        if j < n and toks[j].kind == "n":
-            j += 1
-            if j + 1 < n and toks[j].f == "box" and toks[j + 1].kind == "n":
-                j += 2
-            return j
-        return i
+    def _lowercase_names(self, text: str, blocked: list[tuple[int, int]], out: list[Span]) -> None:
+        """Lowercase names after a strong cue in otherwise cased text: "my name is john smith"."""
+        low = text.lower()
+        if len(low) != len(text):  # a few capitals lowercase to two characters; offsets would shift
+            return
+        for cue in _LOWER_CUES:
+            k = low.find(cue)
+            while k >= 0:
+                if k and low[k - 1].isalpha():
+                    k = low.find(cue, k + 1)
+                    continue
+                m = _LOWER_NAME.match(text, k + len(cue))
+                k = low.find(cue, k + 1)
+                if m is None:
+                    continue
+                f, first, last, z = self._lookup(m.group(1))
+                if not (first or last) or z >= 4.5:
+                    continue
+                a, b = m.span(1)
+                if m.group(2) is not None:
+                    f2, first2, last2, z2 = self._lookup(m.group(2))
+                    if (last2 or first2) and z2 < 4.0:
+                        b = m.end(2)
+                if not _overlaps(blocked, a, b) and not any(s.start <= a < s.end for s in out):
+                    out.append(Span(a, b, "PERSON", 0.6, self.name))
 
-    def _addresses(self, text: str, toks: list[_Tok], used: list[bool], out: list[Span]) -> None:
-        n = len(toks)
-        for m in _MILITARY.finditer(text):
-            out.append(Span(m.start(), m.end(), "ADDRESS", 0.85, self.name))
-            for k, t in enumerate(toks):
-                if m.start() <= t.start < m.end():
-                    used[k] = True
-        i = 0
-        while i < n:
-            if used[i]:
-                i += 1
-                continue
-            t = toks[i]
-            end = i
-            lead = None
-            if t.kind == "n":
-                end = self._street_at(toks, i)
-                if (
-                    (end > i
-                    and toks[i + 1].kind == "n")
-                    or (
-                        end > i
-                        and toks[end - 1].kind == "n"
-                        and end - i > 2
-                        and self._lead_split(toks, i, end)
-                    )
-                ):
-                    lead = i  # "19 2249 College Street": a building number before a full street address
-            elif t.kind == "w" and t.cap:
-                end = self._unit_at(toks, i)
-                if end == i:
-                    end = self._street_no_number(toks, i)
-            if end == i:
-                i += 1
-                continue
-            self._emit_address(text, toks, used, out, i, end, lead)
-            i = end
+    # ------------------------------------------------------------------ capitalised runs
 
-    @staticmethod
-    def _lead_split(toks: list[_Tok], i: int, end: int) -> bool:
-        # NUM Word(s) NUM: only a split when the first NUM is short (a building/flat number)
-        return len(toks[i].text) <= 3 and toks[i + 1].kind == "w"
+    def _words(self, text: str, s: int, e: int) -> list[_W]:
+        out = []
+        pos = s
+        for raw in text[s:e].split():
+            i = text.index(raw, pos)
+            pos = i + len(raw)
+            conn = raw[0].islower() or raw == "&"
+            word = raw
+            if not conn and len(word) > 2 and word[-2] in "'’" and word[-1] in "sS":
+                word = word[:-2]  # possessive
+            f, first, last, z = self._lookup(word.rstrip("."))
+            out.append(_W(i, i + len(word), word, f, first, last, z, conn))
+        return out
 
-    def _line_kind(self, toks: list[_Tok], a: int, b: int) -> str:
-        """Classify tokens a..b (one line, no newline) of an address block."""
-        words = [t for t in toks[a:b] if t.kind != "p" or t.text not in ",>"]
+    def _run(self, text: str, s: int, e: int, out: list[Span]) -> None:
+        words = self._words(text, s, e)
+        # an abbreviation dot after the run's last word belongs to it ("Acme Corp.")
+        person_cue = False
+        while words and words[0].f in _HONORIFICS:
+            person_cue = True
+            words = words[1:]
+        while words and words[0].conn:
+            words = words[1:]
         if not words:
-            return "empty"
-        if self._unit_at(toks, a) == b or (self._unit_at(toks, a) > a and self._unit_at(toks, a) >= b - 1):
-            return "unit"
-        return "other"
-
-    def _emit_address(
-        self,
-        text: str,
-        toks: list[_Tok],
-        used: list[bool],
-        out: list[Span],
-        i: int,
-        end: int,
-        lead: int | None,
-    ) -> None:
-        """Emit the address whose street (or unit) is tokens ``i..end``.
-
-        Layouts decide the granularity: an address written inline with a postcode, unit or more
-        lines is one span; a block laid out one part per line (an envelope or a signature) and a
-        bare "street, City" are emitted part by part.
-        """
-        n = len(toks)
-        j, last, rich = end, end, False
-        while j < n and toks[j].kind != "nl":  # extend on the same line
-            t = toks[j]
-            if t.kind == "p":
-                if t.text in ",-/#" or (t.text == "." and toks[j - 1].f in _ABBREVIATIONS):
-                    j += 1
-                    continue
-                break
-            if t.kind == "n":
-                if _POSTCODE.match(t.text) or len(t.text) <= 5:
-                    j += 1
-                    last, rich = j, True
-                    continue
-                break
-            u = self._unit_at(toks, j)
-            if u > j:
-                j = last = u
-                rich = True
-                continue
-            place = self._place_len(toks, j)[0]
-            if t.cap or t.f in _CONNECTORS or place or _STATE_CODE.match(t.text):
-                if t.f in _ORG_WORDS or (self.lex.zipf(t.f) >= 4.5 and not place):
-                    break
-                if place and self._place_len(toks, j)[1] == "country":
-                    rich = True
-                j += 1
-                last = j
-                continue
-            break
-        multi = last < n and toks[last].kind == "nl" and self._continues(toks, last)
-        line_initial = self._line_start(toks, lead if lead is not None else i)
-        if multi and not line_initial:  # inline multi-line address: one span over its lines
-            k = last
-            while k < n and toks[k].kind == "nl" and self._continues(toks, k):
-                a = k
-                while a < n and toks[a].kind == "nl":
-                    a += 1
-                b = a
-                while (
-                    b < n
-                    and toks[b].kind != "nl"
-                    and not (
-                        toks[b].kind == "p" and toks[b].text in ".?!;" and toks[b - 1].f not in _ABBREVIATIONS
-                    )
-                ):
-                    if (
-                        toks[b].kind == "w"
-                        and not toks[b].cap
-                        and self.lex.zipf(toks[b].f) >= 4.0
-                        and toks[b].f not in _CONNECTORS
-                    ):
-                        break
-                    b += 1
-                if b == a:
-                    break
-                last = b
-                if b < n and toks[b].kind != "nl":
-                    break
-                k = b
-            self._span(toks, used, out, i, last, "ADDRESS", 0.75)
             return
-        if not multi and rich:  # inline one-line address with postcode / unit / country
-            self._span(toks, used, out, i, last, "ADDRESS", 0.75)
-            return
-        start_tok = i
-        if lead is not None:
-            self._span(toks, used, out, lead, lead + 1, "ADDRESS", 0.7)
-            start_tok = lead + 1
-        self._span(toks, used, out, start_tok, end, "ADDRESS", 0.75)
-        if end < last:
-            self._line_parts(toks, used, out, end, last)
-        if not multi:
-            return
-        k, lines = last, 0
-        while k < n and toks[k].kind == "nl" and lines < 6:
-            while k < n and toks[k].kind == "nl":
-                k += 1
-            a = k
-            while k < n and toks[k].kind != "nl":
-                k += 1
-            if a == k or not self._line_parts(toks, used, out, a, k):
-                break
-            lines += 1
-
-    def _span(
-        self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int, entity: str, score: float
-    ) -> None:
-        while b > a and toks[b - 1].kind == "p" and toks[b - 1].text != ".":
-            b -= 1
-        if b <= a:
-            return
-        out.append(Span(toks[a].start, toks[b - 1].end, entity, score, self.name))
-        for k in range(a, b):
-            used[k] = True
-
-    @staticmethod
-    def _line_start(toks: list[_Tok], i: int) -> bool:
-        k = i - 1
-        while k >= 0 and toks[k].kind == "p" and toks[k].text in ">*-•|":
-            k -= 1
-        return k < 0 or toks[k].kind == "nl"
-
-    def _continues(self, toks: list[_Tok], nl: int) -> bool:
-        k = nl
-        while k < len(toks) and toks[k].kind == "nl":
-            k += 1
-        while k < len(toks) and toks[k].kind == "p" and toks[k].text in ">*-,":
-            k += 1
-        if k >= len(toks):
-            return False
-        t = toks[k]
-        return (
-            self._unit_at(toks, k) > k
-            or t.cap
-            or (t.kind == "n" and bool(_POSTCODE.match(t.text)))
-            or self._place_len(toks, k)[0] > 0
-        )
-
-    def _rest_of_line(self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int) -> None:
-        if a < b:
-            self._line_parts(toks, used, out, a, b)
-
-    def _line_parts(self, toks: list[_Tok], used: list[bool], out: list[Span], a: int, b: int) -> bool:
-        """Emit the parts of one address line; False when the line is not part of an address."""
-        k = a
-        emitted = False
-        while k < b:
-            t = toks[k]
-            if t.kind == "p":
-                k += 1
-                continue
-            u = self._unit_at(toks, k)
-            if u > k:
-                out.append(Span(t.start, toks[u - 1].end, "ADDRESS", 0.75, self.name))
-                k = u
-                emitted = True
-                continue
-            if t.kind == "n":
-                if not (_POSTCODE.match(t.text) or len(t.text) <= 5):
-                    return emitted
-                out.append(Span(t.start, t.end, "ADDRESS", 0.7, self.name))
-                k += 1
-                emitted = True
-                continue
-            if _STATE_CODE.match(t.text) and not self._place_len(toks, k)[0]:
-                out.append(Span(t.start, t.end, "ADDRESS", 0.6, self.name))
-                k += 1
-                emitted = True
-                continue
-            if t.text == "nan":
-                k += 1
-                continue
-            # a run of capitalised words / a known place → LOCATION
-            j = k
-            while (
-                j < b
-                and toks[j].kind == "w"
-                and (toks[j].cap or toks[j].f in _CONNECTORS or self._place_len(toks, j)[0])
-            ):
-                j += 1
-            if j == k:
-                return emitted
-            out.append(Span(t.start, toks[j - 1].end, "LOCATION", 0.7, self.name))
-            k = j
-            emitted = True
-        for x in range(a, b):
-            used[x] = True
-        return emitted
-
-    # ------------------------------------------------------------------ names, places, organisations
-
-    def _names(self, toks: list[_Tok], used: list[bool], out: list[Span]) -> None:
-        n = len(toks)
-        i = 0
-        lx = self.lex
-        while i < n:
-            t = toks[i]
-            if used[i] or t.kind != "w":
-                i += 1
-                continue
-            # the run: capitalised words (connectors inside), or a lowercase first+last name pair
-            j = i
-            if t.cap:
-                while (
-                    j < n
-                    and not used[j]
-                    and toks[j].kind == "w"
-                    and (toks[j].cap or (toks[j].f in _CONNECTORS and j > i and self._connects(toks, j)))
-                ):
-                    j += 1
-                    if (
-                        j < n
-                        and toks[j].text == "."
-                        and len(toks[j - 1].text) <= 2
-                        and toks[j - 1].text[0].isupper()
-                    ):
-                        j += 1  # an initial: "J. Smith"
-            else:
-                nxt = toks[i + 1] if i + 1 < n else None
-                if (
-                    t.f in lx.first_names
-                    and lx.zipf(t.f) < 4.5
-                    and nxt is not None
-                    and nxt.kind == "w"
-                    and not nxt.cap
-                    and not used[i + 1]
-                    and ((nxt.f in lx.last_names and lx.zipf(nxt.f) < 4.0) or lx.zipf(nxt.f) < 1.5)
-                ):
-                    j = i + 2
-                else:
-                    place, kind = self._place_len(toks, i)
-                    if place and kind == "country" and self._prev_word(toks, i) in _PLACE_CUES:
-                        out.append(Span(t.start, toks[i + place - 1].end, "LOCATION", 0.6, self.name))
-                        i += place
-                        continue
-                    if (
-                        self._is_name(t)
-                        and lx.zipf(t.f) < 4.5
-                        and (
-                            self._prev_word(toks, i) in _LOWER_PERSON_CUES
-                            or self._next_word(toks, i) in _LOWER_PERSON_AFTER
-                        )
-                    ):
-                        out.append(Span(t.start, t.end, "PERSON", 0.55, self.name))
-                    i += 1
-                    continue
-            run = [k for k in range(i, j) if toks[k].kind == "w"]
-            self._classify(toks, run, out)
-            i = max(j, i + 1)
-
-    @staticmethod
-    def _connects(toks: list[_Tok], j: int) -> bool:
-        """Connectors ("van der") join a name only when a capitalised word follows them."""
-        while j < len(toks) and toks[j].kind == "w" and toks[j].f in _CONNECTORS:
-            j += 1
-        return j < len(toks) and toks[j].cap
-
-    @staticmethod
-    def _next_word(toks: list[_Tok], i: int) -> str:
-        k = i + 1
-        while k < len(toks) and toks[k].kind == "p" and toks[k].text in "'\"":
-            k += 1
-        return toks[k].f if k < len(toks) and toks[k].kind == "w" else ""
-
-    @staticmethod
-    def _prev_word(toks: list[_Tok], i: int) -> str:
-        k = i - 1
-        while k >= 0 and toks[k].kind == "p" and toks[k].text in ",'\"":
-            k -= 1
-        return toks[k].f if k >= 0 and toks[k].kind == "w" else ""
-
-    def _sentence_start(self, toks: list[_Tok], i: int) -> bool:
-        k = i - 1
-        while k >= 0 and toks[k].kind == "p" and toks[k].text in "'\"“‘(":
-            k -= 1
-        return k < 0 or toks[k].kind == "nl" or (toks[k].kind == "p" and toks[k].text in _SENT_END)
-
-    def _classify(self, toks: list[_Tok], run: list[int], out: list[Span]) -> None:
-        lx = self.lex
-        # strip honorifics at the front ("Dr." stays outside the PERSON span), trailing connectors
-        while run and toks[run[0]].f in lx.name_prefixes and toks[run[0]].f in _PERSON_CUES and len(run) > 1:
-            run = run[1:]
-        while run and toks[run[-1]].f in _CONNECTORS:
-            run = run[:-1]
-        if not run:
-            return
-        first, last = run[0], run[-1]
-        at_start = self._sentence_start(toks, first)
-        prev = self._prev_word(toks, first)
-        nxt = toks[last + 1] if last + 1 < len(toks) else None
-        nxt_word = nxt.f if nxt is not None and nxt.kind == "w" else ""
-        start, end = toks[first].start, toks[last].end
-        words = [toks[k] for k in run]
-        # organisation: a company word at the end ("Acme Corp", "Smith Ltd."), or "X office"
-        if words[-1].f in _ORG_WORDS or (words[-1].f in lx.company_suffixes and len(words) > 1):
-            out.append(Span(start, end, "ORGANIZATION", 0.8, self.name))
-            return
-        # a sentence-initial common word is not an entity ("Please", "The"); drop it and go on
-        if at_start and len(words) > 1 and self._common(words[0]) and not self._is_name(words[0]):
-            self._classify(toks, run[1:], out)
-            return
-        place, kind = self._place_len(toks, first)
-        if place == len(run):
-            all_names = all(self._is_name(w) for w in words)
-            if kind == "country" or prev in _STRONG_PLACE_CUES or (not all_names and prev != "at"):
-                out.append(Span(start, end, "LOCATION", 0.75 if kind == "country" else 0.65, self.name))
+        prev, prev_char = _prev_word(text, words[0].start)
+        if person_cue:
+            prev = "mr"
+        at_start = prev_char in _SENT_END or prev_char == ""
+        # the whole run, connectors included, may be one known place ("Trinidad and Tobago")
+        whole = " ".join(w.f for w in words)
+        if len(words) > 1 and any(w.conn for w in words):
+            kind = self._place(whole) if len(words) <= 6 else ""
+            if kind and not (at_start and words[0].z >= 4.0 and kind != "country"):
+                out.append(Span(words[0].start, words[-1].end, "LOCATION", 0.7, self.name))
                 return
-        if len(words) == 1 and (
-            self._common(words[0]) or words[0].f in _STREET_WORDS or "'" in words[0].text
-        ):
+            if any(w.text == "&" for w in words) or (
+                any(w.f == "of" for w in words) and words[0].f in _ORG_BEFORE_OF
+            ):
+                out.append(Span(words[0].start, self._org_end(text, words), "ORGANIZATION", 0.75, self.name))
+                return
+        # "Jones, Mitchell and Williams": a firm named after three surnames
+        if len(words) == 3 and words[1].f in ("and", "&") and words[0].last and words[2].last:
+            m = _FIRM_HEAD.search(text, max(0, words[0].start - 40), words[0].start)
+            if m is not None and self._lookup(m.group(1))[2]:
+                if out and out[-1].start == m.start(1):
+                    out.pop()
+                out.append(Span(m.start(1), words[2].end, "ORGANIZATION", 0.75, self.name))
+                return
+        # split at lowercase words that do not belong inside a name
+        seg: list[_W] = []
+        seg_prev, seg_start = prev, at_start
+        for w in words:
+            if w.conn and w.f not in _NAME_CONN:
+                if seg:
+                    self._classify(text, seg, seg_prev, seg_start, out)
+                seg, seg_prev, seg_start = [], w.f, False
+                continue
+            seg.append(w)
+        if seg:
+            self._classify(text, seg, seg_prev, seg_start, out)
+
+    def _org_end(self, text: str, words: list[_W]) -> int:
+        end = words[-1].end
+        if end < len(text) and text[end] == "." and words[-1].f in ("inc", "corp", "co", "ltd", "bros"):
+            end += 1
+        return end
+
+    def _classify(self, text: str, words: list[_W], prev: str, at_start: bool, out: list[Span]) -> None:
+        while words and words[-1].conn:
+            words = words[:-1]
+        if not words:
             return
-        if all(w.text.isupper() and len(w.text) > 1 for w in words) and not any(
-            self._is_name(w) for w in words
+        # name suffixes stay outside the span ("Andrew Turcotte MD")
+        suffix = False
+        while len(words) > 1 and words[-1].f in _NAME_SUFFIXES:
+            words = words[:-1]
+            suffix = True
+        first, last = words[0], words[-1]
+        start, end = first.start, last.end
+        nxt, nxt_char = _next_word(text, end)
+        n = len(words)
+        # organisation: a company word at the end ("Acme Corp", "Wolfram Research"), "X & Y"
+        if n > 1 and (last.f in _ORG_NOUNS or last.f in self.lex.company_suffixes) and not suffix:
+            if not (at_start and n == 2 and self._common(first) and not first.first):
+                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, self.name))
+                return
+        # a sentence-initial common word is not part of an entity ("Please", "The"); drop it
+        if at_start and n > 1 and self._common(first) and not first.first:
+            self._classify(text, words[1:], first.f, False, out)
+            return
+        if n == 1 and at_start and self._common(first):
+            return
+        if n > 1 and last.f in _STREET_WORDS and last.text[0].isupper() and last.f not in ("st", "dr"):
+            out.append(Span(start, end, "ADDRESS", 0.6, self.name))  # "Gordon Street", no number
+            return
+        names = sum(1 for w in words if w.first or w.last)
+        if nxt in _ORG_AFTER and not (names == n and first.first and n > 1):
+            if not (n == 1 and self._common(first)):
+                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, self.name))
+                return
+        # places: the whole segment is a known place
+        kind = self._place(" ".join(w.f for w in words))
+        if kind:
+            all_names = names == n
+            strong = prev in _STRONG_PLACE_CUES
+            if kind == "country" or strong or (
+                not all_names and prev not in ("at", "for", "by") and (first.z < 4.5 or n > 1)
+            ):
+                if not (n == 1 and first.z >= 4.5 and not strong and kind != "country"):
+                    out.append(Span(start, end, "LOCATION", 0.75 if kind == "country" else 0.65, self.name))
+                    return
+        if n == 1 and (
+            self._common(first) or first.f in _STREET_WORDS or (first.text.isupper() and len(first.text) <= 5)
         ):
+            if prev in ("at", "joined", "for") and first.text.isupper() and len(first.text) > 1 and not at_start:
+                out.append(Span(start, end, "ORGANIZATION", 0.55, self.name))  # "at BBC"
+            return
+        if all(w.text.isupper() and len(w.text) > 1 for w in words) and not names:
             return  # acronyms and shouting ("SSN", "CAN I SPEAK")
-        names = sum(self._is_name(w) for w in words)
-        if nxt_word in _ORG_AFTER or (prev in _ORG_CUES and prev not in ("at", "for") and not names):
-            out.append(Span(start, end, "ORGANIZATION", 0.6, self.name))
-            return
+        if n == 1 and len(first.text) > 2 and first.text[-2] == "-":
+            pass
+        if names == 0 or (n == 1 and not first.first):
+            # no first name: brand-shaped words, a hyphenated pair of surnames, or an org context
+            if any(self._brandlike(w) for w in words) or (
+                n == 1 and "-" in first.text and all(self._lookup(p)[2] for p in first.text.split("-") if p)
+            ):
+                out.append(Span(start, end, "ORGANIZATION", 0.65, self.name))
+                return
+            if prev in _ORG_CUES and not at_start and not (prev in ("with", "by") and names):
+                if not any(self._common(w) for w in words) or n > 1:
+                    out.append(Span(start, end, "ORGANIZATION", 0.6, self.name))
+                    return
         if names:
+            common = [w for w in words if self._common(w) and not (w.first or w.last)]
+            if common and prev not in _PERSON_CUES:
+                return  # a product or a title ("Aurora Wireless Earbuds")
             if all(self._common(w) for w in words) and prev not in _PERSON_CUES:
                 return
-            out.append(Span(start, end, "PERSON", 0.8 if names == len(words) else 0.7, self.name))
+            out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, self.name))
             return
         if at_start and prev not in _PERSON_CUES:
-            if len(words) == 1 and self.lex.zipf(words[0].f) == 0 and nxt is not None and nxt.kind != "w":
+            if n == 1 and first.z == 0 and nxt_char in ",:!?":
                 out.append(Span(start, end, "PERSON", 0.5, self.name))  # "Vittore, can I …"
             return
         if any(self._common(w) for w in words):
             return
-        if prev == "at" or prev in _ORG_CUES:
-            out.append(Span(start, end, "ORGANIZATION", 0.55, self.name))
-            return
-        if prev in _PLACE_CUES:
+        if prev in _PLACE_CUES and prev not in ("to", "at"):
             out.append(Span(start, end, "LOCATION", 0.55, self.name))
             return
         out.append(Span(start, end, "PERSON", 0.55, self.name))
+
+
+def _prev_word(text: str, i: int) -> tuple[str, str]:
+    """The folded word before position ``i`` (quotes and commas skipped) and the character that ends
+    the gap before the run, ``""`` at the start of the text. An abbreviation or an initial before a
+    dot ("Dr. Smith", "J. Smith") is the previous word, not a sentence end."""
+    k = i - 1
+    while k >= 0 and text[k] in _QUOTES:
+        k -= 1
+    if k < 0:
+        return "", ""
+    if text[k] == ",":
+        k -= 1
+        while k >= 0 and text[k] in _QUOTES:
+            k -= 1
+        if k < 0:
+            return "", ""
+    dot = text[k] == "."
+    if dot:
+        k -= 1
+    j = k
+    while j >= 0 and (text[j].isalpha() or text[j] in "'’"):
+        j -= 1
+    if j == k:
+        return "", text[k + 1] if dot else text[k]
+    word = text[j + 1 : k + 1].casefold()
+    if dot and not (word in _ABBREVIATIONS or (k == j + 1 and text[k].isupper())):
+        return word, "."
+    return word, text[k]
+
+
+def _next_word(text: str, i: int) -> tuple[str, str]:
+    """The folded word after position ``i`` and the first non-space character there."""
+    n = len(text)
+    k = i
+    while k < n and text[k] in " \t'\"’”":
+        k += 1
+    if k >= n:
+        return "", ""
+    j = k
+    while j < n and text[j].isalpha():
+        j += 1
+    return text[k:j].casefold(), text[k]
+
+
+def _overlaps(spans: list[tuple[int, int]], s: int, e: int) -> bool:
+    return any(a < e and s < b for a, b in spans)
+
+
+def _outside(spans: list[tuple[int, int]], s: int, e: int) -> tuple[int, int]:
+    """The part of ``[s, e)`` before the first blocked span it touches, else after the last one."""
+    for a, b in spans:
+        if a < e and s < b:
+            if a > s:
+                return s, a
+            s = b
+    return s, e
 
 
 detectors.register("entities", EntityDetector)

@@ -1,0 +1,437 @@
+"""Postal addresses: candidates anchored on numbers, parsed and extended part by part.
+
+An address starts with a *street* in one of four shapes:
+
+1. house number first: ``221B Baker Street``, ``19 2249 College Street``, ``40 rue Victor Hugo``,
+   ``91 Vila Miguel Tavares 1160`` (a number, a street name, then a street type or a number);
+2. street first: ``Hochstrasse 96``, ``ul. Lubartowska 42``, ``Via Roma 41``, ``Dózsa György út 78``
+   (a street prefix, a street-morpheme word or a street-type word, then the number);
+3. a unit or box: ``Apt. 4``, ``Suite 200``, ``P.O. Box 12``, ``PSC 1083, Box 3672``;
+4. a military address ending in ``APO/FPO/DPO AA 12345`` (``USNS Ship``, ``Unit 1234 Box 567``);
+
+and is then extended part by part — house number, unit, crossing street (``… 63 and Henriksen
+Street``), city, region code, postcode, country — across commas and up to four line breaks, as
+long as each part looks like one (a known place, a postcode, a unit, a state code before a
+postcode).
+
+Layout decides the granularity, following the common labelling convention: an address written
+inline (in a sentence, on one line or several) is one span; a block laid out one part per line
+from the start of a line (an envelope, a signature) is returned part by part, its city and
+country as places.
+
+Speed: every candidate is found by a regex that starts with a digit (or a rare literal), so the
+scan stays in C and ordinary prose costs almost nothing; the street grammar itself is a few lines
+of Python over the handful of words around each candidate. The street vocabulary is general
+postal knowledge (USPS suffixes, the street types of the major European languages), not learned
+from any labelled data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import NamedTuple
+
+__all__ = ["Address", "AddressFinder"]
+
+# street types that follow the name: "Baker Street", "Oakridge Ln"
+_STREET_TYPES = frozenset(
+    """street st avenue ave av road rd boulevard blvd lane ln drive dr court ct place pl square sq terrace
+    ter way parkway pkwy highway hwy circle cir crescent cres close row alley aly trail trl path walk plaza
+    grove gardens gdns hill heights hts creek park ridge view mews loop crossing xing expressway expy freeway
+    fwy turnpike tpke pike wharf quay esplanade parade promenade junction jct bypass causeway green point pt
+    landing commons estates manor meadows orchard pass cove glen vale dale summit track route rte broadway
+    embankment center ctr centre harbor harbour shores springs valley village ville lakes lake falls fields
+    forest fork forks gateway haven hollow island isle knoll mall mill mills mount mountain mtn oval pines
+    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd""".split()
+)
+# street words that come before the name: "rue Victor Hugo", "ul. Lubartowska", "Calle Mayor"
+_STREET_PREFIXES = frozenset(
+    """rue route chemin avenue avenida avda av boulevard bd allée allee impasse place quai cours via viale
+    vicolo corso piazza piazzale largo strada calle carrera camino paseo plaza ronda travesía travesia rambla
+    carrer avinguda rua r travessa praça praca estrada alameda ladeira ul ulica al aleja os plac ulitsa
+    prospekt pr pereulok per jalan jl jln lorong soi thanon odos leoforos plateia sokak bulevar bulevardul
+    calea drumul aleea intrarea vila postfach rúa camiño vía λ οδός λεωφόρος""".split()
+)
+# a word ending in one of these is a street name (German, Dutch, Nordic, Finnish, Hungarian, Slavic, …)
+_STREET_MORPHS = tuple(
+    """strasse straße str gasse weg vej gade laan straat plein dreef kade steenweg singel gracht gata gatan
+    vägen väg veien vei gate tie katu kuja polku utca út útja allee ring platz damm ufer chaussee markt
+    stieg pfad torget torv bakken stræde plads vegur stræti gränd gränden ulica iela gatve tänav cesta ulice
+    náměstí sokak caddesi bulvar baan hof brink wal dijk kamp veld rakpart körút tér köz sétány""".split()
+)
+# street types written as their own word between the name and the number ("Dózsa György út 78")
+_POST_TYPES = frozenset(
+    "út utca u körút krt tér köz sor sétány rakpart straße strasse str gasse weg allee platz ulica gata vej "
+    "gade laan straat street road".split()
+)
+_UNITS = frozenset("apt apartment suite ste unit flat room rm floor fl bldg building dept box psc cmr".split())
+_CONNECTORS = frozenset("de da do dos das del della di du la le van von der den y e al el u nad am an im i".split())
+
+# --- candidate regexes (each starts with a digit or a rare literal) ---
+# a house number after a separator, then a word: group 1 is the number
+_NUMBER_WORD = re.compile(
+    r"(?:^|[\s(>\"“'])(\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?)[ ]+(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
+)
+# a number after a space, not part of a longer number: checked for a street word before it
+_WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?\b(?![.,:/-]?\d)")
+_MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
+# --- tokens of one line, for the small parsers ---
+_TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}[A-Za-z]?\b\.?|\d+|[^\s\w]")
+# --- parts after a street, each tried with .match at the current position ---
+_SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n[\s>*•,-]*|\.?[ \t]+)?")
+_PART_UNIT = re.compile(
+    r"(?:(?i:apt|apartment|suite|ste|unit|flat|room|rm|floor|fl|bldg|building)\.?[ ]*#?[ ]*[\w-]{1,6}\b"
+    r"|(?i:p\.?[ ]?o\.?[ ]?box)[ ]*\d{1,6}\b|(?i:box)[ ]\d{1,6}\b)"
+)
+_PART_POSTCODE = re.compile(
+    r"(?:\d{4,6}(?:-\d{4})?|\d{2}-\d{3}|\d{3}[ ]\d{2}|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
+    r"(?![\w-]|[ ]?[\d(+])"
+)
+_PART_STATE = re.compile(r"[A-Z]{1,3}(?=[ \t]*(?:,[ \t]*)?(?:\d{4,6}|\n|$))")
+_PART_PLACE = re.compile(
+    r"[^\W\d_][\w'’.-]*(?:[ ](?:(?:de|del|la|le|di|da|do|du|des|van|von|der|den|am|an|im|upon|on|sur|nad|pod|"
+    r"u|y|i|e|and|of|the)[ ])*[^\W\d_][\w'’.-]*){0,4}"
+)
+_POSTCODE_AT_EOL = re.compile(r"[^\n]{0,24}?[ ,]\d{4,6}(?:-\d{4})?[ \t]*(?:\n|$)")
+_HOUSE_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?\b\.?(?![.,]?\d)")
+_SHIP = re.compile(r"(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)[ ][^\n]{1,40}$")
+_CROSS = re.compile(r"\.?[ ]+and[ ]+")
+# "36 19 folkestone road", "03 Strandalléen 61": a short number, then a street that has its own
+_LEAD = re.compile(r"(\d{1,4}[A-Za-z]?)[ ]+(?=\d|[^\W\d_][^\n]*[ ]\d{1,5}[A-Za-z]?\.?$)")
+_TRAIL = " \t,;:-"
+
+
+class Address(NamedTuple):
+    """An address ``text[start:end]``; ``parts`` ``(start, end, kind)`` when it is a block laid out
+    one part per line (kind ``"place"`` for a city or country, else ``"address"``), else empty."""
+
+    start: int
+    end: int
+    parts: tuple[tuple[int, int, str], ...]
+
+
+class _T(NamedTuple):
+    start: int
+    end: int
+    text: str
+    key: str  # casefolded, trailing dot removed
+
+
+def _tokens(text: str, a: int, b: int) -> list[_T]:
+    return [_T(m.start(), m.end(), w, w.rstrip(".").casefold()) for m in _TOK.finditer(text, a, b) for w in (m.group(),)]
+
+
+def _is_num(t: _T) -> bool:
+    return t.text[0].isdigit()
+
+
+def _morph(key: str) -> bool:
+    return len(key) > 3 and key.endswith(_STREET_MORPHS)
+
+
+class AddressFinder:
+    """Finds addresses in text.
+
+    ``is_place(phrase)`` says whether a phrase is a known city, region or country; ``is_common(word)``
+    whether a word is frequent English (so "Thanks" after a street is not taken for a city).
+    """
+
+    def __init__(self, is_place: Callable[[str], bool], is_common: Callable[[str], bool]):
+        self._is_place = is_place
+        self._is_common = is_common
+
+    # ------------------------------------------------------------------ streets
+
+    def _name_word(self, t: _T, lowercase: bool) -> bool:
+        """A word that may be part of a street name."""
+        c = t.text[0]
+        if c.isdigit():
+            return t.key.endswith(("st", "nd", "rd", "th")) and t.key[:-2].isdigit()  # 184th
+        if not c.isalpha():
+            return False
+        return lowercase or c.isupper() or t.key in _CONNECTORS
+
+    def _street_forward(self, toks: list[_T], lowercase: bool) -> int:
+        """End offset of a street that starts at ``toks[0]`` (a house number or a street word), or -1."""
+        n = len(toks)
+        i = 0
+        numbers = 0
+        while i < n and i < 2 and _is_num(toks[i]) and toks[i].text[-1] != "." and not toks[i].key.endswith("th"):
+            i += 1
+            numbers += 1
+        if i >= n or not toks[i].text[0].isalpha():
+            return -1
+        if toks[i].key in _STREET_PREFIXES and i + 1 < n:
+            j = i + 1
+            while j < n and j - i <= 6 and self._name_word(toks[j], lowercase or toks[j].key in _CONNECTORS):
+                j += 1
+            if j == i + 1:
+                return -1
+            if j < n and _is_num(toks[j]):
+                return toks[j].end
+            return toks[j - 1].end
+        j = i
+        while j < n and j - i < 6:
+            t = toks[j]
+            if _is_num(t) and not t.key.endswith(("st", "nd", "rd", "th")):
+                if j > i:
+                    # words then a number: "Vila Miguel Tavares 1160" (after a house number only)
+                    if numbers and toks[i].text[0].isupper() and self._part_ends(toks, j + 1):
+                        return t.end
+                    if _morph(toks[j - 1].key) or toks[j - 1].key in _POST_TYPES:
+                        return t.end
+                return -1
+            if not self._name_word(t, lowercase):
+                break
+            if j > i and t.key in _STREET_TYPES:
+                return t.end
+            if _morph(t.key):
+                if j + 1 < n and _is_num(toks[j + 1]):
+                    return toks[j + 1].end
+                return t.end if numbers else -1
+            j += 1
+        # two numbers and a name up to the end of the line or a comma: "79 291 Adelianos Kambos"
+        if numbers == 2 and j > i and toks[i].text[0].isupper() and self._part_ends(toks, j):
+            return toks[j - 1].end
+        return -1
+
+    @staticmethod
+    def _part_ends(toks: list[_T], j: int) -> bool:
+        """The street ends before ``toks[j]``: at the end of the line, a comma or a unit."""
+        return j >= len(toks) or toks[j].text == "," or toks[j].key in _UNITS
+
+    def _street_backward(self, text: str, num_start: int, num_end: int, lowercase: bool) -> int:
+        """Start offset of a street that ends with the number at ``num_start``, or -1."""
+        a = max(text.rfind("\n", 0, num_start) + 1, num_start - 80)
+        words = [w.rstrip(".,").casefold() for w in text[max(a, num_start - 60) : num_start].split()[-6:]]
+        if not words or not (
+            words[-1] in _UNITS or words[-1] in _POST_TYPES or _morph(words[-1]) or any(w in _STREET_PREFIXES for w in words)
+        ):
+            return -1
+        toks = _tokens(text, a, num_start)
+        if not toks:
+            return -1
+        last = toks[-1]
+        k = len(toks) - 1
+        if last.key in _UNITS:
+            if last.key == "box" and k >= 1 and toks[k - 1].key in ("p.o", "po", "o"):
+                k -= 1
+                if k >= 1 and toks[k - 1].key == "p":
+                    k -= 1
+            return toks[k].start
+        if not last.text[0].isalpha():
+            return -1
+        if _morph(last.key) or last.key in _POST_TYPES:
+            j = k
+            if last.key in _POST_TYPES and not _morph(last.key):
+                if k == 0 or not self._name_word(toks[k - 1], lowercase):
+                    return -1
+            if not lowercase:
+                while j > 0 and j > k - 4 and self._name_word(toks[j - 1], False) and toks[j - 1].text[0] != "&":
+                    j -= 1
+                while j < k and toks[j].key in _CONNECTORS:
+                    j += 1
+            return toks[j].start
+        # a prefix word up to five words back: "ul. Lubartowska", "Via Roma", "rue de la Paix"
+        for j in range(k, max(-1, k - 6), -1):
+            t = toks[j]
+            if t.key in _STREET_PREFIXES and j < k:
+                if all(self._name_word(x, lowercase) for x in toks[j + 1 : k + 1]):
+                    return t.start
+                return -1
+            if not self._name_word(t, lowercase):
+                return -1
+        return -1
+
+    # ------------------------------------------------------------------ addresses
+
+    def find(self, text: str, lowercase: bool = False) -> list[Address]:
+        """Non-overlapping addresses, sorted. ``lowercase`` also takes all-lowercase street names."""
+        cands: list[tuple[int, int]] = []
+        prefixes = _STREET_PREFIXES
+        for m in _NUMBER_WORD.finditer(text):
+            s, e = m.start(1), m.end()
+            if s >= 2 and text[s - 2].isdigit():
+                continue  # a group inside a longer number ("032 696 10 69")
+            c = text[e]
+            if not (lowercase or c.isupper() or c.isdigit()):
+                w = text[e : text.find(" ", e, e + 16)].rstrip(".").casefold()
+                if w not in prefixes:
+                    continue  # "50 year old", "30 days": a quantity, not a street
+            line_end = text.find("\n", s, s + 90)
+            toks = _tokens(text, s, line_end if line_end >= 0 else min(len(text), s + 90))
+            end = self._street_forward(toks, lowercase)
+            if end > 0:
+                cands.append((s, end))
+        for m in _WORD_NUMBER.finditer(text):
+            num = m.start() + 1
+            c = text[m.start() - 1] if m.start() else ""
+            if not (c.isalpha() or c == "."):
+                continue
+            start = self._street_backward(text, num, m.end(), lowercase)
+            if start >= 0:
+                cands.append((start, m.end()))
+        for m in _MILITARY.finditer(text):
+            line = text.rfind("\n", 0, m.start())
+            ship = _SHIP.search(text, max(0, line - 60), line) if line > 0 else None
+            cands.append((ship.start() if ship is not None else m.start(), m.end()))
+        k = text.find("orner of ")
+        while k > 0:
+            p = k + 9
+            toks = _tokens(text, p, min(len(text), p + 60))
+            j = 0
+            while j < len(toks) and j < 5 and toks[j].key != "and" and toks[j].text[0].isalnum():
+                j += 1
+            if 0 < j < len(toks) - 1 and toks[j].key == "and":
+                cands.append((p, toks[j - 1].end))
+            k = text.find("orner of ", p)
+        if not cands:
+            return []
+        return self._assemble(text, cands, lowercase)
+
+    def _assemble(self, text: str, cands: list[tuple[int, int]], lowercase: bool) -> list[Address]:
+        cands.sort(key=lambda c: (c[0], -c[1]))
+        out: list[Address] = []
+        for s, e in cands:
+            if out and s < out[-1].end:
+                continue
+            parts: list[tuple[int, int, str]] = [(s, e, "address")]
+            if out and not text[out[-1].end : s].strip(" ,\t"):  # a further part of the last address
+                prev = out.pop()
+                s = prev.start
+                parts = [*prev.parts, *parts] if prev.parts else [(prev.start, prev.end, "address"), *parts]
+            else:
+                s = self._extend_back(text, s)
+                parts[0] = (s, e, "address")
+            e = self._extend(text, e, lowercase, parts)
+            while e > s and text[e - 1] in _TRAIL:
+                e -= 1
+            if e <= s:
+                continue
+            block = "\n" in text[s:e] and _line_starts(text, s)
+            out.append(Address(s, e, tuple(_split_lead(text, parts)) if block else ()))
+        return out
+
+    @staticmethod
+    def _extend_back(text: str, s: int) -> int:
+        # "Felicity and Hraunás 84": a street corner whose first street is a bare name
+        if text.endswith(" and ", max(0, s - 5), s):
+            j = s - 5
+            i = j
+            while i > 0 and (text[i - 1].isalpha() or text[i - 1] in "'’-"):
+                i -= 1
+            if i < j and text[i].isupper():
+                return i
+        return s
+
+    def _street_at(self, text: str, p: int, lowercase: bool) -> int:
+        """End of a street starting at ``p`` (a crossing or a further line), or ``p``."""
+        line_end = text.find("\n", p, p + 90)
+        words = [w.rstrip(".,").casefold() for w in text[p : line_end if line_end >= 0 else p + 60].split()[:7]]
+        if not any(
+            w[:1].isdigit() or w in _STREET_TYPES or w in _STREET_PREFIXES or w in _POST_TYPES or _morph(w) for w in words
+        ):
+            return p
+        toks = _tokens(text, p, line_end if line_end >= 0 else min(len(text), p + 90))
+        end = self._street_forward(toks, lowercase)
+        if end < 0 and toks and toks[0].text[0].isalpha():
+            # "Hansen Street" (no number) as a crossing or a further line
+            j = 0
+            while j < len(toks) and j < 4 and self._name_word(toks[j], lowercase):
+                if j > 0 and toks[j].key in _STREET_TYPES:
+                    return toks[j].end
+                j += 1
+        return end if end > 0 else p
+
+    def _extend(self, text: str, e: int, lowercase: bool, parts: list[tuple[int, int, str]]) -> int:
+        n = len(text)
+        x = _CROSS.match(text, e)
+        if x is not None:
+            y = self._street_at(text, x.end(), lowercase)
+            if y > x.end():
+                e = y
+                parts[-1] = (parts[-1][0], e, "address")
+        m = _HOUSE_NUMBER.match(text, e)
+        if m is not None:
+            e = m.end()
+            parts[-1] = (parts[-1][0], e, "address")
+        lines = 0
+        while e < n and len(parts) < 10:
+            sep = _SEP.match(text, e)
+            p = sep.end() if sep is not None else e
+            if p >= n:
+                break
+            newline = text.count("\n", e, p)
+            if newline > 1 or (newline and lines >= 4):
+                break
+            end, kind = self._part(text, p, lowercase, after_newline=bool(newline))
+            if end <= p:
+                break
+            lines += newline
+            parts.append((p, end, kind))
+            e = end
+        return e
+
+    def _part(self, text: str, p: int, lowercase: bool, *, after_newline: bool) -> tuple[int, str]:
+        """End and kind of the address part at ``p``; the end is ``p`` when none starts there."""
+        for rx in (_MILITARY, _PART_UNIT, _PART_POSTCODE, _PART_STATE):
+            m = rx.match(text, p)
+            if m is not None and m.end() > p:
+                return m.end(), "address"
+        c = text[p]
+        if c.isdigit() or c.isalpha():
+            end = self._street_at(text, p, lowercase)
+            if end > p:
+                return end, "address"
+        m = _PART_PLACE.match(text, p)
+        if m is None:
+            return p, ""
+        phrase = m.group()
+        if not (lowercase or phrase[0].isupper()):
+            return p, ""
+        words = phrase.split(" ")
+        # the longest known place, else the whole run if a postcode, a state or the line's end follows
+        for k in range(len(words), 0, -1):
+            cand = " ".join(words[:k]).rstrip(".")
+            if self._is_place(cand):
+                return p + len(cand), "place"
+        if len(words) == 1 and self._is_common(words[0].rstrip(".")):
+            return p, ""
+        end = m.end()
+        tail = _SEP.match(text, end)
+        q = tail.end() if tail is not None else end
+        if _PART_POSTCODE.match(text, q) or _PART_STATE.match(text, q):
+            return end, "place"
+        if after_newline and (_line_ends(text, end) or _POSTCODE_AT_EOL.match(text, end)):
+            return end, "place"
+        nxt = _PART_PLACE.match(text, q)
+        if nxt is not None and q > end:
+            following = nxt.group().split(" ")
+            if any(self._is_place(" ".join(following[:k]).rstrip(".")) for k in (1, 2, 3)):
+                return end, "place"  # "SCHLAGLES, Madagascar"
+        return p, ""
+
+
+def _split_lead(text: str, parts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """A building number before a full street address is its own part: "03 | Strandalléen 61"."""
+    out = []
+    for s, e, kind in parts:
+        m = _LEAD.match(text, s, e)
+        if kind == "address" and m is not None and m.end() < e:
+            out.append((s, s + len(m.group(1)), kind))
+            s = m.end()
+        out.append((s, e, kind))
+    return out
+
+
+def _line_starts(text: str, i: int) -> bool:
+    j = text.rfind("\n", 0, i)
+    return not text[j + 1 : i].strip(" \t>*•-")
+
+
+def _line_ends(text: str, i: int) -> bool:
+    j = i
+    while j < len(text) and text[j] in " \t,":
+        j += 1
+    return j >= len(text) or text[j] == "\n"
