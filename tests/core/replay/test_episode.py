@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from molt.replay import (
     load_trajectory,
     replay_episode,
     replay_steps,
+    replayable,
 )
 from molt.harness import ToolRewrite
 
@@ -95,3 +97,37 @@ def test_cache_miss_is_reported_never_invented(store: Any, stub_policy: ReplayPo
     ev = run(evaluate_candidate(store, ids, "test-support", ReplayPolicy(FactStub(), rewrite), save=False))
     assert ev.unknown == 1 and ev.scored == 0 and ev.success_delta is None
     assert "left the recording" in ev.evidence[0]["misses"][0]
+
+
+@replayable(name="test-openai-sdk")
+async def openai_sdk_agent(input: str, model: Any, tools: Any) -> Any:
+    """An agent written against the OpenAI SDK: the replay's client answers in process."""
+    client = model.openai()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": input}]
+    kb = {"type": "function", "function": {"name": "search_kb", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+    for _ in range(3):
+        resp = await client.chat.completions.create(model="policy", messages=messages, tools=[kb], temperature=0)
+        msg = resp.choices[0].message
+        messages.append(msg.model_dump(exclude_none=True))
+        if not msg.tool_calls:
+            await client.close()
+            return msg.content
+        for c in msg.tool_calls:
+            out = tools.call(c.function.name, **json.loads(c.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(out)})
+    return None
+
+
+def test_openai_sdk_agent_records_and_replays(store: Any) -> None:
+    from molt.replay import record_episode, save_trajectory
+
+    from .conftest import live_tools
+
+    events, _, answer = run(record_episode("test-openai-sdk", ORDER_QUESTIONS[2], ReplayPolicy(FactStub()),
+                                           live_tools(), verifier="contains:shipped"))
+    assert "shipped" in answer
+    save_trajectory(store, events)
+    res = run(replay_episode(load_trajectory(store, events[0].trajectory_id), "test-openai-sdk",
+                             ReplayPolicy(FactStub()), verifier="contains:shipped"))
+    assert res.status == "ok" and res.same_actions and res.answer == answer and res.replayed_reward == 1.0
