@@ -6,15 +6,16 @@ What runs (all on loopback, each server one process / one worker):
 
 - ``stub``: the stub OpenAI-compatible server (:func:`molt.backends.stub.stub_asgi_app`, uvicorn),
   answering at once — the "backend directly" baseline.
-- ``molt → stub``: ``molt`` gateway with the ``openai`` backend pointed at the stub server, tenant
-  API keys checked on every request, every call recorded (Recorder → spool with fsync → LanceDB
-  store), and the governance pipeline on the Recorder's writer thread when ``molt.governance``
-  provides one. The same path as LiteLLM's: one more HTTP hop.
+- ``molt → stub``: the gateway as ``molt serve`` runs it, with the ``openai`` backend pointed at the
+  stub server: tenant API keys checked on every request, every call recorded — the capture process
+  builds the events, runs the default governance pipeline (redaction, classification, eligibility,
+  retention) and writes them through the Recorder's spool (fsync) into the LanceDB store. The same
+  path as LiteLLM's: one more HTTP hop.
 - ``molt (in-process stub)``: the gateway serving the stub backend itself (no upstream hop), i.e.
   the gateway's own cost over the stub served directly.
 - ``litellm → stub``: LiteLLM's proxy (``litellm[proxy]`` from PyPI, in its own venv
-  ``.venv-bench-litellm`` made by :func:`ensure_litellm`, telemetry off) routing model ``stub`` to
-  the stub server.
+  ``.venv-bench-litellm`` made by :func:`ensure_litellm`, telemetry off, a master key checked on
+  every request, no database) routing model ``stub`` to the stub server.
 
 Each target answers the same non-streamed chat request from a load generator (a minimal keep-alive
 HTTP/1.1 client on uvloop, in this process): sequentially (concurrency 1) and with 16 connections in
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LITELLM_VENV = ROOT / ".venv-bench-litellm"
 LITELLM_SPEC = "litellm[proxy]==1.106.12"  # the newest whose proxy extras all resolve from the registry
 KEY = "sk-bench-writer"
+LITELLM_KEY = "sk-litellm-bench-0123456789abcdef0123456789abcdef"
 BODY = json.dumps({"model": "stub",
                    "messages": [{"role": "user", "content": "What is the status of order A-17?"}]}).encode()
 
@@ -114,49 +116,44 @@ def process(cmd: list[str], port: int, *, env: dict[str, str] | None = None, tim
 
 
 def serve_molt(port: int, upstream: str | None, home: str) -> None:
-    """The gateway process: openai backend → ``upstream`` (or the in-process stub), keys, recording,
-    governance when available."""
+    """The gateway process, as ``molt serve`` runs it: openai backend → ``upstream`` (or the
+    in-process stub), tenant keys, every call recorded by the capture process (with the default
+    governance pipeline when this build has one)."""
     import uvicorn
 
     from molt.backends import OpenAIBackend, StubBackend
-    from molt.capture import Recorder
-    from molt.gateway import Gateway, RoutingTable, VersionSpec, create_app
-    from molt.gateway.cli import tune_process
+    from molt.gateway import RoutingTable, VersionSpec, create_app
+    from molt.gateway.cli import build_gateway, tune_process
     from molt.governance.access import KeyRing
-    from molt.store import Store
 
     backend = (OpenAIBackend("stub-upstream", base_url=upstream, model="stub") if upstream
                else StubBackend("stub-inproc"))
-    store = Store.open(Path(home) / "store")
-    kwargs: dict[str, Any] = {}
-    pipeline = governance_pipeline()
-    sink: Any = store
-    if pipeline is not None:
-        kwargs["pipeline"] = pipeline
-        from molt.governance import GovernedSink  # type: ignore[attr-defined]
-
-        sink = GovernedSink(store)
-    recorder = Recorder(sink, spool_dir=Path(home) / "spool", **kwargs)
-    table = RoutingTable.single("stub", VersionSpec(version="stub@base", backends=(backend.name,)))
-    gw = Gateway([backend], table, recorder=recorder, store=store,
-                 keyring=KeyRing.from_mapping({KEY: ("bench", "agent_writer")}))
+    record = os.environ.get("MOLT_BENCH_RECORD", "1") == "1"
+    governance = "default" if governance_available() and os.environ.get("MOLT_BENCH_GOVERNANCE", "1") == "1" else None
+    in_process = os.environ.get("MOLT_BENCH_CAPTURE_PROCESS", "1") != "1"
+    gw, recorder, store = build_gateway(backend, model="stub", record=record, home=Path(home),
+                                        capture_process=not in_process, governance=governance)
+    gw.keyring = KeyRing.from_mapping({KEY: ("bench", "agent_writer")})
+    gw.router.replace(RoutingTable.single("stub", VersionSpec(version="stub@base", backends=(backend.name,))))
     tune_process()
     try:
         uvicorn.run(create_app(gw), host="127.0.0.1", port=port, log_level="warning", access_log=False,
                     loop="uvloop", http="httptools")
     finally:
-        recorder.close()
-        print(json.dumps({"recorder": recorder.stats.as_dict()}), flush=True)
+        if recorder is not None:
+            recorder.close()
+        if store is not None:
+            store.close()
 
 
-def governance_pipeline() -> Any:
-    """The default governance pipeline (validate, authenticate, redact, classify, eligibility,
-    retention), if this build of molt has one."""
+def governance_available() -> bool:
+    """Whether this build of molt has the governance pipeline (validate, authenticate, redact,
+    classify, eligibility, retention) to run on recorded events."""
     try:
-        from molt.governance import GovernancePipeline, GovernedSink  # type: ignore[attr-defined]  # noqa: F401
+        from molt.governance import GovernancePipeline, GovernedSink  # noqa: F401
     except ImportError:
-        return None
-    return GovernancePipeline()
+        return False
+    return True
 
 
 def litellm_config(upstream: str, path: Path) -> Path:
@@ -295,7 +292,7 @@ def main() -> None:
     py = sys.executable
     quiet = {"PYTHONWARNINGS": "ignore"}
     results: list[dict[str, Any]] = []
-    governance = governance_pipeline() is not None
+    governance = governance_available()
     with tempfile.TemporaryDirectory(prefix="molt-bench-gw-") as tmp:
         stub_port = free_port()
         stub_cmd = [py, "-c", f"import uvicorn; from molt.backends.stub import stub_asgi_app; uvicorn.run("
@@ -317,11 +314,14 @@ def main() -> None:
             if litellm is not None:
                 port = free_port()
                 cfg = litellm_config(upstream, Path(tmp) / "litellm.yaml")
-                env = {**quiet, "LITELLM_TELEMETRY": "False", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                       "LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION", "DISABLE_SCHEMA_UPDATE": "true"}
-                with process([str(litellm), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
-                              "--num_workers", "1"], port, env=env, timeout=240, health="/health/liveliness"):
-                    results.append(measure("litellm → stub", port, "/v1/chat/completions", None, args))
+                # LiteLLM checks its master key on every request: the same work as Molt's tenant keys.
+                env = {**quiet, "LITELLM_MASTER_KEY": LITELLM_KEY, "LITELLM_TELEMETRY": "False",
+                       "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION",
+                       "DISABLE_SCHEMA_UPDATE": "true"}
+                lite_cmd = [str(litellm), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
+                            "--num_workers", "1"]
+                with process(lite_cmd, port, env=env, timeout=240, health="/health/liveliness"):
+                    results.append(measure("litellm → stub", port, "/v1/chat/completions", LITELLM_KEY, args))
 
     base = results[0]
     rows = []

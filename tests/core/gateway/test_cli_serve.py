@@ -19,6 +19,7 @@ from molt.gateway.cli import is_loopback
 from .conftest import free_port
 
 
+@pytest.mark.slow
 def test_molt_serve_stub_records_into_the_store(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "MOLT_HOME": str(tmp_path), "PYTHONWARNINGS": "ignore"}

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from molt.atdp.ids import new_id
 from molt.atdp.models import (
     ErrorInfo,
     Event,
@@ -75,7 +76,7 @@ class CallRecord:
     prompt: Any = None
     sampling: dict[str, Any] = field(default_factory=dict)
     harness_fingerprint: str | None = None
-    new_tools: list[tuple[str | None, str, Any, str]] = field(default_factory=list)
+    new_tools: list[tuple[str, str | None, str, Any, str]] = field(default_factory=list)
     result: Result | None = None
     status: OutcomeStatus = OutcomeStatus.OK
     error: BaseException | None = None
@@ -83,9 +84,9 @@ class CallRecord:
     key_name: str | None = None
 
 
-def tool_results(messages: list[dict[str, Any]], new_from: int) -> list[tuple[str | None, str, Any, str]]:
-    """``(call_id, tool name, arguments, result)`` of each tool message from ``new_from`` on, matched to
-    the assistant tool call that asked for it."""
+def tool_results(messages: list[dict[str, Any]], new_from: int) -> list[tuple[str, str | None, str, Any, str]]:
+    """``(event id, call_id, tool name, arguments, result)`` of each tool message from ``new_from`` on,
+    matched to the assistant tool call that asked for it (the event id is made here, once)."""
     out = []
     asked: dict[str, tuple[str, Any]] = {}
     for i, m in enumerate(messages):
@@ -96,7 +97,8 @@ def tool_results(messages: list[dict[str, Any]], new_from: int) -> list[tuple[st
         elif m.get("role") in ("tool", "function") and i >= new_from:
             cid = m.get("tool_call_id")
             name, args = asked.get(cid or "", (m.get("name") or "unknown_tool", None))
-            out.append((cid, name or "unknown_tool", normalize_arguments(args), text_content(m.get("content"))))
+            out.append((new_id(), cid, name or "unknown_tool", normalize_arguments(args),
+                        text_content(m.get("content"))))
     return out
 
 
@@ -148,9 +150,9 @@ class Capture:
         prov = self._provenance(rec)
         out: list[Event] = []
         parent = rec.parent_id
-        for call_id, name, args, result in rec.new_tools:
-            ev = Event(trajectory_id=rec.trajectory_id, session_id=rec.session_id, parent_id=parent,
-                       kind=EventKind.TOOL_CALL, name=name, timestamp=ts,
+        for tool_event_id, call_id, name, args, result in rec.new_tools:
+            ev = Event(event_id=tool_event_id, trajectory_id=rec.trajectory_id, session_id=rec.session_id,
+                       parent_id=parent, kind=EventKind.TOOL_CALL, name=name, timestamp=ts,
                        action=ToolCall(tool_name=name, call_id=call_id, arguments=args),
                        outcome=Outcome(status=OutcomeStatus.OK, output=result),
                        metadata=Metadata(tenant_id=rec.tenant_id, agent_id=rec.agent_id),
@@ -164,7 +166,8 @@ class Capture:
             gen = self._generation(rec, choice)
             if rec.error is not None:
                 outcome = Outcome(status=rec.status if rec.status != OutcomeStatus.OK else OutcomeStatus.ERROR,
-                                  error=ErrorInfo(type=type(rec.error).__name__, message=str(rec.error)[:4000],
+                                  error=ErrorInfo(type=getattr(rec.error, "type_name", type(rec.error).__name__),
+                                                  message=str(rec.error)[:4000],
                                                   retryable=rec.status == OutcomeStatus.TIMEOUT))
             else:
                 outcome = Outcome(status=rec.status)

@@ -74,21 +74,42 @@ def make_backend(kind: str, *, model: str | None = None, upstream_url: str | Non
 
 def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None = None, record: bool = True,
                   home: Path | None = None, store_uri: str | None = None, keys: str | None = None,
-                  config: GatewayConfig | None = None) -> tuple[Gateway, Any, Any]:
-    """A gateway over ``backend`` with a Recorder into the store (unless ``record`` is off).
+                  config: GatewayConfig | None = None, capture_process: bool = True,
+                  governance: str | None = None) -> tuple[Gateway, Any, Any]:
+    """A gateway over ``backend`` recording into the store (unless ``record`` is off).
 
-    Returns ``(gateway, recorder, store)``; the caller closes the recorder and store after the
+    With ``capture_process`` (the default) events are built, governed and written by a child
+    process (:class:`~molt.gateway.capture_process.CaptureProcess`), otherwise by a Recorder in
+    this process. ``governance`` is ``None``, ``"default"`` or a policy file. Returns
+    ``(gateway, recorder, store)``; the caller closes the recorder, then the store, after the
     gateway. ``model`` is the public model name (default: the backend's model name).
     """
     backends = backend if isinstance(backend, list) else [backend]
     home = home or Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
-    recorder = store = None
-    if record:
+    recorder: Any = None
+    store: Any = None
+    if record and capture_process:
+        from molt.gateway.capture_process import CaptureProcess
+
+        uri = str(store_uri or home / "store")
+        recorder = CaptureProcess(uri, home / "spool", governance=governance)
+        from molt.store import Store
+
+        store = Store.open(uri, auto_compact=False)  # read side: reward lookups for forgotten calls
+    elif record:
         from molt.capture import Recorder
         from molt.store import Store
 
         store = Store.open(store_uri or home / "store")
-        recorder = Recorder(store, spool_dir=home / "spool", name="molt-gateway")
+        pipeline_kw: dict[str, Any] = {}
+        sink: Any = store
+        if governance:
+            from molt.governance import GovernancePipeline, GovernedSink
+
+            pipeline_kw["pipeline"] = (GovernancePipeline() if governance == "default"
+                                       else GovernancePipeline.from_file(governance))
+            sink = GovernedSink(store)
+        recorder = Recorder(sink, spool_dir=home / "spool", name="molt-gateway", **pipeline_kw)
     keyring = None
     if keys:
         from molt.governance.access import KeyRing
@@ -112,6 +133,10 @@ def serve_command(
     keys: Annotated[str | None, typer.Option(help="TOML file of tenant API keys (default $MOLT_KEYS).")] = None,
     store: Annotated[str | None, typer.Option("--store", help="Store URI (default $MOLT_HOME/store).")] = None,
     record: Annotated[bool, typer.Option(help="Record every call into the store.")] = True,
+    governance: Annotated[str | None, typer.Option(
+        help="Governance policy for recorded events: 'default' or a policy file (default: none).")] = None,
+    capture_process: Annotated[bool, typer.Option(
+        help="Build and write events in a separate process (keeps recording off the serving core).")] = True,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 8 << 20,
     backend_timeout: Annotated[float, typer.Option(help="Seconds allowed for a backend answer / chunk.")] = 120.0,
     max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
@@ -131,7 +156,8 @@ def serve_command(
     be = make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
                       max_model_len=max_model_len, timeout_s=backend_timeout)
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout)
-    gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config)
+    gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
+                                     capture_process=capture_process, governance=governance)
     app = create_app(gw)
     tune_process()
     typer.echo(f"molt gateway: {backend} backend, model {gw.router.models()[0]!r}, http://{host}:{port}/v1 "

@@ -102,7 +102,9 @@ class Gateway:
         backends: backend instances by name (or a sequence, named by their ``name``).
         table: the routing table (default: one model — the first backend's model name — served by
             every backend as version ``<model>@base``).
-        recorder: a :class:`~molt.capture.Recorder` (``None``: nothing is recorded).
+        recorder: a :class:`~molt.capture.Recorder`, or a
+            :class:`~molt.gateway.capture_process.CaptureProcess` that records in a child process
+            (``None``: nothing is recorded).
         keyring: tenant API keys (``None``: open gateway, every caller is tenant ``default``; keep it
             on loopback).
         harness: the harness applier (default :class:`~molt.harness.StaticHarness`).
@@ -126,7 +128,10 @@ class Gateway:
             raise ValueError(f"The routing table names backends {sorted(unknown)} that were not given.")
         self.router = Router(table)
         self.recorder = recorder
-        self.capture = Capture(recorder) if recorder is not None else None
+        # A CaptureProcess builds events in its own process; an in-process Recorder gets a Capture.
+        self.capture: Any = None
+        if recorder is not None:
+            self.capture = recorder if hasattr(recorder, "submit") else Capture(recorder)
         self.keyring = keyring
         self.harness: HarnessApplier = harness or StaticHarness()
         self.config = config or GatewayConfig()

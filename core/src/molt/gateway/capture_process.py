@@ -1,0 +1,389 @@
+"""Capture in a separate process, so recording never competes with serving for the GIL.
+
+The Recorder's work — building events, the governance pipeline (redaction, classification, …),
+sealing into the hash chain, the spool's fsyncs and the store's writes — is CPU-bound Python. In the
+gateway's process it would take the interpreter lock from the event loop for milliseconds at a
+time. :class:`CaptureProcess` runs that work in a child process instead: the gateway serializes
+each call once (a compact dict, orjson) and a sender thread writes batches into a pipe; the child
+rebuilds the call, turns it into ATDP events (:class:`~molt.gateway.capture.Capture`) and records
+them through a real :class:`~molt.capture.Recorder` into the store.
+
+It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_trajectory``,
+``flush``, ``stats``, ``close``) plus ``submit`` for whole calls. Capture stays fail-open: if the
+child dies, records are counted as dropped and the gateway keeps serving. Durability is the child
+Recorder's: a record is acknowledged once its spool has it.
+
+Example::
+
+    rec = CaptureProcess(store_uri="~/.molt/store", spool_dir="~/.molt/spool", governance="default")
+    gateway = Gateway([backend], recorder=rec)
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from molt.atdp.ids import new_id
+from molt.atdp.models import Event, OutcomeStatus, RewardAnnotation
+from molt.backends.base import Choice, Result, TokenLogprob, ToolCallOut, Usage
+from molt.capture.recorder import RecorderStats
+from molt.gateway.capture import CallRecord, Capture
+from molt.gateway.router import Decision, VersionSpec
+
+__all__ = ["CaptureProcess", "call_from_wire", "call_to_wire", "main"]
+
+log = logging.getLogger("molt.gateway")
+
+_CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", b"F", b"S", b"Q"
+_LEN = struct.Struct("<I")
+
+
+# ------------------------------------------------------------------------------------------ wire
+
+
+def call_to_wire(rec: CallRecord) -> bytes:
+    """A call record as compact JSON (what crosses the pipe)."""
+    res = rec.result
+    result = None
+    if res is not None:
+        result = {
+            "model": res.model, "prompt_ids": res.prompt_ids, "tokenizer": res.tokenizer,
+            "usage": [res.usage.prompt_tokens, res.usage.completion_tokens] if res.usage else None,
+            "choices": [{"i": c.index, "text": c.text, "finish": c.finish_reason, "ids": c.token_ids,
+                         "calls": [[t.id, t.name, t.arguments] for t in c.tool_calls] if c.tool_calls else None,
+                         "lps": [lp.logprob for lp in c.logprobs] if c.logprobs else None}
+                        for c in res.choices],
+        }
+    d = rec.decision
+    return orjson.dumps({
+        "endpoint": rec.endpoint, "event_ids": rec.event_ids, "tid": rec.trajectory_id, "sid": rec.session_id,
+        "parent": rec.parent_id, "tenant": rec.tenant_id, "agent": rec.agent_id, "model": rec.public_model,
+        "version": d.version.model_dump(mode="json", exclude={"harness"}) if d else None,
+        "backend": d.backend if d else None, "started": rec.started, "messages": rec.messages, "tools": rec.tools,
+        "prompt": rec.prompt, "sampling": rec.sampling, "harness": rec.harness_fingerprint,
+        "new_tools": rec.new_tools, "result": result, "status": rec.status.value,
+        "error": [type(rec.error).__name__, str(rec.error)] if rec.error is not None else None,
+        "latency_ms": rec.latency_ms, "key": rec.key_name,
+    })
+
+
+class _WireError(Exception):
+    """An error as it was, rebuilt on the other side of the pipe (its type name is kept)."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(message)
+        self.type_name = type_name
+
+
+def call_from_wire(data: bytes) -> CallRecord:
+    """The call record back from :func:`call_to_wire`."""
+    d = orjson.loads(data)
+    result = None
+    if d["result"] is not None:
+        r = d["result"]
+        choices = [Choice(index=c["i"], text=c["text"], finish_reason=c["finish"], token_ids=c["ids"],
+                          tool_calls=[ToolCallOut(*t) for t in c["calls"]] if c["calls"] else None,
+                          logprobs=[TokenLogprob(token="", logprob=x) for x in c["lps"]] if c["lps"] else None)
+                   for c in r["choices"]]
+        result = Result(choices=choices, model=r["model"], prompt_ids=r["prompt_ids"], tokenizer=r["tokenizer"],
+                        usage=Usage(*r["usage"]) if r["usage"] else None)
+    decision = None
+    if d["version"] is not None:
+        decision = Decision(VersionSpec.model_validate(d["version"]), d["backend"])
+    error: BaseException | None = None
+    if d["error"] is not None:
+        error = _WireError(*d["error"])
+    return CallRecord(endpoint=d["endpoint"], event_ids=d["event_ids"], trajectory_id=d["tid"], session_id=d["sid"],
+                      parent_id=d["parent"], tenant_id=d["tenant"], agent_id=d["agent"], public_model=d["model"],
+                      decision=decision, started=d["started"], messages=d["messages"], tools=d["tools"],
+                      prompt=d["prompt"], sampling=d["sampling"], harness_fingerprint=d["harness"],
+                      new_tools=[tuple(t) for t in d["new_tools"]], result=result, status=OutcomeStatus(d["status"]),
+                      error=error, latency_ms=d["latency_ms"], key_name=d["key"])
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return _LEN.pack(len(payload) + 1) + kind + payload
+
+
+# ------------------------------------------------------------------------------------------ child
+
+
+def _read_exact(stream: Any, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        piece = stream.read(n - len(buf))
+        if not piece:
+            return None
+        buf += piece
+    return buf
+
+
+def main() -> None:
+    """The capture process: frames on stdin, a Recorder (with governance when configured) into the
+    store, replies to flush/stats requests on stdout. Ends when stdin closes (the gateway exited)."""
+    import sys
+
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    config = orjson.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # A signal to the process group (Ctrl-C, SIGTERM) is for the gateway: this process outlives it
+    # just long enough to make everything it was sent durable, and ends when its stdin closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    store = Store.open(config["store_uri"], storage_options=config.get("storage_options"))
+    sink: Any = store
+    kwargs: dict[str, Any] = {}
+    governance = config.get("governance")
+    if governance:
+        from molt.governance import GovernancePipeline, GovernedSink
+
+        kwargs["pipeline"] = (GovernancePipeline() if governance == "default"
+                              else GovernancePipeline.from_file(governance, strict=False))
+        sink = GovernedSink(store)
+    rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
+                   name="molt-gateway-capture", **kwargs)
+    capture = Capture(rec)
+    # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
+    # Recorder keeps that set for its own new_trajectory(); ids made on the gateway side join it.
+    fresh: set[str] | None = getattr(rec, "_fresh", None)
+    try:
+        while True:
+            head = _read_exact(stdin, 4)
+            if head is None:
+                break
+            (n,) = _LEN.unpack(head)
+            body = _read_exact(stdin, n)
+            if body is None:
+                break
+            kind, payload = body[:1], body[1:]
+            if kind == _QUIT:
+                break
+            try:
+                if kind == _CALL:
+                    capture.submit(call_from_wire(payload))
+                elif kind == _EVENT:
+                    rec.record(Event.model_validate_json(payload))
+                elif kind == _REWARD:
+                    rec.reward(RewardAnnotation.model_validate_json(payload))
+                elif kind == _FRESH:
+                    if fresh is not None:
+                        fresh.add(payload.decode())
+                elif kind in (_FLUSH, _STATS):
+                    req = orjson.loads(payload)
+                    ok = True
+                    if kind == _FLUSH:
+                        ok = rec.flush(timeout=req["timeout"], deliver=req["deliver"])
+                    stats = asdict(rec.stats)
+                    stats["capture_failed"] = capture.failed
+                    stdout.write(_frame(kind, orjson.dumps({"id": req["id"], "ok": ok, "stats": stats})))
+                    stdout.flush()
+            except Exception:  # one bad record never stops capture
+                log.exception("The capture process could not handle a %r record.", kind)
+    finally:
+        rec.close(timeout=float(config.get("close_timeout", 10.0)))
+        store.close()
+
+
+# ------------------------------------------------------------------------------------------ parent
+
+
+class CaptureProcess:
+    """A Recorder in a child process (see the module docstring).
+
+    Args:
+        store_uri: the store (default ``$MOLT_HOME/store``).
+        spool_dir: the child Recorder's spool (default ``$MOLT_HOME/spool``).
+        governance: ``None`` (off), ``"default"`` (the built-in policy) or a policy file path.
+        fsync: the spool's fsync policy (default ``"always"``).
+        max_pending: records held while the pipe is busy before new ones are dropped (default 100,000).
+    """
+
+    def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
+                 *, governance: str | None = None, fsync: str = "always", max_pending: int = 100_000,
+                 storage_options: dict[str, str] | None = None, start_timeout_s: float = 60.0):
+        home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
+        config = {"store_uri": str(store_uri or os.path.join(home, "store")),
+                  "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
+                  "fsync": fsync, "storage_options": storage_options}
+        # A plain subprocess with pipes (not multiprocessing): nothing of the parent is re-imported
+        # or pickled, and the child ends by itself when the gateway's end of stdin closes.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from molt.gateway.capture_process import main; main()",
+             orjson.dumps(config).decode()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._stdin = self._proc.stdin
+        self._stdout_fd = self._proc.stdout.fileno()
+        self._reply_buf = b""
+        self.max_pending = max_pending
+        self._pending: collections.deque[bytes] = collections.deque()
+        self._wake = threading.Event()
+        self._closed = False
+        self._sent = 0
+        self._dropped = 0
+        self._request_lock = threading.Lock()
+        self._last_stats: dict[str, Any] = {}
+        self._sender = threading.Thread(target=self._send_loop, name="molt-capture-sender", daemon=True)
+        self._sender.start()
+        if not self.flush(timeout=start_timeout_s):
+            log.warning("The capture process did not answer within %.0f s; records wait in its pipe.", start_timeout_s)
+
+    # ------------------------------------------------------------------ the Recorder surface
+
+    def _put(self, kind: bytes, payload: bytes) -> bool:
+        if self._closed or len(self._pending) >= self.max_pending or self._proc.poll() is not None:
+            self._dropped += 1
+            return False
+        self._pending.append(_frame(kind, payload))
+        if not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def submit(self, rec: CallRecord) -> None:
+        """Record a whole model call (its events are built in the child)."""
+        try:
+            self._put(_CALL, call_to_wire(rec))
+        except Exception:
+            self._dropped += 1
+            log.exception("Molt could not serialize a model call of trajectory %s.", rec.trajectory_id)
+
+    def record(self, event: Event) -> bool:
+        """Record one event."""
+        return self._put(_EVENT, event.model_dump_json().encode())
+
+    def reward(self, annotation: RewardAnnotation) -> bool:
+        """Record a late reward."""
+        return self._put(_REWARD, annotation.model_dump_json().encode())
+
+    def new_trajectory(self) -> str:
+        """A new trajectory id, announced to the child so its Recorder starts a fresh chain without
+        a store lookup (the same shortcut as ``Recorder.new_trajectory``)."""
+        tid = new_id()
+        self._put(_FRESH, tid.encode())
+        return tid
+
+    def _request(self, kind: bytes, timeout: float, **fields: Any) -> dict[str, Any] | None:
+        with self._request_lock:
+            rid = new_id()
+            if not self._put(kind, orjson.dumps({"id": rid, "timeout": timeout, **fields})):
+                return None
+            deadline = time.monotonic() + timeout + 5.0
+            while time.monotonic() < deadline and self._proc.poll() is None:
+                for _, payload in self._read_replies(0.05):
+                    reply: dict[str, Any] = orjson.loads(payload)
+                    if reply["id"] == rid:
+                        self._last_stats = reply["stats"]
+                        return reply
+            return None
+
+    def _read_replies(self, wait_s: float) -> list[tuple[bytes, bytes]]:
+        ready, _, _ = select.select([self._stdout_fd], [], [], wait_s)
+        if ready:
+            data = os.read(self._stdout_fd, 65536)
+            if data:
+                self._reply_buf += data
+        out = []
+        while len(self._reply_buf) >= 4:
+            (n,) = _LEN.unpack_from(self._reply_buf)
+            if len(self._reply_buf) < 4 + n:
+                break
+            body, self._reply_buf = self._reply_buf[4:4 + n], self._reply_buf[4 + n:]
+            out.append((body[:1], body[1:]))
+        return out
+
+    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
+        """Wait until everything submitted so far is durable in the child's spool (and delivered to
+        the store with ``deliver=True``). Blocking: for tests and shutdown, not the event loop."""
+        reply = self._request(_FLUSH, 10.0 if timeout is None else timeout, deliver=deliver)
+        return bool(reply and reply["ok"])
+
+    @property
+    def stats(self) -> RecorderStats:
+        """The child Recorder's counters (asked for, at most 1 s), with this side's drops added."""
+        reply = self._request(_STATS, 1.0)
+        s = dict(reply["stats"] if reply else self._last_stats)
+        s.pop("capture_failed", None)
+        base: dict[str, Any] = dict.fromkeys(RecorderStats.__dataclass_fields__, 0)
+        base.update({k: v for k, v in s.items() if k in base})
+        base["dropped_queue_full"] = int(base.get("dropped_queue_full") or 0) + self._dropped
+        base["pending_in_queue"] = int(base.get("pending_in_queue") or 0) + len(self._pending)
+        if base.get("last_error") == 0:
+            base["last_error"] = None
+        return RecorderStats(**base)
+
+    @property
+    def failed(self) -> int:
+        """Calls that could not be recorded (dropped here, or failed to build in the child)."""
+        return self._dropped + int(self._last_stats.get("capture_failed") or 0)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the capture process is running."""
+        return self._proc.poll() is None
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Send what is pending, stop the child (it closes its Recorder and store) and wait for it."""
+        if self._closed:
+            return True
+        ok = self.flush(timeout=timeout, deliver=True) if self._proc.poll() is None else False
+        self._put(_QUIT, b"")
+        self._closed = True
+        self._wake.set()
+        self._sender.join(timeout)
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.terminate()
+            self._proc.wait(5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        return ok
+
+    # ------------------------------------------------------------------ sender thread
+
+    def _send_loop(self) -> None:
+        q = self._pending
+        while True:
+            if not q:
+                if self._closed:
+                    return
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            batch = []
+            size = 0
+            while q and size < (1 << 20):
+                f = q.popleft()
+                batch.append(f)
+                size += len(f)
+            try:
+                self._stdin.write(b"".join(batch))  # releases the GIL while the pipe drains
+                self._sent += len(batch)
+            except (OSError, ValueError):
+                self._dropped += len(batch)
+                if self._proc.poll() is not None:
+                    log.error("The capture process is gone; %d records were dropped.", len(batch))
+
+    def __enter__(self) -> CaptureProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
