@@ -9,6 +9,7 @@ hands off (calls the ``transfer_to_<agent>`` tool it was given). ``"stream": tru
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ def _marker(messages: list[dict[str, Any]]) -> str:
 
 
 def _request(messages: list[dict[str, Any]]) -> str:
-    """What the user asked help with ("alpha", or "alpha huge")."""
+    """What the user asked help with ("alpha", or "alpha huge"): the words after "help" in the first
+    user message that has them."""
     for m in messages:
         if m.get("role") == "user":
             content = m.get("content")
@@ -33,9 +35,9 @@ def _request(messages: list[dict[str, Any]]) -> str:
                 if isinstance(content, str)
                 else " ".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
             )
-            words = text.split()
-            if len(words) >= 2 and words[0] == "help":
-                return " ".join(words[1:])
+            found = re.search(r"\bhelp ([\w-]+)( huge)?", text)
+            if found:
+                return found.group(1) + (found.group(2) or "")
     return "unknown"
 
 
@@ -46,10 +48,7 @@ def respond(body: dict[str, Any]) -> dict[str, Any]:
     system = " ".join(str(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     tools = [t["function"]["name"] for t in body.get("tools") or [] if t.get("type") == "function"]
     asked = [
-        tc["function"]["name"]
-        for m in messages
-        if m.get("role") == "assistant"
-        for tc in m.get("tool_calls") or []
+        tc["function"]["name"] for m in messages if m.get("role") == "assistant" for tc in m.get("tool_calls") or []
     ]
     handoff = next((t for t in tools if t.startswith("transfer_to_")), None)
     if "triage" in system and handoff and not asked:

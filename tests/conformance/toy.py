@@ -57,9 +57,7 @@ class ToyAgent:
     def run(self, script: Script) -> str:
         """Run the conformance story; returns the final answer."""
         m = script.marker
-        return self._step(
-            "agent", None, "toy-agent", {"request": f"help {m}"}, lambda rid: self._body(rid, m, script)
-        )
+        return self._step("agent", None, "toy-agent", {"request": f"help {m}"}, lambda rid: self._body(rid, m, script))
 
     def _body(self, rid: uuid.UUID, m: str, script: Script) -> str:
         calls = [
@@ -73,13 +71,9 @@ class ToyAgent:
                 results.append(self._step("tool", rid, c["name"], c, lambda _r, c=c: self._tool(c, script)))
             except ValueError as exc:
                 results.append(f"error: {exc}")
-        self._step(
-            "retriever", rid, "toy-index", m, lambda _r: [f"passage one about {m}", f"passage two about {m}"]
-        )
+        self._step("retriever", rid, "toy-index", m, lambda _r: [f"passage one about {m}", f"passage two about {m}"])
         self._step("approval", rid, "approve-answer", f"may I answer about {m}?", lambda _r: "approve")
-        out = self._step(
-            "model", rid, "toy-model", results, lambda _r: {"text": f"done: {m}", "tool_calls": []}
-        )
+        out = self._step("model", rid, "toy-model", results, lambda _r: {"text": f"done: {m}", "tool_calls": []})
         return str(out["text"])
 
     @staticmethod
@@ -88,8 +82,7 @@ class ToyAgent:
             raise ValueError(f"explode failed for {call['arguments']['reason']}")
         if script.huge_output:
             return {
-                "text": f"result for {call['arguments']['query']} "
-                + "lorem ipsum " * (HUGE_TEXT_CHARS // 12),
+                "text": f"result for {call['arguments']['query']} " + "lorem ipsum " * (HUGE_TEXT_CHARS // 12),
                 "image": huge_blob(),
             }
         return f"result for {call['arguments']['query']}"
@@ -220,9 +213,9 @@ class ToyHandler:
             for child in self.spans.open_under(sp.key):
                 self._end(child.key, error_outcome(GeneratorExit("parent ended")), None, t)
 
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until captured events are durable."""
-        return self.capture.flush(timeout)
+    def flush(self, timeout: float = 10.0, *, deliver: bool = False) -> bool:
+        """Wait until captured events are durable (and delivered, with ``deliver``)."""
+        return self.capture.flush(timeout, deliver=deliver)
 
 
 def _version(dist: str) -> str | None:

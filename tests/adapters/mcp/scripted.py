@@ -30,9 +30,7 @@ def build_server(middleware: list[Any] | None = None) -> MCPServer:
         if query.endswith(" huge"):
             data = huge_blob().split(",", 1)[1]
             return [
-                TextContent(
-                    type="text", text=f"result for {query} " + "lorem ipsum " * (HUGE_TEXT_CHARS // 12)
-                ),
+                TextContent(type="text", text=f"result for {query} " + "lorem ipsum " * (HUGE_TEXT_CHARS // 12)),
                 ImageContent(type="image", data=data, mime_type="image/png"),
             ]
         return f"result for {query}"

@@ -50,9 +50,7 @@ def test_meta_links_calls_into_the_callers_trajectory(rec: Any) -> None:
 
     async def go() -> None:
         async with Client(server) as c:
-            await c.call_tool(
-                "lookup", {"query": "mu"}, meta={"io.molt/trajectory": tid, "io.molt/parent": parent}
-            )
+            await c.call_tool("lookup", {"query": "mu"}, meta={"io.molt/trajectory": tid, "io.molt/parent": parent})
             await c.call_tool(
                 "lookup", {"query": "nu"}, meta={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"}
             )

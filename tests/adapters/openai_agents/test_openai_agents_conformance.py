@@ -13,8 +13,8 @@ from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
 from molt_openai_agents import MoltTracingProcessor
 
+from ..openai_stub import stub_server
 from .scripted import run_config, worker
-from .stub import stub_server
 
 _URL: list[str] = []
 
@@ -57,9 +57,7 @@ class TestOpenAIAgentsConformance(AdapterConformanceSuite):
 
     def run_scripted_stream(self, handle: Any, script: Script) -> list[Any]:
         async def go() -> list[Any]:
-            result = Runner.run_streamed(
-                worker(_URL[0]), _request(script), run_config=run_config(script.marker)
-            )
+            result = Runner.run_streamed(worker(_URL[0]), _request(script), run_config=run_config(script.marker))
             got = []
             async for ev in result.stream_events():
                 got.append(ev.type)

@@ -25,8 +25,8 @@ from molt.atdp import EventKind, OutcomeStatus
 from molt.capture import MemorySink, Recorder
 from molt_openai_agents import MoltTracingProcessor
 
+from ..openai_stub import stub_server
 from .scripted import model, run_config, worker
-from .stub import stub_server
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -52,17 +52,13 @@ def proc(tmp_path: Path) -> Iterator[MoltTracingProcessor]:
 def _events(p: MoltTracingProcessor) -> list[Any]:
     assert p.flush(10, deliver=True)
     sink = p.sink_  # type: ignore[attr-defined]
-    tids = sorted(
-        {r.x["trajectory_id"] if hasattr(r, "x") else r["x"]["trajectory_id"] for r in sink.events.values()}
-    )
+    tids = sorted({r.x["trajectory_id"] if hasattr(r, "x") else r["x"]["trajectory_id"] for r in sink.events.values()})
     return [e for t in tids for e in sink.trajectory_events(t)]
 
 
 @input_guardrail
 async def polite(ctx: Any, agent: Any, text: Any) -> GuardrailFunctionOutput:
-    return GuardrailFunctionOutput(
-        output_info={"rude": "rude" in str(text)}, tripwire_triggered="rude" in str(text)
-    )
+    return GuardrailFunctionOutput(output_info={"rude": "rude" in str(text)}, tripwire_triggered="rude" in str(text))
 
 
 def test_handoff_and_guardrail(srv: Any, proc: MoltTracingProcessor) -> None:
