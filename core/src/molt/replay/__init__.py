@@ -34,6 +34,7 @@ _EXPORTS = {
     "build_verifier": "verifiers",
     "evaluate_candidate": "evaluate",
     "load_results": "evaluate",
+    "load_trajectories": "load",
     "load_trajectory": "load",
     "parse_overrides": "policy",
     "record_episode": "recording",

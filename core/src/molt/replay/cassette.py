@@ -164,7 +164,9 @@ class LiveTools:
             from molt.atdp.models import ErrorInfo
 
             return Outcome(status=OutcomeStatus.ERROR, error=ErrorInfo(type=type(exc).__name__, message=str(exc)))
-        return Outcome(status=OutcomeStatus.OK, output=out)
+        # The store keeps outputs as canonical JSON (sorted keys): hand the agent exactly that, so a
+        # recording made live and its replay from the cassette see byte-identical outputs.
+        return Outcome(status=OutcomeStatus.OK, output=orjson.loads(orjson.dumps(out, option=orjson.OPT_SORT_KEYS)))
 
 
 @dataclass

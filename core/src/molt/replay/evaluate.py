@@ -41,7 +41,7 @@ from molt.errors import ReplayError
 from molt.replay.cassette import LiveTools, Normalization
 from molt.replay.decorator import ReplayableAgent
 from molt.replay.episode import EpisodeResult, replay_episode
-from molt.replay.load import load_trajectory
+from molt.replay.load import load_trajectories
 from molt.replay.policy import ReplayPolicy
 from molt.store import Store, sql_str
 from molt.store.tables import append, ensure_table
@@ -150,12 +150,12 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
     results: list[EpisodeResult] = []
     evidence: list[dict[str, Any]] = []
     invalid = 0
+    loaded = load_trajectories(store, ids)
     for tid in ids:
-        try:
-            traj = load_trajectory(store, tid)
-        except ReplayError as exc:
+        traj = loaded[tid]
+        if isinstance(traj, ReplayError):
             invalid += 1
-            evidence.append({"trajectory_id": tid, "status": "invalid", "error": str(exc)})
+            evidence.append({"trajectory_id": tid, "status": "invalid", "error": str(traj)})
             if progress is not None:
                 progress(None)
             continue

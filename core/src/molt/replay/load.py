@@ -10,13 +10,17 @@ has its outcome and names a tool the agent was offered). Each refusal is a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from molt.atdp.models import Event, EventKind
-from molt.errors import NotFound, ReplayError
-from molt.store import Store, Trajectory
+import orjson
 
-__all__ = ["check_replayable", "load_trajectory", "model_request", "offered_tools"]
+from molt.atdp.chain import SealedEvent, unseal, verify_chain
+from molt.atdp.models import Event, EventKind, RewardAnnotation
+from molt.errors import NotFound, ReplayError
+from molt.store import Store, Trajectory, sql_str
+
+__all__ = ["check_replayable", "load_trajectories", "load_trajectory", "model_request", "offered_tools"]
 
 _EVENT_IN = re.compile(r"\(event ([^)]+)\)")
 
@@ -28,11 +32,45 @@ def load_trajectory(store: Store, trajectory_id: str) -> Trajectory:
     except Exception as exc:
         raise ReplayError(f"Cannot read trajectory {trajectory_id} from the store: {exc}.",
                           trajectory_id=trajectory_id) from exc
+    return _checked(trajectory_id, sealed, None, store)
+
+
+_CHUNK = 256
+
+
+def load_trajectories(store: Store, trajectory_ids: Sequence[str]) -> dict[str, Trajectory | ReplayError]:
+    """Many trajectories at once (one events query and one rewards query per 256 ids), each verified
+    and checked like :func:`load_trajectory`; a trajectory that cannot be replayed maps to its error."""
+    out: dict[str, Trajectory | ReplayError] = {}
+    for i in range(0, len(trajectory_ids), _CHUNK):
+        chunk = list(trajectory_ids[i:i + _CHUNK])
+        where = f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})"
+        by_tid: dict[str, list[SealedEvent]] = {t: [] for t in chunk}
+        for rb in store.iter_events(where):
+            cols = rb.to_pydict()
+            for tid, eid, seq, env, pay, salt, chain in zip(
+                    cols["trajectory_id"], cols["event_id"], cols["seq"], cols["envelope"], cols["payload"],
+                    cols["payload_salt"], cols["chain"], strict=True):
+                by_tid[tid].append(SealedEvent(event_id=eid, trajectory_id=tid, seq=seq, envelope=env, payload=pay,
+                                               salt=salt, digest=chain[:64], prev_hash=chain[65:129],
+                                               hash=chain[130:]))
+        rewards: dict[str, list[RewardAnnotation]] = {t: [] for t in chunk}
+        got = store.table("rewards").search().where(where).select(["trajectory_id", "record", "created_at"])
+        for r in sorted(got.limit(None).to_arrow().to_pylist(), key=lambda r: r["created_at"]):
+            rewards[r["trajectory_id"]].append(RewardAnnotation.model_validate(orjson.loads(r["record"])))
+        for tid in chunk:
+            try:
+                out[tid] = _checked(tid, sorted(by_tid[tid], key=lambda s: s.seq), rewards[tid], store)
+            except ReplayError as exc:
+                out[tid] = exc
+    return out
+
+
+def _checked(trajectory_id: str, sealed: list[SealedEvent], rewards: list[RewardAnnotation] | None,
+             store: Store) -> Trajectory:
     if not sealed:
         raise ReplayError(f"Trajectory {trajectory_id} is not in the store; nothing to replay. Check the id "
                           f"with `molt trajectories list`.", trajectory_id=trajectory_id)
-    from molt.atdp.chain import verify_chain
-
     report = verify_chain(trajectory_id, sealed)
     if not report.ok:
         first = report.problems[0]
@@ -47,9 +85,12 @@ def load_trajectory(store: Store, trajectory_id: str) -> Trajectory:
                           f"{erased[0].event_id} (seq {erased[0].seq}) was erased.",
                           trajectory_id=trajectory_id, event_id=erased[0].event_id)
     try:
-        traj = store.trajectory(trajectory_id)
-    except NotFound as exc:
-        raise ReplayError(str(exc), trajectory_id=trajectory_id) from exc
+        events = [unseal(s.envelope, s.payload) for s in sealed]
+        traj = Trajectory(trajectory_id=trajectory_id, events=events,
+                          rewards=store.rewards(trajectory_id) if rewards is None else rewards)
+    except (NotFound, ValueError) as exc:
+        raise ReplayError(f"Trajectory {trajectory_id} cannot be read back as ATDP events: {exc}",
+                          trajectory_id=trajectory_id) from exc
     check_replayable(traj)
     return traj
 
@@ -80,8 +121,6 @@ def model_request(ev: Event) -> list[dict[str, Any]]:
 
 
 def _args_text(args: Any) -> str:
-    import orjson
-
     return args if isinstance(args, str) else orjson.dumps(args if args is not None else {}).decode()
 
 
