@@ -61,7 +61,8 @@ def world(store: Store, molt_home: Path) -> dict[str, Any]:
         "refused": [_msg("refused", "hello", md={"consent": {"training": False}}), _tool("refused", "crm.lookup")],
         "short": [_msg("short", "just one event")],
         "payments": [_msg("payments", "pay it"), _tool("payments", "payments.refund")],
-        "errors": [_msg("errors", "try"), _tool("errors", "crm.a", status="error"), _tool("errors", "crm.b", status="error")],
+        "errors": [_msg("errors", "try"), _tool("errors", "crm.a", status="error"),
+                   _tool("errors", "crm.b", status="error")],
         "erased": [_msg("erased", "forget me", md={"consent": {"subject_id": "s-9"}}), _tool("erased", "crm.lookup")],
         "tampered": [_msg("tampered", "one"), _msg("tampered", "two"), _msg("tampered", "three")],
         "glob": [_msg("glob", "globex hello", tenant="globex"), _tool("glob", "crm.lookup", tenant="globex")],
@@ -99,7 +100,8 @@ def test_only_eligible_redacted_trajectories_reach_the_trainer(store: Store, wor
     (traj,) = eligible_trajectories(store, world["policy"], TRAINER)
     assert traj.trajectory_id == "good" and traj.total_reward == 1.0
     first = traj.events[0]
-    assert first.action.content == "I am <PERSON_1>, <EMAIL_ADDRESS_1>"  # type: ignore[union-attr]
+    content = first.action.content  # type: ignore[union-attr]
+    assert "<EMAIL_ADDRESS_1>" in content and "ana@example.org" not in content  # stored redacted
     assert first.hidden is not None and first.hidden.reasoning is None  # excluded field stripped
 
 

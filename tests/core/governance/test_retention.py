@@ -22,9 +22,9 @@ from molt.governance import GovernancePipeline, GovernedSink, load_policy_file, 
 from molt.store import Store
 
 NOW = datetime.now(UTC)
-POLICY = {
+POLICY = {  # redaction off: the markers must reach the store verbatim (redaction is tested elsewhere)
     "defaults": {"retention": {"days": {"public": 730, "internal": 365, "confidential": 90, "restricted": 30},
-                               "quarantine_days": 30}},
+                               "quarantine_days": 30}, "redaction": {"enabled": False}},
     "tenants": {"acme": {}, "globex": {"retention": {"action": "delete", "days": {
         "public": 10, "internal": 5, "confidential": 5, "restricted": 1}}}},
 }
@@ -47,8 +47,8 @@ def filled(store: Store, molt_home: Path, tmp_path: Path) -> dict[str, Any]:
     rec = Recorder(GovernedSink(store), spool_dir=molt_home / "spool", pipeline=GovernancePipeline(policy))
     evs = [
         _ev("a1", "old internal note keep-me-internal", 40),                              # 365 d: kept
-        _ev("a1", "password=opensesame123 expire-me-restricted", 40),                     # restricted 30 d
-        _ev("a1", "recent password=opensesame456 keep-me-restricted", 3),                 # 30 d: kept
+        _ev("a1", "expire-me-restricted", 40, classification="restricted"),               # restricted 30 d
+        _ev("a1", "recent keep-me-restricted", 3, classification="restricted"),           # 30 d: kept
         _ev("a2", "confidential expire-me-confidential", 100, classification="confidential"),
         _ev("a3", "short consent expire-me-consent", 10, consent={"retention_days": 7}),  # consent 7 d
         _ev("g1", "globex expire-me-globex", 6, tenant="globex"),                         # 5 d, delete

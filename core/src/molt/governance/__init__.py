@@ -6,8 +6,9 @@ Recorder's writer thread before sealing; each event's decision is stored with it
 through :class:`TrainingQueue`, admins through :class:`Audit`, every tenant-scoped read goes through
 :class:`molt.store.scoped.TenantView`.
 
-The stage registry is ``molt.governance.stages.stages``. Names are imported on first use, so ``molt.governance.access`` (the gateway's key check) and
-``molt.governance.redaction`` (``molt redact``) do not pay for LanceDB.
+The stage registry is ``molt.governance.stages.stages``. Names are imported on first use, so
+``molt.governance.access`` (the gateway's key check) and ``molt.governance.redaction``
+(``molt redact``) do not pay for LanceDB.
 """
 
 from __future__ import annotations

@@ -40,8 +40,7 @@ from molt.atdp.models import Event
 from molt.capture.hooks import HookResult
 from molt.errors import GovernanceError, MoltError
 from molt.governance.access import Action, KeyRing, Principal
-from molt.governance.decision import Decision
-from molt.governance.policy import GovernancePolicy, LimitSettings, load_policy_file
+from molt.governance.policy import GovernancePolicy, LimitSettings, TenantPolicy, load_policy_file
 from molt.governance.stages import Context, Reject, Stage, stages
 
 __all__ = ["GovernancePipeline", "PipelineStats"]
@@ -98,6 +97,7 @@ class GovernancePipeline:
         self.label = self.policy.label
         self.stats = PipelineStats()
         self._lock = threading.Lock()
+        self._tenants: dict[str | None, TenantPolicy] = {}
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None, *, strict: bool = True, **kwargs: Any
@@ -114,9 +114,17 @@ class GovernancePipeline:
             return cls(GovernancePolicy(), error=f"the governance policy could not be loaded: {exc}", **kwargs)
         return cls(policy, **kwargs)
 
+    def tenant(self, tenant_id: str | None) -> TenantPolicy:
+        """The merged settings of ``tenant_id`` (the defaults for a tenant the policy does not name)."""
+        got = self._tenants.get(tenant_id)
+        if got is None:
+            got = self.policy.for_tenant(tenant_id if self.policy.knows(tenant_id) else None)
+            self._tenants[tenant_id] = got
+        return got
+
     def limits_for(self, tenant_id: str | None) -> LimitSettings:
         """The size limits of ``tenant_id`` (the defaults when the tenant is unknown)."""
-        return self.policy.for_tenant(tenant_id if self.policy.knows(tenant_id) else None).limits
+        return self.tenant(tenant_id).limits
 
     # ------------------------------------------------------------------ the hook
 
@@ -131,8 +139,7 @@ class GovernancePipeline:
                 stage_name = stage.name
                 stage.run(ctx)
                 ctx.ran.append(stage.name)
-            decision = self._decision(ctx)
-            result = HookResult.accept(ctx.event, decision.annotations())
+            result = HookResult.accept(ctx.event, self._annotations(ctx))
         except Reject as r:
             result = self._quarantine(ctx, r.stage, r.reason)
         except Exception as exc:  # a stage bug: fail closed, keep the record
@@ -152,13 +159,21 @@ class GovernancePipeline:
 
     __call__ = process
 
-    def _decision(self, ctx: Context) -> Decision:
-        return Decision(
-            policy=self.label, stages=ctx.ran, tenant_id=ctx.event.metadata.tenant_id, redaction=ctx.redaction,
-            classification=ctx.event.metadata.classification, classification_in=ctx.classification_in,
-            escalated_by=ctx.escalated_by, eligible=ctx.eligible, reasons=ctx.reasons,
-            excluded_fields=ctx.excluded_fields, retention_class=ctx.retention_class,
-            retention_days=ctx.retention_days, expires_at=ctx.expires_at, decided_at=datetime.now(UTC))
+    def _annotations(self, ctx: Context) -> dict[str, Any]:
+        """The :class:`Decision` in its JSON form, built directly (this runs once per event)."""
+        md = ctx.event.metadata
+        ann: dict[str, Any] = {
+            "policy": self.label, "stages": list(ctx.ran), "classification": md.classification.value,
+            "classification_in": ctx.classification_in.value, "escalated_by": ctx.escalated_by,
+            "reasons": ctx.reasons, "excluded_fields": ctx.excluded_fields,
+            "decided_at": datetime.now(UTC).isoformat(),
+        }
+        optional = {"tenant_id": md.tenant_id, "eligible": ctx.eligible, "retention_class": ctx.retention_class,
+                    "retention_days": ctx.retention_days,
+                    "expires_at": ctx.expires_at.isoformat() if ctx.expires_at is not None else None,
+                    "redaction": ctx.redaction.model_dump(mode="json") if ctx.redaction is not None else None}
+        ann.update((k, v) for k, v in optional.items() if v is not None)
+        return ann
 
     def _quarantine(self, ctx: Context, stage: str, reason: str) -> HookResult:
         """Quarantine with the most redacted form of the record that exists (nothing is lost)."""

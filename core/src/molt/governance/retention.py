@@ -94,7 +94,8 @@ def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[s
         rep = RetentionReport(tenant_id=tenant, action=settings.action, dry_run=dry_run)
         scope = f"tenant_id = {sql_str(tenant)}" if tenant is not None else "tenant_id IS NULL"
         live = " AND payload IS NOT NULL" if settings.action == "null_payload" else ""
-        by_class = {c: f"(classification = {sql_str(c.value)} AND ts < {_ts(cut)})" for c, cut in cutoffs[tenant].items()}
+        by_class = {c: f"(classification = {sql_str(c.value)} AND ts < {_ts(cut)})"
+                    for c, cut in cutoffs[tenant].items()}
         for cls, pred in by_class.items():
             rep.expired[cls.value] = _apply(store, tables, f"{scope} AND {pred}{live}", settings.action, dry_run)
         not_by_class = f" AND NOT ({' OR '.join(by_class.values())})"

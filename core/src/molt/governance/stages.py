@@ -94,16 +94,19 @@ class Validate:
         self.pipeline = pipeline
 
     def run(self, ctx: Context) -> None:
-        raw = ctx.event.model_dump_json().encode()
+        if not isinstance(ctx.event, Event):
+            raise Reject(self.name, f"not an ATDP event: {type(ctx.event).__name__}")
+        raw = ctx.event.model_dump_json().encode()  # also proves the payload serializes
         ctx.raw = raw
         limits = self.pipeline.limits_for(ctx.event.metadata.tenant_id)
         if len(raw) > limits.max_event_bytes:
             raise Reject(self.name, f"the event is {len(raw):,} bytes, over max_event_bytes="
                                     f"{limits.max_event_bytes:,}; it was kept here, not stored or trained on")
-        try:
-            Event.model_validate_json(raw)
-        except ValueError as exc:
-            raise Reject(self.name, f"the event does not validate: {exc}") from None
+        if limits.revalidate:
+            try:
+                Event.model_validate_json(raw)
+            except ValueError as exc:
+                raise Reject(self.name, f"the event does not validate: {exc}") from None
 
 
 @stages.register("authenticate")
@@ -135,12 +138,12 @@ class Authenticate:
         if not policy.knows(tenant) and policy.unknown_tenants == UnknownTenants.QUARANTINE:
             raise Reject(self.name, f"tenant {tenant!r} has no section in the governance policy and "
                                     f"unknown_tenants is 'quarantine'; add the tenant to the policy file")
-        ctx.tenant = policy.for_tenant(tenant)
+        ctx.tenant = self.pipeline.tenant(tenant)
 
 
 def _tenant(ctx: Context, pipeline: GovernancePipeline) -> TenantPolicy:
     if ctx.tenant is None:  # a pipeline without the authenticate stage
-        ctx.tenant = pipeline.policy.for_tenant(ctx.event.metadata.tenant_id)
+        ctx.tenant = pipeline.tenant(ctx.event.metadata.tenant_id)
     return ctx.tenant
 
 
