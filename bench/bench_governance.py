@@ -61,10 +61,10 @@ def make_events(n: int, seed: int = 0) -> list[Event]:
         if k == 0:
             ev = Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, metadata=md, action=UserMessage(
                 content=f"Hi, this is {name} ({email}, +1 415 555 01{i % 90:02d}). My order A-{i} is late. "
-                        + _FILLER * 3))
+                        + _FILLER * 2))
         elif k == 1:
             ev = Event(trajectory_id=tid, kind=EventKind.MODEL_CALL, metadata=md, action=Generation(
-                model="smollm2-135m", text=f"Sorry {name.split()[0]}, let me look that up. " + _FILLER * 3,
+                model="smollm2-135m", text=f"Sorry {name.split()[0]}, let me look that up. " + _FILLER * 2,
                 tool_calls=[{"id": f"c{i}", "name": "lookup_order", "arguments": {"order_id": f"A-{i}"}}]))
         else:
             ev = Event(trajectory_id=tid, kind=EventKind.TOOL_CALL, metadata=md,
@@ -124,27 +124,32 @@ def _agent_step(i: int) -> None:
         json.loads(json.dumps(doc))
 
 
-def agent_loop(events: list[Event], tmp: Path) -> tuple[Table, dict[str, Any]]:
-    walls = {}
-    for governed in (False, True):
-        pipe = GovernancePipeline(POLICY) if governed else None
-        rec = Recorder(MemorySink(), spool_dir=tmp / f"agent-{governed}", pipeline=pipe, max_queue=10 * len(events))
+def agent_loop(events: list[Event], tmp: Path, repeats: int = 3) -> tuple[Table, dict[str, Any]]:
+    """Best of ``repeats`` interleaved runs of each variant (the machine may be shared)."""
+    walls: dict[str, float] = {"alone": float("inf"), "plain": float("inf"), "gov": float("inf")}
+    for r in range(repeats):
         t0 = time.perf_counter()
-        for i, ev in enumerate(events):
+        for i in range(len(events)):
             _agent_step(i)
-            rec.record(ev)
-        walls[governed] = time.perf_counter() - t0
-        rec.close(timeout=600)
-    t0 = time.perf_counter()
-    for i in range(len(events)):
-        _agent_step(i)
-    alone = time.perf_counter() - t0
+        walls["alone"] = min(walls["alone"], time.perf_counter() - t0)
+        for variant in ("plain", "gov"):
+            pipe = GovernancePipeline(POLICY) if variant == "gov" else None
+            rec = Recorder(MemorySink(), spool_dir=tmp / f"agent-{variant}-{r}", pipeline=pipe,
+                           max_queue=10 * len(events))
+            t0 = time.perf_counter()
+            for i, ev in enumerate(events):
+                _agent_step(i)
+                rec.record(ev)
+            walls[variant] = min(walls[variant], time.perf_counter() - t0)
+            rec.close(timeout=600)
+    alone = walls["alone"]
     t = Table("agent loop (CPU work + one record() per step)", "wall s", "vs. no Molt",
-              title=f"2. the agent's thread overall ({len(events):,} steps; the writer shares the GIL)")
+              title=f"2. the agent's thread overall ({len(events):,} steps, best of {repeats}; "
+                    f"the writer thread shares the GIL)")
     t.add_row("agent work alone, no Molt", f"{alone:.2f}", "1.00×")
-    t.add_row("with Recorder, no pipeline", f"{walls[False]:.2f}", f"{walls[False] / alone:.2f}×")
-    t.add_row("with Recorder + governance pipeline", f"{walls[True]:.2f}", f"{walls[True] / alone:.2f}×")
-    return t, {"agent_alone_s": alone, "agent_plain_s": walls[False], "agent_gov_s": walls[True]}
+    t.add_row("with Recorder, no pipeline", f"{walls['plain']:.2f}", f"{walls['plain'] / alone:.2f}×")
+    t.add_row("with Recorder + governance pipeline", f"{walls['gov']:.2f}", f"{walls['gov'] / alone:.2f}×")
+    return t, {"agent_alone_s": alone, "agent_plain_s": walls["plain"], "agent_gov_s": walls["gov"]}
 
 
 # ------------------------------------------------------------------------------ 3. throughput
