@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from molt.atdp import Event, EventKind, Generation, Outcome, RewardAnnotation, ToolCall, UserMessage
+from molt.atdp import Event, EventKind, Generation, Outcome, RewardAnnotation, ToolCall, UserMessage, verify_chain
 from molt.capture import MemorySink, Recorder
 from molt.cli import run as molt
 from molt.errors import GovernanceError
@@ -143,16 +143,20 @@ def test_undelivered_spool_frames_are_scrubbed_and_arrive_erased(store: Store, m
     rec.close()
     assert grep(spool, MARKERS[0])
     report = erase_subject(store, SUBJECT, spool_dirs=[spool])  # nothing in the store yet
-    assert report.spool[0].nulled == 1 and not report.spool[0].live
-    assert grep(spool, MARKERS[0]) == [] and grep(spool, KEEP)
+    assert report.spool[0].nulled == 3 and not report.spool[0].live  # the whole trajectory, from the spool
+    for m in MARKERS[:4]:
+        assert grep(spool, m) == []
+    assert grep(spool, KEEP)
     sink = MemorySink()
     with Recorder(sink, spool_dir=spool) as rec2:
         assert rec2.flush(deliver=True)
     (first,) = [r for r in sink.events.values() if r.x["trajectory_id"] == "pending" and r.x["seq"] == 0]
     assert first.payload is None and first.salt is None
     assert len(sink.sealed_events("pending")) == 3
-    # the subject's later events did not name it, so only its own event was caught in the spool
-    assert MARKERS[2] in b"".join(r.payload or b"" for r in sink.events.values())
+    chain = verify_chain("pending", sink.sealed_events("pending"))
+    assert chain.ok and chain.erased_payloads == 3  # erased in the spool, the chain still verifies
+    assert all(r.payload is None for r in sink.events.values() if r.x["trajectory_id"] == "pending")
+    assert b"".join(r.payload or b"" for r in sink.events.values()).count(KEEP) == 1
 
 
 def test_tenant_erasure_deletes_every_row_of_the_tenant(store: Store, molt_home: Path) -> None:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from molt.capture.sinks import SealedRow
 from molt.errors import GovernanceError
 from molt.governance.records import audit_row, ensure_governance_tables, write_audit
-from molt.governance.spool import SpoolScrubReport, Verdict, scrub_spool
+from molt.governance.spool import SpoolScrubReport, Verdict, scrub_spool, spool_trajectories
 from molt.store.erase import purge, rewrite
 from molt.store.lance import Store
 from molt.store.query import sql_str
@@ -104,8 +104,14 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
     mine = f" AND tenant_id = {sql_str(tenant_id)}" if tenant_id else ""
     subj = f"subject_id = {sql_str(subject_id)}{mine}"
     hits = tables["events"].search().where(subj).select(["trajectory_id", "tenant_id"]).limit(None).to_arrow()
-    tids = sorted(set(hits.column("trajectory_id").to_pylist()))
-    tenants = sorted({t for t in hits.column("tenant_id").to_pylist() if t} | ({tenant_id} if tenant_id else set()))
+    found = set(hits.column("trajectory_id").to_pylist())
+    tenant_set = {t for t in hits.column("tenant_id").to_pylist() if t} | ({tenant_id} if tenant_id else set())
+    for d in spool_dirs:  # events of the subject not delivered yet: their trajectories count too
+        for tid, t in spool_trajectories(d, subject_id, tenant_id):
+            found.add(tid)
+            tenant_set |= {t} if t else set()
+    tids = sorted(found)
+    tenants = sorted(tenant_set)
     report = ErasureReport(scope="subject", tenant_id=tenant_id, subject_sha256=subject_digest(subject_id),
                            trajectories=len(tids), dry_run=dry_run)
     tid_set = set(tids)

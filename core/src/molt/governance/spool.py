@@ -33,7 +33,7 @@ import orjson
 from molt.capture.sinks import SealedRow
 from molt.capture.spool import FRAME_EVENT, FRAME_QUARANTINE, FRAME_REWARD, MAGIC
 
-__all__ = ["SpoolScrubReport", "Verdict", "scrub_spool"]
+__all__ = ["SpoolScrubReport", "Verdict", "scrub_spool", "spool_trajectories"]
 
 _HEADER = struct.Struct("<2scII")  # the spool's frame header: magic, type, length, crc32
 _TOMBSTONE = b'{"stage":"erasure","reason":"erased"}'
@@ -150,3 +150,21 @@ def _rewrite(kind: bytes, body: bytes, decide: Callable[[bytes, dict[str, Any], 
 
 def _frame(kind: bytes, body: bytes) -> bytes:
     return _HEADER.pack(MAGIC, kind, len(body), zlib.crc32(body)) + body
+
+
+def spool_trajectories(directory: str | os.PathLike[str], subject_id: str,
+                       tenant_id: str | None = None) -> set[tuple[str, str | None]]:
+    """``(trajectory_id, tenant_id)`` of the spooled events that name ``subject_id`` (read only)."""
+    found: set[tuple[str, str | None]] = set()
+
+    def look(kind: bytes, f: dict[str, Any], row: SealedRow | None) -> Verdict:
+        if row is not None and f.get("subject_id") == subject_id and tenant_id in (None, f.get("tenant_id")):
+            found.add((f["trajectory_id"], f.get("tenant_id")))
+        return "keep"
+
+    d = Path(directory).expanduser()
+    if d.is_dir():
+        report = SpoolScrubReport(directory=str(d))
+        for seg in sorted(p for p in d.glob("*.seg") if p.stem.isdigit()):
+            _scrub_segment(seg, look, report)
+    return found
