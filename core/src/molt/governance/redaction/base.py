@@ -22,6 +22,7 @@ from molt.registry import Registry
 
 __all__ = [
     "DEFAULT_ENTITIES",
+    "DIGIT",
     "OUT_OF_SCOPE_ENTITIES",
     "STRUCTURED_ENTITIES",
     "Detector",
@@ -71,6 +72,10 @@ DEFAULT_ENTITIES: frozenset[str] = frozenset(e.value for e in EntityType) - {"DA
 OUT_OF_SCOPE_ENTITIES: frozenset[str] = frozenset({"DATE_TIME", "TITLE", "PREFIX"})
 
 
+#: A detector's ``requires`` value meaning "some decimal digit" (see :class:`Detector`).
+DIGIT = "<digit>"
+
+
 class Span(NamedTuple):
     """A detected entity: ``text[start:end]`` is of ``entity_type``; ``score`` in [0, 1].
 
@@ -92,6 +97,8 @@ class Detector(Protocol):
     name: str
     #: Entity types this detector can emit.
     entities: frozenset[str]
+    # Optional: ``requires`` — a substring (or :data:`DIGIT`) without which the detector finds
+    # nothing; the redactor skips the call when the text lacks it (most JSON leaves are short).
 
     def detect(self, text: str) -> list[Span]:
         """Every candidate span in ``text`` (overlaps allowed; the redactor resolves them)."""

@@ -42,6 +42,14 @@ _VENDOR_TOKENS = "|".join(
         r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
     )
 )
+#: Substrings every vendor token contains; the token regex runs only when one is present.
+_VENDOR_PREFIXES = (
+    "AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", "ghp_", "gho_", "ghu_",
+    "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "_live_", "_test_", "sk-", "AIza", "ya29.", "hf_", "npm_",
+    "pypi-", "SG.", "dop_v1_", "shpat_", "shpca_", "shppa_", "shpss_", "eyJ",
+)  # fmt: skip
+_TWILIO_HINT = re.compile(r"(?:AC|SK)[0-9a-f]{32}")
+_BEARER_HINTS = ("earer", "EARER", "oken", "OKEN", "asic", "ASIC")
 _TOKEN_RX = re.compile(rf"(?<![\w-])(?:{_VENDOR_TOKENS})(?![\w-])")
 _BEARER_RX = re.compile(r"\b(?:bearer|token|basic)\s+([A-Za-z0-9._~+/-]{16,}=*)", re.IGNORECASE)
 
@@ -57,12 +65,19 @@ class ApiKeyDetector:
         self._bearer = RegexDetector("api_key", "API_KEY", _BEARER_RX, score=0.9, group=1)
 
     def detect(self, text: str) -> list[Span]:
-        """Token spans."""
-        return self._vendor.detect(text) + self._bearer.detect(text)
+        """Token spans (each pattern runs only when its fixed prefix is in the text)."""
+        out: list[Span] = []
+        if any(p in text for p in _VENDOR_PREFIXES) or _TWILIO_HINT.search(text) is not None:
+            out += self._vendor.detect(text)
+        if any(p in text for p in _BEARER_HINTS):
+            out += self._bearer.detect(text)
+        return out
 
 
 class PrivateKeyDetector(RegexDetector):
     """PEM private key blocks (RSA, EC, OpenSSH, PKCS#8, encrypted), header to footer."""
+
+    requires = "-----BEGIN"
 
     def __init__(self) -> None:
         super().__init__(
@@ -87,7 +102,17 @@ _KEY_TYPE_RX = (
     (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_PASSWORD_KEYS})$", re.I), "PASSWORD"),
     (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_TOKEN_KEYS})$", re.I), "API_KEY"),
 )
-_PREFILTER = re.compile(r"pass|pwd|secret|key|token|pin\b|://", re.IGNORECASE)
+#: Lowercase fragments of every key name ``_ASSIGN_RX`` knows; it runs only around them.
+_KEY_HINTS = ("pass", "pwd", "secret", "key", "token")
+
+
+def _find_all(s: str, sub: str) -> list[int]:
+    out = []
+    k = s.find(sub)
+    while k >= 0:
+        out.append(k)
+        k = s.find(sub, k + 1)
+    return out
 _PLACEHOLDER_VALUES = frozenset(
     {"none", "null", "true", "false", "****", "xxx", "redacted", "changeme", "<redacted>"}
 )
@@ -96,10 +121,21 @@ _PLACEHOLDER_VALUES = frozenset(
 def secret_key_type(key: str) -> str | None:
     """``"PASSWORD"`` or ``"API_KEY"`` when a JSON/config key names a secret (``db_password``,
     ``OPENAI_API_KEY``), else ``None``."""
+    try:
+        return _key_types[key]
+    except KeyError:
+        pass
+    found = None
     for rx, entity in _KEY_TYPE_RX:
         if rx.match(key):
-            return entity
-    return None
+            found = entity
+            break
+    if len(_key_types) < 10_000:  # payload keys repeat; a bounded memo keeps the walker cheap
+        _key_types[key] = found
+    return found
+
+
+_key_types: dict[str, str | None] = {}
 
 
 class PasswordDetector:
@@ -112,20 +148,35 @@ class PasswordDetector:
     def detect(self, text: str) -> list[Span]:
         """Secret value spans (the value only, never the key that names it)."""
         out: list[Span] = []
-        if not _PREFILTER.search(text):
-            return out
-        for m in _ASSIGN_RX.finditer(text):
-            group = "v1" if m.group("v1") is not None else "v2" if m.group("v2") is not None else "v3"
-            value = m.group(group).strip()
-            if value.casefold() in _PLACEHOLDER_VALUES or value.startswith(("{", "$", "<", "%")):
+        low = text.lower()
+        if len(low) != len(text):
+            low = text
+        starts = sorted({k for key in _KEY_HINTS for k in _find_all(low, key)})
+        end = 0
+        for k in starts:  # the assignment regex runs only around the words that name a secret
+            if k < end:
                 continue
-            entity = secret_key_type(m.group("key")) or "PASSWORD"
-            start = m.start(group)
-            out.append(Span(start, start + len(value), entity, 0.9, self.name))
-        for rx in (_SAID_RX, _URL_CRED_RX):
-            for m in rx.finditer(text):
+            for m in _ASSIGN_RX.finditer(text, max(end, k - 40), min(len(text), k + 260)):
+                end = max(end, m.end())
+                out.append(self._value(m))
+        for word in ("password", "passcode", "passphrase", "pin"):
+            for k in _find_all(low, word):
+                m = _SAID_RX.match(text, k)
+                if m is not None:
+                    out.append(Span(m.start(1), m.end(1), "PASSWORD", 0.9, self.name))
+        if "://" in text and "@" in text:
+            for m in _URL_CRED_RX.finditer(text):
                 out.append(Span(m.start(1), m.end(1), "PASSWORD", 0.9, self.name))
-        return out
+        return [s for s in out if s is not None]
+
+    def _value(self, m: re.Match[str]) -> Span | None:
+        group = "v1" if m.group("v1") is not None else "v2" if m.group("v2") is not None else "v3"
+        value = m.group(group).strip()
+        if value.casefold() in _PLACEHOLDER_VALUES or value.startswith(("{", "$", "<", "%")):
+            return None
+        entity = secret_key_type(m.group("key")) or "PASSWORD"
+        start = m.start(group)
+        return Span(start, start + len(value), entity, 0.9, self.name)
 
 
 detectors.register("api_key", ApiKeyDetector)

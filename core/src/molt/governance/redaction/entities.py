@@ -46,6 +46,7 @@ _LOWER_CUES = (
 _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
 _CASED_WORD = re.compile(rf"[{_UP}][^\W\d_]")  # a capital that starts a word of 2+ letters
 _DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[^\W\d_]")
 _LOWER_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
 _CAMEL = re.compile(r"[a-z]{2}[A-Z][a-z]")
 
@@ -211,17 +212,22 @@ class EntityDetector:
     def detect(self, text: str) -> list[Span]:
         """Entity spans in ``text``."""
         lowercase = _CASED_WORD.search(text) is None
+        source = text
+        if lowercase:
+            source = self._promote_lowercase(text)
+        elif "\n\n" in text:  # paragraphs (a redacted event's fields) written all in lowercase
+            source = self._promote_paragraphs(text)
+        any_lower = lowercase or source is not text
         out: list[Span] = []
         blocked: list[tuple[int, int]] = []
         if _DIGIT.search(text) is not None or "orner of" in text:
-            for a in self._addresses.find(text, lowercase):
+            for a in self._addresses.find(text, any_lower):
                 if a.parts:
                     for s, e, kind in a.parts:
                         out.append(Span(s, e, "LOCATION" if kind == "place" else "ADDRESS", 0.8, self.name))
                 else:
                     out.append(Span(a.start, a.end, "ADDRESS", 0.8, self.name))
                 blocked.append((a.start, a.end))
-        source = self._promote_lowercase(text) if lowercase else text
         skip = self._skip
         for m in _RUN.finditer(source):
             s, e = m.span()
@@ -239,7 +245,7 @@ class EntityDetector:
                 if e <= s:
                     continue
             self._run(source, s, e, out)
-        if not lowercase:
+        if not lowercase and " " in text:
             self._lowercase_names(text, blocked, out)
         return out
 
@@ -282,6 +288,22 @@ class EntityDetector:
             return text
         parts.append(text[pos:])
         return "".join(parts)
+
+    def _promote_paragraphs(self, text: str) -> str:
+        """``text`` with the paragraphs that have no capitalised word promoted (same length)."""
+        parts = []
+        pos = 0
+        changed = False
+        for para in text.split("\n\n"):
+            end = pos + len(para)
+            if _CASED_WORD.search(text, pos, end) is None and _LETTER.search(text, pos, end) is not None:
+                promoted = self._promote_lowercase(para)
+                changed = changed or promoted is not para
+                parts.append(promoted)
+            else:
+                parts.append(para)
+            pos = end + 2
+        return "\n\n".join(parts) if changed else text
 
     def _lowercase_names(self, text: str, blocked: list[tuple[int, int]], out: list[Span]) -> None:
         """Lowercase names after a strong cue in otherwise cased text: "my name is john smith"."""

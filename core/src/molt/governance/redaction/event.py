@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 import orjson
@@ -79,15 +80,35 @@ class RedactionReport(BaseModel):
 
 
 class _Walker:
-    """Walks a dumped payload, redacting string leaves in place and collecting span records."""
+    """Walks a dumped payload in two passes: collect every string leaf (parsing strings that hold
+    JSON), then detect on all of them at once and write the redacted values back in place.
+
+    Detection runs once per event on the leaves joined by blank lines (no detector matches across
+    one), so a tool result with thirty short fields costs one pass, not thirty."""
 
     def __init__(self, redactor: Redactor):
         self.redactor = redactor
         self.state = ReplacementState()
         self.records: list[RedactedSpan] = []
         self.fields = 0
+        # (holder, slot, path, value, secret entity or None), in walk order
+        self.leaves: list[tuple[Any, Any, str, str, str | None]] = []
+        self.json_strings: list[tuple[Any, Any, Any]] = []
 
-    def text(self, value: str, path: str, key: str | None) -> str:
+    def collect(self, value: Any, path: str, key: str | None, holder: Any, slot: Any) -> None:
+        if isinstance(value, str):
+            if value:
+                self._text(value, path, key, holder, slot)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if k in _SKIP_KEYS and not isinstance(v, (dict, list)):
+                    continue
+                self.collect(v, f"{path}.{k}", k, value, k)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self.collect(v, f"{path}[{i}]", key, value, i)
+
+    def _text(self, value: str, path: str, key: str | None, holder: Any, slot: Any) -> None:
         self.fields += 1
         stripped = value.lstrip()
         if stripped[:1] in ("{", "[") and len(stripped) > 1:
@@ -96,40 +117,67 @@ class _Walker:
             except orjson.JSONDecodeError:
                 parsed = None
             if isinstance(parsed, (dict, list)):
-                walked = self.json(parsed, path)
-                return orjson.dumps(walked).decode()
+                self.json_strings.append((holder, slot, parsed))
+                self.collect(parsed, path, None, None, None)
+                return
         entity = secret_key_type(key) if key else None
-        if entity is not None and entity in self.redactor.policy.entities and value.strip():
-            spans = [Span(0, len(value), entity, 1.0, "json_key")]
-        else:
-            spans = self.redactor.detect(value)
-        if not spans:
-            return value
-        for s in spans:
-            mode = self.redactor.policy.mode_for(s.entity_type).value
-            self.records.append(
-                RedactedSpan(
-                    field=path, start=s.start, end=s.end, entity_type=s.entity_type,
-                    detector=s.detector, score=round(s.score, 3), mode=mode,
-                )
-            )  # fmt: skip
-        return self.redactor.apply(value, spans, self.state)
+        if entity is not None and (entity not in self.redactor.policy.entities or not value.strip()):
+            entity = None
+        self.leaves.append((holder, slot, path, value, entity))
 
-    def json(self, value: Any, path: str, key: str | None = None) -> Any:
-        if isinstance(value, str):
-            return self.text(value, path, key) if value else value
-        if isinstance(value, dict):
-            return {
-                k: (
-                    v
-                    if k in _SKIP_KEYS and not isinstance(v, (dict, list))
-                    else self.json(v, f"{path}.{k}", k)
-                )
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [self.json(v, f"{path}[{i}]", key) for i, v in enumerate(value)]
-        return value
+    def run(self) -> None:
+        """Detect on every collected leaf, replace, and re-serialise the strings that held JSON."""
+        texts = [leaf[3] for leaf in self.leaves if leaf[4] is None]
+        found = self._detect_all(texts)
+        k = 0
+        policy = self.redactor.policy
+        for holder, slot, path, value, entity in self.leaves:
+            if entity is not None:
+                spans = [Span(0, len(value), entity, 1.0, "json_key")]
+            else:
+                spans = found[k]
+                k += 1
+            if not spans:
+                continue
+            for sp in spans:
+                self.records.append(
+                    RedactedSpan(
+                        field=path, start=sp.start, end=sp.end, entity_type=sp.entity_type,
+                        detector=sp.detector, score=round(sp.score, 3), mode=policy.mode_for(sp.entity_type).value,
+                    )
+                )  # fmt: skip
+            holder[slot] = self.redactor.apply(value, spans, self.state)
+        for holder, slot, parsed in reversed(self.json_strings):  # inner JSON strings first
+            if holder is not None:
+                holder[slot] = orjson.dumps(parsed).decode()
+
+    def _detect_all(self, texts: list[str]) -> list[list[Span]]:
+        """Spans per text, from one detection pass over the texts joined by blank lines."""
+        if not texts:
+            return []
+        if len(texts) == 1:
+            return [self.redactor.detect(texts[0])]
+        joined = _SEPARATOR.join(texts)
+        bases = []
+        pos = 0
+        for t in texts:
+            bases.append(pos)
+            pos += len(t) + len(_SEPARATOR)
+        out: list[list[Span]] = [[] for _ in texts]
+        for sp in self.redactor.detect(joined):
+            i = bisect_right(bases, sp.start) - 1
+            start = sp.start
+            while i < len(texts) and start < sp.end:  # a span never crosses a blank line; clip if it does
+                base, n = bases[i], len(texts[i])
+                a, b = max(start, base), min(sp.end, base + n)
+                if b > a:
+                    out[i].append(sp._replace(start=a - base, end=b - base))
+                i += 1
+                start = base + n + len(_SEPARATOR)
+        return out
+
+
+_SEPARATOR = "\n\n"
 
 
 def redact_event(
@@ -154,7 +202,8 @@ def redact_event(
             for key, sub in value.items():
                 if (field, key) in _SKIP_PATHS or (key in _SKIP_KEYS and not isinstance(sub, (dict, list))):
                     continue
-                value[key] = walker.json(sub, f"{field}.{key}", key)
+                walker.collect(sub, f"{field}.{key}", key, value, key)
+        walker.run()
     except GovernanceError as exc:
         exc.trajectory_id, exc.event_id = event.trajectory_id, event.event_id
         raise
@@ -175,7 +224,7 @@ def redact_event(
         event_id=event.event_id,
         trajectory_id=event.trajectory_id,
         policy=policy_name or policy.name,
-        policy_fingerprint=policy.fingerprint(),
+        policy_fingerprint=redactor.fingerprint,
         spans=walker.records,
         counts=counts,
         fields_scanned=walker.fields,

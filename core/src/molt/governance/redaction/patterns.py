@@ -18,7 +18,7 @@ import ipaddress
 import re
 from collections.abc import Callable
 
-from molt.governance.redaction.base import Span, detectors
+from molt.governance.redaction.base import DIGIT, Span, detectors
 from molt.governance.redaction.checksums import iban_valid, luhn_valid, ssn_valid
 
 __all__ = [
@@ -40,6 +40,8 @@ class RegexDetector:
 
     ``context``, when given, is a regex that must match within ``context_window`` characters before
     the candidate; it is how weak formats (nine bare digits) are only taken when a cue names them.
+    ``min_digits``, when given, runs the regex only around runs of digits with at least that many
+    digits (:func:`digit_clusters`), starting ``before`` characters ahead of them.
     """
 
     def __init__(
@@ -54,6 +56,8 @@ class RegexDetector:
         context: str | None = None,
         context_window: int = 48,
         flags: int = 0,
+        min_digits: int | None = None,
+        before: int = 0,
     ):
         self.name = name
         self.entity_type = entity_type
@@ -64,11 +68,17 @@ class RegexDetector:
         self.validate = validate
         self.context = re.compile(context, re.IGNORECASE) if context else None
         self.context_window = context_window
+        self.min_digits = min_digits
+        self.before = before
 
     def detect(self, text: str) -> list[Span]:
         """Validated matches of the pattern in ``text``."""
         out: list[Span] = []
-        for m in self.rx.finditer(text):
+        if self.min_digits is None:
+            matches = self.rx.finditer(text)
+        else:
+            matches = _windows(text, self.rx, digit_clusters(text), self.min_digits, before=self.before)
+        for m in matches:
             start, end = m.span(self.group)
             if start < 0 or start == end:
                 continue
@@ -83,6 +93,52 @@ class RegexDetector:
         return out
 
 
+# --------------------------------------------------------------------------- shared digit scan
+
+#: A run of digits with the separators numbers are written with: the numeric detectors (card,
+#: SSN, phone, IPv4, IBAN) only look at windows around these, so prose without digits costs one
+#: C-level regex scan, and each detector skips clusters with too few digits.
+_CLUSTER = re.compile(r"\d(?:[\d().+/-]|[ ](?=[\d(+]))*")
+_NOT_DIGITS = str.maketrans("", "", " ().+/-")
+_last_scan: tuple[str, list[tuple[int, int, int, int]]] = ("", [])
+
+
+def digit_clusters(text: str) -> list[tuple[int, int, int, int]]:
+    """``(start, end, digits, dots)`` of each run of digits and number separators in ``text``.
+
+    The result for the last text is kept (one slot, replaced atomically), so the detectors of one
+    :class:`~molt.governance.redaction.redactor.Redactor` share a single scan.
+    """
+    global _last_scan
+    last = _last_scan
+    if last[0] is text:
+        return last[1]
+    out = []
+    for m in _CLUSTER.finditer(text):
+        c = m.group()
+        out.append((m.start(), m.end(), len(c.translate(_NOT_DIGITS)), c.count(".")))
+    _last_scan = (text, out)
+    return out
+
+
+def _windows(text: str, rx: re.Pattern[str], clusters: list[tuple[int, int, int, int]], min_digits: int,
+             *, before: int = 0, after: int = 12):  # type: ignore[no-untyped-def]
+    """Matches of ``rx`` in the windows around the clusters that have at least ``min_digits`` digits.
+    The window reaches ``after`` characters past a cluster so lookaheads see the real next text."""
+    n = len(text)
+    last_end = 0
+    for cs, ce, digits, _dots in clusters:
+        if digits < min_digits:
+            continue
+        a = max(cs - before, last_end)
+        for m in rx.finditer(text, a, min(n, ce + after)):
+            if m.start() >= ce:
+                break  # starts after this cluster: the next window's
+            if m.start() >= last_end:
+                last_end = m.end()
+                yield m
+
+
 # --------------------------------------------------------------------------- email, url, ip
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+'-]+@(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])")
@@ -91,8 +147,26 @@ _EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+'-]+@(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W
 class EmailDetector(RegexDetector):
     """E-mail addresses (RFC 5322 local parts as they appear in prose, internationalised domains)."""
 
+    requires = "@"
+
     def __init__(self) -> None:
         super().__init__("email", "EMAIL_ADDRESS", _EMAIL, score=1.0)
+
+    def detect(self, text: str) -> list[Span]:
+        """E-mail spans (nothing to do without an ``@``)."""
+        if "@" not in text:
+            return []
+        out: list[Span] = []
+        end = 0
+        at = text.find("@")
+        while at >= 0:
+            if at >= end:  # search only around each "@": the local part is at most 64 characters
+                for m in _EMAIL.finditer(text, max(end, at - 65), min(len(text), at + 256)):
+                    out.append(Span(m.start(), m.end(), "EMAIL_ADDRESS", 1.0, self.name))
+                    end = m.end()
+                    break
+            at = text.find("@", at + 1)
+        return out
 
 
 #: Top-level domains a bare domain (no scheme, no ``www.``) may end with. Country codes that are
@@ -107,11 +181,13 @@ _BARE_TLDS = (
     "om|pa|pe|pg|ph|pk|pr|pt|qa|ro|rw|sa|sc|sd|se|sg|si|sk|sn|sr|sv|sy|tg|th|tj|tn|tr|tt|tw|tz|"
     "ua|ug|uk|us|uy|uz|va|vc|ve|vn|za|zm|zw"
 )
-_URL = re.compile(
-    r"(?:(?:https?|ftp)://|(?<![\w@.-])www\.)[^\s<>\"'`{}|\\^\[\]]+"
-    rf"|(?<![\w@./-])(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+(?:{_BARE_TLDS})(?![\w@-]|\.\w)(?:/[^\s<>\"'`]*)?",
-    re.IGNORECASE,
+_URL_SCHEME = re.compile(r"(?:(?:https?|ftp)://|(?<![\w@.-])www\.)[^\s<>\"'`{}|\\^\[\]]+", re.IGNORECASE)
+_URL_BARE = re.compile(
+    rf"(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+(?:{_BARE_TLDS})(?![\w@-]|\.\w)(?:/[^\s<>\"'`]*)?", re.IGNORECASE
 )
+# a dot and a known TLD: the '.'-led scan that finds bare-domain candidates
+_DOT_TLD = re.compile(rf"\.(?:{_BARE_TLDS})(?![\w@-]|\.\w)", re.IGNORECASE)
+_DOMAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 _TRAILING = ".,;:!?)]}'\""
 
 
@@ -120,28 +196,53 @@ class UrlDetector:
 
     name = "url"
     entities = frozenset({"DOMAIN_NAME"})
+    requires = "."
 
     def detect(self, text: str) -> list[Span]:
         """URL and domain spans, trailing sentence punctuation excluded."""
-        out = []
-        for m in _URL.finditer(text):
-            start, end = m.span()
-            while end > start and text[end - 1] in _TRAILING:
-                if text[end - 1] == ")" and "(" in text[start:end]:
-                    break
-                end -= 1
-            value = text[start:end]
-            if "." not in value or end - start < 4:
+        out: list[Span] = []
+        if "://" in text or "www." in text or "WWW." in text:
+            for m in _URL_SCHEME.finditer(text):
+                self._add(text, m.start(), m.end(), out)
+        covered = [(s.start, s.end) for s in out]
+        last = 0
+        for m in _DOT_TLD.finditer(text):
+            dot = m.start()
+            if dot < last or any(a <= dot < b for a, b in covered):
                 continue
-            scheme = "://" in value or value[:4].lower() == "www."
-            out.append(Span(start, end, "DOMAIN_NAME", 0.95 if scheme else 0.6, self.name))
+            s = dot
+            while s > 0 and text[s - 1] in _DOMAIN_CHARS:
+                s -= 1
+            while s < dot and text[s] in ".-":
+                s += 1
+            if s == dot or (s > 0 and text[s - 1] in "_@/"):
+                continue
+            b = _URL_BARE.match(text, s)
+            if b is not None and b.end() > dot:
+                self._add(text, s, b.end(), out)
+                last = b.end()
         return out
+
+    def _add(self, text: str, start: int, end: int, out: list[Span]) -> None:
+        while end > start and text[end - 1] in _TRAILING:
+            if text[end - 1] == ")" and "(" in text[start:end]:
+                break
+            end -= 1
+        value = text[start:end]
+        if "." not in value or end - start < 4:
+            return
+        scheme = "://" in value or value[:4].lower() == "www."
+        out.append(Span(start, end, "DOMAIN_NAME", 0.95 if scheme else 0.6, self.name))
 
 
 _IPV4 = (
     r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"
 )
 _IPV6 = r"(?<![\w:.])(?:[0-9a-f]{0,4}:){2,7}(?:[0-9a-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?:%\w+)?(?![\w:])"
+
+
+# three colon-separated hex groups (or "::"): a cheap ':'-led test before the full IPv6 pattern
+_IPV6_HINT = re.compile(r":[0-9a-fA-F]{1,4}:[0-9a-fA-F]{1,4}:")
 
 
 def _ipv6_valid(value: str) -> bool:
@@ -159,14 +260,15 @@ class IpDetector:
     entities = frozenset({"IP_ADDRESS"})
 
     def __init__(self) -> None:
-        self._v4 = RegexDetector("ip", "IP_ADDRESS", _IPV4, score=0.95)
+        self._v4 = RegexDetector("ip", "IP_ADDRESS", _IPV4, score=0.95, min_digits=4)
         self._v6 = RegexDetector("ip", "IP_ADDRESS", _IPV6, score=0.95, validate=_ipv6_valid, flags=re.I)
 
     def detect(self, text: str) -> list[Span]:
         """IPv4 and IPv6 addresses."""
-        if "." not in text and ":" not in text:
-            return []
-        return self._v4.detect(text) + (self._v6.detect(text) if ":" in text else [])
+        out = self._v4.detect(text) if "." in text else []
+        if "::" in text or _IPV6_HINT.search(text) is not None:
+            out += self._v6.detect(text)
+        return out
 
 
 # --------------------------------------------------------------------------- numbers
@@ -183,8 +285,10 @@ def _card_valid(value: str) -> bool:
 class CreditCardDetector(RegexDetector):
     """Payment card numbers: 12–19 digits, a known issuer prefix, and a valid Luhn checksum."""
 
+    requires = DIGIT
+
     def __init__(self) -> None:
-        super().__init__("credit_card", "CREDIT_CARD", _CARD, score=1.0, validate=_card_valid)
+        super().__init__("credit_card", "CREDIT_CARD", _CARD, score=1.0, validate=_card_valid, min_digits=12)
 
 
 class SsnDetector:
@@ -193,14 +297,16 @@ class SsnDetector:
 
     name = "us_ssn"
     entities = frozenset({"US_SSN"})
+    requires = DIGIT
 
     def __init__(self) -> None:
         self._dashed = RegexDetector(
-            "us_ssn", "US_SSN", r"(?<![\w-])\d{3}([- ])\d{2}\1\d{4}(?![\w-])", score=0.9, validate=ssn_valid
+            "us_ssn", "US_SSN", r"(?<![\w-])\d{3}([- ])\d{2}\1\d{4}(?![\w-])", score=0.9, validate=ssn_valid,
+            min_digits=9,
         )
         self._bare = RegexDetector(
             "us_ssn", "US_SSN", r"(?<![\w-])\d{9}(?![\w-])", score=0.8, validate=ssn_valid,
-            context=r"\b(?:ssn|ss#|social\s+security)", context_window=40,
+            context=r"\b(?:ssn|ss#|social\s+security)", context_window=40, min_digits=9,
         )  # fmt: skip
 
     def detect(self, text: str) -> list[Span]:
@@ -209,14 +315,23 @@ class SsnDetector:
 
 
 def _iban_candidates(text: str) -> list[Span]:
-    out = []
-    for m in _IBAN.finditer(text):
+    out: list[Span] = []
+    n = len(text)
+    done = 0
+    for cs, _ce, _digits, _dots in digit_clusters(text):
+        # an IBAN starts with two letters right before its check digits
+        if cs < 2 or cs - 2 < done or not text[cs - 2 : cs].isalpha():
+            continue
+        m = _IBAN.match(text, cs - 2, min(n, cs + 48))
+        if m is None:
+            continue
         value = m.group(0)
         # A grouped IBAN may swallow a following short word; try shorter cuts at group boundaries.
         cut = len(value)
         while cut >= 15:
             if iban_valid(value[:cut]):
                 out.append(Span(m.start(), m.start() + cut, "IBAN_CODE", 1.0, "iban"))
+                done = m.start() + cut
                 break
             space = value.rfind(" ", 0, cut)
             if space < 0:
@@ -235,6 +350,7 @@ class IbanDetector:
 
     name = "iban"
     entities = frozenset({"IBAN_CODE"})
+    requires = DIGIT
 
     def detect(self, text: str) -> list[Span]:
         """IBAN spans."""
@@ -270,11 +386,12 @@ class PhoneDetector:
 
     name = "phone"
     entities = frozenset({"PHONE_NUMBER"})
+    requires = DIGIT
 
     def detect(self, text: str) -> list[Span]:
         """Phone number spans."""
         out = []
-        for m in _PHONE.finditer(text):
+        for m in _windows(text, _PHONE, digit_clusters(text), 6, before=2):
             start, end = m.span()
             value = m.group(0).rstrip(" .-")
             end = start + len(value)
@@ -305,14 +422,25 @@ class PhoneDetector:
 class UsDriverLicenseDetector(RegexDetector):
     """US driver licence numbers (letter + digits, or 7–13 digits), only after a licence cue."""
 
+    requires = DIGIT
+
     def __init__(self) -> None:
         super().__init__(
             "us_driver_license", "US_DRIVER_LICENSE",
             r"(?<![\w-])(?:[A-Z]{1,2}\d{5,14}[A-Z]?|\d{7,13}|[A-Z]\d{3}-\d{3}-\d{2}-\d{3}-\d)(?![\w-])",
             score=0.85, flags=re.I,
             context=r"\b(?:driver'?s?|driving)\s+licen[cs]e|\bDL\b|\blicen[cs]e\s+(?:no|number|#)",
-            context_window=60,
+            context_window=60, min_digits=5, before=2,
         )  # fmt: skip
+
+    def detect(self, text: str) -> list[Span]:
+        """Licence numbers, looked for only when a licence cue is in the text."""
+        if not any(cue in text for cue in _DL_CUES):
+            return []
+        return super().detect(text)
+
+
+_DL_CUES = ("icense", "icence", "ICENSE", "ICENCE", "DL")
 
 
 _MONTHS = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"

@@ -13,14 +13,17 @@ interpret them, and the original values are never stored anywhere.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from molt.errors import GovernanceError, MoltError
-from molt.governance.redaction.base import Detector, Span, detectors
+from molt.governance.redaction.base import DIGIT, Detector, Span, detectors
 from molt.governance.redaction.policy import RedactionPolicy, ReplacementMode, policies
 from molt.registry import Registry
 
 __all__ = ["Redactor", "ReplacementState", "redactors", "resolve_overlaps"]
+
+_DIGIT = re.compile(r"\d")
 
 
 def resolve_overlaps(spans: list[Span]) -> list[Span]:
@@ -81,6 +84,9 @@ class Redactor:
         self.detectors.extend(extra_detectors or [])
         wanted = self.policy.entities
         self.detectors = [d for d in self.detectors if d.entities & wanted]
+        self._plan = [(d, getattr(d, "requires", None)) for d in self.detectors]
+        #: The policy's :meth:`~RedactionPolicy.fingerprint`, computed once.
+        self.fingerprint = self.policy.fingerprint()
 
     def detect(self, text: str) -> list[Span]:
         """The spans the policy would replace in ``text``: in scope, above ``min_score``, not
@@ -88,8 +94,18 @@ class Redactor:
         if not text or text.isspace():
             return []
         policy = self.policy
+        wanted, min_score = policy.entities, policy.min_score
         found: list[Span] = []
-        for detector in self.detectors:
+        has_digit: bool | None = None
+        for detector, requires in self._plan:
+            if requires is not None:
+                if requires is DIGIT:
+                    if has_digit is None:
+                        has_digit = _DIGIT.search(text) is not None
+                    if not has_digit:
+                        continue
+                elif requires not in text:
+                    continue
             try:
                 spans = detector.detect(text)
             except Exception as exc:
@@ -98,7 +114,10 @@ class Redactor:
                     f"{exc}); fix it or remove it from policy {policy.name!r}, since skipping it would let "
                     "personal data through."
                 ) from exc
-            found.extend(s for s in spans if s.score >= policy.min_score and s.entity_type in policy.entities)
+            if spans:
+                found.extend(s for s in spans if s.score >= min_score and s.entity_type in wanted)
+        if not found:
+            return found
         if policy.allow_list:
             found = [s for s in found if text[s.start : s.end] not in policy.allow_list]
         return resolve_overlaps(found)
