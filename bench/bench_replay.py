@@ -45,7 +45,7 @@ from molt.replay import (
     replayable,
     save_trajectories,
 )
-from molt.replay.episode import live_answer, run_agent, resolve_agent
+from molt.replay.episode import live_answer, resolve_agent, run_agent
 from molt.replay.load import model_request, offered_tools
 from molt.store import Store
 

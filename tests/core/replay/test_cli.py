@@ -34,7 +34,7 @@ def test_replay_shows_side_by_side_steps(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_replay_window_summarises(tmp_path: Path, capsys: Any) -> None:
-    uri, ids = _recorded(tmp_path, REFUND_QUESTIONS[:3] + ORDER_QUESTIONS[:1])
+    uri, _ = _recorded(tmp_path, REFUND_QUESTIONS[:3] + ORDER_QUESTIONS[:1])
     assert run(["replay", "window", "--store", uri, "--agent", "test-support", "--candidate", "cli-cand",
                 "--override", "temperature=0"]) == 0
     out = capsys.readouterr().out

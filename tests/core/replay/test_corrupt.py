@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from molt.atdp import Event, EventKind, Outcome, ToolCall
+from molt.atdp import Event, EventKind, ToolCall
 from molt.atdp.chain import GENESIS, seal
 from molt.capture import SealedRow, SinkBatch, index_fields
 from molt.errors import ReplayError

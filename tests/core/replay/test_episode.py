@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from molt.harness import ToolRewrite
 from molt.replay import (
     LiveTools,
     Overrides,
@@ -19,7 +20,6 @@ from molt.replay import (
     replay_steps,
     replayable,
 )
-from molt.harness import ToolRewrite
 
 from .conftest import FACT, ORDER_QUESTIONS, REFUND_QUESTIONS, UNRELATED, FactStub, kb_search, record_window
 
@@ -63,8 +63,8 @@ def test_missing_fact_memory_fixes_it_unrelated_memory_does_not(store: Any, stub
     assert good.reward_delta_ci[0] > 0
     assert good.cost["model_calls"] > 0
 
-    bad = run(evaluate_candidate(store, ids, "test-support",
-                                 ReplayPolicy(FactStub(), Overrides(memories=(UNRELATED,))), candidate_id="cand-unrelated"))
+    unrelated_policy = ReplayPolicy(FactStub(), Overrides(memories=(UNRELATED,)))
+    bad = run(evaluate_candidate(store, ids, "test-support", unrelated_policy, candidate_id="cand-unrelated"))
     assert bad.success_delta == 0.0
     lo, hi = bad.success_delta_ci
     assert lo < 0 < hi

@@ -18,7 +18,6 @@ import asyncio
 import os
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -30,7 +29,7 @@ __all__ = ["app"]
 class _DefaultShow(TyperGroup):
     """``molt replay <trajectory>`` means ``molt replay show <trajectory>``."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["show", *args]
         return super().resolve_command(ctx, args)

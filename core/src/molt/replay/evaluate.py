@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
 from molt.atdp.ids import new_id
 from molt.errors import ReplayError
@@ -171,7 +171,8 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
     k0 = sum(1 for r in scored if (r.recorded_reward or 0.0) > 0.5)
     deltas = [r.delta for r in scored if r.delta is not None]
     ev = Evaluation(
-        evaluation_id=new_id(), candidate_id=cid, overrides=policy.overrides.model_dump(mode="json", exclude_defaults=True),
+        evaluation_id=new_id(), candidate_id=cid,
+        overrides=policy.overrides.model_dump(mode="json", exclude_defaults=True),
         window=window, sampled=len(ids), scored=n, unknown=sum(r.status == "unknown" for r in results),
         errors=sum(r.status == "error" for r in results), invalid=invalid,
         baseline_success_rate=k0 / n if n else None, candidate_success_rate=k1 / n if n else None,

@@ -21,7 +21,6 @@ _SAMPLING = ("temperature", "top_p", "max_tokens", "seed")
 def openai_client(model_client: Any) -> Any:
     """``openai.AsyncOpenAI`` answering ``/v1/chat/completions`` with ``model_client.achat``."""
     try:
-        import httpx
         import openai
     except ImportError as exc:
         err = ReplayError("ModelClient.openai() needs the openai package.")
@@ -51,7 +50,14 @@ def openai_client(model_client: Any) -> Any:
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
             "system_fingerprint": d.version})
 
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replay")
+    # The OpenAI SDK 3.x ships its own httpx fork (httpx2); use whichever its client expects.
+    import importlib
+
+    try:
+        hx: Any = importlib.import_module("httpx2")
+    except ImportError:
+        hx = importlib.import_module("httpx")
+    http: Any = hx.AsyncClient(transport=hx.ASGITransport(app=app), base_url="http://replay")
     return openai.AsyncOpenAI(base_url="http://replay/v1", api_key="replay", http_client=http, max_retries=0)
 
 

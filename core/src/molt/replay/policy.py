@@ -91,7 +91,7 @@ def parse_overrides(items: list[str]) -> Overrides:
             name, _, instr = value.partition(":")
             data["skills"].append({"name": name.strip(), "instructions": instr.strip() or name.strip()})
         elif key.startswith("tool."):
-            _, tool, attr = (key.split(".", 2) + ["", ""])[:3]
+            _, tool, attr = [*key.split(".", 2), "", ""][:3]
             if attr not in ("description", "rename", "parameters"):
                 raise ValueError(f"--override {key}: use tool.<name>.description, .rename or .parameters.")
             v: JsonValue = orjson.loads(value) if attr == "parameters" else value

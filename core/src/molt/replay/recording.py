@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,7 +50,8 @@ from molt.store import Store
 __all__ = ["record_episode", "save_trajectories", "save_trajectory", "trace_events"]
 
 
-def trace_events(trace: EpisodeTrace, input: str, *, trajectory_id: str | None = None, policy_version: str | None = None,
+def trace_events(trace: EpisodeTrace, input: str, *, trajectory_id: str | None = None,
+                 policy_version: str | None = None,
                  tenant_id: str | None = None, agent_id: str | None = None, task: str | None = None,
                  model: str | None = None) -> list[Event]:
     """The events of one run (see the module docstring), parents chained in order."""
@@ -98,10 +100,8 @@ def _message(m: dict[str, Any]) -> Message:
             fn = c.get("function") or {}
             args = fn.get("arguments")
             if isinstance(args, str):
-                try:
+                with contextlib.suppress(orjson.JSONDecodeError):
                     args = orjson.loads(args) if args.strip() else {}
-                except orjson.JSONDecodeError:
-                    pass
             calls.append(ToolCallRequest(id=c.get("id"), name=fn.get("name", ""), arguments=args))
     return Message(role=m["role"], content=m.get("content"), name=m.get("name"), tool_call_id=m.get("tool_call_id"),
                    tool_calls=calls)

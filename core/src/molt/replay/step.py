@@ -55,7 +55,7 @@ def _canon(args: Any) -> str:
         try:
             args = orjson.loads(args) if args.strip() else {}
         except orjson.JSONDecodeError:
-            return args
+            return str(args)
     return orjson.dumps(args if args is not None else {}, option=orjson.OPT_SORT_KEYS).decode()
 
 

@@ -141,7 +141,7 @@ class JsonSchemaAnswer(Verifier):
 
     def __init__(self, schema: dict[str, Any]):
         try:
-            import jsonschema
+            import jsonschema  # type: ignore[import-untyped,unused-ignore]
         except ImportError as exc:
             err = ReplayError("The json_schema verifier needs the jsonschema package.")
             err.add_note("Install it with: pip install 'jsonschema>=4.23'")
@@ -244,12 +244,14 @@ def build_verifier(spec: Verifier | dict[str, Any] | str | Callable[..., Any]) -
         kind = kw.pop("kind", None)
         if not kind:
             raise ReplayError(f"A verifier spec needs a 'kind' (one of {', '.join(VERIFIERS.names())}).")
-        return VERIFIERS.get(kind)(**kw)
+        built: Verifier = VERIFIERS.get(kind)(**kw)
+        return built
     if isinstance(spec, str):
         kind, sep, arg = spec.partition(":")
         if not sep or kind not in ("exact", "contains", "regex"):
             raise ReplayError(f"A verifier string is 'exact:…', 'contains:…' or 'regex:…', not {spec!r}.")
-        return VERIFIERS.get(kind)(arg)
+        made: Verifier = VERIFIERS.get(kind)(arg)  # type: ignore[call-arg]
+        return made
     if callable(spec):
         return CallableVerifier(spec)
     raise ReplayError(f"Cannot build a verifier from {spec!r}.")
