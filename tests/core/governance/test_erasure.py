@@ -222,3 +222,29 @@ def test_bad_erasure_requests_are_clear_errors(store: Store) -> None:
     with pytest.raises(GovernanceError, match="tenant id"):
         erase_tenant(store, "")
     assert erase_subject(store, "nobody").events == 0
+
+
+def test_purge_rebuilds_vector_and_scalar_indices_without_the_erased_rows(store: Store) -> None:
+    import numpy as np
+
+    from molt.store.erase import purge, rewrite
+    from molt.store.tables import ensure_table
+
+    n = 600
+    schema = pa.schema([pa.field("item_id", pa.string()), pa.field("tenant_id", pa.string()),
+                        pa.field("label", pa.string()), pa.field("vector", pa.list_(pa.float32(), 8))])
+    tbl = ensure_table(store, "vectors", schema)
+    rng = np.random.default_rng(0)
+    labels = [MARKERS[0].decode() if i == 7 else f"label-{i}" for i in range(n)]
+    tbl.add(pa.table({"item_id": [f"i{i}" for i in range(n)], "tenant_id": ["acme"] * n, "label": labels,
+                      "vector": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 8, np.float32)), 8)},
+                     schema=schema))
+    tbl.create_index(vector_column_name="vector", num_partitions=2, num_sub_vectors=2)
+    tbl.create_scalar_index("label", index_type="BTREE")
+    root = Path(store.uri)
+    assert grep(root, MARKERS[0])
+    assert rewrite(store, "vectors", "item_id = 'i7'") == 1
+    purge(store, ["vectors"])
+    assert grep(root, MARKERS[0]) == [] and tbl.count_rows() == n - 1
+    assert {ix.index_type for ix in tbl.list_indices()} == {"IvfPq", "BTree"}
+    assert tbl.search([0.5] * 8).limit(3).to_arrow().num_rows == 3

@@ -128,6 +128,8 @@ def purge(store: Store, tables: Iterable[str] | None = None) -> dict[str, Any]:
 
 
 _SCALAR = {"BTree": "BTREE", "Bitmap": "BITMAP", "LabelList": "LABEL_LIST"}
+_VECTOR = {"IvfPq": "IVF_PQ", "IvfFlat": "IVF_FLAT", "IvfSq": "IVF_SQ", "IvfHnswPq": "IVF_HNSW_PQ",
+           "IvfHnswSq": "IVF_HNSW_SQ", "IvfHnswFlat": "IVF_HNSW_FLAT"}
 _FTS_KEYS = ("base_tokenizer", "language", "with_position", "max_token_length", "lower_case", "stem",
              "remove_stop_words", "ascii_folding")
 
@@ -148,8 +150,16 @@ def _rebuild_indices(store: Store, name: str, tbl: Any) -> None:
                 opts = {k: details[k] for k in _FTS_KEYS if details.get(k) is not None}
                 tbl.create_fts_index(col, replace=True, **opts)
             else:  # vector indices: same type, default parameters
-                tbl.create_index(vector_column_name=col, index_type=ix.index_type, replace=True)
+                kind = _VECTOR.get(ix.index_type, ix.index_type)
+                tbl.create_index(vector_column_name=col, index_type=kind, replace=True)
         except Exception as exc:
-            raise StoreError(f"Rebuilding index {ix.name!r} of {name!r} after erasure failed: {exc}. The "
-                             f"erased rows are gone from the data files, but the old index may still hold "
-                             f"values; drop it with table.drop_index({ix.name!r}).") from exc
+            # An index that cannot be rebuilt is dropped: its pages may hold erased values, and
+            # queries still work without it (a flat scan); the next compaction recreates scalar ones.
+            log.warning("Rebuilding index %r of %r after erasure failed (%r); dropping it.", ix.name, name, exc)
+            try:
+                tbl.drop_index(ix.name)
+                store._indexed.discard((name, col))
+            except Exception as drop_exc:
+                raise StoreError(f"Index {ix.name!r} of {name!r} could neither be rebuilt ({exc}) nor dropped "
+                                 f"({drop_exc}) after erasure; it may still hold erased values. Drop it by "
+                                 f"hand with table.drop_index({ix.name!r}).") from drop_exc
