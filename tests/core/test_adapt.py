@@ -251,3 +251,30 @@ def test_dispatcher_restarts_in_a_forked_child() -> None:
         os._exit(0 if ok and seen == [1, 2] else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.slow
+def test_events_queued_at_exit_reach_the_spool(tmp_path: Path) -> None:
+    """A process that exits right after its last callback still gets its events into the spool:
+    the dispatchers drain before the Recorders close."""
+    import subprocess
+    import sys
+
+    code = f"""
+import time
+from molt.atdp import Event, EventKind, UserMessage
+from molt.capture import Recorder
+from molt.capture.adapt import Capture
+rec = Recorder(None, spool_dir={str(tmp_path / "spool")!r})
+cap = Capture(rec, integration="molt-core", framework="test")
+tid = rec.new_trajectory()
+def slow():
+    time.sleep(0.3)
+    cap.record(cap.event(EventKind.USER_MESSAGE, trajectory_id=tid, action=UserMessage(content="bye")))
+cap.submit(slow)
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    sink = MemorySink()
+    with Recorder(sink, spool_dir=tmp_path / "spool") as r:
+        assert r.flush(10, deliver=True)
+    assert len(sink.events) == 1

@@ -142,3 +142,4 @@ def test_readme_quickstart_runs() -> None:
         assert store.count("events") >= 5
     finally:
         store.close()
+        ns["recorder"].close()

@@ -182,9 +182,11 @@ def test_readme_quickstart_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     readme = (ROOT / "adapters" / "langchain" / "README.md").read_text()
     snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
     assert len(snippet.strip().splitlines()) <= 15
-    exec(compile(snippet, "README.md", "exec"), {"agent": build_graph(approvals=False)})
+    ns: dict[str, Any] = {"agent": build_graph(approvals=False)}
+    exec(compile(snippet, "README.md", "exec"), ns)
     store = Store.open()
     try:
         assert store.count("events") >= 5
     finally:
         store.close()
+        ns["recorder"].close()

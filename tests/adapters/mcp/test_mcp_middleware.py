@@ -160,9 +160,10 @@ def test_readme_quickstart_runs() -> None:
                 assert not (await c.call_tool("lookup", {"query": q})).is_error
 
     asyncio.run(go())
-    ns["recorder"].close()
+    ns["server"].middleware[-1].flush(10, deliver=True)
     store = Store.open()
     try:
         assert store.count("events") == 2
     finally:
         store.close()
+        ns["recorder"].close()

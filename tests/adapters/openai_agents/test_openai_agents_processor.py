@@ -129,8 +129,9 @@ def test_readme_quickstart_runs(srv: Any) -> None:
     readme = (ROOT / "adapters" / "openai_agents" / "README.md").read_text()
     snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
     assert len(snippet.strip().splitlines()) <= 15
+    ns: dict[str, Any] = {"agent": worker(srv.url)}
     try:
-        exec(compile(snippet, "README.md", "exec"), {"agent": worker(srv.url)})
+        exec(compile(snippet, "README.md", "exec"), ns)
     finally:
         set_trace_processors([])
     store = Store.open()
@@ -138,3 +139,4 @@ def test_readme_quickstart_runs(srv: Any) -> None:
         assert store.count("events") >= 5
     finally:
         store.close()
+        ns["recorder"].close()

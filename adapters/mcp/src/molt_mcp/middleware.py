@@ -121,9 +121,7 @@ class MoltMiddleware:
         self._queue(key, parent, ctx, t0, result, None)
         return result
 
-    def _queue(
-        self, key: Any, parent: Any, ctx: Any, t0: int, result: Any, exc: BaseException | None
-    ) -> None:
+    def _queue(self, key: Any, parent: Any, ctx: Any, t0: int, result: Any, exc: BaseException | None) -> None:
         try:
             self.capture.submit(
                 self._mapper.request,
@@ -269,9 +267,7 @@ class _Mapper:
                 observation=_prompt(c, msgs) if msgs else None,
                 outcome=outcome
                 or Outcome(
-                    output=c.payload(
-                        {"description": (res or {}).get("description")} if isinstance(res, dict) else None
-                    )
+                    output=c.payload({"description": (res or {}).get("description")} if isinstance(res, dict) else None)
                 ),
                 **common,
             )

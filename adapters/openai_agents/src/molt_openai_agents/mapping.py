@@ -186,10 +186,7 @@ class AgentsMapper:
             model = data.model
             msgs = list(data.input or [])
             out_msgs = list(data.output or [])
-            text = (
-                " ".join(str(m.get("content")) for m in out_msgs if isinstance(m, dict) and m.get("content"))
-                or None
-            )
+            text = " ".join(str(m.get("content")) for m in out_msgs if isinstance(m, dict) and m.get("content")) or None
             calls = [tc for m in out_msgs if isinstance(m, dict) for tc in m.get("tool_calls") or []]
             requests = [
                 (
@@ -247,9 +244,7 @@ class AgentsMapper:
         action = Generation(
             model=str(model) if model else None,
             text=c.payload(text) if text else None,
-            tool_calls=[
-                ToolCallRequest(id=i, name=n, arguments=c.payload(_json_or_str(a))) for i, n, a in requests
-            ]
+            tool_calls=[ToolCallRequest(id=i, name=n, arguments=c.payload(_json_or_str(a))) for i, n, a in requests]
             or None,
             finish_reason=("tool_calls" if requests else "stop") if finish is None else str(finish),
             sampling=sampling,
@@ -314,9 +309,7 @@ def _observation(c: Capture, msgs: list[Any]) -> Observation | None:
             ToolCallRequest(
                 id=tc.get("id"),
                 name=(tc.get("function") or {}).get("name") or "?",
-                arguments=bound_payload(
-                    _json_or_str((tc.get("function") or {}).get("arguments")), max_bytes=budget
-                ),
+                arguments=bound_payload(_json_or_str((tc.get("function") or {}).get("arguments")), max_bytes=budget),
             )
             for tc in m.get("tool_calls") or []
         ] or None

@@ -45,6 +45,7 @@ Example (the shape of an adapter)::
 
 from __future__ import annotations
 
+import atexit
 import base64
 import binascii
 import collections
@@ -73,18 +74,19 @@ from molt.atdp.models import ErrorInfo, Event, EventKind, Metadata, Outcome, Out
 from molt.errors import AdapterError
 
 __all__ = [
-    "MARKER_KEY",
     "BlobStore",
     "Capture",
     "CaptureStats",
     "DirectoryBlobStore",
     "Dispatcher",
+    "MARKER_KEY",
     "OpenSpan",
     "SpanTable",
     "bound_payload",
     "default_dispatcher",
     "default_recorder",
     "distribution_version",
+    "drain_all",
     "error_outcome",
     "require_framework",
     "set_default_recorder",
@@ -468,6 +470,24 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def drain_all(timeout: float = 2.0) -> bool:
+    """Run everything queued on every dispatcher (bounded by ``timeout`` seconds in all).
+
+    Call it before closing a Recorder that adapters feed: events still queued on a dispatcher have
+    not reached the Recorder yet. At interpreter exit it runs before the Recorders close (atexit
+    runs handlers in reverse order of registration, and this module registers after the Recorder's).
+    """
+    deadline = time.monotonic() + timeout
+    ok = True
+    for d in list(_dispatchers):
+        if d._thread is not None:
+            ok = d.drain(max(0.0, deadline - time.monotonic())) and ok
+    return ok
+
+
+atexit.register(drain_all)
 _default_lock = threading.Lock()
 
 
