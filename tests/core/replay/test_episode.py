@@ -131,3 +131,41 @@ def test_openai_sdk_agent_records_and_replays(store: Any) -> None:
     res = run(replay_episode(load_trajectory(store, events[0].trajectory_id), "test-openai-sdk",
                              ReplayPolicy(FactStub()), verifier="contains:shipped"))
     assert res.status == "ok" and res.same_actions and res.answer == answer and res.replayed_reward == 1.0
+
+
+def test_step_replay_compares_with_the_late_correction(store: Any, stub_policy: ReplayPolicy) -> None:
+    from molt.atdp import EventKind, RewardAnnotation, RewardSource
+    from molt.replay import replay_step
+
+    ids = run(record_window(store, stub_policy, [REFUND_QUESTIONS[0]]))
+    traj = load_trajectory(store, ids[0])
+    first_call = next(e for e in traj.events if e.kind == EventKind.MODEL_CALL)
+    store.append_rewards([RewardAnnotation(trajectory_id=ids[0], event_id=first_call.event_id, value=-1.0,
+                                           source=RewardSource.USER_CORRECTION, reason="45 days")])
+    traj = load_trajectory(store, ids[0])
+    as_recorded = run(replay_step(traj, first_call.event_id, ReplayPolicy(FactStub())))
+    assert as_recorded.same_as_recorded and as_recorded.corrected == "45 days"
+    assert as_recorded.matches_correction is False
+    with_fact = run(replay_step(traj, first_call.event_id, ReplayPolicy(FactStub(), Overrides(memories=(FACT,)))))
+    assert not with_fact.same_as_recorded and with_fact.matches_correction is True
+    assert with_fact.replayed.text == FACT and with_fact.recorded.tool_calls[0][0] == "search_kb"
+
+
+def test_task_verifier_registry_is_used_when_none_is_named(store: Any, stub_policy: ReplayPolicy) -> None:
+    from molt.replay import TASK_VERIFIERS, build_verifier
+
+    ids = run(record_window(store, stub_policy, [ORDER_QUESTIONS[0]]))
+    traj = load_trajectory(store, ids[0])
+    TASK_VERIFIERS.register("support", build_verifier("contains:delivered"))
+    try:
+        res = run(replay_episode(traj, "test-support", ReplayPolicy(FactStub()), verifier=None))
+        assert res.replayed_reward == 1.0  # the agent's own verifier ("shipped") wins over the task's
+        from molt.replay.decorator import ReplayableAgent
+
+        from .conftest import support_agent
+
+        bare = ReplayableAgent(fn=support_agent.fn, name="bare-support")
+        res = run(replay_episode(traj, bare, ReplayPolicy(FactStub())))
+        assert res.verdict is not None and "delivered" in res.verdict.detail and res.replayed_reward == 0.0
+    finally:
+        TASK_VERIFIERS.unregister("support")
