@@ -1,12 +1,12 @@
 """Redaction accuracy and throughput: Molt vs Presidio's default pattern-only analyzer.
 
-    python bench/bench_redaction.py [--data ../shared/data/pii/presidio_generated_large.json] [--seconds 3]
+    taskset -c 0 python bench/bench_redaction.py [--data ../shared/data/pii/presidio_generated_large.json] [--seconds 2]
 
 Accuracy: span-level precision / recall / F1 per entity type on the labelled file (IoU ≥ 0.5, same
-type; see :mod:`molt.governance.redaction.evaluate`), for the whole file and for the held-out split
-by ``template_id`` (templates never looked at while tuning). Micro figures for all in-scope types
-and for the structured types. Out-of-scope types (DATE_TIME, TITLE, PREFIX) are reported on their
-own, not counted in "all".
+type; see :mod:`molt.governance.redaction.evaluate`), for the whole file, the held-out split by
+``template_id`` (templates never looked at while tuning) and the dev split. Micro figures for all
+in-scope types and for the structured types. Out-of-scope types (DATE_TIME, TITLE, PREFIX) are
+reported on their own, not counted in "all".
 
 Presidio reference — exactly what is measured: ``presidio_analyzer.AnalyzerEngine`` with a
 ``RecognizerRegistry`` of its predefined recognizers for English minus ``SpacyRecognizer`` (its only
@@ -16,18 +16,35 @@ suffix list (``TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS=""``) so it makes no network c
 ``URL`` is scored as ``DOMAIN_NAME``. Presidio pattern-only has no PERSON / LOCATION / ADDRESS /
 ORGANIZATION recognizer, so its figures for those are 0 recall by construction.
 
-Throughput: ~1 KB texts made by concatenating the labelled sentences (dense in PII, the worst case),
-single thread, ``Redactor.redact`` (detect + replace) and ``redact_event`` on a tool-call event
-carrying the same text, vs ``AnalyzerEngine.analyze`` on the same texts.
+Throughput, single thread, on two text sets, each measured in the same run for Molt and Presidio:
+
+- **PII-dense**: ~1 KB texts made by concatenating the labelled sentences — every sentence holds
+  PII, the worst case. Molt ``Redactor.redact`` (detect + replace) and ``redact_event`` on a
+  tool-call event carrying the text.
+- **typical agent events**: synthetic support-agent traffic (:func:`agent_traffic`, seeded): model
+  calls (system prompt, user message, assistant reply), order-lookup tool calls with a JSON result,
+  help-center retrievals with passages, ticket-creation tool calls; ~1 KB of JSON payload per event
+  (~0.7 KB of text in ~13 string fields), 35 % of events carry PII (names, e-mails, phones, street
+  addresses from Faker's en_US/en_GB/de_DE/fr_FR/es_ES locales). Molt ``redact_event`` (and, when the
+  governance eligibility module is present, ``redact_event`` + ``eligibility.event_reasons``);
+  ``Redactor.redact`` and Presidio on the event's text fields joined by newlines.
+
+Rates are CPU time of this process (``time.process_time``), so other load on a shared core does not
+count against either system; pin the process (``taskset -c 0``) so it is one core. The typical set
+also reports how many inserted PII values were fully redacted and how many spans fell outside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,7 +52,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from rich.console import Console
 from rich.table import Table
 
-from molt.atdp import Event, EventKind, Outcome, ToolCall, new_id
+from molt.atdp import Event, EventKind, Generation, Message, Observation, Outcome, ToolCall, new_id
+from molt.atdp.models import Passage, RetrievalQuery
 from molt.governance.redaction import OUT_OF_SCOPE_ENTITIES, STRUCTURED_ENTITIES, Redactor, redact_event
 from molt.governance.redaction.evaluate import Scores, evaluate, load_labelled, split_by_template
 
@@ -47,6 +65,203 @@ IN_SCOPE = [
     "US_SSN", "IBAN_CODE", "IP_ADDRESS", "DOMAIN_NAME", "US_DRIVER_LICENSE",
 ]  # fmt: skip
 ALIASES = {"URL": "DOMAIN_NAME"}
+
+# --------------------------------------------------------------------------- typical agent traffic
+
+PRODUCTS = [
+    "Aurora Wireless Earbuds", "Nimbus 2 Backpack", "Vertex Pro Keyboard", "Halo Smart Lamp", "Drift Travel Mug",
+    "Summit Hiking Boots", "Pixel Frame 10", "Echo Dot Stand", "Cascade Water Filter", "Orbit Desk Fan",
+    "Juniper Yoga Mat", "Atlas Phone Case", "Quartz Watch Band", "Ember Space Heater", "Tidal Bluetooth Speaker",
+]  # fmt: skip
+ARTICLES = [
+    ("Returns and refunds", "You can return most items within 30 days of delivery. Refunds go back to the "
+     "original payment method within 5-7 business days after the warehouse receives the item."),
+    ("Damaged or defective items", "If an item arrives damaged, reply with a photo and we will send a "
+     "replacement at no cost. Defective electronics are covered by the 12-month limited warranty."),
+    ("Changing a shipping address", "The shipping address can be changed until the order is packed. After "
+     "that, contact the carrier with the tracking number to request a redirect."),
+    ("Subscription billing", "Premium plans renew monthly. You can cancel at any time from Account > Billing; "
+     "the plan stays active until the end of the current period."),
+    ("Order status meanings", "Processing means payment was confirmed. Packed means the warehouse has "
+     "prepared the parcel. Shipped means the carrier has scanned it. Delivered is set by the carrier."),
+]  # fmt: skip
+SYSTEM = (
+    "You are the support assistant for Northwind Outfitters. Be concise and friendly. Use the tools to look "
+    "up orders and the help center before answering. Never promise refunds above the policy limit without "
+    "creating a ticket for a human agent. Do not reveal internal notes."
+)
+USER_ASKS = [
+    "hi, my order still hasn't arrived and it's been over a week. can you check what's going on?",
+    "The {product} I got is not working, it won't turn on at all. What can I do?",
+    "Can I change the delivery address on my last order? I moved last weekend.",
+    "I was charged twice for my subscription this month, please fix this.",
+    "How long does a refund usually take once you get the return?",
+    "Is the {product} compatible with the older model? The description isn't clear.",
+]
+USER_PII = [
+    "My name is {name} and my email is {email}.",
+    "You can reach me at {phone} after 5pm.",
+    "Please ship the replacement to {address_inline}.",
+    "The order was placed under {name}, order {order_id}.",
+    "my email is {email_lower} if you need it",
+]
+ASSISTANT = [
+    "Thanks for reaching out{greet}! I checked order {order_id}: it shipped on {date} with {carrier} and the "
+    "latest scan shows it at the regional sorting center. Deliveries in your area are running a day or two "
+    "behind, so it should arrive by {weekday}. If it hasn't arrived by then, reply here and I will open a "
+    "claim with the carrier and send a replacement right away.",
+    "I'm sorry the {product} isn't working{greet}. Please try holding the power button for 10 seconds to reset "
+    "it. If that doesn't help, I can start a warranty replacement: you'll get a prepaid return label by email, "
+    "and the new unit ships as soon as the carrier scans the return.",
+    "Good news{greet}: your order {order_id} hasn't been packed yet, so I can still update the shipping "
+    "address. I've changed it as requested and you'll receive a confirmation email shortly. The delivery "
+    "estimate stays the same ({weekday}).",
+]
+CARRIERS = ["UPS", "FedEx", "DHL", "USPS"]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
+
+
+@dataclass
+class TrafficItem:
+    """One synthetic event, its text leaves joined by newlines, and the PII values put into it."""
+
+    event: Event
+    text: str
+    pii: list[tuple[str, str]] = field(default_factory=list)  # (entity_type, value)
+
+
+def _leaves(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        if value:
+            out.append(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k not in ("type", "role", "id", "tool_call_id", "call_id", "doc_id", "model", "finish_reason",
+                         "tool_name", "status"):
+                _leaves(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _leaves(v, out)
+
+
+def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35) -> list[TrafficItem]:
+    """``n`` support-agent events of about 1 KB of text each; ``pii_rate`` of them carry PII."""
+    from faker import Faker
+
+    rng = random.Random(seed)
+    fake = Faker(["en_US", "en_GB", "de_DE", "fr_FR", "es_ES"])
+    fake.seed_instance(seed)
+    items: list[TrafficItem] = []
+    for i in range(n):
+        pii: list[tuple[str, str]] = []
+        with_pii = rng.random() < pii_rate
+        order_id = f"NW-{rng.randint(100000, 999999)}"
+        product = rng.choice(PRODUCTS)
+        date = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        kind = i % 4
+        name = fake.name()
+        first = name.split()[0] if with_pii else ""
+        email = fake.email()
+        if kind == 0:  # model call: system + user + assistant reply
+            ask = rng.choice(USER_ASKS).format(product=product)
+            if with_pii:
+                tpl = rng.choice(USER_PII)
+                vals = {
+                    "name": name, "email": email, "email_lower": email.lower(), "phone": fake.phone_number(),
+                    "address_inline": fake.address().replace("\n", ", "), "order_id": order_id,
+                }  # fmt: skip
+                ask += " " + tpl.format(**vals)
+                for key, ty in (("name", "PERSON"), ("email", "EMAIL_ADDRESS"), ("email_lower", "EMAIL_ADDRESS"),
+                                ("phone", "PHONE_NUMBER"), ("address_inline", "ADDRESS")):  # fmt: skip
+                    if "{" + key + "}" in tpl:
+                        pii.append((ty, vals[key].strip()))
+            reply = rng.choice(ASSISTANT).format(
+                greet=f", {first}" if first else "", order_id=order_id, date=date, product=product,
+                carrier=rng.choice(CARRIERS), weekday=rng.choice(WEEKDAYS),
+            )  # fmt: skip
+            if first:
+                pii.append(("PERSON", first))
+            event = Event(
+                trajectory_id=new_id(), kind=EventKind.MODEL_CALL,
+                observation=Observation(messages=[
+                    Message(role="system", content=SYSTEM),
+                    Message(role="assistant", content="Hi! I'm the Northwind support assistant. How can I help you today?"),
+                    Message(role="user", content=ask),
+                ]),
+                action=Generation(model="support-7b", text=reply, finish_reason="stop"),
+            )  # fmt: skip
+        elif kind == 1:  # order lookup tool call
+            addr = {
+                "name": name if with_pii else "(on file)", "line1": fake.street_address() if with_pii else "(on file)",
+                "city": fake.city() if with_pii else "", "postal_code": fake.postcode() if with_pii else "",
+                "country": "US",
+            }  # fmt: skip
+            if with_pii:
+                pii += [("PERSON", name), ("ADDRESS", addr["line1"].strip())]
+            output = {
+                "order_id": order_id, "status": rng.choice(["processing", "packed", "shipped", "delivered"]),
+                "created_at": f"{date}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:11Z",
+                "items": [
+                    {"sku": f"SKU-{rng.randint(10000, 99999)}", "name": rng.choice(PRODUCTS), "qty": rng.randint(1, 3),
+                     "unit_price": round(rng.uniform(9, 199), 2)}
+                    for _ in range(4)
+                ],
+                "history": [
+                    {"at": f"{date}T0{h}:15:00Z", "event": ev}
+                    for h, ev in enumerate(["Label created", "Picked up by carrier", "Arrived at sorting center",
+                                            "Out for delivery"][: rng.randint(2, 4)])
+                ],
+                "shipping": {"carrier": rng.choice(CARRIERS), "tracking": f"1Z{rng.randint(10**15, 10**16 - 1)}",
+                             "address": addr, "eta": date},
+                "payment": {"method": "card", "last4": f"{rng.randint(0, 9999):04d}", "currency": "USD"},
+                "notes": "Gift wrap requested. Leave at the front desk if nobody answers.",
+            }  # fmt: skip
+            event = Event(
+                trajectory_id=new_id(), kind=EventKind.TOOL_CALL,
+                action=ToolCall(tool_name="orders.lookup", arguments={"order_id": order_id, "include": ["items", "shipping"]}),
+                outcome=Outcome(output=output),
+            )  # fmt: skip
+        elif kind == 2:  # help-center search, passages, no PII
+            arts = rng.sample(ARTICLES, 4)
+            event = Event(
+                trajectory_id=new_id(), kind=EventKind.RETRIEVAL,
+                observation=Observation(passages=[
+                    Passage(text=f"{t}. {b}", doc_id=f"kb-{rng.randint(100, 999)}", score=round(rng.random(), 3),
+                            source=f"https://help.northwind.example/articles/{rng.randint(1000, 9999)}")
+                    for t, b in arts
+                ]),
+                action=RetrievalQuery(query=f"{product} {rng.choice(['refund', 'warranty', 'address change'])}",
+                                      index="help-center", top_k=3),
+            )  # fmt: skip
+        else:  # ticket creation by the agent
+            desc = (
+                f"Customer reports that the {product} from order {order_id} stopped working after two days. "
+                "Reset steps were tried without success. Customer prefers a replacement over a refund and "
+                "asked for an update by email. Priority raised because this is the second defective unit."
+            )
+            if with_pii:
+                desc += f" Contact: {name}, {email}."
+                pii += [("PERSON", name), ("EMAIL_ADDRESS", email)]
+            event = Event(
+                trajectory_id=new_id(), kind=EventKind.TOOL_CALL,
+                action=ToolCall(tool_name="tickets.create", arguments={
+                    "subject": f"Defective {product} - replacement requested", "description": desc,
+                    "priority": "high", "tags": ["hardware", "warranty", "tier2"],
+                    "internal_note": "Checked the order history: one earlier replacement in March for the same "
+                                     "product, shipped from the Reno warehouse. Batch may be affected; link to "
+                                     "the quality incident if more reports come in this week.",
+                }),
+                outcome=Outcome(output={"ticket_id": f"T-{rng.randint(10000, 99999)}", "queue": "tier2",
+                                        "sla_hours": 24, "created": True}),
+            )  # fmt: skip
+        leaves: list[str] = []
+        _leaves(event.model_dump(mode="json", include={"observation", "hidden", "action", "outcome"}), leaves)
+        text = "\n".join(leaves)
+        items.append(TrafficItem(event, text, pii))
+    return items
+
+
+# --------------------------------------------------------------------------- helpers
 
 
 def presidio_pattern_analyzer():  # type: ignore[no-untyped-def]
@@ -106,20 +321,50 @@ def _texts_1kb(records: list[dict], n: int) -> list[str]:
     return texts
 
 
-def _rate(fn, texts: list[str], seconds: float) -> float:  # type: ignore[no-untyped-def]
-    done, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for x in texts:
+def _rate(fn, items: list, seconds: float) -> float:  # type: ignore[no-untyped-def]
+    """Items per CPU-second of ``fn`` over ``items`` (repeated until ``seconds`` of CPU time)."""
+    fn(items[0])
+    done, t0 = 0, time.process_time()
+    while time.process_time() - t0 < seconds:
+        for x in items:
             fn(x)
-        done += len(texts)
-    return done / (time.perf_counter() - t0)
+        done += len(items)
+    return done / (time.process_time() - t0)
+
+
+def _typical_coverage(redactor: Redactor, items: list[TrafficItem]) -> tuple[int, int, int, int]:
+    """(PII values, values fully redacted, spans outside any PII value, events) on the typical set."""
+    values = covered = stray = 0
+    for it in items:
+        spans = redactor.detect(it.text)
+        gold = []
+        for _ty, v in it.pii:
+            k = it.text.find(v)
+            while k >= 0:
+                gold.append((k, k + len(v)))
+                k = it.text.find(v, k + 1)
+        for a, b in gold:
+            values += 1
+            covered += all(any(s.start <= i < s.end for s in spans) for i in range(a, b) if not it.text[i].isspace())
+        stray += sum(1 for s in spans if not any(s.start < b and a < s.end for a, b in gold))
+    return values, covered, stray, len(items)
+
+
+def _eligibility():  # type: ignore[no-untyped-def]
+    """``(event_reasons, TrainingSettings())`` from the governance pipeline, when it is installed."""
+    try:
+        from molt.governance.eligibility import event_reasons
+        from molt.governance.policy import TrainingSettings
+    except ImportError:
+        return None
+    return event_reasons, TrainingSettings(opt_in=True, require_consent=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
-    ap.add_argument("--seconds", type=float, default=3.0, help="time per throughput measurement")
+    ap.add_argument("--seconds", type=float, default=2.0, help="CPU time per throughput measurement")
     ap.add_argument("--no-presidio", action="store_true")
     args = ap.parse_args(argv)
     console = Console(width=150)
@@ -160,36 +405,51 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(t)
 
-    texts = _texts_1kb(records, 200)
-    event_of = [
+    items = agent_traffic(200)
+    values, covered, stray, n_ev = _typical_coverage(redactor, items)
+    console.print(
+        f"Typical agent events: {covered}/{values} inserted PII values fully redacted "
+        f"({covered / max(values, 1):.1%}); {stray} spans outside them over {n_ev} events "
+        f"({stray / n_ev:.2f} per event)."
+    )
+
+    dense = _texts_1kb(records, 200)
+    dense_events = [
         Event(trajectory_id=new_id(), kind=EventKind.TOOL_CALL, action=ToolCall(tool_name="crm.lookup", arguments={"note": x}),
               outcome=Outcome(output={"result": "ok"}))
-        for x in texts
+        for x in dense
     ]  # fmt: skip
-    molt_rate = _rate(redactor.redact, texts, args.seconds)
-    events = iter(range(10**9))
-    ev_rate = _rate(
-        lambda _x: redact_event(event_of[next(events) % len(event_of)], redactor=redactor),
-        texts,
-        args.seconds,
-    )
-    t = Table(title=f"Throughput, one core, {len(texts)} texts of ~1 KB (PII-dense)")
-    for c in ("system", "texts/s", "vs Presidio"):
+    typical_texts = [it.text for it in items]
+    typical_events = [it.event for it in items]
+    elig = _eligibility()
+
+    def redact_and_decide(e: Event) -> None:
+        red, report = redact_event(e, redactor=redactor)
+        assert elig is not None
+        elig[0](red, elig[1], redacted_types=report.counts)
+
+    t = Table(title=f"Throughput, one core, CPU time of this process ({args.seconds:g} s per row)")
+    for c in ("text set", "system", "per second", "vs Presidio"):
         t.add_column(c)
-    pres_rate = _rate(presidio_predict, texts[:40], args.seconds) if analyzer else None
-    t.add_row(
-        "Molt Redactor.redact (detect + replace)",
-        f"{molt_rate:,.0f}",
-        f"{molt_rate / pres_rate:.1f}×" if pres_rate else "",
-    )
-    t.add_row(
-        "Molt redact_event (tool-call event)",
-        f"{ev_rate:,.0f}",
-        f"{ev_rate / pres_rate:.1f}×" if pres_rate else "",
-    )
-    if pres_rate:
-        t.add_row("Presidio AnalyzerEngine, pattern recognizers only (detect)", f"{pres_rate:,.0f}", "1.0×")
+    for label, texts, events in (
+        ("PII-dense 1 KB texts", dense, dense_events),
+        ("typical ~1 KB agent events", typical_texts, typical_events),
+    ):
+        pres = _rate(presidio_predict, texts[:40], args.seconds) if analyzer else None
+        rows = [
+            ("Molt Redactor.redact (detect + replace), texts", _rate(redactor.redact, texts, args.seconds)),
+            ("Molt redact_event, events", _rate(lambda e: redact_event(e, redactor=redactor), events, args.seconds)),
+        ]
+        if elig is not None:
+            rows.append(("Molt redact_event + eligibility, events", _rate(redact_and_decide, events, args.seconds)))
+        for name, rate in rows:
+            t.add_row(label, name, f"{rate:,.0f}", f"{rate / pres:.1f}×" if pres else "")
+        if pres:
+            t.add_row(label, "Presidio AnalyzerEngine, pattern recognizers only (detect), texts", f"{pres:,.0f}", "1.0×")
+        t.add_section()
     console.print(t)
+    if elig is None:
+        console.print("(molt.governance.eligibility is not installed: the eligibility row is left out)")
     return 0
 
 

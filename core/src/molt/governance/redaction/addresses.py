@@ -51,7 +51,8 @@ _STREET_PREFIXES = frozenset(
     vicolo corso piazza piazzale largo strada calle carrera camino paseo plaza ronda travesía travesia rambla
     carrer avinguda rua r travessa praça praca estrada alameda ladeira ul ulica al aleja os plac ulitsa
     prospekt pr pereulok per jalan jl jln lorong soi thanon odos leoforos plateia sokak bulevar bulevardul
-    calea drumul aleea intrarea vila postfach rúa camiño vía λ οδός λεωφόρος""".split()
+    calea drumul aleea intrarea vila postfach rúa camiño vía callejón callejon pasaje pasadizo glorieta cuesta
+    urbanización urbanizacion carretera c λ οδός λεωφόρος""".split()
 )
 # a word ending in one of these is a street name (German, Dutch, Nordic, Finnish, Hungarian, Slavic, …)
 _STREET_MORPHS = tuple(
@@ -71,10 +72,10 @@ _CONNECTORS = frozenset("de da do dos das del della di du la le van von der den 
 # --- candidate regexes (each starts with a digit or a rare literal) ---
 # a house number after a separator, then a word: group 1 is the number
 _NUMBER_WORD = re.compile(
-    r"(?:^|[\s(>\"“'])(\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?)[ ]+(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
+    r"(?:^|[\s(>\"“'])(\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?),?[ ]+(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
 )
 # a number after a space, not part of a longer number: checked for a street word before it
-_WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?\b(?![.,:/-]?\d)")
+_WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?\b(?![.,:/-]?\d)")
 _MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
 # --- tokens of one line, for the small parsers ---
 _TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}[A-Za-z]?\b\.?|\d+|[^\s\w]")
@@ -137,9 +138,16 @@ class AddressFinder:
     whether a word is frequent English (so "Thanks" after a street is not taken for a city).
     """
 
-    def __init__(self, is_place: Callable[[str], bool], is_common: Callable[[str], bool]):
+    def __init__(
+        self,
+        is_place: Callable[[str], bool],
+        is_common: Callable[[str], bool],
+        street_types: frozenset[str] = frozenset(),
+    ):
         self._is_place = is_place
         self._is_common = is_common
+        #: Street types after the name: the built-in ones plus ``street_types`` (e.g. from a lexicon).
+        self.street_types = _STREET_TYPES | street_types
 
     # ------------------------------------------------------------------ streets
 
@@ -160,6 +168,8 @@ class AddressFinder:
         while i < n and i < 2 and _is_num(toks[i]) and toks[i].text[-1] != "." and not toks[i].key.endswith("th"):
             i += 1
             numbers += 1
+        if numbers and i < n and toks[i].text == ",":  # "41, chemin de Rivière"
+            i += 1
         if i >= n or not toks[i].text[0].isalpha():
             return -1
         if toks[i].key in _STREET_PREFIXES and i + 1 < n:
@@ -184,7 +194,7 @@ class AddressFinder:
                 return -1
             if not self._name_word(t, lowercase):
                 break
-            if j > i and t.key in _STREET_TYPES:
+            if j > i and t.key in self.street_types:
                 return t.end
             if _morph(t.key):
                 if j + 1 < n and _is_num(toks[j + 1]):
@@ -330,7 +340,8 @@ class AddressFinder:
         line_end = text.find("\n", p, p + 90)
         words = [w.rstrip(".,").casefold() for w in text[p : line_end if line_end >= 0 else p + 60].split()[:7]]
         if not any(
-            w[:1].isdigit() or w in _STREET_TYPES or w in _STREET_PREFIXES or w in _POST_TYPES or _morph(w) for w in words
+            w[:1].isdigit() or w in self.street_types or w in _STREET_PREFIXES or w in _POST_TYPES or _morph(w)
+            for w in words
         ):
             return p
         toks = _tokens(text, p, line_end if line_end >= 0 else min(len(text), p + 90))
@@ -339,7 +350,7 @@ class AddressFinder:
             # "Hansen Street" (no number) as a crossing or a further line
             j = 0
             while j < len(toks) and j < 4 and self._name_word(toks[j], lowercase):
-                if j > 0 and toks[j].key in _STREET_TYPES:
+                if j > 0 and toks[j].key in self.street_types:
                     return toks[j].end
                 j += 1
         return end if end > 0 else p

@@ -75,7 +75,7 @@ _STRONG_PLACE_CUES = frozenset(
     {"in", "from", "near", "visit", "visiting", "visited", "city", "town", "village", "country", "across",
      "around", "outside", "inside", "toward", "towards", "via", "moved", "born", "arrived", "live", "lives",
      "living", "flew", "fly", "flight", "trip", "travel", "traveling", "travelling", "relocated", "based",
-     "headquartered", "downtown", "of"}
+     "headquartered", "downtown"}
 )  # fmt: skip
 _PLACE_CUES = _STRONG_PLACE_CUES | {"to", "at", "reach", "leaving", "left", "through", "into", "toward"}
 _ORG_CUES = frozenset(
@@ -88,6 +88,11 @@ _ORG_AFTER = frozenset(
      "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures", "sells", "employs",
      "reported", "filed", "ceo", "cto", "spokesperson", "spokesman", "spokeswoman", "board", "branch",
      "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp"}
+)  # fmt: skip
+# verbs that follow a company as their subject ("Canon invested heavily")
+_ORG_VERBS = frozenset(
+    {"invested", "acquired", "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures",
+     "sells", "employs", "filed", "reported"}
 )  # fmt: skip
 # head nouns that end an organisation's name ("Wolfram Research", "Castle Biosciences")
 _ORG_NOUNS = frozenset(
@@ -110,7 +115,7 @@ _ORG_NOUNS = frozenset(
      "market", "markets", "traffic", "exchange", "partnership", "cooperative", "coop", "collective",
      "co-op", "outfitters", "mart", "depot", "express", "wholesale", "retail", "finance", "financial",
      "securities", "advisors", "advisers", "management", "marketing", "global", "worldwide", "board",
-     "institution", "centre", "center", "museum", "library", "church", "orchestra", "band", "team"}
+     "institution", "museum", "library", "church", "orchestra"}
 )  # fmt: skip
 # "University of X", "Bank of X": the part before "of" names an organisation
 _ORG_BEFORE_OF = frozenset(
@@ -121,6 +126,19 @@ _ORG_BEFORE_OF = frozenset(
 _STREET_WORDS = frozenset(
     {"street", "st", "avenue", "ave", "road", "rd", "boulevard", "blvd", "lane", "ln", "drive", "court",
      "place", "square", "terrace", "way", "parkway", "highway", "circle", "crescent", "close", "alley"}
+)  # fmt: skip
+_NOT_STREET_TYPES = frozenset({"upper", "vermont", "magazine", "lights", "edge", "corner", "reach", "rise", "ride",
+                               "strip", "steps", "towers", "stairs", "slope", "pocket", "madras", "formation"})
+_NAME_WORDS = frozenset(
+    """mark grace rose jack frank dawn june april august joy faith lily daisy ivy violet ruby amber crystal
+    penny sky river chase grant hunter miles drew dean gene ray rich rob sue pat max sandy rusty buck bud
+    cliff glen heath holly iris jade pearl robin sage storm autumn winter spring royal king earl duke prince
+    major price ward law bishop sterling fisher baker cook hope will may bill art guy page summer young""".split()
+)
+# never an entity alone: months and weekdays are dates ("in March"), not places or people
+_DATE_WORDS = frozenset(
+    {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+     "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 )  # fmt: skip
 _SENT_END = frozenset('.!?\n:;"“”>*•([|-…#')
 _QUOTES = " \t'\"“‘’”(["
@@ -148,8 +166,17 @@ class EntityDetector:
 
     def __init__(self, lexicon: Lexicon | None = None):
         self.lex = lexicon or get_lexicon()
-        self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word)
+        lx = self.lex
+        extra_types = frozenset(  # Faker's street suffixes, less names and frequent words
+            s for s in lx.street_suffixes
+            if len(s) >= 3 and s.isalpha() and s not in lx.first_names and s not in lx.last_names
+            and lx.zipf(s) < 4.5 and s not in _NOT_STREET_TYPES
+        )  # fmt: skip
+        self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word, extra_types)
         self._info: dict[str, tuple[str, bool, bool, float]] = {}
+        #: First names that are also everyday English words ("will", "grace"): in lowercase text
+        #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
+        self._name_words = _NAME_WORDS | _lorem_words()
         self._skip: dict[str, bool] = {}
 
     # ------------------------------------------------------------------ lexicon helpers
@@ -252,7 +279,7 @@ class EntityDetector:
     def _never_entity(self, word: str) -> bool:
         """A single capitalised word that no rule would take: a letter, or frequent English that is
         neither a name nor a place ("The", "Please", "Thanks")."""
-        if len(word) == 1:
+        if len(word) == 1 or word.casefold() in _DATE_WORDS:
             return True
         if word.isupper():
             return False  # acronyms: "at BBC"
@@ -272,6 +299,8 @@ class EntityDetector:
             f, first, last, z = self._lookup(w)
             promote = False
             if (first or last) and z < 4.0:
+                promote = True
+            elif first and z < 5.2 and f not in self._name_words:  # "michael", "marie" but not "will"
                 promote = True
             elif z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3:
                 promote = True
@@ -358,7 +387,7 @@ class EntityDetector:
             words = words[1:]
         if not words:
             return
-        prev, prev_char = _prev_word(text, words[0].start)
+        prev, prev_char, comma = _prev_word(text, words[0].start)
         if person_cue:
             prev = "mr"
         at_start = prev_char in _SENT_END or prev_char == ""
@@ -384,16 +413,16 @@ class EntityDetector:
                 return
         # split at lowercase words that do not belong inside a name
         seg: list[_W] = []
-        seg_prev, seg_start = prev, at_start
+        seg_prev, seg_start, seg_comma = prev, at_start, comma
         for w in words:
             if w.conn and w.f not in _NAME_CONN:
                 if seg:
-                    self._classify(text, seg, seg_prev, seg_start, out)
-                seg, seg_prev, seg_start = [], w.f, False
+                    self._classify(text, seg, seg_prev, seg_start, out, seg_comma)
+                seg, seg_prev, seg_start, seg_comma = [], w.f, False, False
                 continue
             seg.append(w)
         if seg:
-            self._classify(text, seg, seg_prev, seg_start, out)
+            self._classify(text, seg, seg_prev, seg_start, out, seg_comma)
 
     def _org_end(self, text: str, words: list[_W]) -> int:
         end = words[-1].end
@@ -401,7 +430,11 @@ class EntityDetector:
             end += 1
         return end
 
-    def _classify(self, text: str, words: list[_W], prev: str, at_start: bool, out: list[Span]) -> None:
+    def _classify(
+        self, text: str, words: list[_W], prev: str, at_start: bool, out: list[Span], comma: bool = False
+    ) -> None:
+        """Classify one segment of a run. ``prev`` is the word before it, ``comma`` whether a comma
+        stands between them (a vocative "…, Anna!" is not a place after "town")."""
         while words and words[-1].conn:
             words = words[:-1]
         if not words:
@@ -415,56 +448,69 @@ class EntityDetector:
         start, end = first.start, last.end
         nxt, nxt_char = _next_word(text, end)
         n = len(words)
-        # organisation: a company word at the end ("Acme Corp", "Wolfram Research"), "X & Y"
+        name = self.name
+        # organisation: a company word at the end ("Acme Corp", "Wolfram Research")
         if n > 1 and (last.f in _ORG_NOUNS or last.f in self.lex.company_suffixes) and not suffix:
             if not (at_start and n == 2 and self._common(first) and not first.first):
-                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, self.name))
+                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, name))
                 return
+        kind = self._place(" ".join(w.f for w in words))
+        if kind == "country" and nxt not in _ORG_AFTER:  # countries, sentence-initial ones too
+            out.append(Span(start, end, "LOCATION", 0.75, name))
+            return
         # a sentence-initial common word is not part of an entity ("Please", "The"); drop it
         if at_start and n > 1 and self._common(first) and not first.first:
             self._classify(text, words[1:], first.f, False, out)
             return
-        if n == 1 and at_start and self._common(first):
+        if n == 1 and at_start and self._common(first) and nxt not in _ORG_VERBS:
             return
         if n > 1 and last.f in _STREET_WORDS and last.text[0].isupper() and last.f not in ("st", "dr"):
-            out.append(Span(start, end, "ADDRESS", 0.6, self.name))  # "Gordon Street", no number
+            out.append(Span(start, end, "ADDRESS", 0.6, name))  # "Gordon Street", no number
             return
         names = sum(1 for w in words if w.first or w.last)
         if nxt in _ORG_AFTER and not (names == n and first.first and n > 1):
-            if not (n == 1 and self._common(first)):
-                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, self.name))
+            if not (n == 1 and self._common(first)) or nxt in _ORG_VERBS:
+                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
                 return
-        # places: the whole segment is a known place
-        kind = self._place(" ".join(w.f for w in words))
+        if prev in ("the", "a", "an") and n == 1:  # "the Reno warehouse", "the Crawford novel"
+            if kind and first.z >= 3.5:
+                out.append(Span(start, end, "LOCATION", 0.6, name))
+            elif first.last and not first.first:
+                out.append(Span(start, end, "PERSON", 0.6, name))
+            elif kind:
+                out.append(Span(start, end, "LOCATION", 0.6, name))
+            return
+        strong = prev in _STRONG_PLACE_CUES and not comma
+        possessive = text.startswith(("'s", "’s"), end)
+        # places: the whole segment is a known city or region
         if kind:
             all_names = names == n
-            strong = prev in _STRONG_PLACE_CUES
-            if kind == "country" or strong or (
-                not all_names and prev not in ("at", "for", "by") and (first.z < 4.5 or n > 1)
-            ):
-                if not (n == 1 and first.z >= 4.5 and not strong and kind != "country"):
-                    out.append(Span(start, end, "LOCATION", 0.75 if kind == "country" else 0.65, self.name))
+            if strong or (not all_names and prev not in ("at", "for", "by") and (first.z < 4.5 or n > 1)):
+                if not (n == 1 and first.z >= 4.5 and not strong):
+                    out.append(Span(start, end, "LOCATION", 0.65, name))
                     return
+        # after "in / from / near …", what is not led by a first name is a place ("in TYSTBERGA")
+        if strong and not first.first and not possessive and not any(self._common(w) for w in words):
+            out.append(Span(start, end, "LOCATION", 0.6, name))
+            return
         if n == 1 and (
             self._common(first) or first.f in _STREET_WORDS or (first.text.isupper() and len(first.text) <= 5)
         ):
             if prev in ("at", "joined", "for") and first.text.isupper() and len(first.text) > 1 and not at_start:
-                out.append(Span(start, end, "ORGANIZATION", 0.55, self.name))  # "at BBC"
+                out.append(Span(start, end, "ORGANIZATION", 0.55, name))  # "at BBC"
             return
         if all(w.text.isupper() and len(w.text) > 1 for w in words) and not names:
             return  # acronyms and shouting ("SSN", "CAN I SPEAK")
-        if n == 1 and len(first.text) > 2 and first.text[-2] == "-":
-            pass
         if names == 0 or (n == 1 and not first.first):
             # no first name: brand-shaped words, a hyphenated pair of surnames, or an org context
             if any(self._brandlike(w) for w in words) or (
                 n == 1 and "-" in first.text and all(self._lookup(p)[2] for p in first.text.split("-") if p)
             ):
-                out.append(Span(start, end, "ORGANIZATION", 0.65, self.name))
+                out.append(Span(start, end, "ORGANIZATION", 0.65, name))
                 return
             if prev in _ORG_CUES and not at_start and not (prev in ("with", "by") and names):
                 if not any(self._common(w) for w in words) or n > 1:
-                    out.append(Span(start, end, "ORGANIZATION", 0.6, self.name))
+                    out.append(Span(start, end, "ORGANIZATION", 0.6, name))
                     return
         if names:
             common = [w for w in words if self._common(w) and not (w.first or w.last)]
@@ -472,35 +518,47 @@ class EntityDetector:
                 return  # a product or a title ("Aurora Wireless Earbuds")
             if all(self._common(w) for w in words) and prev not in _PERSON_CUES:
                 return
-            out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, self.name))
+            out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in _PERSON_CUES:
             if n == 1 and first.z == 0 and nxt_char in ",:!?":
-                out.append(Span(start, end, "PERSON", 0.5, self.name))  # "Vittore, can I …"
+                out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …"
             return
         if any(self._common(w) for w in words):
             return
-        if prev in _PLACE_CUES and prev not in ("to", "at"):
-            out.append(Span(start, end, "LOCATION", 0.55, self.name))
+        if text[end : end + 2][:1] == " " and text[end + 1 : end + 2].isdigit():
+            return  # "Nimbus 2", "Pixel 10": a product and its model number
+        if prev in _PLACE_CUES and prev not in ("to", "at") and not comma:
+            out.append(Span(start, end, "LOCATION", 0.55, name))
             return
-        out.append(Span(start, end, "PERSON", 0.55, self.name))
+        out.append(Span(start, end, "PERSON", 0.55, name))
 
 
-def _prev_word(text: str, i: int) -> tuple[str, str]:
-    """The folded word before position ``i`` (quotes and commas skipped) and the character that ends
-    the gap before the run, ``""`` at the start of the text. An abbreviation or an initial before a
-    dot ("Dr. Smith", "J. Smith") is the previous word, not a sentence end."""
+def _lorem_words() -> frozenset[str]:
+    try:
+        from faker.providers.lorem.en_US import Provider
+    except ImportError:  # pragma: no cover - faker is part of the redaction extra
+        return frozenset()
+    return frozenset(Provider.word_list)
+
+
+def _prev_word(text: str, i: int) -> tuple[str, str, bool]:
+    """The folded word before position ``i`` (quotes and a comma skipped), the character that ends
+    the gap before the run (``""`` at the start of the text), and whether a comma was skipped. An
+    abbreviation or an initial before a dot ("Dr. Smith", "J. Smith") is the previous word, not a
+    sentence end."""
     k = i - 1
     while k >= 0 and text[k] in _QUOTES:
         k -= 1
     if k < 0:
-        return "", ""
-    if text[k] == ",":
+        return "", "", False
+    comma = text[k] == ","
+    if comma:
         k -= 1
         while k >= 0 and text[k] in _QUOTES:
             k -= 1
         if k < 0:
-            return "", ""
+            return "", "", True
     dot = text[k] == "."
     if dot:
         k -= 1
@@ -508,11 +566,11 @@ def _prev_word(text: str, i: int) -> tuple[str, str]:
     while j >= 0 and (text[j].isalpha() or text[j] in "'’"):
         j -= 1
     if j == k:
-        return "", text[k + 1] if dot else text[k]
+        return "", text[k + 1] if dot else text[k], comma
     word = text[j + 1 : k + 1].casefold()
     if dot and not (word in _ABBREVIATIONS or (k == j + 1 and text[k].isupper())):
-        return word, "."
-    return word, text[k]
+        return word, ".", comma
+    return word, text[k], comma
 
 
 def _next_word(text: str, i: int) -> tuple[str, str]:
