@@ -86,12 +86,12 @@ _SECTION = ConfigDict(extra="forbid", frozen=True)
 _ORDER = [Classification.PUBLIC, Classification.INTERNAL, Classification.CONFIDENTIAL, Classification.RESTRICTED]
 
 
-_RANK = {**{c: i for i, c in enumerate(_ORDER)}, **{c.value: i for i, c in enumerate(_ORDER)}}
+_RANK: dict[str, int] = {c.value: i for i, c in enumerate(_ORDER)}
 
 
 def classification_rank(c: Classification | str) -> int:
     """0 for public … 3 for restricted."""
-    return _RANK[c]
+    return _RANK[c.value if isinstance(c, Classification) else c]
 
 
 class UnknownTenants(StrEnum):

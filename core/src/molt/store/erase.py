@@ -91,7 +91,7 @@ def _rewrite_round(tbl: Any, where: str, null_columns: Sequence[str] | None) -> 
         else:
             (tbl.merge_insert(key).when_matched_update_all()
              .when_not_matched_by_source_delete(where).execute(_unique(source, key)))
-    return hit.num_rows
+    return int(hit.num_rows)
 
 
 def _matches(tbl: Any, rows: pa.Table, where: str, in_frags: str) -> pa.ChunkedArray:

@@ -238,7 +238,7 @@ class TenantView:
 
     def count(self, table: str = "events", *, where: str | None = None, version: int | None = None) -> int:
         """How many of the tenant's rows ``table`` holds (optionally filtered, at a version)."""
-        return self.scan(table, where=where, columns=["tenant_id"], version=version).num_rows
+        return int(self.scan(table, where=where, columns=["tenant_id"], version=version).num_rows)
 
     def aggregate(self, table: str, aggregations: Sequence[tuple[str, str]], *, by: Sequence[str] = (),
                   where: str | None = None, version: int | None = None) -> pa.Table:
@@ -257,7 +257,7 @@ class TenantView:
     def trajectory_ids(self, where: str | None = None) -> list[str]:
         """The tenant's distinct trajectory ids."""
         got = self.scan("events", where=where, columns=["trajectory_id"])
-        return pc.unique(got.column("trajectory_id")).to_pylist()
+        return [str(t) for t in pc.unique(got.column("trajectory_id")).to_pylist()]
 
     def trajectories(self, *, agent: str | None = None, since: datetime | None = None,
                      until: datetime | None = None, outcome: str | None = None,
