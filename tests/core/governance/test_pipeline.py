@@ -309,3 +309,19 @@ def test_consent_subject_and_classification_flow_into_the_decision(store: Store,
     assert row["subject_id"] == "subj-1" and row["classification"] == "internal"
     assert row["classification_in"] == "public" and row["escalated_by"] == ["floor:internal"]
     rec.close()
+
+
+def test_the_documented_example_policy_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import textwrap
+
+    import molt.governance.policy as policy_module
+
+    doc = policy_module.__doc__ or ""
+    block = doc.split("::\n\n", 1)[1].split("\n\n", 1)[0]
+    path = tmp_path / "example.yaml"
+    path.write_text(textwrap.dedent(block))
+    monkeypatch.setenv("MOLT_PSEUDONYM_KEY", "a-master-secret-of-32-characters!")
+    pol = load_policy_file(path)
+    assert pol.shares("acme", "globex") and pol.shares("globex", "acme")
+    assert pol.for_tenant("globex").redaction_policy.mode == "pseudonym"
+    assert pol.for_tenant("acme").training.tool_excluded("payments.refund")
