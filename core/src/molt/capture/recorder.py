@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -508,6 +509,9 @@ class Recorder:
         if self._closed:
             return self._all_delivered()
         deadline = time.monotonic() + timeout
+        adapt = sys.modules.get("molt.capture.adapt")
+        if adapt is not None:  # adapters queue events on their dispatcher before record(): hand them over
+            adapt.drain_all(timeout=max(0.0, min(2.0, timeout / 2)))
         self.flush(timeout=max(0.0, deadline - time.monotonic()))
         if self.sink is not None:
             self.flush(timeout=max(0.0, deadline - time.monotonic()), deliver=True)
