@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,14 +39,16 @@ class Response:
 
 
 class _Conn:
-    __slots__ = ("reader", "writer")
+    __slots__ = ("loop", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.reader = reader
         self.writer = writer
+        self.loop = asyncio.get_running_loop()
 
     def close(self) -> None:
-        self.writer.close()
+        with contextlib.suppress(RuntimeError):  # its event loop may be gone already
+            self.writer.close()
 
 
 class HTTPPool:
@@ -79,9 +82,11 @@ class HTTPPool:
         return _Conn(reader, writer)
 
     def _take_idle(self) -> _Conn | None:
+        loop = asyncio.get_running_loop()
         while self._idle:
             c = self._idle.pop()
-            if not c.reader.at_eof() and not c.writer.is_closing():
+            # A connection opened on another event loop (a test's earlier asyncio.run) is unusable.
+            if c.loop is loop and not c.reader.at_eof() and not c.writer.is_closing():
                 return c
             c.close()
         return None
@@ -111,7 +116,7 @@ class HTTPPool:
                 conn.writer.write(data)
                 status, headers = await _read_head(conn.reader)
                 return conn, status, headers
-            except (OSError, asyncio.IncompleteReadError, HTTPProtocolError):
+            except (OSError, RuntimeError, asyncio.IncompleteReadError, HTTPProtocolError):
                 conn.close()
                 if not reused:
                     raise
