@@ -130,12 +130,13 @@ async def bench_episodes(store: Store, n: int) -> list[tuple[str, float, str]]:
             ("replay end to end, one LanceDB read per trajectory", n / (load_one_s + replay_s), f"{exact}/{n}")]
 
 
-async def bench_smol(store: Store, n: int) -> list[tuple[str, float, float, str]]:
+async def bench_smol(store: Store, n: int, threads: int | None) -> list[tuple[str, float, float, str]]:
     from molt.backends import LocalBackend
     from molt.backends.model import ensure_policy_model
 
     home = Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models"))
-    backend = LocalBackend(model_path=ensure_policy_model(home))
+    # --threads: torch CPU threads; on a shared, loaded box 1 thread is several times faster than 2.
+    backend = LocalBackend(model_path=ensure_policy_model(home), threads=threads)
     policy = ReplayPolicy(backend)
     await policy.start()
     items = []
@@ -172,6 +173,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=200)
     ap.add_argument("--smol-episodes", type=int, default=4)
     ap.add_argument("--no-smol", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for SmolLM2 (default 1)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "store", auto_compact=False) as store:
         rows = asyncio.run(bench_episodes(store, args.episodes))
@@ -183,8 +185,9 @@ def main() -> None:
             t.add_row(name, f"{eps:,.0f}", ok)
         console.print(t)
         if not args.no_smol:
-            srows = asyncio.run(bench_smol(store, args.smol_episodes))
-            t = Table(title=f"Step replay, SmolLM2-135M local backend, temperature 0, {args.smol_episodes} calls")
+            srows = asyncio.run(bench_smol(store, args.smol_episodes, args.threads))
+            t = Table(title=f"Step replay, SmolLM2-135M local backend ({args.threads} thread), temperature 0, "
+                            f"{args.smol_episodes} calls of 8 new tokens")
             t.add_column("mode")
             t.add_column("model calls/s", justify="right")
             t.add_column("completion tokens/s", justify="right")
@@ -193,7 +196,8 @@ def main() -> None:
                 t.add_row(name, f"{cps:.2f}", f"{tps:.1f}", ok)
             console.print(t)
     console.print(f"[dim]{sys.executable} bench/bench_replay.py --episodes {args.episodes} "
-                  f"--smol-episodes {args.smol_episodes}; os.cpu_count()={os.cpu_count()}[/dim]")
+                  f"--smol-episodes {args.smol_episodes} --threads {args.threads}; os.cpu_count()={os.cpu_count()}, "
+                  f"load average {os.getloadavg()[0]:.1f}[/dim]")
 
 
 if __name__ == "__main__":
