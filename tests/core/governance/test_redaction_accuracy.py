@@ -40,20 +40,37 @@ def scores() -> dict[str, Scores]:
 
 def test_structured_types_recall(scores: dict[str, Scores]) -> None:
     assert scores["all"].micro(STRUCTURED_ENTITIES).recall >= 0.99
-    assert scores["held"].micro(STRUCTURED_ENTITIES).recall >= 0.98
-    for t in ("EMAIL_ADDRESS", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS"):
+    assert scores["held"].micro(STRUCTURED_ENTITIES).recall >= 0.99
+    for t in ("EMAIL_ADDRESS", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS", "PHONE_NUMBER"):
         assert scores["all"].by_type[t].recall >= 0.99, t
-    assert scores["all"].micro(STRUCTURED_ENTITIES).precision >= 0.98
+    assert scores["all"].micro(STRUCTURED_ENTITIES).precision >= 0.99
 
 
 def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
+    # the figures this build reaches (held-out P 0.791 R 0.765, all P 0.864 R 0.819), less a hair
     held = scores["held"].micro(IN_SCOPE)
-    assert held.recall >= 0.72 and held.precision >= 0.70
+    assert held.recall >= 0.76 and held.precision >= 0.78
     full = scores["all"].micro(IN_SCOPE)
-    assert full.recall >= 0.78 and full.precision >= 0.76
+    assert full.recall >= 0.81 and full.precision >= 0.86
 
 
-@pytest.mark.xfail(strict=True, reason="issue 3 target (recall ≥ 0.90, precision ≥ 0.85) not reached yet")
+def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> None:
+    held = scores["held"].by_type
+    floors = {  # (precision, recall) reached on the held-out templates, less a hair
+        "PERSON": (0.80, 0.82),
+        "ADDRESS": (0.70, 0.64),
+        "LOCATION": (0.70, 0.77),
+        "ORGANIZATION": (0.62, 0.39),
+    }
+    for t, (p, r) in floors.items():
+        assert held[t].precision >= p and held[t].recall >= r, (t, held[t].precision, held[t].recall)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 3 target (recall ≥ 0.90, precision ≥ 0.85) not reached on held-out templates: "
+    "P 0.791, R 0.765 (dev templates P 0.908, R 0.852)",
+)
 def test_all_types_issue_target_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].micro(IN_SCOPE)
     assert held.recall >= 0.90 and held.precision >= 0.85

@@ -170,7 +170,7 @@ class AddressFinder:
             numbers += 1
         if numbers and i < n and toks[i].text == ",":  # "41, chemin de Rivière"
             i += 1
-        if i >= n or not toks[i].text[0].isalpha():
+        if i >= n or not (toks[i].text[0].isalpha() or self._name_word(toks[i], lowercase)):
             return -1
         if toks[i].key in _STREET_PREFIXES and i + 1 < n:
             j = i + 1

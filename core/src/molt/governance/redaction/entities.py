@@ -50,6 +50,13 @@ _LETTER = re.compile(r"[^\W\d_]")
 _LOWER_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
 _CAMEL = re.compile(r"[a-z]{2}[A-Z][a-z]")
 
+# lowercase words a group of capitalised words may hold ("Trinidad and Tobago", "Bank of America")
+_JOINERS = frozenset(
+    {"van", "von", "der", "den", "de", "da", "das", "do", "dos", "del", "della", "di", "du", "la", "le", "les",
+     "des", "zu", "ter", "ten", "bin", "ibn", "al", "el", "y", "e", "of", "the", "and", "&", "n'", "nad", "pod",
+     "u", "upon", "on", "sur", "am", "an", "im", "i", "en", "'s"}
+)  # fmt: skip
+_DETERMINERS = frozenset({"the", "a", "an", "this", "that", "these", "those", "our", "your", "my", "their"})
 # lowercase words that may stand inside a name ("Ludwig van Beethoven", "Maria da Silva")
 _NAME_CONN = frozenset(
     {"van", "von", "der", "den", "de", "da", "das", "do", "dos", "del", "della", "di", "du", "la", "le", "les",
@@ -89,6 +96,12 @@ _ORG_AFTER = frozenset(
      "reported", "filed", "ceo", "cto", "spokesperson", "spokesman", "spokeswoman", "board", "branch",
      "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp"}
 )  # fmt: skip
+# words before a run that make it an employer or a venue ("a year at X", "joined X")
+_STRONG_ORG_CUES = frozenset({"at", "joined", "for", "employer", "client", "vendor", "supplier"})
+# "the address / headquarters / CEO of X"
+_OF_ORG = re.compile(
+    r"(?i:address|headquarters|offices?|ceo|cto|cfo|founder|employees|staff|customers|subsidiary|shares)[ ]of[ ]+$"
+)
 # verbs that follow a company as their subject ("Canon invested heavily")
 _ORG_VERBS = frozenset(
     {"invested", "acquired", "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures",
@@ -135,6 +148,9 @@ _NAME_WORDS = frozenset(
     cliff glen heath holly iris jade pearl robin sage storm autumn winter spring royal king earl duke prince
     major price ward law bishop sterling fisher baker cook hope will may bill art guy page summer young""".split()
 )
+# identifiers that name a kind of PII, not a person ("My IBAN is …")
+_KEYWORDS = frozenset({"iban", "ssn", "cvv", "cvc", "pin", "otp", "dob", "api", "url", "id", "ip", "email", "atm"})
+_CONTRACTION = re.compile(r"['’](?:m|re|ve|ll|d|t)$|^I['’]", re.IGNORECASE)
 # never an entity alone: months and weekdays are dates ("in March"), not places or people
 _DATE_WORDS = frozenset(
     {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -177,7 +193,7 @@ class EntityDetector:
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self._name_words = _NAME_WORDS | _lorem_words()
-        self._skip: dict[str, bool] = {}
+        self._skip: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lexicon helpers
 
@@ -265,7 +281,7 @@ class EntityDetector:
                 drop = skip.get(word)
                 if drop is None:
                     drop = skip[word] = self._never_entity(word)
-                if drop:
+                if drop == 1 or (drop == 2 and _next_word(source, e)[0] not in _ORG_VERBS):
                     continue
             if blocked:
                 s, e = _outside(blocked, s, e)
@@ -276,15 +292,19 @@ class EntityDetector:
             self._lowercase_names(text, blocked, out)
         return out
 
-    def _never_entity(self, word: str) -> bool:
-        """A single capitalised word that no rule would take: a letter, or frequent English that is
-        neither a name nor a place ("The", "Please", "Thanks")."""
-        if len(word) == 1 or word.casefold() in _DATE_WORDS:
-            return True
+    def _never_entity(self, word: str) -> int:
+        """Whether a single capitalised word can be skipped without classifying it: 1 when no rule
+        would take it (a letter, a month, frequent English that is neither a name nor a place:
+        "The", "Please"), 2 when only a company verb after it would ("Deloitte invested"), else 0."""
+        low = word.casefold()
+        if len(word) == 1 or low in _DATE_WORDS or low in _KEYWORDS or _CONTRACTION.search(word):
+            return 1
         if word.isupper():
-            return False  # acronyms: "at BBC"
+            return 0  # acronyms: "at BBC"
         f, first, last, z = self._lookup(word)
-        return z >= 3.0 and not (first or last) and not self._place(f) and f not in _ORG_NOUNS
+        if z >= 3.0 and not (first or last) and not self._place(f) and f not in _ORG_NOUNS:
+            return 1 if z >= 4.5 else 2  # 2: unless a company verb follows ("Deloitte invested")
+        return 0
 
     # ------------------------------------------------------------------ lowercase text
 
@@ -296,8 +316,14 @@ class EntityDetector:
         prev = ""
         for m in _LOWER_WORD.finditer(text):
             w = m.group()
+            if text[m.end() : m.end() + 1] in ("'", "’"):
+                prev = w
+                continue  # "don't", "i'll": contractions, not names
             f, first, last, z = self._lookup(w)
             promote = False
+            if f in _KEYWORDS:
+                prev = f
+                continue
             if (first or last) and z < 4.0:
                 promote = True
             elif first and z < 5.2 and f not in self._name_words:  # "michael", "marie" but not "will"
@@ -350,12 +376,12 @@ class EntityDetector:
                 if m is None:
                     continue
                 f, first, last, z = self._lookup(m.group(1))
-                if not (first or last) or z >= 4.5:
+                if not (first or last) or (z >= 4.5 and not (first and z < 6.0 and f not in self._name_words)):
                     continue
                 a, b = m.span(1)
                 if m.group(2) is not None:
                     f2, first2, last2, z2 = self._lookup(m.group(2))
-                    if (last2 or first2) and z2 < 4.0:
+                    if (last2 or first2) and z2 < 5.5:
                         b = m.end(2)
                 if not _overlaps(blocked, a, b) and not any(s.start <= a < s.end for s in out):
                     out.append(Span(a, b, "PERSON", 0.6, self.name))
@@ -370,35 +396,56 @@ class EntityDetector:
             pos = i + len(raw)
             conn = raw[0].islower() or raw == "&"
             word = raw
-            if not conn and len(word) > 2 and word[-2] in "'’" and word[-1] in "sS":
-                word = word[:-2]  # possessive
+            possessive = not conn and len(word) > 2 and word[-2] in "'’" and word[-1] in "sS"
+            if possessive:
+                word = word[:-2]
             f, first, last, z = self._lookup(word.rstrip("."))
             out.append(_W(i, i + len(word), word, f, first, last, z, conn))
+            if possessive:  # "Cynthia Vasala's Cautionary Tales": the name ends at the possessive
+                out.append(_W(i + len(word), i + len(raw), "'s", "'s", False, False, 0.0, True))
         return out
 
     def _run(self, text: str, s: int, e: int, out: list[Span]) -> None:
+        """Split a regex run into tight groups (capitalised words joined only by connectors such as
+        "van", "and", "of"; other lowercase words end a group) and classify each."""
         words = self._words(text, s, e)
-        # an abbreviation dot after the run's last word belongs to it ("Acme Corp.")
+        group: list[_W] = []
+        prev_word = ""
+        for w in words:
+            if w.conn and w.f not in _JOINERS:
+                if group:
+                    self._group(text, group, out)
+                group = []
+                prev_word = w.f
+                continue
+            group.append(w)
+        if group:
+            self._group(text, group, out)
+        del prev_word
+
+    def _group(self, text: str, words: list[_W], out: list[Span]) -> None:
         person_cue = False
         while words and words[0].f in _HONORIFICS:
             person_cue = True
             words = words[1:]
         while words and words[0].conn:
             words = words[1:]
+        while words and words[-1].conn:
+            words = words[:-1]
         if not words:
             return
         prev, prev_char, comma = _prev_word(text, words[0].start)
         if person_cue:
             prev = "mr"
         at_start = prev_char in _SENT_END or prev_char == ""
-        # the whole run, connectors included, may be one known place ("Trinidad and Tobago")
-        whole = " ".join(w.f for w in words)
+        if at_start and len(words) > 1 and words[0].f in _DETERMINERS:  # "The Wolfram Research version"
+            prev, at_start = words[0].f, False
+            words = words[1:]
         if len(words) > 1 and any(w.conn for w in words):
-            kind = self._place(whole) if len(words) <= 6 else ""
-            if kind and not (at_start and words[0].z >= 4.0 and kind != "country"):
-                out.append(Span(words[0].start, words[-1].end, "LOCATION", 0.7, self.name))
+            # known places that hold connectors ("Trinidad and Tobago", "Kostelec nad Orlicí")
+            if self._places_in(text, words, at_start, out):
                 return
-            if any(w.text == "&" for w in words) or (
+            if any(w.text in ("&", "n'") for w in words) or (
                 any(w.f == "of" for w in words) and words[0].f in _ORG_BEFORE_OF
             ):
                 out.append(Span(words[0].start, self._org_end(text, words), "ORGANIZATION", 0.75, self.name))
@@ -411,7 +458,7 @@ class EntityDetector:
                     out.pop()
                 out.append(Span(m.start(1), words[2].end, "ORGANIZATION", 0.75, self.name))
                 return
-        # split at lowercase words that do not belong inside a name
+        # split at connectors that do not belong inside a name ("Mary and John")
         seg: list[_W] = []
         seg_prev, seg_start, seg_comma = prev, at_start, comma
         for w in words:
@@ -423,6 +470,16 @@ class EntityDetector:
             seg.append(w)
         if seg:
             self._classify(text, seg, seg_prev, seg_start, out, seg_comma)
+
+    def _places_in(self, text: str, words: list[_W], at_start: bool, out: list[Span]) -> bool:
+        """Emit the group as one known place when it is one; True when it did."""
+        if len(words) > 6:
+            return False
+        kind = self._place(" ".join(w.f for w in words))
+        if kind and not (at_start and words[0].z >= 4.0 and kind != "country"):
+            out.append(Span(words[0].start, words[-1].end, "LOCATION", 0.7, self.name))
+            return True
+        return False
 
     def _org_end(self, text: str, words: list[_W]) -> int:
         end = words[-1].end
@@ -459,7 +516,7 @@ class EntityDetector:
             out.append(Span(start, end, "LOCATION", 0.75, name))
             return
         # a sentence-initial common word is not part of an entity ("Please", "The"); drop it
-        if at_start and n > 1 and self._common(first) and not first.first:
+        if at_start and n > 1 and ((self._common(first) and not first.first) or first.z >= 6.0):
             self._classify(text, words[1:], first.f, False, out)
             return
         if n == 1 and at_start and self._common(first) and nxt not in _ORG_VERBS:
@@ -468,6 +525,15 @@ class EntityDetector:
             out.append(Span(start, end, "ADDRESS", 0.6, name))  # "Gordon Street", no number
             return
         names = sum(1 for w in words if w.first or w.last)
+        if nxt in _ORG_AFTER and prev == "the" and n > 1:  # "the Oliver Wyman office"
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
+            return
+        if prev in _STRONG_ORG_CUES and n > 1 and names < n and not at_start and not kind:
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "at New Media Parents"
+            return
+        if prev == "of" and _OF_ORG.search(text, max(0, start - 30), start) and not first.first and not kind:
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "the address of SAP"
+            return
         if nxt in _ORG_AFTER and not (names == n and first.first and n > 1):
             if not (n == 1 and self._common(first)) or nxt in _ORG_VERBS:
                 out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))

@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any
 
 import orjson
@@ -81,10 +80,8 @@ class RedactionReport(BaseModel):
 
 class _Walker:
     """Walks a dumped payload in two passes: collect every string leaf (parsing strings that hold
-    JSON), then detect on all of them at once and write the redacted values back in place.
-
-    Detection runs once per event on the leaves joined by blank lines (no detector matches across
-    one), so a tool result with thirty short fields costs one pass, not thirty."""
+    JSON), then detect on all of them at once (:meth:`Redactor.detect_many`) and write the redacted
+    values back in place."""
 
     def __init__(self, redactor: Redactor):
         self.redactor = redactor
@@ -152,32 +149,9 @@ class _Walker:
                 holder[slot] = orjson.dumps(parsed).decode()
 
     def _detect_all(self, texts: list[str]) -> list[list[Span]]:
-        """Spans per text, from one detection pass over the texts joined by blank lines."""
-        if not texts:
-            return []
-        if len(texts) == 1:
-            return [self.redactor.detect(texts[0])]
-        joined = _SEPARATOR.join(texts)
-        bases = []
-        pos = 0
-        for t in texts:
-            bases.append(pos)
-            pos += len(t) + len(_SEPARATOR)
-        out: list[list[Span]] = [[] for _ in texts]
-        for sp in self.redactor.detect(joined):
-            i = bisect_right(bases, sp.start) - 1
-            start = sp.start
-            while i < len(texts) and start < sp.end:  # a span never crosses a blank line; clip if it does
-                base, n = bases[i], len(texts[i])
-                a, b = max(start, base), min(sp.end, base + n)
-                if b > a:
-                    out[i].append(sp._replace(start=a - base, end=b - base))
-                i += 1
-                start = base + n + len(_SEPARATOR)
-        return out
+        return self.redactor.detect_many(texts) if texts else []
 
 
-_SEPARATOR = "\n\n"
 
 
 def redact_event(

@@ -186,7 +186,7 @@ _URL_BARE = re.compile(
     rf"(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+(?:{_BARE_TLDS})(?![\w@-]|\.\w)(?:/[^\s<>\"'`]*)?", re.IGNORECASE
 )
 # a dot and a known TLD: the '.'-led scan that finds bare-domain candidates
-_DOT_TLD = re.compile(rf"\.(?:{_BARE_TLDS})(?![\w@-]|\.\w)", re.IGNORECASE)
+_DOT_TLD = re.compile(rf"\.(?=[A-Za-z][A-Za-z])(?:{_BARE_TLDS})(?![\w@-]|\.\w)", re.IGNORECASE)
 _DOMAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-")
 _TRAILING = ".,;:!?)]}'\""
 

@@ -1,0 +1,120 @@
+"""Names, places, organisations and addresses (the ``entities`` detector), and batched detection."""
+
+from __future__ import annotations
+
+import pytest
+
+from molt.governance.redaction import Redactor, detectors
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def entities():  # type: ignore[no-untyped-def]
+    return detectors.get("entities")()
+
+
+def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    return [(s.entity_type, text[s.start : s.end]) for s in det.detect(text)]
+
+
+@pytest.mark.parametrize(
+    "text, address",
+    [
+        ("Please send it to 221B Baker Street, London. Thanks!", "221B Baker Street, London"),
+        ("Ship to 52 Rua Joaquim de Oliveira Cruz 1615 Suite 498, Curitiba 80010 today", None),
+        ("I live at Hochstrasse 96 now", "Hochstrasse 96"),
+        ("Meet me at the corner of Koepoortwal 115 and Hansen Street", "Koepoortwal 115 and Hansen Street"),
+        ("The address is PSC 1083, Box 3672\nAPO AP 10176", "PSC 1083, Box 3672\nAPO AP 10176"),
+        ("send a new one to USNS Vestergaard\nFPO AA 08331? I am away", "USNS Vestergaard\nFPO AA 08331"),
+        ("i'd like it sent to the corner of hochstrasse 63 and henriksen street", "hochstrasse 63 and henriksen street"),
+        ("Kreuselgasse 46-20, 72159 Burglengenfeld", None),
+    ],
+)
+def test_inline_addresses_are_one_span(entities, text: str, address: str | None) -> None:  # type: ignore[no-untyped-def]
+    spans = [v for t, v in found(entities, text) if t == "ADDRESS"]
+    assert len(spans) == 1, spans
+    if address is not None:
+        assert spans[0] == address
+    else:
+        assert spans[0][0].isalnum() and "," not in spans[0][-1:]
+
+
+def test_address_block_is_returned_part_by_part(entities) -> None:  # type: ignore[no-untyped-def]
+    text = "Jeffrey Napolitano\n\n91 Vila Miguel Tavares 1160\n Suite 616\n Fortaleza\n Togo 95522"
+    spans = found(entities, text)
+    assert ("PERSON", "Jeffrey Napolitano") in spans
+    assert ("ADDRESS", "Suite 616") in spans and ("ADDRESS", "95522") in spans
+    assert ("LOCATION", "Fortaleza") in spans and ("LOCATION", "Togo") in spans
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Refunds go back within 30 days of delivery. The 3 way merge is done.",
+        "The Nimbus 2 Backpack ships in 2 days.",
+        "call 032 696 10 69 now",
+        "Order NW-258176 shipped on 2025-11-02 with DHL.",
+    ],
+)
+def test_quantities_products_and_numbers_are_not_addresses(entities, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert [v for t, v in found(entities, text) if t == "ADDRESS"] == []
+
+
+@pytest.mark.parametrize(
+    "text, entity, value",
+    [
+        ("Yesterday Christine Sørensen flew from Reykjavík to Latvia.", "PERSON", "Christine Sørensen"),
+        ("Algeria was super fun to visit!", "LOCATION", "Algeria"),
+        ("She moved here from Trinidad and Tobago last year", "LOCATION", "Trinidad and Tobago"),
+        ("I am in TYSTBERGA for a business trip", "LOCATION", "TYSTBERGA"),
+        ("It went out from the Reno warehouse", "LOCATION", "Reno"),
+        ("The Wolfram Research version sold well", "ORGANIZATION", "Wolfram Research"),
+        ("The Jones, Mitchell and Williams office is downtown", "ORGANIZATION", "Jones, Mitchell and Williams"),
+        ("During the 1990s, Deloitte invested heavily in chips.", "ORGANIZATION", "Deloitte"),
+        ("Maha spent a year at New Media Parents as an assistant", "ORGANIZATION", "New Media Parents"),
+        ("She joined Healthmap in 2019.", "ORGANIZATION", "Healthmap"),
+        ("the verses from Cynthia Vasala's Cautionary Tales", "PERSON", "Cynthia Vasala"),
+        ("Please correct it to Dr. Christopher Schmitt", "PERSON", "Christopher Schmitt"),
+    ],
+)
+def test_context_rules(entities, text: str, entity: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    assert (entity, value) in found(entities, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Please run the tests and fix the build.",
+        "Hi team, I'm back. My IBAN is on file.",
+        "One earlier replacement in March for the same product.",
+        "The Aurora Wireless Earbuds and the Juniper Yoga Mat are in stock.",
+    ],
+)
+def test_no_entity_in_ordinary_text(entities, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert [s for s in found(entities, text) if s[0] in ("PERSON", "LOCATION")] == []
+
+
+def test_lowercase_text(entities) -> None:  # type: ignore[no-untyped-def]
+    assert ("PERSON", "marie") in found(entities, "my name is marie")
+    assert ("PERSON", "cindy thygesen") in found(entities, "the cindy thygesen version was recorded")
+    assert ("LOCATION", "Kraków") not in found(entities, "i don't like this tone")
+    cased = found(entities, "Hi, my name is john smith and I need help.")
+    assert ("PERSON", "john smith") in cased
+
+
+def test_detect_many_matches_detect_and_memoises_by_digest() -> None:
+    texts = ["Mail ana@example.org", "shipped", "Ana Lima, card 4111 1111 1111 1111", "", "no pii here"]
+    r = Redactor()
+    assert r.detect_many(texts) == [r.detect(t) for t in texts]
+    assert r._cache and all(isinstance(k, bytes) and len(k) == 16 for k in r._cache)  # digests, never text
+    assert r.detect_many(texts) == [r.detect(t) for t in texts]  # from the memo
+    off = Redactor(cache_size=0)
+    assert off.detect_many(texts) == [r.detect(t) for t in texts] and not off._cache
+
+
+def test_structured_detectors_in_digit_windows() -> None:
+    text = "Tanzania 53144\n06-10446904-Office\\,001-748-088-2851x818-Fax, IBAN GB82 WEST 1234 5698 7654 32 ok"
+    spans = [(s.entity_type, text[s.start : s.end]) for s in Redactor().detect(text)]
+    assert ("PHONE_NUMBER", "06-10446904") in spans and ("PHONE_NUMBER", "001-748-088-2851x818") in spans
+    assert ("IBAN_CODE", "GB82 WEST 1234 5698 7654 32") in spans
