@@ -131,3 +131,25 @@ def test_doctor_and_molt_home_isolation(molt_home: Path, filled: list[str], tmp_
 
 def test_smoke_command(molt_home: Path) -> None:
     assert "OK" in molt("smoke", home=molt_home).stdout
+
+
+def test_reads_are_tenant_scoped_once_keys_exist(molt_home: Path, filled: list[str], tmp_path: Path) -> None:
+    (molt_home / "keys.toml").write_text(
+        '[[keys]]\nkey = "k-acme"\ntenant = "acme"\nrole = "reader"\n'
+        '[[keys]]\nkey = "k-globex"\ntenant = "globex"\nrole = "admin"\n')
+    proc = molt("trajectories", "ls", home=molt_home, check=False)
+    assert proc.returncode == 2 and "--api-key" in proc.stderr  # no anonymous reads any more
+    acme = molt("trajectories", "ls", "--json", "--api-key", "k-acme", home=molt_home).stdout.splitlines()
+    assert {json.loads(x)["trajectory_id"] for x in acme} == set(filled[:2])
+    proc = molt("trajectories", "show", filled[2], "--api-key", "k-acme", home=molt_home, check=False)
+    assert proc.returncode == 2 and "No trajectory" in proc.stderr  # globex's, invisible to acme
+    proc = molt("trajectories", "export", str(tmp_path / "a.parquet"), "--api-key", "k-acme", home=molt_home,
+                check=False)
+    assert proc.returncode == 2 and "may not export" in proc.stderr  # readers cannot export
+    molt("trajectories", "export", str(tmp_path / "g.parquet"), "--api-key", "k-globex", home=molt_home)
+    assert set(pq.read_table(tmp_path / "g.parquet").column("tenant_id").to_pylist()) == {"globex"}
+    proc = molt("reward", filled[0], "-v", "1", "--api-key", "k-globex", home=molt_home, check=False)
+    assert proc.returncode == 2 and "No trajectory" in proc.stderr  # cannot reward another tenant's run
+    proc = molt("trajectories", "ls", "--api-key", "nope", home=molt_home, check=False)
+    assert proc.returncode == 2 and "not known" in proc.stderr
+    assert "3 of 3" in molt("verify", "--operator", home=molt_home).stdout

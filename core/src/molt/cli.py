@@ -34,6 +34,9 @@ console = Console()
 err_console = Console(stderr=True)
 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
+KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
+                                            help="A tenant API key (or $MOLT_API_KEY): scopes every read to it.")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Read as the platform operator (all tenants).")]
 
 
 def molt_home() -> Path:
@@ -47,6 +50,33 @@ def open_store(uri: str | None = None, **kwargs: Any) -> Any:
 
     kwargs.setdefault("auto_compact", False)
     return Store.open(uri or molt_home() / "store", storage_options=_storage_options(), **kwargs)
+
+
+def _keys_file() -> Path:
+    return Path(os.environ.get("MOLT_KEYS") or molt_home() / "keys.toml")
+
+
+def open_reader(store_uri: str | None, api_key: str | None, operator: bool, action: str = "read") -> Any:
+    """What a read command reads through: the tenant-scoped view of the key's tenant, or the whole
+    store for the operator.
+
+    With a key file in place (``$MOLT_KEYS`` or ``$MOLT_HOME/keys.toml``) a key or ``--operator`` is
+    required; a local install that has no key file yet is its own operator.
+    """
+    from molt.errors import AuthenticationError
+    from molt.governance.access import KeyRing
+    from molt.store.scoped import TenantView
+
+    if operator and api_key:
+        raise MoltError("Give either --operator or an API key, not both.")
+    store = open_store(store_uri)
+    if api_key:
+        principal = KeyRing.from_file(_keys_file()).authenticate(api_key).require(action)
+        return TenantView(store, principal)
+    if operator or not _keys_file().exists():
+        return store
+    raise AuthenticationError(f"Tenants are configured ({_keys_file()}): give --api-key (or $MOLT_API_KEY), "
+                              f"or --operator to read every tenant.")
 
 
 def _storage_options() -> dict[str, str] | None:
@@ -94,11 +124,19 @@ def trajectories_ls(
     outcome: Annotated[str | None, typer.Option(help="success, failure, error or unrewarded.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """List trajectories, newest first."""
-    s = open_store(store)
-    rows = s.trajectories(tenant=tenant, agent=agent, since=_utc(since), until=_utc(until),
-                          outcome=outcome, limit=limit)
+    s = open_reader(store, api_key, operator)
+    kw: dict[str, Any] = {"agent": agent, "since": _utc(since), "until": _utc(until), "outcome": outcome,
+                          "limit": limit}
+    if tenant is not None:
+        if getattr(s, "tenant_id", tenant) != tenant:
+            raise MoltError(f"This key reads tenant {s.tenant_id!r}, not {tenant!r}.")
+        if not hasattr(s, "tenant_id"):
+            kw["tenant"] = tenant
+    rows = s.trajectories(**kw)
     if as_json:
         for r in rows:
             sys.stdout.write(r.model_dump_json() + "\n")
@@ -115,9 +153,11 @@ def trajectories_show(
     trajectory_id: str,
     store: StoreOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="The trajectory as JSON.")] = False,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """Show a trajectory: events in causal order, rewards joined."""
-    s = open_store(store)
+    s = open_reader(store, api_key, operator)
     traj = s.trajectory(trajectory_id)
     if as_json:
         sys.stdout.write(traj.model_dump_json(indent=2) + "\n")
@@ -136,7 +176,9 @@ def trajectories_show(
 def trajectories_export(
     output: Annotated[Path, typer.Argument(help="Parquet file to write.")],
     store: StoreOpt = None,
-    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant (operator).")] = None,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """Export events (sealed records included) to Parquet."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -145,9 +187,12 @@ def trajectories_export(
 
     if output.exists() and output.is_dir():
         raise MoltError(f"{output} is a directory; give a file path for the Parquet export.")
-    s = open_store(store)
-    where = f"tenant_id = {sql_str(tenant)}" if tenant else None
-    total = s.count("events", where)
+    s = open_reader(store, api_key, operator, action="export")
+    scoped = hasattr(s, "tenant_id")
+    if tenant and scoped and tenant != s.tenant_id:
+        raise MoltError(f"This key exports tenant {s.tenant_id!r}, not {tenant!r}.")
+    where = f"tenant_id = {sql_str(tenant)}" if tenant and not scoped else None
+    total = s.count("events", where=where) if scoped else s.count("events", where)
     with Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), console=err_console,
                   transient=True) as progress:
         task = progress.add_task("export", total=total)
@@ -167,6 +212,8 @@ def reward(
     reason: Annotated[str | None, typer.Option(help="Why.")] = None,
     dimension: Annotated[list[str] | None, typer.Option("--dim", help="Named dimension NAME=VALUE.")] = None,
     store: StoreOpt = None,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """Append a late reward to a trajectory or one of its events (never rewrites the event)."""
     from molt.atdp.validate import parse_reward
@@ -178,10 +225,12 @@ def reward(
             raise MoltError(f"--dim takes NAME=VALUE, got {d!r}.")
         dims[name] = float(val)
     s = open_store(store)
-    tenant = None
-    summaries = [x for x in s.trajectories(limit=None) if x.trajectory_id == trajectory_id]
-    if summaries:
-        tenant = summaries[0].tenant_id
+    tenant = s.trajectory_tenant(trajectory_id)
+    reader = open_reader(store, api_key, operator, action="write")
+    if hasattr(reader, "tenant_id") and reader.tenant_id != tenant:
+        from molt.errors import NotFound
+
+        raise NotFound(f"No trajectory {trajectory_id} for tenant {reader.tenant_id!r}.")
     ann = parse_reward({"trajectory_id": trajectory_id, "event_id": event, "value": value,
                         "source": source, "reason": reason, "dimensions": dims or None,
                         "tenant_id": tenant})
@@ -193,11 +242,13 @@ def reward(
 def verify(
     trajectory_id: Annotated[str | None, typer.Argument(help="One trajectory (default: all).")] = None,
     store: StoreOpt = None,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """Verify hash chains; exits 1 if any trajectory fails."""
     from rich.progress import Progress
 
-    s = open_store(store)
+    s = open_reader(store, api_key, operator)
     ids = [trajectory_id] if trajectory_id else s.trajectory_ids()
     bad = 0
     with Progress(console=err_console, transient=True) as progress:

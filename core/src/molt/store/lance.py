@@ -210,6 +210,12 @@ class Store:
                     heads[tid] = (seq, chain[130:])
         return heads
 
+    def trajectory_tenant(self, trajectory_id: str) -> str | None:
+        """The tenant a trajectory belongs to (``None`` if unknown or untenanted)."""
+        got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", ["tenant_id"])
+        tenants = {t for t in got.column("tenant_id").to_pylist() if t is not None}
+        return next(iter(tenants)) if len(tenants) == 1 else None
+
     def _has_trajectory(self, trajectory_id: str) -> bool:
         return self.table("events").count_rows(f"trajectory_id = {sql_str(trajectory_id)}") > 0
 
