@@ -53,3 +53,6 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(cfg).save_pretrained(str(out))
     return out
+
+
+from ..core.backends.conftest import policy_model_dir  # noqa: E402,F401  (the converted SmolLM2, shared)

@@ -1,11 +1,114 @@
-"""`molt-trainer` command (skeleton until the trainer issue lands)."""
+"""``molt-trainer`` command: the online RL service.
+
+::
+
+    molt-trainer serve --gateway http://127.0.0.1:8000 --admin-key sk-admin --model smollm2-135m-instruct \\
+        --governance governance.yaml --tenant acme [--latency-slo-ms 2000] [--min-samples 16]
+    molt-trainer algos          # the registered advantage estimators and policy losses (verl names)
+    molt-trainer ray-config     # the verl main_ppo overrides for the Ray scale-out path
+
+``serve`` reads eligible trajectories through the governance training queue (``--governance`` +
+``--tenant``; ``--ungoverned`` reads the store directly, for development), trains when enough fresh
+samples are there and serving latency is within its SLO, and publishes each adapter through the
+gateway's admin API as a canary. Metrics go to ``--metrics-file`` (Prometheus text) after each tick.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import signal
 import sys
+import threading
+from pathlib import Path
 
 
-def main() -> None:
-    """Entry point: explain that the service is not built yet, and exit non-zero."""
-    print("molt-trainer: the online RL service is not built yet (see the trainer issue).", file=sys.stderr)
-    raise SystemExit(2)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="molt-trainer", description="Molt online RL trainer (verl algorithms, peft LoRA).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run the online trainer service")
+    s.add_argument("--store", default=None, help="store URI (default $MOLT_HOME/store)")
+    s.add_argument("--gateway", required=True, help="gateway base URL (admin API and /metrics)")
+    s.add_argument("--admin-key", default=None, help="gateway admin key (publishing adapters)")
+    s.add_argument("--model", required=True, help="public model name the adapters are versions of")
+    s.add_argument("--base-version", default=None, help="the version serving now (default <model>@base)")
+    s.add_argument("--model-path", default=None, help="HF model directory (default: the SmolLM2 policy)")
+    s.add_argument("--governance", default=None, help="governance policy file (the training queue)")
+    s.add_argument("--tenant", default=None, help="the trainer's tenant (with --governance)")
+    s.add_argument("--ungoverned", action="store_true", help="read the store directly (development only)")
+    s.add_argument("--out", default="adapters", help="where adapter directories are written")
+    s.add_argument("--advantage", default="grpo", help="verl advantage estimator (grpo, rloo, reinforce_plus_plus)")
+    s.add_argument("--policy-loss", default="vanilla", help="verl policy loss (vanilla, bypass_mode)")
+    s.add_argument("--kl-coef", type=float, default=0.0)
+    s.add_argument("--lr", type=float, default=2e-4)
+    s.add_argument("--rank", type=int, default=8)
+    s.add_argument("--min-samples", type=int, default=16)
+    s.add_argument("--max-batch", type=int, default=64)
+    s.add_argument("--canary-weight", type=float, default=0.1)
+    s.add_argument("--latency-slo-ms", type=float, default=None)
+    s.add_argument("--metrics-file", default=None)
+    s.add_argument("--max-steps", type=int, default=None)
+    sub.add_parser("algos", help="list the registered algorithms")
+    r = sub.add_parser("ray-config", help="print the verl main_ppo overrides for the Ray path")
+    r.add_argument("--data", default="data.parquet")
+    r.add_argument("--model-path", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    r.add_argument("--gpus", type=int, default=1)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.cmd == "algos":
+        from molt_trainer.algos import ADVANTAGES, POLICY_LOSSES
+
+        print("advantage estimators:", ", ".join(ADVANTAGES.names()))
+        print("policy losses:", ", ".join(POLICY_LOSSES.names()))
+        return
+    if args.cmd == "ray-config":
+        from molt_trainer.ray.config import main_ppo_overrides
+
+        print(" \\\n  ".join(["python -m verl.trainer.main_ppo",
+                              *main_ppo_overrides(args.data, args.model_path, n_gpus=args.gpus)]))
+        return
+    _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from molt.store import Store
+    from molt_trainer.algos import AlgoSettings
+    from molt_trainer.policy import LoraSettings, Policy
+    from molt_trainer.publish import GatewayTarget, Publisher
+    from molt_trainer.service import GatewayLatencyProbe, GovernedSource, OnlineTrainer, StoreSource, TrainerSettings
+
+    store = Store.open(args.store)
+    if args.ungoverned:
+        source: GovernedSource | StoreSource = StoreSource(store, tenant=args.tenant)
+    else:
+        if not (args.governance and args.tenant):
+            sys.exit("molt-trainer serve: give --governance POLICY --tenant TENANT (the training queue), or "
+                     "--ungoverned to read the store directly in development.")
+        from molt.governance import Principal, Role, TrainingQueue, load_policy_file
+
+        queue = TrainingQueue(store, load_policy_file(args.governance), Principal(args.tenant, Role.TRAINER))
+        source = GovernedSource(queue)
+    settings = TrainerSettings(algo=AlgoSettings(advantage=args.advantage, policy_loss=args.policy_loss,
+                                                 kl_coef=args.kl_coef),
+                               lora=LoraSettings(rank=args.rank, lr=args.lr), min_samples=args.min_samples,
+                               max_batch=args.max_batch, latency_slo_ms=args.latency_slo_ms)
+    base = args.base_version or f"{args.model}@base"
+    publisher = Publisher(model=args.model, out_dir=Path(args.out), store=store, tenant_id=args.tenant,
+                          targets=[GatewayTarget(args.gateway, args.admin_key, args.model, weight=args.canary_weight)])
+    trainer = OnlineTrainer(Policy.load(settings.lora, args.model_path), publisher, source, settings,
+                            base_version=base, latency_probe=GatewayLatencyProbe(args.gateway, args.admin_key))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    while not stop.is_set():
+        trainer.run(stop, max_steps=(trainer.step + 1) if args.max_steps is None else args.max_steps)
+        if args.metrics_file:
+            Path(args.metrics_file).write_text(trainer.render_metrics())
+        if args.max_steps is not None and trainer.step >= args.max_steps:
+            break
+    store.close()

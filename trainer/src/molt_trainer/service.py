@@ -1,0 +1,306 @@
+"""The online trainer service: read eligible trajectories as a stream, decide when to train, train,
+publish — sharing the machine with serving.
+
+Each :meth:`OnlineTrainer.tick`:
+
+1. reads trajectories active since the watermark (minus ``lateness_s``, so late rewards are joined)
+   from the :class:`Source` — by default the governance training queue, i.e. only eligible,
+   redacted trajectories; trajectories already trained on are skipped, unrewarded ones wait up to
+   ``reward_timeout_s`` for a late reward;
+2. builds samples (:mod:`molt_trainer.data`) and adds them to the pending pool;
+3. trains only when the pool holds ``min_samples`` fresh samples **and** serving is within its
+   latency SLO: when the serving p99 (from ``latency_probe``, e.g. the gateway's ``/metrics``) is over
+   ``latency_slo_ms`` the step is deferred (paused) and the service sleeps ``throttle_s``;
+4. takes one step (:func:`molt_trainer.step.train_step`) on up to ``max_batch`` samples, publishes
+   the adapter (:class:`molt_trainer.publish.Publisher`) and advances the staleness clock.
+
+:meth:`OnlineTrainer.metrics` reports training, data, publishing and scheduling counters (Prometheus
+text with :meth:`OnlineTrainer.render_metrics`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from molt.store.query import Trajectory
+from molt_trainer.algos import AlgoSettings
+from molt_trainer.data import DataStats, RunningMean, Sample, Staleness, assign_groups, build_samples, collate
+from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.publish import Publisher
+from molt_trainer.step import train_step
+
+__all__ = ["GatewayLatencyProbe", "GovernedSource", "OnlineTrainer", "Source", "StoreSource", "TrainerSettings"]
+
+log = logging.getLogger("molt.trainer")
+
+
+class TrainerSettings(BaseModel):
+    """What the service trains and when.
+
+    - ``algo`` / ``lora``: :class:`~molt_trainer.algos.AlgoSettings`, :class:`~molt_trainer.policy.LoraSettings`.
+    - ``min_samples``: fresh samples needed before a step (default 16; ≥ 1). ``max_batch``: samples per
+      step at most (default 64), oldest first.
+    - ``gamma``: per-turn discount of a final reward (default 1.0). ``group_by``: ``prompt`` | ``task``.
+    - ``max_lag`` / ``staleness``: versions a sample may lag (default 2) and what to do past it
+      (``drop`` | ``is``). ``max_tokens``: longer samples are skipped (default 2,048).
+    - ``lateness_s``: how far before the watermark to re-read for late rewards (default 300 s);
+      ``reward_timeout_s``: how long an unrewarded trajectory waits (default 3,600 s).
+    - ``latency_slo_ms``: serving p99 above which training pauses (default ``None``: never);
+      ``throttle_s``: sleep while paused (default 5 s). ``poll_s``: idle poll interval (default 2 s).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    algo: AlgoSettings = AlgoSettings()
+    lora: LoraSettings = LoraSettings()
+    min_samples: int = Field(default=16, ge=1)
+    max_batch: int = Field(default=64, ge=1)
+    gamma: float = Field(default=1.0, gt=0.0, le=1.0)
+    group_by: Literal["prompt", "task"] = "prompt"
+    max_lag: int = Field(default=2, ge=0)
+    staleness: Literal["drop", "is"] = "drop"
+    max_tokens: int = Field(default=2048, ge=2)
+    lateness_s: float = Field(default=300.0, ge=0.0)
+    reward_timeout_s: float = Field(default=3600.0, ge=0.0)
+    latency_slo_ms: float | None = Field(default=None, gt=0.0)
+    throttle_s: float = Field(default=5.0, ge=0.0)
+    poll_s: float = Field(default=2.0, gt=0.0)
+
+
+class Source(Protocol):
+    """Where trajectories come from: those active since ``since`` (``None``: all)."""
+
+    def read(self, since: datetime | None) -> list[Trajectory]:
+        """Trajectories with events at or after ``since``, late rewards joined."""
+
+
+class GovernedSource:
+    """The governance training queue: eligible, redacted trajectories only (the default read path)."""
+
+    def __init__(self, queue: Any):
+        self.queue = queue
+
+    def read(self, since: datetime | None) -> list[Trajectory]:
+        return list(self.queue.eligible_trajectories(since=since))
+
+
+class StoreSource:
+    """Trajectories straight from a store, filtered by ``eligible`` (default: all).
+
+    For development and tests without a governance policy; production uses :class:`GovernedSource`.
+    """
+
+    def __init__(self, store: Any, eligible: Callable[[Trajectory], bool] | None = None, *, tenant: str | None = None):
+        self.store = store
+        self.eligible = eligible or (lambda t: True)
+        self.tenant = tenant
+
+    def read(self, since: datetime | None) -> list[Trajectory]:
+        from molt.store.query import sql_str
+
+        clauses = []
+        if since is not None:
+            clauses.append(f"ts >= timestamp '{since.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'")
+        if self.tenant is not None:
+            clauses.append(f"tenant_id = {sql_str(self.tenant)}")
+        where = " AND ".join(clauses) or None
+        out = []
+        for tid in self.store.trajectory_ids(where):
+            t = self.store.trajectory(tid)
+            if self.eligible(t):
+                out.append(t)
+        out.sort(key=lambda t: t.events[0].timestamp if t.events else datetime.min.replace(tzinfo=UTC))
+        return out
+
+
+class GatewayLatencyProbe:
+    """Serving p99 latency (ms) since the previous call, from the gateway's Prometheus ``/metrics``
+    (``molt_gateway_request_duration_seconds`` buckets, differenced between scrapes)."""
+
+    _LINE = re.compile(r'^molt_gateway_request_duration_seconds_bucket\{endpoint="([^"]*)",le="([^"]+)"\} (\d+)')
+
+    def __init__(self, url: str, key: str | None = None, endpoint: str = "/v1/chat/completions"):
+        self.url = url.rstrip("/") + "/metrics"
+        self.headers = {"authorization": f"Bearer {key}"} if key else {}
+        self.endpoint = endpoint
+        self._prev: dict[float, int] = {}
+
+    def __call__(self) -> float | None:
+        try:
+            text = httpx.get(self.url, headers=self.headers, timeout=5.0).text
+        except httpx.HTTPError:
+            return None
+        now: dict[float, int] = {}
+        for line in text.splitlines():
+            m = self._LINE.match(line)
+            if m and m.group(1) == self.endpoint:
+                now[float("inf") if m.group(2) == "+Inf" else float(m.group(2))] = int(m.group(3))
+        delta = {le: c - self._prev.get(le, 0) for le, c in now.items()}
+        self._prev = now
+        total = max(delta.values(), default=0)
+        if total <= 0:
+            return None
+        for le in sorted(delta):
+            if delta[le] >= 0.99 * total:
+                return le * 1000.0
+        return None
+
+
+class OnlineTrainer:
+    """The online RL loop over a :class:`Source`, a :class:`Policy` and a :class:`Publisher`."""
+
+    def __init__(self, policy: Policy, publisher: Publisher, source: Source, settings: TrainerSettings | None = None,
+                 *, base_version: str | None = None, latency_probe: Callable[[], float | None] | None = None):
+        self.policy = policy
+        self.publisher = publisher
+        self.source = source
+        self.settings = settings or TrainerSettings()
+        s = self.settings
+        self.staleness = Staleness(versions={base_version: 0} if base_version else {}, max_lag=s.max_lag,
+                                   mode=s.staleness)
+        self.latency_probe = latency_probe
+        self.baseline = RunningMean()
+        self.watermark: datetime | None = None
+        self.pending: list[Sample] = []
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.data_stats = DataStats()
+        self.counters: Counter[str] = Counter()
+        self.history: list[dict[str, float]] = []
+        self.last_p99_ms: float | None = None
+        self.step = 0
+
+    # ------------------------------------------------------------------ reading
+
+    def poll(self) -> int:
+        """Read new trajectories into the pending pool; returns the samples added."""
+        since = None if self.watermark is None else self.watermark - timedelta(seconds=self.settings.lateness_s)
+        now = datetime.now(UTC)
+        fresh: list[Trajectory] = []
+        for t in self.source.read(since):
+            if t.trajectory_id in self._seen or not t.events:
+                continue
+            rewarded = t.rewards or any(e.reward is not None for e in t.events)
+            last = max(e.timestamp for e in t.events)
+            if not rewarded and (now - last).total_seconds() < self.settings.reward_timeout_s:
+                continue  # wait for a late reward
+            fresh.append(t)
+        samples, _ = build_samples(fresh, gamma=self.settings.gamma, group_by=self.settings.group_by,
+                                   staleness=self.staleness, max_tokens=self.settings.max_tokens,
+                                   stats=self.data_stats)
+        for t in fresh:
+            self._seen[t.trajectory_id] = None
+            last = max(e.timestamp for e in t.events)
+            self.watermark = last if self.watermark is None else max(self.watermark, last)
+        while len(self._seen) > 1_000_000:
+            self._seen.popitem(last=False)
+        self.pending.extend(samples)
+        return len(samples)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def serving_ok(self) -> bool:
+        """Whether serving latency is within the SLO (no SLO or no reading: yes)."""
+        if self.latency_probe is None or self.settings.latency_slo_ms is None:
+            return True
+        p99 = self.latency_probe()
+        if p99 is not None:
+            self.last_p99_ms = p99
+        return p99 is None or p99 <= self.settings.latency_slo_ms
+
+    def ready(self) -> bool:
+        """Enough fresh samples for a step."""
+        return len(self.pending) >= self.settings.min_samples
+
+    # ------------------------------------------------------------------ one step
+
+    def train(self) -> dict[str, float] | None:
+        """One step on the pending samples and publish; ``None`` when nothing was trainable."""
+        s = self.settings
+        take, self.pending = self.pending[: s.max_batch], self.pending[s.max_batch:]
+        kept, index, rewards = assign_groups(take, self.baseline, self.data_stats)
+        if not kept:
+            self.counters["empty_batches"] += 1
+            log.info("trainer: no trainable sample in a batch of %d (groups of one without a baseline)", len(take))
+            return None
+        batch = collate(kept, rewards, index, pad_id=self.policy.pad_id)
+        metrics = train_step(self.policy, batch, s.algo)
+        self.step += 1
+        wm = {"watermark": self.watermark.isoformat() if self.watermark else None,
+              "trajectories": sorted({x.trajectory_id for x in kept})[:1000], "samples": len(kept)}
+        result = self.publisher.publish(self.policy, step=self.step, watermark=wm, metrics=metrics,
+                                        config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump()})
+        if result.live or not self.publisher.targets:
+            self.staleness.advance(result.version)
+        metrics.update({"step": float(self.step), "publish/serve_s": result.serve_s, "publish/save_s": result.save_s,
+                        "publish/ok": float(result.ok), "reward/mean": float(sum(x.reward for x in kept) / len(kept))})
+        self.history.append(metrics)
+        self.counters["steps"] += 1
+        log.info("trainer: step %d on %d samples (%d tokens, %.0f tok/s), published %s live on %s in %.2fs",
+                 self.step, len(kept), batch.num_tokens, metrics["perf/tokens_per_s"], result.version,
+                 ",".join(result.live) or "nothing", result.serve_s)
+        return metrics
+
+    def tick(self) -> dict[str, float] | None:
+        """Poll, then train if ready and serving allows; returns the step's metrics if one ran."""
+        self.poll()
+        if not self.ready():
+            return None
+        if not self.serving_ok():
+            self.counters["paused_for_slo"] += 1
+            log.info("trainer: %d samples ready but serving p99 %.0f ms is over the %.0f ms SLO; pausing",
+                     len(self.pending), self.last_p99_ms or -1, self.settings.latency_slo_ms or -1)
+            return None
+        return self.train()
+
+    def run(self, stop: threading.Event, max_steps: int | None = None) -> None:
+        """Tick until ``stop`` is set (or ``max_steps`` steps ran), sleeping when idle or paused."""
+        while not stop.is_set():
+            before = self.counters["paused_for_slo"]
+            m = self.tick()
+            if max_steps is not None and self.step >= max_steps:
+                return
+            if m is None:
+                paused = self.counters["paused_for_slo"] > before
+                stop.wait(self.settings.throttle_s if paused else self.settings.poll_s)
+
+    # ------------------------------------------------------------------ metrics
+
+    def metrics(self) -> dict[str, float]:
+        """Counters and the last step's metrics, flat."""
+        out: dict[str, float] = {"trainer/steps": float(self.step), "trainer/pending_samples": float(len(self.pending))}
+        out.update({f"trainer/{k}": float(v) for k, v in self.counters.items()})
+        out.update({f"trainer/{k}": float(v) for k, v in self.publisher.counters.items()})
+        out.update(self.data_stats.as_metrics())
+        if self.last_p99_ms is not None:
+            out["serving/p99_ms"] = self.last_p99_ms
+        if self.history:
+            out.update({f"last/{k}": v for k, v in self.history[-1].items()})
+        return out
+
+    def render_metrics(self) -> str:
+        """The metrics in Prometheus text format (``molt_trainer_*`` gauges)."""
+        lines = []
+        for k, v in sorted(self.metrics().items()):
+            name = "molt_trainer_" + re.sub(r"[^a-zA-Z0-9_]", "_", k)
+            lines.append(f"{name} {v}")
+        return "\n".join(lines) + "\n"
+
+
+def default_policy(settings: TrainerSettings, model_path: str | None = None) -> Policy:
+    """The LoRA policy for ``settings`` on ``model_path`` (default: the SmolLM2 policy)."""
+    return Policy.load(settings.lora, model_path)
+
+
+def samples_summary(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Counts of a list of samples (for logs)."""
+    return {"samples": len(samples), "groups": len({s.group for s in samples})}
