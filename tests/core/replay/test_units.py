@@ -160,3 +160,15 @@ def test_readme_quickstart_runs(store: Any) -> None:
     ns: dict[str, Any] = {"store": store, "ids": ids}
     exec(compile(code, str(readme), "exec"), ns)
     assert ns["ev"].scored == 2 and ns["ev"].candidate_id == "mem-1"
+
+
+def test_model_override_must_be_served() -> None:
+    from molt.backends import StubBackend
+    from molt.replay import Overrides, ReplayPolicy
+
+    backend = StubBackend()
+    asyncio.run(backend.load_adapter("lora-v2", "/adapters/v2"))
+    d = asyncio.run(ReplayPolicy(backend, Overrides(model="lora-v2")).decide([{"role": "user", "content": "hi"}]))
+    assert d.text == "echo: hi"
+    with pytest.raises(ReplayError, match="does not serve"):
+        asyncio.run(ReplayPolicy(backend, Overrides(model="lora-v9")).decide([{"role": "user", "content": "hi"}]))
