@@ -24,6 +24,8 @@ Registered as detector ``entities``.
 from __future__ import annotations
 
 import re
+import threading
+from hashlib import blake2b
 from typing import NamedTuple
 
 from molt.governance.redaction.addresses import AddressFinder
@@ -46,6 +48,7 @@ _LOWER_CUES = (
 _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
 _CASED_WORD = re.compile(rf"[{_UP}][^\W\d_]")  # a capital that starts a word of 2+ letters
 _DIGIT = re.compile(r"\d")
+_MEMO_SIZE = 50_000
 _LETTER = re.compile(r"[^\W\d_]")
 _LOWER_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
 _CAMEL = re.compile(r"[a-z]{2}[A-Z][a-z]")
@@ -194,6 +197,11 @@ class EntityDetector:
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self._name_words = _NAME_WORDS | _lorem_words()
         self._skip: dict[str, int] = {}
+        self._memo: dict[bytes, tuple[tuple[int, int, str, float], ...]] = {}
+        #: Entries kept in the run memo (0 turns it off).
+        self.memo_size = _MEMO_SIZE
+        # per thread: set by a rule that looked beyond the memo key's context
+        self._local = threading.local()
 
     # ------------------------------------------------------------------ lexicon helpers
 
@@ -287,7 +295,7 @@ class EntityDetector:
                 s, e = _outside(blocked, s, e)
                 if e <= s:
                     continue
-            self._run(source, s, e, out)
+            self._run_memoised(source, s, e, out)
         if not lowercase and " " in text:
             self._lowercase_names(text, blocked, out)
         return out
@@ -405,6 +413,34 @@ class EntityDetector:
                 out.append(_W(i + len(word), i + len(raw), "'s", "'s", False, False, 0.0, True))
         return out
 
+    def _run_memoised(self, text: str, s: int, e: int, out: list[Span]) -> None:
+        """:meth:`_run`, memoised on the run and the words around it: agent traffic repeats the same
+        product names, headings and phrases in the same places. Keys are BLAKE2b digests (no text is
+        kept); a run whose rules looked further than that context is not memoised."""
+        if not self.memo_size:
+            self._run(text, s, e, out)
+            return
+        prev = _prev_word(text, s)
+        key = blake2b(
+            "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", *_next_word(text, e), text[e : e + 2]))
+            .encode("utf-8", "surrogatepass"),
+            digest_size=16,
+        ).digest()
+        memo = self._memo
+        hit = memo.get(key)
+        if hit is not None:
+            out.extend(Span(s + a, s + b, t, score, self.name) for a, b, t, score in hit)
+            return
+        n = len(out)
+        local = self._local
+        local.wide = False
+        self._run(text, s, e, out)
+        if local.wide or len(out) < n:
+            return
+        if len(memo) >= self.memo_size:
+            memo.clear()
+        memo[key] = tuple((x.start - s, x.end - s, x.entity_type, x.score) for x in out[n:])
+
     def _run(self, text: str, s: int, e: int, out: list[Span]) -> None:
         """Split a regex run into tight groups (capitalised words joined only by connectors such as
         "van", "and", "of"; other lowercase words end a group) and classify each."""
@@ -452,6 +488,7 @@ class EntityDetector:
                 return
         # "Jones, Mitchell and Williams": a firm named after three surnames
         if len(words) == 3 and words[1].f in ("and", "&") and words[0].last and words[2].last:
+            self._local.wide = True
             m = _FIRM_HEAD.search(text, max(0, words[0].start - 40), words[0].start)
             if m is not None and self._lookup(m.group(1))[2]:
                 if out and out[-1].start == m.start(1):
@@ -531,6 +568,8 @@ class EntityDetector:
         if prev in _STRONG_ORG_CUES and n > 1 and names < n and not at_start and not kind:
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "at New Media Parents"
             return
+        if prev == "of":
+            self._local.wide = True
         if prev == "of" and _OF_ORG.search(text, max(0, start - 30), start) and not first.first and not kind:
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "the address of SAP"
             return

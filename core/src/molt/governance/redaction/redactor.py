@@ -93,11 +93,15 @@ class Redactor:
         wanted = self.policy.entities
         self.detectors = [d for d in self.detectors if d.entities & wanted]
         self._plan = [(d, getattr(d, "requires", None)) for d in self.detectors]
+        if cache_size == 0:  # no memo anywhere: the detectors' own (the entity run memo) off too
+            for d in self.detectors:
+                if hasattr(d, "memo_size"):
+                    d.memo_size = 0
         #: The policy's :meth:`~RedactionPolicy.fingerprint`, computed once.
         self.fingerprint = self.policy.fingerprint()
         # detect_many's memo: BLAKE2b digest of a field's text -> its spans. Agent traffic repeats
         # itself (system prompts, tool descriptions, boilerplate); keys are digests, so no text is
-        # kept. 0 turns it off.
+        # kept. 0 turns it off, and the detectors' own memos with it.
         self._cache_size = cache_size
         self._cache: dict[bytes, list[Span]] = {}
 
