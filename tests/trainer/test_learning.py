@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,16 @@ from .loop import ADMIN, KEYS, Agent, heldout_prompts, plot_curve, train_prompts
 MODEL = "smollm2-135m-instruct"
 BASE = f"{MODEL}@base"
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = int(os.environ.get("MOLT_LEARNING_STEPS", "20"))
+STEPS = int(os.environ.get("MOLT_LEARNING_STEPS", "12"))
 PROMPTS_PER_STEP, K = 2, 4
-EVAL_K = 3
+EVAL_K = 2
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
+# The local backend serves several adapters through transformers' peft integration, which warns on the
+# second one; the suite turns warnings into errors.
+@pytest.mark.filterwarnings("ignore:Already found a `peft_config` attribute")
 def test_success_on_heldout_prompts_rises_through_the_full_loop(policy_model_dir: Path, tmp_path: Path) -> None:
     torch.set_num_threads(1)  # two shared cores: one thread each for serving and training avoids oversubscription
     backend = LocalBackend("local-0", model_path=policy_model_dir, model=MODEL, threads=1, max_new_tokens=3)
@@ -46,7 +51,7 @@ def test_success_on_heldout_prompts_rises_through_the_full_loop(policy_model_dir
     gw = Gateway([backend], table, recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
                  config=GatewayConfig(health_interval_s=0, backend_timeout_s=300))
     settings = TrainerSettings(algo=AlgoSettings(advantage="grpo", policy_loss="vanilla"),
-                               lora=LoraSettings(rank=8, lr=3e-3, micro_batch=8), min_samples=PROMPTS_PER_STEP * K,
+                               lora=LoraSettings(rank=8, lr=4e-3, micro_batch=8), min_samples=PROMPTS_PER_STEP * K,
                                max_batch=PROMPTS_PER_STEP * K, lateness_s=0.0, max_lag=1)
     policy = Policy.load(settings.lora, policy_model_dir)
     out = Path(os.environ.get("MOLT_BENCH_OUT", ROOT / "bench" / "out"))
@@ -58,6 +63,7 @@ def test_success_on_heldout_prompts_rises_through_the_full_loop(policy_model_dir
         agent = Agent(srv.url, MODEL)
         held = heldout_prompts()
         evals = [(0, agent.evaluate(held, EVAL_K))]
+        print(f"held-out success before training: {evals[0][1]:.2f}", file=sys.stderr, flush=True)
         prompts = iter(train_prompts())
         train_curve, steps = [], []
         for step in range(1, STEPS + 1):
@@ -66,6 +72,8 @@ def test_success_on_heldout_prompts_rises_through_the_full_loop(policy_model_dir
             assert rec.flush(timeout=30, deliver=True)
             m = trainer.tick()
             assert m is not None, trainer.metrics()
+            print(f"step {step}: train success {train_curve[-1]:.2f}, {m['perf/tokens_per_s']:.0f} tok/s, "
+                  f"published in {m['publish/serve_s']:.2f}s ok={m['publish/ok']}", file=sys.stderr, flush=True)
             if step == STEPS // 2:
                 evals.append((step, agent.evaluate(held, EVAL_K)))
         evals.append((STEPS, agent.evaluate(held, EVAL_K)))
