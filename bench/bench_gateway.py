@@ -18,9 +18,11 @@ What runs (all on loopback, each server one process / one worker):
   every request, no database) routing model ``stub`` to the stub server.
 
 Each target answers the same non-streamed chat request from a load generator (a minimal keep-alive
-HTTP/1.1 client on uvloop, in this process): sequentially (concurrency 1) and with 16 connections in
-a closed loop. "Added" latency is the target's percentile minus the stub's at the same concurrency;
-requests/s is what one worker completes at concurrency 16.
+HTTP/1.1 client on uvloop, in this process): sequentially (concurrency 1, round-robin over the
+targets, one request each in turn) and with 16 connections in a closed loop (four alternating slices
+per target). Interleaving makes a busy neighbour on a shared machine slow every target alike. "Added"
+latency is the target's percentile minus the stub's at the same concurrency; requests/s is what one
+worker completes at concurrency 16.
 """
 
 from __future__ import annotations
@@ -253,21 +255,48 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
 
 
-def measure(name: str, port: int, path: str, key: str | None, args: argparse.Namespace) -> dict[str, Any]:
+def measure(targets: list[tuple[str, int, str | None]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Measure every target interleaved, so a busy neighbour on a shared machine slows them alike:
+    concurrency 1 goes round-robin one request at a time; concurrency 16 alternates short slices."""
     import uvloop
 
-    async def run() -> dict[str, Any]:
-        await load(port, path, key, concurrency=4, requests=200, seconds=5)  # warm-up
-        l1, _ = await load(port, path, key, concurrency=1, requests=args.requests, seconds=args.seconds)
-        l16, wall16 = await load(port, path, key, concurrency=16, requests=None, seconds=args.seconds)
-        return {"name": name, "n1": len(l1), "p50_1": pct(l1, 50), "p99_1": pct(l1, 99),
-                "mean_1": statistics.fmean(l1), "n16": len(l16), "p50_16": pct(l16, 50), "p99_16": pct(l16, 99),
-                "rps_16": len(l16) / wall16}
+    path = "/v1/chat/completions"
 
-    out = uvloop.run(run())
-    print(f"  {name:<26} c=1 p50 {out['p50_1']:.3f} ms p99 {out['p99_1']:.3f} ms | c=16 p50 {out['p50_16']:.3f} ms "
-          f"p99 {out['p99_16']:.3f} ms | {out['rps_16']:.0f} req/s", file=sys.stderr, flush=True)
-    return out
+    async def run() -> list[dict[str, Any]]:
+        for _, port, key in targets:  # warm-up
+            await load(port, path, key, concurrency=4, requests=200, seconds=5)
+        conns = [Conn(port, path, BODY, key) for _, port, key in targets]
+        seq: list[list[float]] = [[] for _ in targets]
+        stop = time.perf_counter() + args.seconds * len(targets)
+        for _ in range(args.requests):
+            if time.perf_counter() > stop:
+                break
+            for i, c in enumerate(conns):
+                t0 = time.perf_counter()
+                if await c.post() != 200:
+                    raise RuntimeError(f"{targets[i][0]} answered an error")
+                seq[i].append((time.perf_counter() - t0) * 1000.0)
+        for c in conns:
+            c.close()
+        conc: list[list[float]] = [[] for _ in targets]
+        wall = [0.0] * len(targets)
+        slices = 4
+        for _ in range(slices):
+            for i, (_, port, key) in enumerate(targets):
+                lat, w = await load(port, path, key, concurrency=16, requests=None, seconds=args.seconds / slices)
+                conc[i] += lat
+                wall[i] += w
+        out = []
+        for i, (name, _, _) in enumerate(targets):
+            out.append({"name": name, "n1": len(seq[i]), "p50_1": pct(seq[i], 50), "p99_1": pct(seq[i], 99),
+                        "mean_1": statistics.fmean(seq[i]), "n16": len(conc[i]), "p50_16": pct(conc[i], 50),
+                        "p99_16": pct(conc[i], 99), "rps_16": len(conc[i]) / wall[i]})
+            r = out[-1]
+            print(f"  {name:<26} c=1 p50 {r['p50_1']:.3f} ms p99 {r['p99_1']:.3f} ms | c=16 p50 {r['p50_16']:.3f} ms "
+                  f"p99 {r['p99_16']:.3f} ms | {r['rps_16']:.0f} req/s", file=sys.stderr, flush=True)
+        return out
+
+    return uvloop.run(run())
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -275,8 +304,9 @@ def measure(name: str, port: int, path: str, key: str | None, args: argparse.Nam
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5.0, help="length of each measured phase (default 5)")
-    ap.add_argument("--requests", type=int, default=600, help="most sequential requests per target (default 600)")
+    ap.add_argument("--seconds", type=float, default=5.0,
+                    help="seconds per target of each phase (default 5)")
+    ap.add_argument("--requests", type=int, default=800, help="most sequential requests per target (default 800)")
     ap.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "bench_gateway.json")
     ap.add_argument("--serve-molt", type=int, help=argparse.SUPPRESS)
@@ -291,7 +321,6 @@ def main() -> None:
     litellm = None if args.no_litellm else ensure_litellm()
     py = sys.executable
     quiet = {"PYTHONWARNINGS": "ignore"}
-    results: list[dict[str, Any]] = []
     governance = governance_available()
     with tempfile.TemporaryDirectory(prefix="molt-bench-gw-") as tmp:
         stub_port = free_port()
@@ -300,17 +329,17 @@ def main() -> None:
                               f"access_log=False, loop='uvloop', http='httptools')"]
         upstream = f"http://127.0.0.1:{stub_port}/v1"
         auth = {"authorization": f"Bearer {KEY}"}
-        with process(stub_cmd, stub_port, env=quiet):
-            print("measuring (each server: one process, one worker) ...", file=sys.stderr, flush=True)
-            results.append(measure("stub (direct)", stub_port, "/v1/chat/completions", None, args))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(process(stub_cmd, stub_port, env=quiet))
+            targets: list[tuple[str, int, str | None]] = [("stub (direct)", stub_port, None)]
             port = free_port()
             cmd = [py, __file__, "--serve-molt", str(port), "--upstream", upstream, "--home", tmp + "/a"]
-            with process(cmd, port, env=quiet, headers=auth):
-                results.append(measure("molt → stub", port, "/v1/chat/completions", KEY, args))
+            stack.enter_context(process(cmd, port, env=quiet, headers=auth))
+            targets.append(("molt → stub", port, KEY))
             port = free_port()
             cmd = [py, __file__, "--serve-molt", str(port), "--home", tmp + "/b"]
-            with process(cmd, port, env=quiet, headers=auth):
-                results.append(measure("molt (in-process stub)", port, "/v1/chat/completions", KEY, args))
+            stack.enter_context(process(cmd, port, env=quiet, headers=auth))
+            targets.append(("molt (in-process stub)", port, KEY))
             if litellm is not None:
                 port = free_port()
                 cfg = litellm_config(upstream, Path(tmp) / "litellm.yaml")
@@ -320,8 +349,10 @@ def main() -> None:
                        "DISABLE_SCHEMA_UPDATE": "true"}
                 lite_cmd = [str(litellm), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
                             "--num_workers", "1"]
-                with process(lite_cmd, port, env=env, timeout=240, health="/health/liveliness"):
-                    results.append(measure("litellm → stub", port, "/v1/chat/completions", LITELLM_KEY, args))
+                stack.enter_context(process(lite_cmd, port, env=env, timeout=240, health="/health/liveliness"))
+                targets.append(("litellm → stub", port, LITELLM_KEY))
+            print("measuring, interleaved (each server: one process, one worker) ...", file=sys.stderr, flush=True)
+            results = measure(targets, args)
 
     base = results[0]
     rows = []
