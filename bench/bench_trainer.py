@@ -11,7 +11,8 @@ samples → verl advantages/loss → LoRA step → adapter published. Both sides
 Also: time from "step done" to "adapter served" (publish into an in-process local backend), and
 serving p99 latency of the local backend with and without training running beside it.
 
-    python bench/bench_trainer.py [--steps 3] [--batch 8] [--completion 16] [--no-trl] [--json bench/out/bench_trainer.json]
+    python bench/bench_trainer.py [--steps 3] [--batch 8] [--completion 16] [--no-trl] \
+        [--json bench/out/bench_trainer.json]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
 PROMPTS = [f"What is {a} + {b}? Answer briefly." for a, b in [(3, 4), (12, 9), (7, 21), (30, 5), (6, 6), (18, 27),
                                                                (2, 40), (11, 13)]]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta

@@ -39,7 +39,7 @@ def main_ppo_overrides(data: str, model_path: str, *, n_gpus: int = 1, batch_siz
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.agent.default_agent_loop=molt_replay",
-        
+
         f"trainer.n_gpus_per_node={n_gpus}", "trainer.nnodes=1", "trainer.logger=[console]",
         "trainer.total_epochs=1", "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=False",
         f"trainer.default_local_dir={out_dir}", "trainer.project_name=molt", "trainer.experiment_name=replay",
