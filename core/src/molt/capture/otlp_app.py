@@ -1,0 +1,51 @@
+"""The OTLP/HTTP trace endpoint as an ASGI app: ``POST /v1/traces`` → :class:`~molt.capture.otlp.OtlpIngest`.
+
+Serve it on its own (``uvicorn``), or add its route to another Starlette/FastAPI app::
+
+    from molt.capture.otlp import OtlpIngest
+    from molt.capture.otlp_app import create_app, otlp_routes
+
+    app = create_app(OtlpIngest(recorder))           # standalone: http://host:port/v1/traces
+    gateway.router.routes.extend(otlp_routes(ingest))  # or inside an existing app, same path
+
+Exporters then need only ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://host:port/v1/traces``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from molt.capture.otlp import MAX_BODY_BYTES, OtlpIngest
+
+__all__ = ["create_app", "otlp_routes"]
+
+
+def otlp_routes(ingest: OtlpIngest, *, path: str = "/v1/traces", max_body_bytes: int = MAX_BODY_BYTES) -> list[Route]:
+    """The ``POST`` route serving OTLP/HTTP trace exports into ``ingest`` (protobuf or JSON)."""
+
+    async def export(request: Request) -> Response:
+        if int(request.headers.get("content-length") or 0) > max_body_bytes:
+            return Response(status_code=413, content=b"request body too large")
+        body = await request.body()
+        # Decoding and mapping are CPU work: keep them off the event loop.
+        status, content, ctype = await run_in_threadpool(
+            ingest.handle_http,
+            body,
+            request.headers.get("content-type"),
+            request.headers.get("content-encoding"),
+            max_body_bytes=max_body_bytes,
+        )
+        return Response(status_code=status, content=content, media_type=ctype)
+
+    return [Route(path, export, methods=["POST"], name="otlp_traces")]
+
+
+def create_app(ingest: OtlpIngest | None = None, *, recorder: Any = None, **route_options: Any) -> Starlette:
+    """A Starlette app with only the OTLP trace route (``ingest`` defaults to one over ``recorder``)."""
+    return Starlette(routes=otlp_routes(ingest or OtlpIngest(recorder), **route_options))
