@@ -162,7 +162,7 @@ def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35) -> list[Traf
         product = rng.choice(PRODUCTS)
         date = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
         kind = i % 4
-        name = fake.name()
+        name = f"{fake.first_name()} {fake.last_name()}"  # no titles: they are not redacted
         first = name.split()[0] if with_pii else ""
         email = fake.email()
         if kind == 0:  # model call: system + user + assistant reply

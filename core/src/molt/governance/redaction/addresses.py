@@ -40,10 +40,10 @@ _STREET_TYPES = frozenset(
     ter way parkway pkwy highway hwy circle cir crescent cres close row alley aly trail trl path walk plaza
     grove gardens gdns hill heights hts creek park ridge view mews loop crossing xing expressway expy freeway
     fwy turnpike tpke pike wharf quay esplanade parade promenade junction jct bypass causeway green point pt
-    landing commons estates manor meadows orchard pass cove glen vale dale summit track route rte broadway
+    landing commons estates manor meadow meadows orchard pass cove glen vale dale summit track route rte broadway
     embankment center ctr centre harbor harbour shores springs valley village ville lakes lake falls fields
     forest fork forks gateway haven hollow island isle knoll mall mill mills mount mountain mtn oval pines
-    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd""".split()
+    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd via""".split()
 )
 # street words that come before the name: "rue Victor Hugo", "ul. Lubartowska", "Calle Mayor"
 _STREET_PREFIXES = frozenset(
@@ -66,6 +66,7 @@ _POST_TYPES = frozenset(
     "út utca u körút krt tér köz sor sétány rakpart straße strasse str gasse weg allee platz ulica gata vej "
     "gade laan straat street road".split()
 )
+# words before a unit number that can start an address; more only continue one (_PART_UNIT)
 _UNITS = frozenset("apt apartment suite ste unit flat room rm floor fl bldg building dept box psc cmr".split())
 _CONNECTORS = frozenset("de da do dos das del della di du la le van von der den y e al el u nad am an im i".split())
 
@@ -82,7 +83,8 @@ _TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}[A-Za-z]?\b\.?|\d+|[^\s\w]")
 # --- parts after a street, each tried with .match at the current position ---
 _SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n[\s>*•,-]*|\.?[ \t]+)?")
 _PART_UNIT = re.compile(
-    r"(?:(?i:apt|apartment|suite|ste|unit|flat|room|rm|floor|fl|bldg|building)\.?[ ]*#?[ ]*[\w-]{1,6}\b"
+    r"(?:(?i:apt|apartment|suite|ste|unit|flat|studio|room|rm|floor|fl|bldg|building|puerta|piso|esc|escalera|porta"
+    r"|andar|etage|étage)\.?[ ]*#?[ ]*[\w-]{1,6}\b"
     r"|(?i:p\.?[ ]?o\.?[ ]?box)[ ]*\d{1,6}\b|(?i:box)[ ]\d{1,6}\b)"
 )
 _PART_POSTCODE = re.compile(

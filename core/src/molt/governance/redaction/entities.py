@@ -105,10 +105,17 @@ _STRONG_ORG_CUES = frozenset({"at", "joined", "for", "employer", "client", "vend
 _OF_ORG = re.compile(
     r"(?i:address|headquarters|offices?|ceo|cto|cfo|founder|employees|staff|customers|subsidiary|shares)[ ]of[ ]+$"
 )
+# what a company has: "Acme's CEO", "Globex's shares"
+_ORG_POSSESSIONS = frozenset(
+    {"ceo", "cto", "cfo", "founder", "founders", "employees", "staff", "headquarters", "hq", "stock", "shares",
+     "products", "customers", "clients", "website", "app", "platform", "board", "revenue", "subsidiary",
+     "offices", "office", "factory", "brand", "stores"}
+)  # fmt: skip
+_COUNTRY_AFTER = re.compile(rf"[{_UP}][^\W\d_]+(?:[ ](?:and[ ]|of[ ](?:the[ ])?)?[{_UP}][^\W\d_]+){{0,3}}")
 # verbs that follow a company as their subject ("Canon invested heavily")
 _ORG_VERBS = frozenset(
-    {"invested", "acquired", "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures",
-     "sells", "employs", "filed", "reported"}
+    {"invested", "acquired", "announced", "launched", "hired", "merged", "partnered", "manufactures", "sells",
+     "employs"}
 )  # fmt: skip
 # head nouns that end an organisation's name ("Wolfram Research", "Castle Biosciences")
 _ORG_NOUNS = frozenset(
@@ -143,8 +150,11 @@ _STREET_WORDS = frozenset(
     {"street", "st", "avenue", "ave", "road", "rd", "boulevard", "blvd", "lane", "ln", "drive", "court",
      "place", "square", "terrace", "way", "parkway", "highway", "circle", "crescent", "close", "alley"}
 )  # fmt: skip
-_NOT_STREET_TYPES = frozenset({"upper", "vermont", "magazine", "lights", "edge", "corner", "reach", "rise", "ride",
-                               "strip", "steps", "towers", "stairs", "slope", "pocket", "madras", "formation"})
+_NOT_STREET_TYPES = frozenset(
+    {"upper", "vermont", "magazine", "lights", "edge", "corner", "reach", "rise", "ride", "strip", "steps", "towers",
+     "stairs", "slope", "pocket", "madras", "formation", "extension", "entrance", "divide", "deviation", "approach",
+     "retreat", "reserve", "camp", "cutting", "distributor", "elbow", "gap", "dip", "pad", "quad", "ramp", "spur"}
+)  # fmt: skip
 _NAME_WORDS = frozenset(
     """mark grace rose jack frank dawn june april august joy faith lily daisy ivy violet ruby amber crystal
     penny sky river chase grant hunter miles drew dean gene ray rich rob sue pat max sandy rusty buck bud
@@ -311,7 +321,7 @@ class EntityDetector:
             return 0  # acronyms: "at BBC"
         f, first, last, z = self._lookup(word)
         if z >= 3.0 and not (first or last) and not self._place(f) and f not in _ORG_NOUNS:
-            return 1 if z >= 4.5 else 2  # 2: unless a company verb follows ("Deloitte invested")
+            return 1 if z >= 4.2 else 2  # 2: unless a company verb follows ("Deloitte invested")
         return 0
 
     # ------------------------------------------------------------------ lowercase text
@@ -587,6 +597,18 @@ class EntityDetector:
             return
         strong = prev in _STRONG_PLACE_CUES and not comma
         possessive = text.startswith(("'s", "’s"), end)
+        if possessive and not first.first and not kind:
+            after, _ = _next_word(text, end + 2)
+            if after in _ORG_POSSESSIONS:  # "Acme's CEO", "Globex's employees"
+                out.append(Span(start, end, "ORGANIZATION", 0.65, name))
+                return
+        if not first.first and text.startswith(", ", end):
+            after = _COUNTRY_AFTER.match(text, end + 2)
+            if after is not None and any(
+                self._place(fold(p)) == "country" for p in _prefixes(after.group())
+            ):
+                out.append(Span(start, end, "LOCATION", 0.65, name))  # "Sobeslav, Czech Republic"
+                return
         # places: the whole segment is a known city or region
         if kind:
             all_names = names == n
@@ -637,6 +659,12 @@ class EntityDetector:
             out.append(Span(start, end, "LOCATION", 0.55, name))
             return
         out.append(Span(start, end, "PERSON", 0.55, name))
+
+
+def _prefixes(phrase: str) -> list[str]:
+    """``"Czech Republic Today"`` → ``["Czech Republic Today", "Czech Republic", "Czech"]``."""
+    words = phrase.split(" ")
+    return [" ".join(words[:k]) for k in range(len(words), 0, -1)]
 
 
 def _lorem_words() -> frozenset[str]:
