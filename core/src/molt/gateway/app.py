@@ -228,8 +228,10 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             if manage_lifecycle:
                 await gateway.aclose()
 
+    # FastAPI's own OpenTelemetry hooks would look at the environment on every request; Molt records
+    # its own events and metrics.
     app = FastAPI(title="Molt gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url=None, telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.gateway = gateway
     feedback = Feedback(gateway)
     _install_error_handlers(app)
