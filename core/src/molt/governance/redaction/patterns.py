@@ -98,13 +98,14 @@ class RegexDetector:
 #: A run of digits with the separators numbers are written with: the numeric detectors (card,
 #: SSN, phone, IPv4, IBAN) only look at windows around these, so prose without digits costs one
 #: C-level regex scan, and each detector skips clusters with too few digits.
-_CLUSTER = re.compile(r"\d(?:[\d().+/-]|[ ](?=[\d(+]))*")
+_CLUSTER = re.compile(r"\d(?:[\d().+/-]|[ ](?=[\d(+]))+")  # two characters or more
 _NOT_DIGITS = str.maketrans("", "", " ().+/-")
-_last_scan: tuple[str, list[tuple[int, int, int, int]]] = ("", [])
+_last_scan: tuple[str, list[tuple[int, int, int]]] = ("", [])
 
 
-def digit_clusters(text: str) -> list[tuple[int, int, int, int]]:
-    """``(start, end, digits, dots)`` of each run of digits and number separators in ``text``.
+def digit_clusters(text: str) -> list[tuple[int, int, int]]:
+    """``(start, end, digits)`` of each run of digits and number separators in ``text`` (single
+    digits left out: no detector wants one).
 
     The result for the last text is kept (one slot, replaced atomically), so the detectors of one
     :class:`~molt.governance.redaction.redactor.Redactor` share a single scan.
@@ -113,21 +114,18 @@ def digit_clusters(text: str) -> list[tuple[int, int, int, int]]:
     last = _last_scan
     if last[0] is text:
         return last[1]
-    out = []
-    for m in _CLUSTER.finditer(text):
-        c = m.group()
-        out.append((m.start(), m.end(), len(c.translate(_NOT_DIGITS)), c.count(".")))
+    out = [(m.start(), m.end(), len(m.group().translate(_NOT_DIGITS))) for m in _CLUSTER.finditer(text)]
     _last_scan = (text, out)
     return out
 
 
-def _windows(text: str, rx: re.Pattern[str], clusters: list[tuple[int, int, int, int]], min_digits: int,
+def _windows(text: str, rx: re.Pattern[str], clusters: list[tuple[int, int, int]], min_digits: int,
              *, before: int = 0, after: int = 12):  # type: ignore[no-untyped-def]
     """Matches of ``rx`` in the windows around the clusters that have at least ``min_digits`` digits.
     The window reaches ``after`` characters past a cluster so lookaheads see the real next text."""
     n = len(text)
     last_end = 0
-    for cs, ce, digits, _dots in clusters:
+    for cs, ce, digits in clusters:
         if digits < min_digits:
             continue
         a = max(cs - before, last_end)
@@ -318,7 +316,7 @@ def _iban_candidates(text: str) -> list[Span]:
     out: list[Span] = []
     n = len(text)
     done = 0
-    for cs, _ce, _digits, _dots in digit_clusters(text):
+    for cs, _ce, _digits in digit_clusters(text):
         # an IBAN starts with two letters right before its check digits
         if cs < 2 or cs - 2 < done or not text[cs - 2 : cs].isalpha():
             continue
