@@ -28,7 +28,7 @@ from opentelemetry.trace import Status, StatusCode
 from molt.atdp import Event, EventKind, Generation, OutcomeStatus, ToolCall, verify_chain
 from molt.atdp.otel import event_to_span
 from molt.capture import MemorySink, Recorder
-from molt.capture.otlp import MoltSpanProcessor, OtlpIngest
+from molt.capture.otlp import MoltSpanProcessor, OtlpIngest, event_id_for
 from molt.capture.otlp_app import create_app
 
 
@@ -310,6 +310,50 @@ def test_json_encoding_gzip_and_remote_parents(ingest: OtlpIngest, server: _Serv
     assert tool.parent_id == chat.event_id and tool.outcome.error.message == "tool t timed out"
     assert sub.parent_id is None  # a remote parent never arrives here: the span is a root
     assert chat.metadata.tags == {"service.name": "json-svc"} and chat.provenance.framework == "handmade"
+
+
+def test_snake_case_json_and_deflate(ingest: OtlpIngest, server: _Server) -> None:
+    import zlib
+
+    doc = {
+        "resource_spans": [
+            {
+                "scope_spans": [
+                    {
+                        "spans": [
+                            {
+                                "trace_id": "AB" * 16,
+                                "span_id": "CD" * 8,
+                                "name": "retrieval docs",
+                                "start_time_unix_nano": 10,
+                                "end_time_unix_nano": 20,
+                                "attributes": [
+                                    {"key": "gen_ai.operation.name", "value": {"string_value": "retrieval"}},
+                                    {"key": "gen_ai.data_source.id", "value": {"string_value": "kb"}},
+                                    {
+                                        "key": "app.meta",
+                                        "value": {
+                                            "kvlist_value": {"values": [{"key": "k", "value": {"int_value": 1}}]}
+                                        },
+                                    },
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    r = httpx.post(
+        server.url,
+        content=zlib.compress(json.dumps(doc).encode()),
+        headers={"content-type": "application/json; charset=utf-8", "content-encoding": "deflate"},
+    )
+    assert r.status_code == 200
+    [evs] = _events(ingest).values()
+    [ev] = evs
+    assert ev.trajectory_id == "ab" * 16 and ev.kind == EventKind.RETRIEVAL and ev.action.index == "kb"
+    assert ev.event_id == event_id_for("ab" * 16, "cd" * 8) and ev.outcome.status == OutcomeStatus.OK
 
 
 def test_bad_requests_are_answered_not_raised(ingest: OtlpIngest, server: _Server) -> None:

@@ -129,10 +129,6 @@ def test_hook_costs_the_event_loop_little(hooks: MoltClaudeHooks) -> None:
     hooks.flush()
 
 
-def test_scripted_cli_needs_no_binary() -> None:
-    assert ScriptedCLI(Script()).is_ready() is False
-
-
 def test_framework_version_is_checked_at_import() -> None:
     code = (
         "import importlib.metadata as m; v = m.version\n"
