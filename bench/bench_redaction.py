@@ -40,7 +40,6 @@ also reports how many inserted PII values were fully redacted and how many spans
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -60,9 +59,7 @@ from molt.atdp.models import Passage, RetrievalQuery
 from molt.governance.redaction import OUT_OF_SCOPE_ENTITIES, STRUCTURED_ENTITIES, Redactor, redact_event
 from molt.governance.redaction.evaluate import Scores, evaluate, load_labelled, split_by_template
 
-DEFAULT_DATA = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "pii" / "presidio_generated_large.json"
-)
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pii" / "presidio_generated_large.json"
 IN_SCOPE = [
     "PERSON", "ADDRESS", "LOCATION", "ORGANIZATION", "CREDIT_CARD", "PHONE_NUMBER", "EMAIL_ADDRESS",
     "US_SSN", "IBAN_CODE", "IP_ADDRESS", "DOMAIN_NAME", "US_DRIVER_LICENSE",
@@ -120,6 +117,7 @@ ASSISTANT = [
     "address. I've changed it as requested and you'll receive a confirmation email shortly. The delivery "
     "estimate stays the same ({weekday}).",
 ]
+GREETING = "Hi! I'm the Northwind support assistant. How can I help you today?"
 CARRIERS = ["UPS", "FedEx", "DHL", "USPS"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
 
@@ -139,8 +137,18 @@ def _leaves(value: Any, out: list[str]) -> None:
             out.append(value)
     elif isinstance(value, dict):
         for k, v in value.items():
-            if k not in ("type", "role", "id", "tool_call_id", "call_id", "doc_id", "model", "finish_reason",
-                         "tool_name", "status"):
+            if k not in (
+                "type",
+                "role",
+                "id",
+                "tool_call_id",
+                "call_id",
+                "doc_id",
+                "model",
+                "finish_reason",
+                "tool_name",
+                "status",
+            ):
                 _leaves(v, out)
     elif isinstance(value, list):
         for v in value:
@@ -188,7 +196,7 @@ def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35) -> list[Traf
                 trajectory_id=new_id(), kind=EventKind.MODEL_CALL,
                 observation=Observation(messages=[
                     Message(role="system", content=SYSTEM),
-                    Message(role="assistant", content="Hi! I'm the Northwind support assistant. How can I help you today?"),
+                    Message(role="assistant", content=GREETING),
                     Message(role="user", content=ask),
                 ]),
                 action=Generation(model="support-7b", text=reply, finish_reason="stop"),
@@ -221,7 +229,8 @@ def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35) -> list[Traf
             }  # fmt: skip
             event = Event(
                 trajectory_id=new_id(), kind=EventKind.TOOL_CALL,
-                action=ToolCall(tool_name="orders.lookup", arguments={"order_id": order_id, "include": ["items", "shipping"]}),
+                action=ToolCall(tool_name="orders.lookup",
+                                arguments={"order_id": order_id, "include": ["items", "shipping"]}),
                 outcome=Outcome(output=output),
             )  # fmt: skip
         elif kind == 2:  # help-center search, passages, no PII
@@ -419,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dense = _texts_1kb(records, 200)
     dense_events = [
-        Event(trajectory_id=new_id(), kind=EventKind.TOOL_CALL, action=ToolCall(tool_name="crm.lookup", arguments={"note": x}),
-              outcome=Outcome(output={"result": "ok"}))
+        Event(trajectory_id=new_id(), kind=EventKind.TOOL_CALL,
+              action=ToolCall(tool_name="crm.lookup", arguments={"note": x}), outcome=Outcome(output={"result": "ok"}))
         for x in dense
     ]  # fmt: skip
     typical_texts = [it.text for it in items]
@@ -459,9 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             ("Molt redact_event, events", _rate(lambda e: redact_event(e, redactor=nocache), events, args.seconds)),
         ]
         if elig is not None:
-            rows.append(
-                ("Molt redact_event + eligibility, events", _rate(redact_and_decide_with(nocache), events, args.seconds))
-            )
+            rate = _rate(redact_and_decide_with(nocache), events, args.seconds)
+            rows.append(("Molt redact_event + eligibility, events", rate))
         if events is typical_events:
             fresh = Redactor()  # default: per-field memo on, starting empty
             rows.append(
@@ -474,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, rate in rows:
             t.add_row(label, name, f"{rate:,.0f}", f"{rate / pres:.1f}×" if pres else "")
         if pres:
-            t.add_row(label, "Presidio AnalyzerEngine, pattern recognizers only (detect), texts", f"{pres:,.0f}", "1.0×")
+            presidio = "Presidio AnalyzerEngine, pattern recognizers only (detect), texts"
+            t.add_row(label, presidio, f"{pres:,.0f}", "1.0×")
         t.add_section()
     console.print(t)
     if elig is None:

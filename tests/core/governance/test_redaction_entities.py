@@ -27,7 +27,10 @@ def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-d
         ("Meet me at the corner of Koepoortwal 115 and Hansen Street", "Koepoortwal 115 and Hansen Street"),
         ("The address is PSC 1083, Box 3672\nAPO AP 10176", "PSC 1083, Box 3672\nAPO AP 10176"),
         ("send a new one to USNS Vestergaard\nFPO AA 08331? I am away", "USNS Vestergaard\nFPO AA 08331"),
-        ("i'd like it sent to the corner of hochstrasse 63 and henriksen street", "hochstrasse 63 and henriksen street"),
+        (
+            "i'd like it sent to the corner of hochstrasse 63 and henriksen street",
+            "hochstrasse 63 and henriksen street",
+        ),
         ("Kreuselgasse 46-20, 72159 Burglengenfeld", None),
     ],
 )

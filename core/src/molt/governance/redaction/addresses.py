@@ -34,8 +34,13 @@ from typing import NamedTuple
 
 __all__ = ["Address", "AddressFinder"]
 
+
+def _wordset(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
 # street types that follow the name: "Baker Street", "Oakridge Ln"
-_STREET_TYPES = frozenset(
+_STREET_TYPES = _wordset(
     """street st avenue ave av road rd boulevard blvd lane ln drive dr court ct place pl square sq terrace
     ter way parkway pkwy highway hwy circle cir crescent cres close row alley aly trail trl path walk plaza
     grove gardens gdns hill heights hts creek park ridge view mews loop crossing xing expressway expy freeway
@@ -43,32 +48,36 @@ _STREET_TYPES = frozenset(
     landing commons estates manor meadow meadows orchard pass cove glen vale dale summit track route rte broadway
     embankment center ctr centre harbor harbour shores springs valley village ville lakes lake falls fields
     forest fork forks gateway haven hollow island isle knoll mall mill mills mount mountain mtn oval pines
-    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd via""".split()
+    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd via"""
 )
 # street words that come before the name: "rue Victor Hugo", "ul. Lubartowska", "Calle Mayor"
-_STREET_PREFIXES = frozenset(
+_STREET_PREFIXES = _wordset(
     """rue route chemin avenue avenida avda av boulevard bd allée allee impasse place quai cours via viale
     vicolo corso piazza piazzale largo strada calle carrera camino paseo plaza ronda travesía travesia rambla
     carrer avinguda rua r travessa praça praca estrada alameda ladeira ul ulica al aleja os plac ulitsa
     prospekt pr pereulok per jalan jl jln lorong soi thanon odos leoforos plateia sokak bulevar bulevardul
     calea drumul aleea intrarea vila postfach rúa camiño vía callejón callejon pasaje pasadizo glorieta cuesta
-    urbanización urbanizacion carretera c λ οδός λεωφόρος""".split()
+    urbanización urbanizacion carretera c λ οδός λεωφόρος"""
 )
 # a word ending in one of these is a street name (German, Dutch, Nordic, Finnish, Hungarian, Slavic, …)
 _STREET_MORPHS = tuple(
-    """strasse straße str gasse weg vej gade laan straat plein dreef kade steenweg singel gracht gata gatan
+    sorted(
+        _wordset(
+            """strasse straße str gasse weg vej gade laan straat plein dreef kade steenweg singel gracht gata gatan
     vägen väg veien vei gate tie katu kuja polku utca út útja allee ring platz damm ufer chaussee markt
     stieg pfad torget torv bakken stræde plads vegur stræti gränd gränden ulica iela gatve tänav cesta ulice
-    náměstí sokak caddesi bulvar baan hof brink wal dijk kamp veld rakpart körút tér köz sétány""".split()
+    náměstí sokak caddesi bulvar baan hof brink wal dijk kamp veld rakpart körút tér köz sétány"""
+        )
+    )
 )
 # street types written as their own word between the name and the number ("Dózsa György út 78")
-_POST_TYPES = frozenset(
+_POST_TYPES = _wordset(
     "út utca u körút krt tér köz sor sétány rakpart straße strasse str gasse weg allee platz ulica gata vej "
-    "gade laan straat street road".split()
+    "gade laan straat street road"
 )
 # words before a unit number that can start an address; more only continue one (_PART_UNIT)
-_UNITS = frozenset("apt apartment suite ste unit flat room rm floor fl bldg building dept box psc cmr".split())
-_CONNECTORS = frozenset("de da do dos das del della di du la le van von der den y e al el u nad am an im i".split())
+_UNITS = _wordset("apt apartment suite ste unit flat room rm floor fl bldg building dept box psc cmr")
+_CONNECTORS = _wordset("de da do dos das del della di du la le van von der den y e al el u nad am an im i")
 
 # --- candidate regexes (each starts with a digit or a rare literal) ---
 # a house number after a separator, then a word: group 1 is the number
@@ -122,7 +131,9 @@ class _T(NamedTuple):
 
 
 def _tokens(text: str, a: int, b: int) -> list[_T]:
-    return [_T(m.start(), m.end(), w, w.rstrip(".").casefold()) for m in _TOK.finditer(text, a, b) for w in (m.group(),)]
+    return [
+        _T(m.start(), m.end(), w, w.rstrip(".").casefold()) for m in _TOK.finditer(text, a, b) for w in (m.group(),)
+    ]
 
 
 def _is_num(t: _T) -> bool:
@@ -218,7 +229,10 @@ class AddressFinder:
         a = max(text.rfind("\n", 0, num_start) + 1, num_start - 80)
         words = [w.rstrip(".,").casefold() for w in text[max(a, num_start - 60) : num_start].split()[-6:]]
         if not words or not (
-            words[-1] in _UNITS or words[-1] in _POST_TYPES or _morph(words[-1]) or any(w in _STREET_PREFIXES for w in words)
+            words[-1] in _UNITS
+            or words[-1] in _POST_TYPES
+            or _morph(words[-1])
+            or any(w in _STREET_PREFIXES for w in words)
         ):
             return -1
         toks = _tokens(text, a, num_start)
@@ -236,9 +250,12 @@ class AddressFinder:
             return -1
         if _morph(last.key) or last.key in _POST_TYPES:
             j = k
-            if last.key in _POST_TYPES and not _morph(last.key):
-                if k == 0 or not self._name_word(toks[k - 1], lowercase):
-                    return -1
+            if (
+                last.key in _POST_TYPES
+                and not _morph(last.key)
+                and (k == 0 or not self._name_word(toks[k - 1], lowercase))
+            ):
+                return -1
             if not lowercase:
                 while j > 0 and j > k - 4 and self._name_word(toks[j - 1], False) and toks[j - 1].text[0] != "&":
                     j -= 1

@@ -82,13 +82,17 @@ class PrivateKeyDetector(RegexDetector):
     def __init__(self) -> None:
         super().__init__(
             "private_key", "PRIVATE_KEY",
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----"
+            r"[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----",
             score=1.0,
         )  # fmt: skip
 
 
 _PASSWORD_KEYS = r"pass(?:word|wd|phrase)?|pwd|secret|client[_-]?secret|db[_-]?pass(?:word)?"
-_TOKEN_KEYS = r"api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|(?:access|auth|refresh|session|id)[_-]?token|token|private[_-]?key|x-api-key"
+_TOKEN_KEYS = (
+    r"api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key"
+    r"|(?:access|auth|refresh|session|id)[_-]?token|token|private[_-]?key|x-api-key"
+)
 _ASSIGN_RX = re.compile(
     rf"(?<![\w-])[\w.-]*?(?P<key>{_PASSWORD_KEYS}|{_TOKEN_KEYS})[\"']?\s*(?:[:=]|=>)\s*"
     r"(?:\"(?P<v1>[^\"\n]{3,200})\"|'(?P<v2>[^'\n]{3,200})'|(?P<v3>[^\s\"',;&]{3,200}))",

@@ -156,10 +156,12 @@ _NOT_STREET_TYPES = frozenset(
      "retreat", "reserve", "camp", "cutting", "distributor", "elbow", "gap", "dip", "pad", "quad", "ramp", "spur"}
 )  # fmt: skip
 _NAME_WORDS = frozenset(
-    """mark grace rose jack frank dawn june april august joy faith lily daisy ivy violet ruby amber crystal
+    str.split(
+        """mark grace rose jack frank dawn june april august joy faith lily daisy ivy violet ruby amber crystal
     penny sky river chase grant hunter miles drew dean gene ray rich rob sue pat max sandy rusty buck bud
     cliff glen heath holly iris jade pearl robin sage storm autumn winter spring royal king earl duke prince
-    major price ward law bishop sterling fisher baker cook hope will may bill art guy page summer young""".split()
+    major price ward law bishop sterling fisher baker cook hope will may bill art guy page summer young"""
+    )
 )
 # identifiers that name a kind of PII, not a person ("My IBAN is …")
 _KEYWORDS = frozenset({"iban", "ssn", "cvv", "cvc", "pin", "otp", "dob", "api", "url", "id", "ip", "email", "atm"})
@@ -255,10 +257,7 @@ class EntityDetector:
         if len(f) < 7 or not f.isalpha():
             return False
         z = self.lex.zipf
-        for i in range(3, len(f) - 2):
-            if z(f[:i]) >= 3.2 and z(f[i:]) >= 3.2:
-                return True
-        return False
+        return any(z(f[:i]) >= 3.2 and z(f[i:]) >= 3.2 for i in range(3, len(f) - 2))
 
     def _brandlike(self, w: _W) -> bool:
         t = w.text
@@ -338,18 +337,15 @@ class EntityDetector:
                 prev = w
                 continue  # "don't", "i'll": contractions, not names
             f, first, last, z = self._lookup(w)
-            promote = False
             if f in _KEYWORDS:
                 prev = f
                 continue
-            if (first or last) and z < 4.0:
-                promote = True
-            elif first and z < 5.2 and f not in self._name_words:  # "michael", "marie" but not "will"
-                promote = True
-            elif z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3:
-                promote = True
-            elif f in lx.countries and (prev in _PLACE_CUES or z < 4.5):
-                promote = True
+            promote = (
+                ((first or last) and z < 4.0)
+                or (first and z < 5.2 and f not in self._name_words)  # "michael", "marie" but not "will"
+                or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
+                or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
+            )
             if promote:
                 up = w[0].upper()
                 if len(up) == 1:
@@ -398,7 +394,7 @@ class EntityDetector:
                     continue
                 a, b = m.span(1)
                 if m.group(2) is not None:
-                    f2, first2, last2, z2 = self._lookup(m.group(2))
+                    _f2, first2, last2, z2 = self._lookup(m.group(2))
                     if (last2 or first2) and z2 < 5.5:
                         b = m.end(2)
                 if not _overlaps(blocked, a, b) and not any(s.start <= a < s.end for s in out):
@@ -432,8 +428,9 @@ class EntityDetector:
             return
         prev = _prev_word(text, s)
         key = blake2b(
-            "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", *_next_word(text, e), text[e : e + 2]))
-            .encode("utf-8", "surrogatepass"),
+            "\x1f".join(
+                (text[s:e], prev[0], prev[1], "," if prev[2] else "", *_next_word(text, e), text[e : e + 2])
+            ).encode("utf-8", "surrogatepass"),
             digest_size=16,
         ).digest()
         memo = self._memo
@@ -554,10 +551,14 @@ class EntityDetector:
         n = len(words)
         name = self.name
         # organisation: a company word at the end ("Acme Corp", "Wolfram Research")
-        if n > 1 and (last.f in _ORG_NOUNS or last.f in self.lex.company_suffixes) and not suffix:
-            if not (at_start and n == 2 and self._common(first) and not first.first):
-                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, name))
-                return
+        if (
+            n > 1
+            and (last.f in _ORG_NOUNS or last.f in self.lex.company_suffixes)
+            and not suffix
+            and not (at_start and n == 2 and self._common(first) and not first.first)
+        ):
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, name))
+            return
         kind = self._place(" ".join(w.f for w in words))
         if kind == "country" and nxt not in _ORG_AFTER:  # countries, sentence-initial ones too
             out.append(Span(start, end, "LOCATION", 0.75, name))
@@ -583,10 +584,13 @@ class EntityDetector:
         if prev == "of" and _OF_ORG.search(text, max(0, start - 30), start) and not first.first and not kind:
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "the address of SAP"
             return
-        if nxt in _ORG_AFTER and not (names == n and first.first and n > 1):
-            if not (n == 1 and self._common(first)) or nxt in _ORG_VERBS:
-                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
-                return
+        if (
+            nxt in _ORG_AFTER
+            and not (names == n and first.first and n > 1)
+            and (not (n == 1 and self._common(first)) or nxt in _ORG_VERBS)
+        ):
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
+            return
         if prev in ("the", "a", "an") and n == 1:  # "the Reno warehouse", "the Crawford novel"
             if kind and first.z >= 3.5:
                 out.append(Span(start, end, "LOCATION", 0.6, name))
@@ -604,18 +608,17 @@ class EntityDetector:
                 return
         if not first.first and text.startswith(", ", end):
             after = _COUNTRY_AFTER.match(text, end + 2)
-            if after is not None and any(
-                self._place(fold(p)) == "country" for p in _prefixes(after.group())
-            ):
+            if after is not None and any(self._place(fold(p)) == "country" for p in _prefixes(after.group())):
                 out.append(Span(start, end, "LOCATION", 0.65, name))  # "Sobeslav, Czech Republic"
                 return
         # places: the whole segment is a known city or region
         if kind:
             all_names = names == n
-            if strong or (not all_names and prev not in ("at", "for", "by") and (first.z < 4.5 or n > 1)):
-                if not (n == 1 and first.z >= 4.5 and not strong):
-                    out.append(Span(start, end, "LOCATION", 0.65, name))
-                    return
+            if (strong or (not all_names and prev not in ("at", "for", "by") and (first.z < 4.5 or n > 1))) and not (
+                n == 1 and first.z >= 4.5 and not strong
+            ):
+                out.append(Span(start, end, "LOCATION", 0.65, name))
+                return
         # after "in / from / near …", what is not led by a first name is a place ("in TYSTBERGA")
         if strong and not first.first and not possessive and not any(self._common(w) for w in words):
             out.append(Span(start, end, "LOCATION", 0.6, name))
@@ -635,10 +638,14 @@ class EntityDetector:
             ):
                 out.append(Span(start, end, "ORGANIZATION", 0.65, name))
                 return
-            if prev in _ORG_CUES and not at_start and not (prev in ("with", "by") and names):
-                if not any(self._common(w) for w in words) or n > 1:
-                    out.append(Span(start, end, "ORGANIZATION", 0.6, name))
-                    return
+            if (
+                prev in _ORG_CUES
+                and not at_start
+                and not (prev in ("with", "by") and names)
+                and (not any(self._common(w) for w in words) or n > 1)
+            ):
+                out.append(Span(start, end, "ORGANIZATION", 0.6, name))
+                return
         if names:
             common = [w for w in words if self._common(w) and not (w.first or w.last)]
             if common and prev not in _PERSON_CUES:

@@ -152,8 +152,6 @@ class _Walker:
         return self.redactor.detect_many(texts) if texts else []
 
 
-
-
 def redact_event(
     event: Event, *, redactor: Redactor | None = None, policy_name: str | None = None
 ) -> tuple[Event, RedactionReport]:

@@ -86,9 +86,7 @@ class Redactor:
         except MoltError:
             raise
         except Exception as exc:
-            raise GovernanceError(
-                f"A detector of policy {self.policy.name!r} could not be built: {exc}"
-            ) from exc
+            raise GovernanceError(f"A detector of policy {self.policy.name!r} could not be built: {exc}") from exc
         self.detectors.extend(extra_detectors or [])
         wanted = self.policy.entities
         self.detectors = [d for d in self.detectors if d.entities & wanted]
