@@ -384,6 +384,29 @@ def test_bad_requests_are_answered_not_raised(ingest: OtlpIngest, server: _Serve
     assert len(next(iter(_events(ingest).values()))) == 1
 
 
+def test_routes_in_another_app_with_authentication(ingest: OtlpIngest) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from molt.capture.otlp_app import otlp_routes
+
+    async def authenticate(request: Request) -> str | Response | None:
+        key = request.headers.get("authorization")
+        return {"Bearer k-acme": "acme"}.get(key or "") or Response(status_code=401)
+
+    app = Starlette(routes=otlp_routes(ingest, authenticate=authenticate))
+    trace = "ab" * 16
+    body = json.dumps(_json_request(trace, [_jspan(trace, "cd" * 8, "", "chat m", {"gen_ai.operation.name": "chat"})]))
+    with _Server(app) as srv:
+        h = {"content-type": "application/json"}
+        assert httpx.post(srv.url, content=body, headers=h).status_code == 401
+        r = httpx.post(srv.url, content=body, headers={**h, "authorization": "Bearer k-acme"})
+        assert r.status_code == 200
+    [evs] = _events(ingest).values()
+    assert [e.metadata.tenant_id for e in evs] == ["acme"]
+
+
 def test_molt_spans_round_trip_exactly(ingest: OtlpIngest) -> None:
     ev = Event(trajectory_id="t-1", kind=EventKind.TOOL_CALL, action=ToolCall(tool_name="search"))
     s = event_to_span(ev)

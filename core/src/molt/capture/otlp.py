@@ -328,13 +328,15 @@ class OtlpIngest:
         content_encoding: str | None = None,
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
+        tenant_id: str | None = None,
     ) -> tuple[int, bytes, str]:
         """Serve one OTLP/HTTP ``POST /v1/traces``: ``(status, response body, response content type)``.
 
         Protobuf (``application/x-protobuf``) and JSON (``application/json``) bodies, plain or
         ``gzip``/``deflate``; answers 200 with an ``ExportTraceServiceResponse`` in the request's
         encoding (``partial_success`` naming rejected spans), 400 for an undecodable body, 413 for
-        one over ``max_body_bytes``, 415 for another content type.
+        one over ``max_body_bytes``, 415 for another content type. ``tenant_id`` (the tenant the
+        caller authenticated as) overrides every other source of ``metadata.tenant_id``.
         """
         ctype = (content_type or "").split(";")[0].strip().lower()
         is_json = ctype == "application/json"
@@ -365,18 +367,21 @@ class OtlpIngest:
                 _status_body(f"The body is not a valid {what} ExportTraceServiceRequest: {exc}.", is_json),
                 _ctype(is_json),
             )
-        result = self.ingest(spans)
+        result = self.ingest(spans, tenant_id=tenant_id)
         return 200, _response_body(result, is_json), _ctype(is_json)
 
     # ---------------------------------------------------------------- spans
 
-    def ingest(self, spans: Iterable[IngestSpan]) -> IngestResult:
-        """Record each span as an event; a span that cannot be mapped is rejected (counted), not raised."""
+    def ingest(self, spans: Iterable[IngestSpan], *, tenant_id: str | None = None) -> IngestResult:
+        """Record each span as an event; a span that cannot be mapped is rejected (counted), not raised.
+
+        ``tenant_id`` overrides the ingest's own and the spans' ``tenant.id`` resource attribute.
+        """
         accepted = rejected = 0
         first: str | None = None
         for s in spans:
             try:
-                self.capture.record(self.to_event(s))
+                self.capture.record(self.to_event(s, tenant_id=tenant_id))
                 accepted += 1
             except Exception as exc:
                 rejected += 1
@@ -384,7 +389,7 @@ class OtlpIngest:
                 self.capture.fail(exc)
         return IngestResult(accepted, rejected, first)
 
-    def to_event(self, s: IngestSpan) -> Event:
+    def to_event(self, s: IngestSpan, *, tenant_id: str | None = None) -> Event:
         """The ATDP event for one span (see the module docstring for the mapping)."""
         span = s.span
         if isinstance(span.attributes.get("molt.event"), str):
@@ -423,7 +428,7 @@ class OtlpIngest:
         usage = md.get("usage")
         if usage and "total_tokens" not in usage:
             usage["total_tokens"] = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
-        tenant = self.tenant_id or s.resource.get("tenant.id")
+        tenant = tenant_id or self.tenant_id or s.resource.get("tenant.id")
         if tenant:
             md["tenant_id"] = str(tenant)
         tags = {**(md.get("tags") or {}), **self._tags}
