@@ -73,3 +73,31 @@ def test_open_gateway_beyond_loopback_warns(monkeypatch: pytest.MonkeyPatch,
 def test_is_loopback() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1") and is_loopback("127.5.0.1")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.com")
+
+
+def test_make_backend_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    from molt.backends import LocalBackend, OpenAIBackend, StubBackend, VLLMBackend
+    from molt.errors import RegistryError
+    from molt.gateway.cli import make_backend
+
+    assert isinstance(make_backend("stub"), StubBackend)
+    assert isinstance(make_backend("local"), LocalBackend)
+    up = make_backend("openai", upstream_url="http://127.0.0.1:9/v1", model="m")
+    assert isinstance(up, OpenAIBackend) and up.model == "m"
+    remote = make_backend("vllm", upstream_url="http://127.0.0.1:9/v1")
+    assert isinstance(remote, VLLMBackend) and remote.server is None
+    supervised = make_backend("vllm", max_model_len=512)
+    assert isinstance(supervised, VLLMBackend) and supervised.server is not None
+    assert supervised.server.max_model_len == 512
+    supervised.server.python = Path("/opt/vllm-env/bin/python")  # command() needs no vLLM env then
+    cmd = supervised.server.command()
+    assert cmd[:3] == ["/opt/vllm-env/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "--enable-lora" in cmd and cmd[cmd.index("--max-model-len") + 1] == "512"
+    with pytest.raises(RegistryError, match="registered backends"):
+        make_backend("tgi")
+
+    import molt.cli
+
+    assert molt.cli.run(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--backend" in out and "--governance" in out and "--capture-process" in out
