@@ -11,7 +11,6 @@ from typing import Any
 
 __all__ = [
     "ADVANTAGES",
-    "POLICY_LOSSES",
     "AlgoSettings",
     "Batch",
     "DataError",
@@ -19,6 +18,7 @@ __all__ = [
     "GovernedSource",
     "LoraSettings",
     "OnlineTrainer",
+    "POLICY_LOSSES",
     "Policy",
     "PublishError",
     "Publisher",
