@@ -76,9 +76,9 @@ def test_trainer_publishes_into_running_vllm_and_served_version_advances(policy_
                 assert m is not None and m["publish/ok"] == 1.0, trainer.metrics()
                 loaded = [x["id"] for x in httpx.get(server.base_url + "/models", timeout=30).json()["data"]]
                 assert f"{MODEL}@lora-{step}" in loaded  # hot-loaded into the running server
+                assert server._proc is not None and server._proc.pid == pid  # never restarted
             _, tid, version = agent.ask("What is 2 + 2?")
             assert rec.flush(timeout=30, deliver=True)
-        assert server._proc is not None and server._proc.pid == pid  # never restarted
         assert served == [BASE, f"{MODEL}@lora-1", f"{MODEL}@lora-2"] and version == f"{MODEL}@lora-{STEPS}"
         [ev] = [e for e in store.trajectory(tid).events if e.action is not None and e.action.type == "generation"]
         assert ev.provenance.policy_version == f"{MODEL}@lora-{STEPS}"
