@@ -146,6 +146,9 @@ def main() -> None:
     # just long enough to make everything it was sent durable, and ends when its stdin closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Recording is background work: when cores are short, serving goes first and capture catches up.
+    with contextlib.suppress(OSError):
+        os.nice(int(config.get("nice", 10)))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     store = Store.open(config["store_uri"], storage_options=config.get("storage_options"))
     sink: Any = store
@@ -213,15 +216,18 @@ class CaptureProcess:
         governance: ``None`` (off), ``"default"`` (the built-in policy) or a policy file path.
         fsync: the spool's fsync policy (default ``"always"``).
         max_pending: records held while the pipe is busy before new ones are dropped (default 100,000).
+        nice: how much lower the child's CPU priority is (default 10: serving goes first).
+        batch_s: how long records may wait to be sent together (default 5 ms; fewer wake-ups).
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
                  *, governance: str | None = None, fsync: str = "always", max_pending: int = 100_000,
-                 storage_options: dict[str, str] | None = None, start_timeout_s: float = 60.0):
+                 nice: int = 10, batch_s: float = 0.005, storage_options: dict[str, str] | None = None,
+                 start_timeout_s: float = 60.0):
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
         config = {"store_uri": str(store_uri or os.path.join(home, "store")),
                   "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
-                  "fsync": fsync, "storage_options": storage_options}
+                  "fsync": fsync, "storage_options": storage_options, "nice": nice}
         # A plain subprocess with pipes (not multiprocessing): nothing of the parent is re-imported
         # or pickled, and the child ends by itself when the gateway's end of stdin closes.
         self._proc = subprocess.Popen(
@@ -232,6 +238,7 @@ class CaptureProcess:
         self._stdout_fd = self._proc.stdout.fileno()
         self._reply_buf = b""
         self.max_pending = max_pending
+        self.batch_s = batch_s
         self._pending: collections.deque[bytes] = collections.deque()
         self._wake = threading.Event()
         self._closed = False
@@ -251,7 +258,8 @@ class CaptureProcess:
             self._dropped += 1
             return False
         self._pending.append(_frame(kind, payload))
-        if not self._wake.is_set():
+        # The sender wakes by itself every batch_s; only requests and bursts wake it at once.
+        if kind in (_FLUSH, _STATS, _QUIT) or len(self._pending) >= 512:
             self._wake.set()
         return True
 
@@ -365,7 +373,7 @@ class CaptureProcess:
             if not q:
                 if self._closed:
                     return
-                self._wake.wait(0.05)
+                self._wake.wait(self.batch_s)
                 self._wake.clear()
                 continue
             batch = []
