@@ -184,22 +184,24 @@ async def iter_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     while True:
-        line = await reader.readline()
-        if not line:
-            raise HTTPProtocolError("The server closed the connection before answering.")
-        parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
-            raise HTTPProtocolError(f"Not an HTTP status line: {line[:80]!r}.")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")  # one read for the status line and headers
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                raise HTTPProtocolError("The server closed the connection before answering.") from None
+            raise HTTPProtocolError("The server closed the connection inside the headers.") from None
+        except asyncio.LimitOverrunError:
+            raise HTTPProtocolError("The server's response headers are too large.") from None
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise HTTPProtocolError(f"Not an HTTP status line: {lines[0][:80]!r}.")
         status = int(parts[1])
         headers: dict[str, str] = {}
-        while True:
-            h = await reader.readline()
-            if h in (b"\r\n", b"\n"):
-                break
-            if not h:
-                raise HTTPProtocolError("The server closed the connection inside the headers.")
-            name, _, value = h.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
         if status >= 200 or status == 101:
             return status, headers
         # 1xx interim answers (100 Continue) are skipped.
