@@ -98,9 +98,7 @@ _ASSIGN_RX = re.compile(
     r"(?:\"(?P<v1>[^\"\n]{3,200})\"|'(?P<v2>[^'\n]{3,200})'|(?P<v3>[^\s\"',;&]{3,200}))",
     re.IGNORECASE,
 )
-_SAID_RX = re.compile(
-    r"\b(?:password|passcode|passphrase|pin)\s+(?:is|was|:)\s+[\"']?([^\s\"']{4,100})", re.I
-)
+_SAID_RX = re.compile(r"\b(?:password|passcode|passphrase|pin)\s+(?:is|was|:)\s+[\"']?([^\s\"']{4,100})", re.I)
 _URL_CRED_RX = re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:([^@\s/]+)@", re.IGNORECASE)
 _KEY_TYPE_RX = (
     (re.compile(rf"^(?:[\w.-]*[_.-])?(?:{_PASSWORD_KEYS})$", re.I), "PASSWORD"),
@@ -117,9 +115,9 @@ def _find_all(s: str, sub: str) -> list[int]:
         out.append(k)
         k = s.find(sub, k + 1)
     return out
-_PLACEHOLDER_VALUES = frozenset(
-    {"none", "null", "true", "false", "****", "xxx", "redacted", "changeme", "<redacted>"}
-)
+
+
+_PLACEHOLDER_VALUES = frozenset({"none", "null", "true", "false", "****", "xxx", "redacted", "changeme", "<redacted>"})
 
 
 def secret_key_type(key: str) -> str | None:

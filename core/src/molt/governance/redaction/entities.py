@@ -187,6 +187,7 @@ class _W(NamedTuple):
     last: bool  # a last name
     z: float  # English Zipf frequency
     conn: bool  # a lowercase connector ("van", "of", "and")
+    common: bool  # frequent English (Zipf ≥ 3) that is not (also) a name
 
 
 class EntityDetector:
@@ -247,10 +248,6 @@ class EntityDetector:
 
     def _is_common_word(self, word: str) -> bool:
         return self._lookup(word)[3] >= 3.5
-
-    def _common(self, w: _W) -> bool:
-        """A frequent English word that is not (also) a name."""
-        return w.z >= 3.0 and not ((w.first or w.last) and w.z < 6.0)
 
     def _compound(self, f: str) -> bool:
         """Two English words run together ("healthmap", "karmadata"): a typical brand name."""
@@ -414,9 +411,10 @@ class EntityDetector:
             if possessive:
                 word = word[:-2]
             f, first, last, z = self._lookup(word.rstrip("."))
-            out.append(_W(i, i + len(word), word, f, first, last, z, conn))
+            common = z >= 3.0 and not ((first or last) and z < 6.0)
+            out.append(_W(i, i + len(word), word, f, first, last, z, conn, common))
             if possessive:  # "Cynthia Vasala's Cautionary Tales": the name ends at the possessive
-                out.append(_W(i + len(word), i + len(raw), "'s", "'s", False, False, 0.0, True))
+                out.append(_W(i + len(word), i + len(raw), "'s", "'s", False, False, 0.0, True, False))
         return out
 
     def _run_memoised(self, text: str, s: int, e: int, out: list[Span]) -> None:
@@ -555,19 +553,19 @@ class EntityDetector:
             n > 1
             and (last.f in _ORG_NOUNS or last.f in self.lex.company_suffixes)
             and not suffix
-            and not (at_start and n == 2 and self._common(first) and not first.first)
+            and not (at_start and n == 2 and first.common and not first.first)
         ):
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, name))
             return
-        kind = self._place(" ".join(w.f for w in words))
+        kind = self._place(first.f if n == 1 else " ".join(w.f for w in words))
         if kind == "country" and nxt not in _ORG_AFTER:  # countries, sentence-initial ones too
             out.append(Span(start, end, "LOCATION", 0.75, name))
             return
         # a sentence-initial common word is not part of an entity ("Please", "The"); drop it
-        if at_start and n > 1 and ((self._common(first) and not first.first) or first.z >= 6.0):
+        if at_start and n > 1 and ((first.common and not first.first) or first.z >= 6.0):
             self._classify(text, words[1:], first.f, False, out)
             return
-        if n == 1 and at_start and self._common(first) and nxt not in _ORG_VERBS:
+        if n == 1 and at_start and first.common and nxt not in _ORG_VERBS:
             return
         if n > 1 and last.f in _STREET_WORDS and last.text[0].isupper() and last.f not in ("st", "dr"):
             out.append(Span(start, end, "ADDRESS", 0.6, name))  # "Gordon Street", no number
@@ -587,7 +585,7 @@ class EntityDetector:
         if (
             nxt in _ORG_AFTER
             and not (names == n and first.first and n > 1)
-            and (not (n == 1 and self._common(first)) or nxt in _ORG_VERBS)
+            and (not (n == 1 and first.common) or nxt in _ORG_VERBS)
         ):
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
             return
@@ -620,12 +618,10 @@ class EntityDetector:
                 out.append(Span(start, end, "LOCATION", 0.65, name))
                 return
         # after "in / from / near …", what is not led by a first name is a place ("in TYSTBERGA")
-        if strong and not first.first and not possessive and not any(self._common(w) for w in words):
+        if strong and not first.first and not possessive and not any(w.common for w in words):
             out.append(Span(start, end, "LOCATION", 0.6, name))
             return
-        if n == 1 and (
-            self._common(first) or first.f in _STREET_WORDS or (first.text.isupper() and len(first.text) <= 5)
-        ):
+        if n == 1 and (first.common or first.f in _STREET_WORDS or (first.text.isupper() and len(first.text) <= 5)):
             if prev in ("at", "joined", "for") and first.text.isupper() and len(first.text) > 1 and not at_start:
                 out.append(Span(start, end, "ORGANIZATION", 0.55, name))  # "at BBC"
             return
@@ -642,15 +638,15 @@ class EntityDetector:
                 prev in _ORG_CUES
                 and not at_start
                 and not (prev in ("with", "by") and names)
-                and (not any(self._common(w) for w in words) or n > 1)
+                and (not any(w.common for w in words) or n > 1)
             ):
                 out.append(Span(start, end, "ORGANIZATION", 0.6, name))
                 return
         if names:
-            common = [w for w in words if self._common(w) and not (w.first or w.last)]
+            common = [w for w in words if w.common and not (w.first or w.last)]
             if common and prev not in _PERSON_CUES:
                 return  # a product or a title ("Aurora Wireless Earbuds")
-            if all(self._common(w) for w in words) and prev not in _PERSON_CUES:
+            if all(w.common for w in words) and prev not in _PERSON_CUES:
                 return
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
@@ -658,7 +654,7 @@ class EntityDetector:
             if n == 1 and first.z == 0 and nxt_char in ",:!?":
                 out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …"
             return
-        if any(self._common(w) for w in words):
+        if any(w.common for w in words):
             return
         if text[end : end + 2][:1] == " " and text[end + 1 : end + 2].isdigit():
             return  # "Nimbus 2", "Pixel 10": a product and its model number

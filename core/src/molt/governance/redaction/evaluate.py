@@ -118,9 +118,7 @@ def evaluate(
     for r in records:
         text = r["full_text"]
         gold = [
-            (s["start_position"], s["end_position"], s["entity_type"])
-            for s in r["spans"]
-            if s["entity_type"] in wanted
+            (s["start_position"], s["end_position"], s["entity_type"]) for s in r["spans"] if s["entity_type"] in wanted
         ]
         pred = []
         for s, e, t in predict(text):

@@ -136,9 +136,9 @@ class _Walker:
                 k += 1
             if not spans:
                 continue
-            for sp in spans:
+            for sp in spans:  # built from checked values, so constructed without re-validation
                 self.records.append(
-                    RedactedSpan(
+                    RedactedSpan.model_construct(
                         field=path, start=sp.start, end=sp.end, entity_type=sp.entity_type,
                         detector=sp.detector, score=round(sp.score, 3), mode=policy.mode_for(sp.entity_type).value,
                     )

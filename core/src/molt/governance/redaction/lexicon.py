@@ -148,9 +148,7 @@ def _build() -> Lexicon:
     prefixes = _clean(_pick(person, r"^prefixes|academic_prefixes"))
     prefixes |= {"mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "mx", "rev", "hon"}
 
-    cities = _clean(
-        _pick(address, r"^(cities|city_names|real_city_names|towns|villages|municipal|localities)")
-    )
+    cities = _clean(_pick(address, r"^(cities|city_names|real_city_names|towns|villages|municipal|localities)"))
     regions = _clean(_pick(address, r"^(states|provinces|regions|counties|prefectures|departments)$"))
     countries = _clean(_pick(address, r"^countries$"))
     street_suffixes = _clean(_pick(address, r"^(street|road)_suffix", r"abbr"))

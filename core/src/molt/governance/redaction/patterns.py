@@ -85,9 +85,7 @@ class RegexDetector:
             value = text[start:end]
             if self.validate is not None and not self.validate(value):
                 continue
-            if self.context is not None and not self.context.search(
-                text, max(0, start - self.context_window), start
-            ):
+            if self.context is not None and not self.context.search(text, max(0, start - self.context_window), start):
                 continue
             out.append(Span(start, end, self.entity_type, self.score, self.name))
         return out
@@ -119,8 +117,15 @@ def digit_clusters(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def _windows(text: str, rx: re.Pattern[str], clusters: list[tuple[int, int, int]], min_digits: int,
-             *, before: int = 0, after: int = 12):  # type: ignore[no-untyped-def]
+def _windows(
+    text: str,
+    rx: re.Pattern[str],
+    clusters: list[tuple[int, int, int]],
+    min_digits: int,
+    *,
+    before: int = 0,
+    after: int = 12,
+):  # type: ignore[no-untyped-def]
     """Matches of ``rx`` in the windows around the clusters that have at least ``min_digits`` digits.
     The window reaches ``after`` characters past a cluster so lookaheads see the real next text."""
     n = len(text)
@@ -233,9 +238,7 @@ class UrlDetector:
         out.append(Span(start, end, "DOMAIN_NAME", 0.95 if scheme else 0.6, self.name))
 
 
-_IPV4 = (
-    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"
-)
+_IPV4 = r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w]|\.\d)"
 _IPV6 = r"(?<![\w:.])(?:[0-9a-f]{0,4}:){2,7}(?:[0-9a-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?:%\w+)?(?![\w:])"
 
 
@@ -299,7 +302,11 @@ class SsnDetector:
 
     def __init__(self) -> None:
         self._dashed = RegexDetector(
-            "us_ssn", "US_SSN", r"(?<![\w-])\d{3}([- ])\d{2}\1\d{4}(?![\w-])", score=0.9, validate=ssn_valid,
+            "us_ssn",
+            "US_SSN",
+            r"(?<![\w-])\d{3}([- ])\d{2}\1\d{4}(?![\w-])",
+            score=0.9,
+            validate=ssn_valid,
             min_digits=9,
         )
         self._bare = RegexDetector(
@@ -338,9 +345,7 @@ def _iban_candidates(text: str) -> list[Span]:
     return out
 
 
-_IBAN = re.compile(
-    r"(?<![\w])[a-z]{2}\d{2}(?:[a-z0-9]{11,30}|(?: ?[a-z0-9]{4}){2,7}(?: ?[a-z0-9]{1,3})?)(?!\w)", re.I
-)
+_IBAN = re.compile(r"(?<![\w])[a-z]{2}\d{2}(?:[a-z0-9]{11,30}|(?: ?[a-z0-9]{4}){2,7}(?: ?[a-z0-9]{1,3})?)(?!\w)", re.I)
 
 
 class IbanDetector:
@@ -405,13 +410,7 @@ class PhoneDetector:
             if not separated and not (digits >= 10 and cue):
                 continue
             groups = re.split(r"[ .-]", value)
-            if (
-                " " in value
-                and not cue
-                and value[0] not in "+(0"
-                and len(groups) > 2
-                and max(map(len, groups)) < 3
-            ):
+            if " " in value and not cue and value[0] not in "+(0" and len(groups) > 2 and max(map(len, groups)) < 3:
                 continue  # "1 2 3 45 6": a list of small numbers, not a phone number
             out.append(Span(start, end, "PHONE_NUMBER", 0.75, self.name))
         return out

@@ -127,9 +127,7 @@ class RedactionPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _pseudonym_needs_key(self) -> RedactionPolicy:
-        uses = (
-            self.mode == ReplacementMode.PSEUDONYM or ReplacementMode.PSEUDONYM in self.entity_modes.values()
-        )
+        uses = self.mode == ReplacementMode.PSEUDONYM or ReplacementMode.PSEUDONYM in self.entity_modes.values()
         if uses and self.pseudonym_key is None:
             raise ValueError(
                 "mode/entity_modes use 'pseudonym' but pseudonym_key is not set; give the tenant an HMAC "

@@ -36,11 +36,17 @@ def resolve_overlaps(spans: list[Span]) -> list[Span]:
     if len(spans) < 2:
         return sorted(spans)
     ranked = sorted(spans, key=lambda s: (-s.score, s.start - s.end, s.start))
+    starts: list[int] = []  # the taken spans, kept sorted by start (they never overlap)
     taken: list[Span] = []
     for span in ranked:
-        if all(span.end <= t.start or span.start >= t.end for t in taken):
-            taken.append(span)
-    return sorted(taken)
+        i = bisect_right(starts, span.start)
+        if i and taken[i - 1].end > span.start:
+            continue  # overlaps the taken span that starts at or before it
+        if i < len(taken) and taken[i].start < span.end:
+            continue  # overlaps the next taken span
+        starts.insert(i, span.start)
+        taken.insert(i, span)
+    return taken
 
 
 class ReplacementState:
@@ -70,7 +76,11 @@ class Redactor:
 
     Detectors are built once from the policy's ``detectors`` names; a detector that raises is
     surfaced as :class:`~molt.errors.GovernanceError` naming it, since a silently skipped detector
-    would let personal data through.
+    would let personal data through. A detector whose ``requires`` substring (or digit) is absent
+    from a text is not called at all.
+
+    ``cache_size`` bounds the memo :meth:`detect_many` keeps (digest of a field's text → spans; no
+    text is stored) and turns the detectors' own memos off when 0 — use 0 to time repeated texts.
     """
 
     def __init__(
