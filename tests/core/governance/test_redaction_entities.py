@@ -102,6 +102,7 @@ def test_lowercase_text(entities) -> None:  # type: ignore[no-untyped-def]
     assert ("PERSON", "marie") in found(entities, "my name is marie")
     assert ("PERSON", "cindy thygesen") in found(entities, "the cindy thygesen version was recorded")
     assert ("LOCATION", "Kraków") not in found(entities, "i don't like this tone")
+    assert ("LOCATION", "united arab emirates") in found(entities, "in united arab emirates they have songs")
     cased = found(entities, "Hi, my name is john smith and I need help.")
     assert ("PERSON", "john smith") in cased
 

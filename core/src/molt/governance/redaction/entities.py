@@ -209,6 +209,15 @@ class EntityDetector:
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self._name_words = _NAME_WORDS | _lorem_words()
+        # first word of every place name of two or more words -> the most words such a name has
+        multi: dict[str, int] = {}
+        for names in (lx.countries, lx.cities, lx.regions):
+            for p in names:
+                if " " in p:
+                    head, n = p.split(" ", 1)[0], p.count(" ") + 1
+                    if n > multi.get(head, 0):
+                        multi[head] = min(n, 5)
+        self._multi_first = multi
         self._skip: dict[str, int] = {}
         self._memo: dict[bytes, tuple[tuple[int, int, str, float], ...]] = {}
         #: Entries kept in the run memo (0 turns it off).
@@ -323,37 +332,62 @@ class EntityDetector:
     # ------------------------------------------------------------------ lowercase text
 
     def _promote_lowercase(self, text: str) -> str:
-        """``text`` with lexicon names and places capitalised (same length), for all-lowercase input."""
+        """``text`` with lexicon names and places capitalised (same length), for all-lowercase input.
+        A place of several words ("united arab emirates") is promoted word by word when it follows a
+        place cue or holds a word that is not frequent English."""
         lx = self.lex
-        parts: list[str] = []
-        pos = 0
+        words = [(m.start(), m.end(), m.group()) for m in _LOWER_WORD.finditer(text)]
+        chars = None
         prev = ""
-        for m in _LOWER_WORD.finditer(text):
-            w = m.group()
-            if text[m.end() : m.end() + 1] in ("'", "’"):
+        skip_to = -1
+        for i, (s, e, w) in enumerate(words):
+            if i < skip_to:
+                continue
+            if text[e : e + 1] in ("'", "’"):
                 prev = w
                 continue  # "don't", "i'll": contractions, not names
             f, first, last, z = self._lookup(w)
             if f in _KEYWORDS:
                 prev = f
                 continue
-            promote = (
+            span = self._multiword_place(words, i, f, prev)
+            if span:
+                promote_to = i + span
+            elif (
                 ((first or last) and z < 4.0)
                 or (first and z < 5.2 and f not in self._name_words)  # "michael", "marie" but not "will"
                 or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
                 or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
-            )
-            if promote:
-                up = w[0].upper()
-                if len(up) == 1:
-                    parts.append(text[pos : m.start()])
-                    parts.append(up + w[1:])
-                    pos = m.end()
+            ):
+                promote_to = i + 1
+            else:
+                prev = f
+                continue
+            for j in range(i, promote_to):
+                s2, _e2, w2 = words[j]
+                up = w2[0].upper()
+                if len(up) == 1 and (j == i or w2 not in _JOINERS):
+                    if chars is None:
+                        chars = list(text)
+                    chars[s2] = up
+            skip_to = promote_to
             prev = f
-        if not parts:
-            return text
-        parts.append(text[pos:])
-        return "".join(parts)
+        return text if chars is None else "".join(chars)
+
+    def _multiword_place(self, words: list[tuple[int, int, str]], i: int, f: str, prev: str) -> int:
+        """Words in a known place of two or more words starting at ``words[i]`` (folded ``f``), or 0."""
+        longest = self._multi_first.get(f, 0)
+        if not longest:
+            return 0
+        for k in range(min(longest, len(words) - i), 1, -1):
+            if words[i + k - 1][0] - words[i][1] > 4 * k:  # the words must be adjacent
+                continue
+            key = " ".join(fold(w) for _s, _e, w in words[i : i + k])
+            if self._place(key) and (
+                prev in _PLACE_CUES or any(self._lookup(w)[3] < 4.5 for _s, _e, w in words[i : i + k])
+            ):
+                return k
+        return 0
 
     def _promote_paragraphs(self, text: str) -> str:
         """``text`` with the paragraphs that have no capitalised word promoted (same length)."""
