@@ -340,7 +340,7 @@ class EntityDetector:
         chars = None
         prev = ""
         skip_to = -1
-        for i, (s, e, w) in enumerate(words):
+        for i, (_s, e, w) in enumerate(words):
             if i < skip_to:
                 continue
             if text[e : e + 1] in ("'", "’"):
