@@ -438,4 +438,21 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         auth(request, Action.ADMIN)
         return _json({"backends": await gw.check_health()})
 
+    # ---------------------------------------------------------------- OTLP ingest
+
+    if gw.recorder is not None and hasattr(gw.recorder, "record"):
+        # A home-grown stack that emits OpenTelemetry GenAI spans joins by pointing its OTLP/HTTP trace
+        # exporter at the gateway; the key's tenant is stamped on every event of the export.
+        from molt.capture.otlp import OtlpIngest
+        from molt.capture.otlp_app import otlp_routes
+
+        async def otlp_tenant(request: Request) -> str | Response:
+            try:
+                return auth(request, Action.WRITE).tenant_id
+            except MoltError as exc:
+                status = 403 if isinstance(exc, PermissionError) else 401
+                return _json({"error": {"message": str(exc), "type": "authentication_error"}}, status=status)
+
+        app.router.routes.extend(otlp_routes(OtlpIngest(gw.recorder), authenticate=otlp_tenant))
+
     return app
