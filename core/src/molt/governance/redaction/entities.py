@@ -335,7 +335,6 @@ class EntityDetector:
         """``text`` with lexicon names and places capitalised (same length), for all-lowercase input.
         A place of several words ("united arab emirates") is promoted word by word when it follows a
         place cue or holds a word that is not frequent English."""
-        lx = self.lex
         words = [(m.start(), m.end(), m.group()) for m in _LOWER_WORD.finditer(text)]
         chars = None
         prev = ""
@@ -346,19 +345,14 @@ class EntityDetector:
             if text[e : e + 1] in ("'", "’"):
                 prev = w
                 continue  # "don't", "i'll": contractions, not names
-            f, first, last, z = self._lookup(w)
+            f = self._lookup(w)[0]
             if f in _KEYWORDS:
                 prev = f
                 continue
             span = self._multiword_place(words, i, f, prev)
             if span:
                 promote_to = i + span
-            elif (
-                ((first or last) and z < 4.0)
-                or (first and z < 5.2 and f not in self._name_words)  # "michael", "marie" but not "will"
-                or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
-                or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
-            ):
+            elif self._promotes(w, prev):
                 promote_to = i + 1
             else:
                 prev = f
@@ -391,19 +385,32 @@ class EntityDetector:
 
     def _promote_paragraphs(self, text: str) -> str:
         """``text`` with the paragraphs that have no capitalised word promoted (same length)."""
-        parts = []
-        pos = 0
+        parts = text.split("\n\n")
         changed = False
-        for para in text.split("\n\n"):
-            end = pos + len(para)
-            if _CASED_WORD.search(text, pos, end) is None and _LETTER.search(text, pos, end) is not None:
+        for k, para in enumerate(parts):
+            if para.isalpha():  # one word (most JSON values): promote it or leave it, no scan
+                if para.islower() and self._promotes(para, ""):
+                    parts[k] = para[0].upper() + para[1:] if len(para[0].upper()) == 1 else para
+                    changed = changed or parts[k] is not para
+                continue
+            if _CASED_WORD.search(para) is None and _LETTER.search(para) is not None:
                 promoted = self._promote_lowercase(para)
                 changed = changed or promoted is not para
-                parts.append(promoted)
-            else:
-                parts.append(para)
-            pos = end + 2
+                parts[k] = promoted
         return "\n\n".join(parts) if changed else text
+
+    def _promotes(self, word: str, prev: str) -> bool:
+        """Whether a lowercase word counts as a capitalised name or place candidate."""
+        f, first, last, z = self._lookup(word)
+        if f in _KEYWORDS:
+            return False
+        lx = self.lex
+        return bool(
+            ((first or last) and z < 4.0)
+            or (first and z < 5.2 and f not in self._name_words)  # "michael", "marie" but not "will"
+            or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
+            or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
+        )
 
     def _lowercase_names(self, text: str, blocked: list[tuple[int, int]], out: list[Span]) -> None:
         """Lowercase names after a strong cue in otherwise cased text: "my name is john smith"."""
