@@ -105,6 +105,11 @@ def test_lowercase_text(entities) -> None:  # type: ignore[no-untyped-def]
     assert ("LOCATION", "united arab emirates") in found(entities, "in united arab emirates they have songs")
     cased = found(entities, "Hi, my name is john smith and I need help.")
     assert ("PERSON", "john smith") in cased
+    spans = Redactor().detect(text := "hi my name is john smith, call 415 555 0100")
+    assert [(s.entity_type, text[s.start : s.end]) for s in spans] == [
+        ("PERSON", "john smith"),
+        ("PHONE_NUMBER", "415 555 0100"),
+    ]
 
 
 def test_detect_many_matches_detect_and_memoises_by_digest() -> None:

@@ -311,7 +311,7 @@ class EntityDetector:
                 if e <= s:
                     continue
             self._run_memoised(source, s, e, out)
-        if not lowercase and " " in text:
+        if " " in text:
             self._lowercase_names(text, blocked, out)
         return out
 
@@ -407,13 +407,13 @@ class EntityDetector:
         lx = self.lex
         return bool(
             ((first or last) and z < 4.0)
-            or (first and z < 5.2 and f not in self._name_words)  # "michael", "marie" but not "will"
+            or (first and z < 5.6 and f not in self._name_words)  # "john", "marie" but not "will"
             or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
             or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
         )
 
     def _lowercase_names(self, text: str, blocked: list[tuple[int, int]], out: list[Span]) -> None:
-        """Lowercase names after a strong cue in otherwise cased text: "my name is john smith"."""
+        """Lowercase names after a strong cue ("my name is john smith"), in cased text or not."""
         low = text.lower()
         if len(low) != len(text):  # a few capitals lowercase to two characters; offsets would shift
             return
@@ -435,8 +435,8 @@ class EntityDetector:
                     _f2, first2, last2, z2 = self._lookup(m.group(2))
                     if (last2 or first2) and z2 < 5.5:
                         b = m.end(2)
-                if not _overlaps(blocked, a, b) and not any(s.start <= a < s.end for s in out):
-                    out.append(Span(a, b, "PERSON", 0.6, self.name))
+                if not _overlaps(blocked, a, b):  # a strong cue: wins over a shorter run span
+                    out.append(Span(a, b, "PERSON", 0.85, self.name))
 
     # ------------------------------------------------------------------ capitalised runs
 
