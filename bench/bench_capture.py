@@ -19,7 +19,6 @@ Run: ``.venv/bin/python bench/bench_capture.py`` (about 5 minutes; ``--quick`` f
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import logging.handlers
@@ -196,7 +195,7 @@ def read_by_id(n: int, per_traj: int, tmp: Path, reads: int) -> Table:
             x = dict(r.x)
             x["trajectory_id"] = f"{x['trajectory_id']}-r{round_}"
             x["event_id"] = f"{x['event_id']}-r{round_}"
-            rows.append(dataclasses.replace(r, x=x))
+            rows.append(r._replace(x=x))
         store.write_batch(SinkBatch(events=rows))
         written += len(rows)
         round_ += 1
@@ -248,9 +247,11 @@ def main() -> None:
     console.print(f"[bold]molt capture benchmark[/bold] — python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="molt-bench-") as d:
         tmp = Path(d)
-        tables = [caller_cost(n_caller, tmp), ingest(n_ingest, tmp, n_naive), read_by_id(n_read, 50, tmp, reads)]
-        for t in tables:
-            console.print(t)
+        tables = []
+        for run in (lambda: caller_cost(n_caller, tmp), lambda: ingest(n_ingest, tmp, n_naive),
+                    lambda: read_by_id(n_read, 50, tmp, reads)):
+            tables.append(run())
+            console.print(tables[-1])
     if args.json:
         args.json.write_text(json.dumps([{"title": str(t.title), "rows": [[c._cells[i] for c in t.columns]
                                                                          for i in range(t.row_count)]}
