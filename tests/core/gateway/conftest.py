@@ -79,9 +79,21 @@ class Served:
     def flush(self) -> None:
         assert self.recorder.flush(timeout=30, deliver=True)
 
-    def events(self, trajectory_id: str) -> list[Any]:
-        self.flush()
-        return self.store.trajectory(trajectory_id).events
+    def events(self, trajectory_id: str, timeout: float = 30.0) -> list[Any]:
+        """The trajectory's stored events. The gateway records a call after its response is sent
+        (off the request path), so the client can finish reading a stream a moment before the event
+        is handed to the Recorder: wait for it, bounded, instead of racing it."""
+        from molt.errors import NotFound
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self.flush()
+            try:
+                return self.store.trajectory(trajectory_id).events
+            except NotFound:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 @pytest.fixture
