@@ -71,7 +71,6 @@ class MoltEventListener(BaseEventListener):
         blob_store: BlobStore | None = None,
         strict: bool = False,
     ):
-        extra = {"max_field_bytes": max_field_bytes} if max_field_bytes is not None else {}
         self.capture = Capture(
             recorder,
             integration="molt-crewai",
@@ -83,7 +82,7 @@ class MoltEventListener(BaseEventListener):
             tags=tags,
             blob_store=blob_store,
             strict=strict,
-            **extra,
+            max_field_bytes=max_field_bytes,
         )
         self._mapper = CrewAIMapper(self.capture)
         self._registered: list[tuple[type[BaseEvent], Any]] = []

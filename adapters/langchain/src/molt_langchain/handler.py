@@ -76,7 +76,6 @@ class MoltCallbackHandler(BaseCallbackHandler):
         if recorder is None and not any(opts.values()) and max_field_bytes is None and not strict and capture_chain_io:
             self._mapper = _shared_mapper()
         else:
-            extra = {"max_field_bytes": max_field_bytes} if max_field_bytes is not None else {}
             cap = Capture(
                 recorder,
                 integration="molt-langchain",
@@ -84,7 +83,7 @@ class MoltCallbackHandler(BaseCallbackHandler):
                 framework_version=_FRAMEWORK_VERSION,
                 strict=strict,
                 **opts,
-                **extra,
+                max_field_bytes=max_field_bytes,
             )  # type: ignore[arg-type]
             self._mapper = LangChainMapper(cap, capture_chain_io=capture_chain_io)
         self.capture: Capture = self._mapper.capture

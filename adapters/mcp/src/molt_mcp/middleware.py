@@ -85,7 +85,6 @@ class MoltMiddleware:
         blob_store: BlobStore | None = None,
         strict: bool = False,
     ):
-        extra = {"max_field_bytes": max_field_bytes} if max_field_bytes is not None else {}
         self.server_name = server_name or "mcp"
         self.methods = frozenset(methods)
         self.capture = Capture(
@@ -99,7 +98,7 @@ class MoltMiddleware:
             tags={"mcp_server": self.server_name, **(tags or {})},
             blob_store=blob_store,
             strict=strict,
-            **extra,
+            max_field_bytes=max_field_bytes,
         )
         self._mapper = _Mapper(self.capture, self.server_name)
 

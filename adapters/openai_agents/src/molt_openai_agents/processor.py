@@ -54,7 +54,6 @@ class MoltTracingProcessor(TracingProcessor):
         blob_store: BlobStore | None = None,
         strict: bool = False,
     ):
-        extra = {"max_field_bytes": max_field_bytes} if max_field_bytes is not None else {}
         self.capture = Capture(
             recorder,
             integration="molt-openai-agents",
@@ -66,7 +65,7 @@ class MoltTracingProcessor(TracingProcessor):
             tags=tags,
             blob_store=blob_store,
             strict=strict,
-            **extra,
+            max_field_bytes=max_field_bytes,
         )
         self._mapper = AgentsMapper(self.capture)
 

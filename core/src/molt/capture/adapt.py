@@ -610,7 +610,7 @@ class Capture:
         session_id: str | None = None,
         tags: Mapping[str, str] | None = None,
         provenance: Mapping[str, Any] | None = None,
-        max_field_bytes: int = _MAX_FIELD_BYTES,
+        max_field_bytes: int | None = None,
         blob_store: BlobStore | None = None,
         strict: bool = False,
         dispatcher: Dispatcher | None = None,
@@ -630,7 +630,7 @@ class Capture:
             "tags": dict(tags) if tags else None,
         }
         self.session_id = session_id
-        self.max_field_bytes = max_field_bytes
+        self.max_field_bytes = _MAX_FIELD_BYTES if max_field_bytes is None else max_field_bytes
         self.blob_store = blob_store
         self.strict = strict
         self.dispatcher = dispatcher or default_dispatcher()
