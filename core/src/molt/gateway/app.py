@@ -257,48 +257,43 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     # ---------------------------------------------------------------- inference
 
-    @route("/v1/chat/completions", "POST")
-    async def chat_completions(request: Request) -> Response:
+    async def infer(request: Request, path: str, parse: Callable[[Any], Any], begin: Callable[..., Any],
+                    render: Callable[[Any, Any, Any], Any]) -> Response:
+        """The shared path of both inference endpoints: auth, parse, route, run or stream, record after
+        the response."""
         t0 = time.perf_counter()
         p = auth(request, Action.WRITE)
         body = await _read_json(request, gw.config.max_body_bytes)
-        req, stream = wire.parse_chat_request(body)
-        call = gw.begin_chat(p, req, body, request.headers)
+        req, stream = parse(body)
+        call = begin(p, req, body, request.headers)
         if stream:
             first, it = await gw.open_stream(call, req)
-            gw.metrics.observe("/v1/chat/completions", 200, time.perf_counter() - t0)
+            gw.metrics.observe(path, 200, time.perf_counter() - t0)
             return StreamingResponse(gw.sse(call, first, it), media_type="text/event-stream",
                                      headers={**call.headers, "cache-control": "no-cache"})
         result = await gw.run(call, req)
-        payload = wire.chat_response(result, id="chatcmpl-" + call.record.event_ids[0],
-                                     created=int(call.record.started), model=req.model, logprobs=req.logprobs)
+        payload = render(result, call, req)
         gw.finish(call, result)
         resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers,
                         background=BackgroundTask(record_later, call))
-        gw.metrics.observe("/v1/chat/completions", 200, time.perf_counter() - t0)
+        gw.metrics.observe(path, 200, time.perf_counter() - t0)
         return resp
+
+    @route("/v1/chat/completions", "POST")
+    async def chat_completions(request: Request) -> Response:
+        return await infer(
+            request, "/v1/chat/completions", wire.parse_chat_request, gw.begin_chat,
+            lambda result, call, req: wire.chat_response(
+                result, id="chatcmpl-" + call.record.event_ids[0], created=int(call.record.started),
+                model=req.model, logprobs=req.logprobs))
 
     @route("/v1/completions", "POST")
     async def completions(request: Request) -> Response:
-        t0 = time.perf_counter()
-        p = auth(request, Action.WRITE)
-        body = await _read_json(request, gw.config.max_body_bytes)
-        req, stream = wire.parse_completion_request(body)
-        call = gw.begin_completion(p, req, body, request.headers)
-        if stream:
-            first, it = await gw.open_stream(call, req)
-            gw.metrics.observe("/v1/completions", 200, time.perf_counter() - t0)
-            return StreamingResponse(gw.sse(call, first, it), media_type="text/event-stream",
-                                     headers={**call.headers, "cache-control": "no-cache"})
-        result = await gw.run(call, req)
-        payload = wire.completion_response(result, id="cmpl-" + call.record.event_ids[0],
-                                           created=int(call.record.started), model=req.model,
-                                           logprobs=req.logprobs is not None)
-        gw.finish(call, result)
-        resp = Response(orjson.dumps(payload), media_type=_JSON, headers=call.headers,
-                        background=BackgroundTask(record_later, call))
-        gw.metrics.observe("/v1/completions", 200, time.perf_counter() - t0)
-        return resp
+        return await infer(
+            request, "/v1/completions", wire.parse_completion_request, gw.begin_completion,
+            lambda result, call, req: wire.completion_response(
+                result, id="cmpl-" + call.record.event_ids[0], created=int(call.record.started),
+                model=req.model, logprobs=req.logprobs is not None))
 
     @route("/v1/models", "GET")
     async def models(request: Request) -> Response:
