@@ -156,13 +156,15 @@ class Store:
         if self._appends_since_compact >= self.compact_every:
             self._compact_wake.set()
 
+    def _where_in(self, name: str, column: str, values: Sequence[str], columns: list[str]) -> Iterator[pa.Table]:
+        """Rows whose ``column`` is one of ``values``, in ``IN (…)`` queries of bounded size."""
+        for i in range(0, len(values), _IN_CHUNK):
+            chunk = values[i:i + _IN_CHUNK]
+            yield self._where(name, f"{column} IN ({', '.join(sql_str(v) for v in chunk)})", columns)
+
     def _existing_ids(self, name: str, id_col: str, ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
-        tbl = self.table(name)
-        for i in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[i:i + _IN_CHUNK]
-            where = f"{id_col} IN ({', '.join(sql_str(x) for x in chunk)})"
-            got = tbl.search().where(where).select([id_col]).limit(None).to_arrow()
+        for got in self._where_in(name, id_col, ids, [id_col]):
             found.update(got.column(id_col).to_pylist())
         return found
 
@@ -203,10 +205,7 @@ class Store:
     def chain_heads(self, trajectory_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
         """``{trajectory_id: (seq, hash)}`` of the last stored event, for those that have events."""
         heads: dict[str, tuple[int, str]] = {}
-        for i in range(0, len(trajectory_ids), _IN_CHUNK):
-            chunk = trajectory_ids[i:i + _IN_CHUNK]
-            where = f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})"
-            got = self._where("events", where, ["trajectory_id", "seq", "chain"])
+        for got in self._where_in("events", "trajectory_id", trajectory_ids, ["trajectory_id", "seq", "chain"]):
             for tid, seq, chain in zip(got.column("trajectory_id").to_pylist(), got.column("seq").to_pylist(),
                                        got.column("chain").to_pylist(), strict=True):
                 if tid not in heads or seq > heads[tid][0]:
