@@ -1,0 +1,413 @@
+"""Composite policy versions: A = ⟨weights, harness, memory, tools, governance⟩, versioned per tenant and agent.
+
+A :class:`PolicyVersion` is an immutable tuple of parts (:class:`PolicyParts`): the base model and
+LoRA adapter, the harness (system prompt and context rules, static skills), the memory snapshot and
+skill set (ids into the :mod:`molt.control.memory` tables, which are append-only, so an id always
+names the same text), the tool-schema rewrites and the governance config. Versions are stored as
+canonical JSON bytes, so "the same version" means byte-identical parts.
+
+Which version serves is a separate, append-only log of actions (``promote``, ``canary``, ``abort``,
+``rollback``) in the ``agent_version_events`` table. The live version is the top of a stack that
+``promote`` pushes and ``rollback`` pops, so rollback is one step and restores exactly the version
+that was live before; a canary is a version given a share of new sessions until it is promoted or
+aborted. Nothing is ever rewritten.
+
+Example::
+
+    reg = VersionRegistry(store)
+    base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="smollm2")))
+    v2 = reg.create("acme", "support", base.parts.with_memories(["mem-1"]), parent=base.version_id,
+                    note="memory insert: refund window")
+    reg.promote(v2.version_id, actor="control-plane")
+    reg.rollback("acme", "support", actor="alice")          # base is live again, byte for byte
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from molt.atdp.ids import new_id
+from molt.errors import InterventionError, NotFound
+from molt.harness import HarnessSpec, ToolRewrite
+from molt.store import Store, sql_str
+from molt.store.tables import append, ensure_table
+
+__all__ = [
+    "EVENTS_SCHEMA",
+    "EVENTS_TABLE",
+    "GovernancePart",
+    "ModelPart",
+    "PolicyParts",
+    "PolicyVersion",
+    "VERSIONS_SCHEMA",
+    "VERSIONS_TABLE",
+    "VersionRegistry",
+    "diff_parts",
+]
+
+VERSIONS_TABLE = "agent_versions"
+EVENTS_TABLE = "agent_version_events"
+_TS = pa.timestamp("us", tz="UTC")
+
+VERSIONS_SCHEMA = pa.schema([
+    pa.field("version_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("agent_id", pa.string(), nullable=False),
+    pa.field("parent_id", pa.string()),
+    pa.field("parts", pa.binary(), nullable=False),        # canonical JSON of PolicyParts
+    pa.field("parts_digest", pa.string(), nullable=False),
+    pa.field("note", pa.string()),
+    pa.field("created_by", pa.string()),
+    pa.field("created_at", _TS, nullable=False),
+])
+
+EVENTS_SCHEMA = pa.schema([
+    pa.field("event_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string(), nullable=False),
+    pa.field("agent_id", pa.string(), nullable=False),
+    pa.field("version_id", pa.string(), nullable=False),
+    pa.field("action", pa.string(), nullable=False),       # promote | canary | abort | rollback
+    pa.field("weight", pa.float64()),
+    pa.field("actor", pa.string()),
+    pa.field("reason", pa.string()),
+    pa.field("at", _TS, nullable=False),
+])
+
+_DATA = ConfigDict(extra="forbid", frozen=True)
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+Action = Literal["promote", "canary", "abort", "rollback"]
+
+
+class ModelPart(BaseModel):
+    """The weights part: base model, and the LoRA adapter (name served upstream, path on disk)."""
+
+    model_config = _DATA
+
+    base: str = Field(min_length=1)
+    adapter: str | None = None
+    adapter_path: str | None = None
+
+
+class GovernancePart(BaseModel):
+    """The governance config a version runs under: policy file name and its content digest."""
+
+    model_config = _DATA
+
+    policy: str | None = None
+    digest: str | None = None
+
+
+class PolicyParts(BaseModel):
+    """The parts of a composite policy version (see the module docstring)."""
+
+    model_config = _DATA
+
+    model: ModelPart
+    harness: HarnessSpec = HarnessSpec()
+    memory_ids: tuple[str, ...] = ()
+    skill_ids: tuple[str, ...] = ()
+    tools: dict[str, ToolRewrite] = Field(default_factory=dict)
+    governance: GovernancePart = GovernancePart()
+
+    def canonical(self) -> bytes:
+        """Canonical JSON bytes (sorted keys): equal parts ⇔ equal bytes."""
+        data: Any = self.model_dump(mode="json")
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+
+    def digest(self) -> str:
+        """SHA-256 of :meth:`canonical`."""
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    def effective_harness(self) -> HarnessSpec:
+        """The harness the gateway applies: the harness spec with this version's tool rewrites merged in."""
+        if not self.tools:
+            return self.harness
+        return self.harness.model_copy(update={"tool_rewrites": {**self.harness.tool_rewrites, **self.tools}})
+
+    def with_memories(self, ids: Sequence[str]) -> PolicyParts:
+        """These parts with ``ids`` added to the memory snapshot (order kept, no duplicates)."""
+        return self.model_copy(update={"memory_ids": tuple(dict.fromkeys([*self.memory_ids, *ids]))})
+
+    def with_skills(self, ids: Sequence[str]) -> PolicyParts:
+        """These parts with ``ids`` added to the skill set."""
+        return self.model_copy(update={"skill_ids": tuple(dict.fromkeys([*self.skill_ids, *ids]))})
+
+    def with_tools(self, rewrites: dict[str, ToolRewrite]) -> PolicyParts:
+        """These parts with tool-schema rewrites replaced or added."""
+        return self.model_copy(update={"tools": {**self.tools, **rewrites}})
+
+    def with_system_prompt(self, text: str) -> PolicyParts:
+        """These parts with ``text`` appended to the harness system prompt."""
+        current = self.harness.system_prompt
+        new = text if not current else f"{current}\n{text}"
+        return self.model_copy(update={"harness": self.harness.model_copy(update={"system_prompt": new})})
+
+    def with_model(self, model: ModelPart) -> PolicyParts:
+        """These parts with another weights part."""
+        return self.model_copy(update={"model": model})
+
+
+class PolicyVersion(BaseModel):
+    """One stored version: its id, owner, lineage and parts. ``status`` is filled by the registry
+    from the action log (``live``, ``canary``, ``previous`` — live before and reachable by rollback —
+    or ``candidate``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version_id: str
+    tenant_id: str
+    agent_id: str
+    parent_id: str | None = None
+    parts: PolicyParts
+    parts_bytes: bytes = Field(repr=False)
+    note: str | None = None
+    created_by: str | None = None
+    created_at: datetime
+    status: str = "candidate"
+    canary_weight: float | None = None
+
+    # What the gateway's harness applier and router read (HarnessTarget / VersionSpec-like).
+    @property
+    def version(self) -> str:
+        return self.version_id
+
+    @property
+    def harness(self) -> HarnessSpec:
+        return self.parts.effective_harness()
+
+    @property
+    def memory_ids(self) -> tuple[str, ...]:
+        return self.parts.memory_ids
+
+    @property
+    def skill_ids(self) -> tuple[str, ...]:
+        return self.parts.skill_ids
+
+
+def diff_parts(a: PolicyParts, b: PolicyParts) -> list[tuple[str, JsonValue, JsonValue]]:
+    """``(path, value in a, value in b)`` for every leaf that differs (dotted paths, sorted)."""
+    out: list[tuple[str, JsonValue, JsonValue]] = []
+
+    def walk(path: str, x: Any, y: Any) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                walk(f"{path}.{k}" if path else str(k), x.get(k), y.get(k))
+        elif x != y:
+            out.append((path, x, y))
+
+    walk("", a.model_dump(mode="json"), b.model_dump(mode="json"))
+    return out
+
+
+class VersionRegistry:
+    """Composite policy versions and the live/canary pointer log, in the store.
+
+    Thread-safe within a process (one lock around create and pointer changes). Several processes
+    may read; let one process (``molt serve``'s control plane, or the CLI) write at a time.
+    """
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._versions = ensure_table(store, VERSIONS_TABLE, VERSIONS_SCHEMA)
+        self._events = ensure_table(store, EVENTS_TABLE, EVENTS_SCHEMA)
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ reading
+
+    def _rows(self, table: Any, where: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = table.search().where(where).limit(None).to_arrow().to_pylist()
+        return rows
+
+    def _actions(self, tenant_id: str, agent_id: str) -> list[dict[str, Any]]:
+        rows = self._rows(self._events, f"tenant_id = {sql_str(tenant_id)} AND agent_id = {sql_str(agent_id)}")
+        rows.sort(key=lambda r: (r["at"], r["event_id"]))
+        return rows
+
+    def _state(self, tenant_id: str, agent_id: str) -> tuple[list[str], dict[str, float]]:
+        """(live stack, canary weights) from the action log."""
+        stack: list[str] = []
+        canary: dict[str, float] = {}
+        for r in self._actions(tenant_id, agent_id):
+            v, act = r["version_id"], r["action"]
+            if act == "promote":
+                stack.append(v)
+                canary.pop(v, None)
+            elif act == "rollback":
+                if stack:
+                    stack.pop()
+            elif act == "canary":
+                canary[v] = float(r["weight"] or 0.0)
+            elif act == "abort":
+                canary.pop(v, None)
+        return stack, canary
+
+    def _version(self, row: dict[str, Any], stack: list[str] | None = None,
+                 canary: dict[str, float] | None = None) -> PolicyVersion:
+        parts = PolicyParts.model_validate_json(row["parts"])
+        vid = row["version_id"]
+        status = "candidate"
+        if stack:
+            if stack[-1] == vid:
+                status = "live"
+            elif vid in stack:
+                status = "previous"
+        if canary and vid in canary and status != "live":
+            status = "canary"
+        return PolicyVersion(version_id=vid, tenant_id=row["tenant_id"], agent_id=row["agent_id"],
+                             parent_id=row["parent_id"], parts=parts, parts_bytes=row["parts"], note=row["note"],
+                             created_by=row["created_by"], created_at=row["created_at"], status=status,
+                             canary_weight=(canary or {}).get(vid))
+
+    def get(self, version_id: str, *, tenant_id: str | None = None) -> PolicyVersion:
+        """The version ``version_id`` (with ``tenant_id``, only if it belongs to that tenant)."""
+        where = f"version_id = {sql_str(version_id)}"
+        if tenant_id is not None:
+            where += f" AND tenant_id = {sql_str(tenant_id)}"
+        rows = self._rows(self._versions, where)
+        if not rows:
+            raise NotFound(f"No policy version {version_id!r}" + (f" for tenant {tenant_id!r}." if tenant_id else "."))
+        row = rows[0]
+        stack, canary = self._state(row["tenant_id"], row["agent_id"])
+        return self._version(row, stack, canary)
+
+    def list(self, tenant_id: str, agent_id: str | None = None) -> list[PolicyVersion]:
+        """The tenant's versions (of one agent, or all), newest first, with their status."""
+        where = f"tenant_id = {sql_str(tenant_id)}"
+        if agent_id is not None:
+            where += f" AND agent_id = {sql_str(agent_id)}"
+        rows = self._rows(self._versions, where)
+        states: dict[str, tuple[list[str], dict[str, float]]] = {}
+        out = []
+        for row in sorted(rows, key=lambda r: (r["created_at"], r["version_id"]), reverse=True):
+            st = states.get(row["agent_id"])
+            if st is None:
+                st = states[row["agent_id"]] = self._state(tenant_id, row["agent_id"])
+            out.append(self._version(row, *st))
+        return out
+
+    def agents(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
+        """``(tenant, agent)`` pairs that have versions (of one tenant, or all)."""
+        tbl = self._versions.search()
+        if tenant_id is not None:
+            tbl = tbl.where(f"tenant_id = {sql_str(tenant_id)}")
+        rows = tbl.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
+        return sorted({(r["tenant_id"], r["agent_id"]) for r in rows})
+
+    def live(self, tenant_id: str, agent_id: str) -> PolicyVersion | None:
+        """The live version (``None`` before the first promotion)."""
+        stack, _ = self._state(tenant_id, agent_id)
+        if not stack:
+            return None
+        return self.get(stack[-1])
+
+    def canaries(self, tenant_id: str, agent_id: str) -> list[PolicyVersion]:
+        """Versions in canary, with their weight."""
+        _, canary = self._state(tenant_id, agent_id)
+        return [self.get(v) for v in canary]
+
+    def history(self, tenant_id: str, agent_id: str) -> list[dict[str, Any]]:
+        """The pointer log (promote / canary / abort / rollback), oldest first."""
+        return self._actions(tenant_id, agent_id)
+
+    def diff(self, a_id: str, b_id: str, *, tenant_id: str | None = None) -> list[tuple[str, JsonValue, JsonValue]]:
+        """Parts that differ between versions ``a_id`` and ``b_id`` (see :func:`diff_parts`)."""
+        return diff_parts(self.get(a_id, tenant_id=tenant_id).parts, self.get(b_id, tenant_id=tenant_id).parts)
+
+    # ------------------------------------------------------------------ writing
+
+    def create(self, tenant_id: str, agent_id: str, parts: PolicyParts | dict[str, Any], *,
+               parent: str | None = None, note: str | None = None, created_by: str | None = None) -> PolicyVersion:
+        """Store a new version (not live until promoted). Raises :class:`InterventionError` on bad input."""
+        for what, value in (("tenant", tenant_id), ("agent", agent_id)):
+            if not isinstance(value, str) or not _NAME.match(value):
+                raise InterventionError(f"A policy version needs a {what} id of 1–64 letters, digits, '_', '.' or "
+                                        f"'-'; got {value!r}.")
+        if not isinstance(parts, PolicyParts):
+            try:
+                parts = PolicyParts.model_validate(parts)
+            except ValidationError as exc:
+                raise InterventionError(f"Invalid policy parts: {exc.errors()[0]['msg']} at "
+                                        f"{'.'.join(map(str, exc.errors()[0]['loc']))}.") from exc
+        with self._lock:
+            if parent is not None:
+                p = self.get(parent)
+                if (p.tenant_id, p.agent_id) != (tenant_id, agent_id):
+                    raise InterventionError(f"Parent {parent!r} belongs to {p.tenant_id}/{p.agent_id}, "
+                                            f"not {tenant_id}/{agent_id}.")
+            n = self._versions.count_rows(f"tenant_id = {sql_str(tenant_id)} AND agent_id = {sql_str(agent_id)}")
+            vid = f"{agent_id}@{tenant_id}:v{n + 1}"
+            if self._versions.count_rows(f"version_id = {sql_str(vid)}"):
+                vid = f"{vid}-{new_id()[-8:]}"
+            raw = parts.canonical()
+            row = {"version_id": vid, "tenant_id": tenant_id, "agent_id": agent_id, "parent_id": parent,
+                   "parts": raw, "parts_digest": hashlib.sha256(raw).hexdigest(), "note": note,
+                   "created_by": created_by, "created_at": datetime.now(UTC)}
+            append(self.store, VERSIONS_TABLE, pa.Table.from_pylist([row], schema=VERSIONS_SCHEMA))
+        return self.get(vid)
+
+    def ensure_base(self, tenant_id: str, agent_id: str, parts: PolicyParts, *, actor: str = "molt") -> PolicyVersion:
+        """The live version, creating and promoting ``parts`` as the first version when there is none."""
+        with self._lock:
+            live = self.live(tenant_id, agent_id)
+            if live is not None:
+                return live
+            v = self.create(tenant_id, agent_id, parts, note="base version", created_by=actor)
+            self._log(v, "promote", actor=actor, reason="base version")
+            return self.get(v.version_id)
+
+    def _log(self, v: PolicyVersion, action: Action, *, actor: str | None, reason: str | None = None,
+             weight: float | None = None) -> None:
+        row = {"event_id": new_id(), "tenant_id": v.tenant_id, "agent_id": v.agent_id, "version_id": v.version_id,
+               "action": action, "weight": weight, "actor": actor, "reason": reason, "at": datetime.now(UTC)}
+        append(self.store, EVENTS_TABLE, pa.Table.from_pylist([row], schema=EVENTS_SCHEMA))
+
+    def promote(self, version_id: str, *, actor: str, reason: str | None = None,
+                tenant_id: str | None = None) -> PolicyVersion:
+        """Make ``version_id`` live (it ends its canary, if any)."""
+        with self._lock:
+            v = self.get(version_id, tenant_id=tenant_id)
+            if v.status == "live":
+                return v
+            self._log(v, "promote", actor=actor, reason=reason)
+            return self.get(version_id)
+
+    def canary(self, version_id: str, weight: float, *, actor: str, reason: str | None = None,
+               tenant_id: str | None = None) -> PolicyVersion:
+        """Give ``version_id`` a share ``weight`` (0 < w < 1) of new sessions beside the live version."""
+        if not (0.0 < weight < 1.0):
+            raise InterventionError(f"A canary weight must be in (0, 1); got {weight}.")
+        with self._lock:
+            v = self.get(version_id, tenant_id=tenant_id)
+            if v.status == "live":
+                raise InterventionError(f"{version_id} is already live.")
+            self._log(v, "canary", actor=actor, reason=reason, weight=weight)
+            return self.get(version_id)
+
+    def abort(self, version_id: str, *, actor: str, reason: str | None = None,
+              tenant_id: str | None = None) -> PolicyVersion:
+        """End ``version_id``'s canary without promoting it."""
+        with self._lock:
+            v = self.get(version_id, tenant_id=tenant_id)
+            if v.status != "canary":
+                raise InterventionError(f"{version_id} is not in canary (status {v.status}).")
+            self._log(v, "abort", actor=actor, reason=reason)
+            return self.get(version_id)
+
+    def rollback(self, tenant_id: str, agent_id: str, *, actor: str, reason: str | None = None) -> PolicyVersion:
+        """Restore the version that was live before the current one; returns it (now live)."""
+        with self._lock:
+            stack, _ = self._state(tenant_id, agent_id)
+            if len(stack) < 2:
+                raise InterventionError(f"{tenant_id}/{agent_id} has no earlier live version to roll back to.")
+            current = self.get(stack[-1])
+            self._log(current, "rollback", actor=actor, reason=reason)
+            return self.get(stack[-2])
