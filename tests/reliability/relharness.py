@@ -1,0 +1,261 @@
+"""The reliability harness shared by ``tests/reliability`` (few trials, in CI) and
+``bench/reliability/run.py`` (hundreds of trials): SIGKILL trials of ingest and of the gateway, and the
+check that runs after each.
+
+A trial runs a child process (``children/ingest_child.py`` or ``children/gateway_child.py``) for a few
+"lives": each life is SIGKILLed at a random moment and the next one starts on the same spool and store
+and continues the same trajectories. The child logs what was *acknowledged* (durable in the spool) to
+``HOME/acked.jsonl``. :func:`check_home` then opens a Recorder on the spool (which delivers what the
+dead process left), and counts acknowledged ids missing from the store (lost), ids stored more than once
+(duplicated) and trajectories whose hash chain does not verify.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+CHILDREN = Path(__file__).resolve().parent / "children"
+PYTHON = sys.executable
+
+
+@dataclass
+class TrialResult:
+    """What one crash trial found (all counts; ``ok`` when nothing was lost, duplicated or broken)."""
+
+    kind: str
+    kills: int = 0
+    acked_events: int = 0
+    acked_rewards: int = 0
+    stored_events: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    trajectories: int = 0
+    chains_bad: int = 0
+    requests_ok: int = 0
+    requests_failed: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.chains_bad)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_acked(path: Path) -> tuple[list[str], list[str]]:
+    """Acknowledged event and reward ids from an ``acked.jsonl`` (a torn last line is ignored)."""
+    events: list[str] = []
+    rewards: list[str] = []
+    if not path.exists():
+        return events, rewards
+    for line in path.read_bytes().splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        events.extend(rec["events"])
+        rewards.extend(rec["rewards"])
+    return events, rewards
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def _kill(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+# ------------------------------------------------------------------------------------------ ingest
+
+
+def ingest_life(home: Path, seed: int, kill_after_s: float) -> None:
+    """One life of the ingest child, SIGKILLed ``kill_after_s`` after it said it was ready."""
+    proc = subprocess.Popen([PYTHON, str(CHILDREN / "ingest_child.py"), str(home), str(seed)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        if first.strip() != b"ready":
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"the ingest child did not start: {first!r} {err[-2000:]}")
+        time.sleep(kill_after_s)
+    finally:
+        _kill(proc)
+
+
+def ingest_trial(home: Path, seed: int, *, lives: int = 2, window: tuple[float, float] = (0.3, 2.5)) -> TrialResult:
+    """SIGKILL the ingest child ``lives`` times at random points, then check the store."""
+    rng = random.Random(seed)
+    home.mkdir(parents=True, exist_ok=True)
+    for life in range(lives):
+        ingest_life(home, seed * 100 + life, rng.uniform(*window))
+    res = check_home(home, "ingest")
+    res.kills = lives
+    return res
+
+
+# ------------------------------------------------------------------------------------------ gateway
+
+
+def _wait_up(url: str, proc: subprocess.Popen[Any], timeout: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"the gateway child exited with {proc.returncode}: {err[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", headers={"authorization": "Bearer sk-crash-admin"}, timeout=2).status_code:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("the gateway child did not come up")
+
+
+def _gateway_load(url: str, tids: list[str], stop: threading.Event, seed: int, counts: Counter[str]) -> None:
+    import httpx
+
+    rng = random.Random(seed)
+    h = {"authorization": "Bearer sk-crash-writer"}
+    with httpx.Client(timeout=10) as client:
+        while not stop.is_set():
+            tid = rng.choice(tids)
+            hdr = {**h, "x-molt-trajectory": tid}
+            try:
+                k = rng.random()
+                if k < 0.6:
+                    r = client.post(url + "/v1/chat/completions", headers=hdr, json={
+                        "model": "stub", "messages": [{"role": "user", "content": "hello " * rng.randint(1, 50)}]})
+                elif k < 0.8:
+                    with client.stream("POST", url + "/v1/chat/completions", headers=hdr, json={
+                            "model": "stub", "stream": True,
+                            "messages": [{"role": "user", "content": "stream please"}]}) as r:
+                        for _ in r.iter_bytes():
+                            pass
+                else:
+                    r = client.post(url + "/v1/completions", headers=hdr,
+                                    json={"model": "stub", "prompt": "complete " * rng.randint(1, 20)})
+                counts["ok" if r.status_code == 200 else f"status {r.status_code}"] += 1
+            except httpx.HTTPError:
+                counts["failed"] += 1  # the kill: connections drop
+                if stop.is_set():
+                    return
+                time.sleep(0.01)
+
+
+def gateway_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clients: int = 4) -> Counter[str]:
+    """One life of the gateway child under ``clients`` concurrent HTTP clients, SIGKILLed after
+    ``kill_after_s`` seconds of load."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([PYTHON, str(CHILDREN / "gateway_child.py"), str(home), str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
+    counts: Counter[str] = Counter()
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        _wait_up(url, proc)
+        threads = [threading.Thread(target=_gateway_load, args=(url, tids, stop, seed * 10 + i, counts), daemon=True)
+                   for i in range(clients)]
+        for t in threads:
+            t.start()
+        time.sleep(kill_after_s)
+    finally:
+        _kill(proc)  # SIGKILL under load
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    return counts
+
+
+def gateway_trial(home: Path, seed: int, *, lives: int = 2, window: tuple[float, float] = (0.3, 2.0),
+                  clients: int = 4) -> TrialResult:
+    """SIGKILL the loaded gateway ``lives`` times (the same trajectories continue in every life)."""
+    from molt.atdp.ids import new_id
+
+    rng = random.Random(seed)
+    home.mkdir(parents=True, exist_ok=True)
+    tids = [new_id() for _ in range(6)]
+    total: Counter[str] = Counter()
+    for life in range(lives):
+        total += gateway_life(home, tids, seed * 100 + life, rng.uniform(*window), clients)
+    res = check_home(home, "gateway")
+    res.kills = lives
+    res.requests_ok = total["ok"]
+    res.requests_failed = sum(v for k, v in total.items() if k != "ok")
+    return res
+
+
+# ------------------------------------------------------------------------------------------ the check
+
+
+def check_home(home: Path, kind: str) -> TrialResult:
+    """Restart on ``home`` (a Recorder drains the dead process's spool into the store), then count lost
+    and duplicated acknowledged records and verify every chain, also after one more event per
+    trajectory (the chain must continue where the dead process left it)."""
+    import pyarrow.compute as pc
+
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    acked, acked_rewards = read_acked(home / "acked.jsonl")
+    res = TrialResult(kind=kind, acked_events=len(acked), acked_rewards=len(acked_rewards))
+    store = Store.open(home / "store", auto_compact=False)
+    rec = Recorder(store, spool_dir=home / "spool")
+    try:
+        if not rec.flush(timeout=120, deliver=True):
+            res.problems.append("the restarted Recorder did not drain the spool in 120 s")
+        ev = store._where("events", None, ["event_id", "trajectory_id"])
+        stored = ev.column("event_id").to_pylist()
+        res.stored_events = len(stored)
+        dup = [i for i, n in Counter(stored).items() if n > 1]
+        rw = store._where("rewards", None, ["annotation_id"]).column("annotation_id").to_pylist()
+        dup += [i for i, n in Counter(rw).items() if n > 1]
+        res.duplicated = len(dup)
+        lost = (set(acked) - set(stored)) | (set(acked_rewards) - set(rw))
+        res.lost = len(lost)
+        if lost:
+            res.problems.append(f"lost e.g. {sorted(lost)[:3]}")
+        if dup:
+            res.problems.append(f"duplicated e.g. {dup[:3]}")
+        tids = pc.unique(ev.column("trajectory_id")).to_pylist() if ev.num_rows else []
+        res.trajectories = len(tids)
+        for tid in tids:  # the next life continues every chain
+            rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content="again"),
+                             metadata={"tenant_id": "crash"}))
+        if not rec.flush(timeout=120, deliver=True):
+            res.problems.append("the continuation events were not delivered in 120 s")
+        for tid in tids:
+            report = store.verify(tid)
+            if not report.ok:
+                res.chains_bad += 1
+                res.problems.append(f"chain {tid}: {report.problems[:2]}")
+    finally:
+        rec.close()
+        store.close()
+    return res

@@ -1,0 +1,33 @@
+"""Crash safety: ingest (Recorder → spool → LanceDB) and the loaded gateway are SIGKILLed at random
+points, twice per trial, each life continuing the same trajectories. After a restart every acknowledged
+event and reward is in the store exactly once, and every chain verifies (and continues).
+
+CI runs a few trials; ``bench/reliability/run.py`` runs hundreds (``--quick``: a dozen).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import relharness
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11])
+def test_sigkilled_ingest_loses_and_duplicates_nothing(tmp_path: Path, seed: int) -> None:
+    res = relharness.ingest_trial(tmp_path / "home", seed, lives=2)
+    assert res.acked_events > 50, f"too little was acknowledged before the kills to test anything: {res}"
+    assert res.lost == 0 and res.duplicated == 0, res.problems
+    assert res.chains_bad == 0, res.problems
+    assert not res.problems
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [21])
+def test_sigkilled_gateway_under_load_loses_and_duplicates_nothing(tmp_path: Path, seed: int) -> None:
+    res = relharness.gateway_trial(tmp_path / "home", seed, lives=2)
+    assert res.requests_ok > 10 and res.acked_events > 10, f"too little traffic before the kills: {res}"
+    assert res.lost == 0 and res.duplicated == 0, res.problems
+    assert res.chains_bad == 0, res.problems
+    assert not res.problems
