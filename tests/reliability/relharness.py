@@ -259,3 +259,104 @@ def check_home(home: Path, kind: str) -> TrialResult:
         rec.close()
         store.close()
     return res
+
+
+# ------------------------------------------------------------------------------------------ exit, sink down
+
+
+class Blackhole:
+    """A loopback listener that accepts connections and never answers (an unreachable remote sink)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        self.conns: list[socket.socket] = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.conns.append(conn)  # held open, never read or answered
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._stop = True
+        self.thread.join(timeout=5)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@dataclass
+class ExitResult:
+    """One exit-with-the-sink-down run."""
+
+    mode: str
+    returncode: int | None
+    exit_s: float  # from the child's last line to its exit (interpreter shutdown, atexit included)
+    acked: int
+    expected: int  # records that must be delivered on the next start
+    delivered: int
+    missing: int
+
+
+def exit_trial(home: Path, mode: str, n: int = 50, timeout: float = 60.0) -> ExitResult:
+    """Run ``children/exit_child.py`` with a blackholed sink, then deliver its spool from a new Recorder."""
+    home.mkdir(parents=True, exist_ok=True)
+    hole = Blackhole()
+    try:
+        proc = subprocess.Popen([PYTHON, str(CHILDREN / "exit_child.py"), str(home), mode, str(n), str(hole.port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            out, err = proc.communicate()
+        t_exit = time.time()
+    finally:
+        hole.close()
+    lines = out.decode().splitlines()
+    acked: list[str] = []
+    t_last = t_exit
+    for line in lines:
+        if line.startswith("acked "):
+            acked = orjson.loads(line[6:])
+        elif line.startswith("exiting "):
+            t_last = float(line.split()[1])
+    if proc.returncode != 0:
+        raise RuntimeError(f"exit child failed ({proc.returncode}): {err.decode()[-2000:]}")
+    texts = _deliver_and_read(home)
+    if mode == "recorder":
+        want = {f"acked {i}" for i in range(n)} | {f"unflushed {i}" for i in range(n)}
+    else:
+        want = {f"marker-{i}" for i in range(n)}
+    found = {w for w in want if w in texts}
+    return ExitResult(mode=mode, returncode=proc.returncode, exit_s=t_exit - t_last, acked=len(acked),
+                      expected=len(want), delivered=len(found), missing=len(want) - len(found))
+
+
+def _deliver_and_read(home: Path) -> str:
+    """Open a Recorder into a real store on the spool the child left, deliver, and return every stored
+    event's JSON concatenated (to look for the markers)."""
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    store = Store.open(home / "store", auto_compact=False)
+    rec = Recorder(store, spool_dir=home / "spool")
+    try:
+        if not rec.flush(timeout=60, deliver=True):
+            raise RuntimeError("the spool was not delivered on the next start")
+        parts = []
+        for tid in store.trajectory_ids():
+            parts.extend(e.model_dump_json() for e in store.trajectory(tid).events)
+        return "\n".join(parts)
+    finally:
+        rec.close()
+        store.close()

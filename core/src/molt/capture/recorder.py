@@ -573,8 +573,19 @@ def _to_batch(frames: list[tuple[bytes, bytes]], *, redelivery: bool) -> SinkBat
 _live: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
+#: Seconds the interpreter's exit spends closing every live Recorder, all of them together (each
+#: close adds at most ~0.2 s of thread joins). One shared deadline: with a per-Recorder timeout, N
+#: Recorders on an unreachable sink held the exit for N seconds and more.
+_EXIT_BUDGET_S = 0.3
+
+
 @atexit.register
 def _close_all() -> None:  # bounded: an unreachable sink never holds the process for long
-    for rec in list(_live):
+    deadline = time.monotonic() + _EXIT_BUDGET_S
+    live = list(_live)
+    for rec in live:  # durability first: what every Recorder has queued reaches its spool
         with contextlib.suppress(Exception):  # interpreter shutdown: never raise from atexit
-            rec.close(timeout=1.0)
+            rec.flush(timeout=max(0.0, deadline - time.monotonic()))
+    for rec in live:  # then delivery, with whatever the budget has left
+        with contextlib.suppress(Exception):
+            rec.close(timeout=max(0.0, deadline - time.monotonic()))
