@@ -6,7 +6,8 @@
 # Options:
 #   --no-vllm   skip the vLLM server environment (.venv-vllm, ~3.5 GB, ~2-3 min on a fresh machine);
 #               also MOLT_NO_VLLM=1. Nothing else needs it unless you serve through vLLM.
-#   --no-run    only create/update the environments; do not run the main job (scripts/test.sh uses this)
+#   --no-run    only create/update the environments (and Debian's chromium for the console's browser
+#               tests, when apt can install it); do not run the main job (scripts/test.sh uses this)
 #   --fresh     delete the environments and build them again from nothing
 #   -h, --help  show this text
 #
@@ -58,6 +59,31 @@ else
   say "vllm    skipped (--no-vllm)"
 fi
 say "environments ready in $(_fmt_ds $(($(_now_ds) - t_start)))"
+
+# The web console's browser tests drive Debian's chromium (Playwright with executable_path; never a
+# browser download). Install it once when it is missing and apt can be used (as root, or through
+# passwordless sudo); otherwise say how, and those tests skip with that reason.
+ensure_chromium() {
+  [[ -x /usr/bin/chromium ]] && return 0
+  local -a asroot=()
+  if [[ "$(id -u)" != 0 ]]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then asroot=(sudo -n); else
+      say "chromium missing (console browser tests will skip): run 'apt-get install chromium' as root"
+      return 0
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "chromium missing and apt-get is not available: install chromium at /usr/bin/chromium yourself"
+    return 0
+  fi
+  say "installing Debian's chromium for the console browser tests"
+  if ! { "${asroot[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    "${asroot[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+    >/dev/null; then
+    say "chromium could not be installed with apt-get (console browser tests will skip)"
+  fi
+}
+ensure_chromium
 
 ((run_main)) || exit 0
 

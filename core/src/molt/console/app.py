@@ -1,0 +1,393 @@
+"""The web console: a small server-rendered Starlette app, tenant-scoped by the API key that opens it.
+
+==================================  =================================================  ==========
+page                                what                                               permission
+==================================  =================================================  ==========
+GET  /login, POST /login, /logout   log in with an API key (HttpOnly session cookie)   —
+GET  /trajectories                  list, filters: agent, outcome                      read
+GET  /trajectories/{id}             causal tree, redactions, rewards, provenance       read
+GET  /versions, /versions/diff      policy versions per agent, diff of two             read
+POST /versions/rollback             roll an agent back one version                     admin
+GET  /decisions                     the control plane's decision log                   read
+GET  /signals, /api/signals         success rate over time per agent (live chart)      read
+GET  /quarantine                    records governance stopped, with reasons           admin
+==================================  =================================================  ==========
+
+Every trajectory, reward and quarantine read goes through :class:`molt.store.scoped.TenantView` for
+the caller's tenant, so another tenant's trajectory is a 404 and its rows never reach a list; policy
+versions and decisions come from the control plane for the caller's tenant only, and a version of
+another tenant is a 404 too. A browser session's forms carry a CSRF token.
+
+Example::
+
+    from molt.console import create_console_app
+    app.mount("/console", create_console_app(store, KeyRing.from_file("keys.toml")))
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+import jinja2
+import pyarrow.compute as pc
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from molt.console.auth import ConsoleAuth, Session
+from molt.console.templates import SCRIPT, STYLE, TEMPLATES
+from molt.console.views import (
+    causal_tree,
+    decision_row,
+    diff_rows,
+    fmt_ts,
+    mark_redactions,
+    provenance_rows,
+    success_series,
+    version_row,
+)
+from molt.errors import AuthenticationError, MoltError, NotFound, PermissionDenied
+from molt.governance.access import KeyRing, Principal
+from molt.store.lance import Store
+from molt.store.scoped import TenantView
+from molt.store.tables import open_all
+
+__all__ = ["COOKIE", "create_console_app"]
+
+log = logging.getLogger("molt.console")
+
+#: The session cookie's name.
+COOKIE = "molt_console"
+_MAX_FORM_BYTES = 64 << 10
+_HEADERS = {
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "x-content-type-options": "nosniff", "referrer-policy": "no-referrer", "cache-control": "no-store",
+}
+
+
+class _Caller:
+    """The principal behind a request, and its browser session when it came with the cookie."""
+
+    def __init__(self, principal: Principal, session: Session | None, token: str | None):
+        self.principal = principal
+        self.session = session
+        self.token = token
+
+
+class Console:
+    """State and handlers behind :func:`create_console_app`."""
+
+    def __init__(self, store: Store, auth: ConsoleAuth, *, base: str, versions: Any = None, decisions: Any = None,
+                 refresh_s: float = 0.2, list_limit: int = 200):
+        self.store = store
+        self.auth = auth
+        self.base = base.rstrip("/")
+        self._versions = versions
+        self._decisions = decisions
+        self.refresh_s = refresh_s
+        self.list_limit = list_limit
+        self._refreshed = 0.0
+        self._refresh_lock = threading.Lock()
+        self.env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
+                                      undefined=jinja2.StrictUndefined)
+        self.env.globals.update(fmt_ts=fmt_ts, redact=mark_redactions, base=self.base)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def fresh(self) -> None:
+        """See what other processes (the capture process, the trainer) wrote since the last request:
+        a LanceDB table handle stays at the version it read until told to check out the latest."""
+        now = time.monotonic()
+        if now - self._refreshed < self.refresh_s:
+            return
+        with self._refresh_lock:
+            if now - self._refreshed < self.refresh_s:
+                return
+            for name, tbl in open_all(self.store).items():
+                try:
+                    tbl.checkout_latest()
+                except Exception as exc:  # a table dropped meanwhile: the next read reports it
+                    log.debug("console: refreshing table %s failed: %s", name, exc)
+            self._refreshed = time.monotonic()
+
+    def control(self, which: str) -> Any:
+        """The control plane's version registry or decision log (``None`` when not installed)."""
+        attr = "_versions" if which == "versions" else "_decisions"
+        obj = getattr(self, attr)
+        if obj is None:
+            module, cls = (("molt.control.versions", "VersionRegistry") if which == "versions"
+                           else ("molt.control.log", "DecisionLog"))
+            try:
+                obj = getattr(importlib.import_module(module), cls)(self.store)
+            except (ImportError, AttributeError):
+                return None
+            setattr(self, attr, obj)
+        return obj
+
+    def caller(self, request: Request) -> _Caller:
+        """The request's principal: from ``Authorization: Bearer`` or the session cookie."""
+        header = request.headers.get("authorization")
+        if header:
+            scheme, _, key = header.partition(" ")
+            if scheme.lower() != "bearer":
+                raise AuthenticationError("Send the API key as 'Authorization: Bearer <key>'.")
+            return _Caller(self.auth.authenticate(key.strip()), None, None)
+        token = request.cookies.get(COOKIE)
+        s = self.auth.session(token)
+        if s is None:
+            raise AuthenticationError("Log in with an API key to use the console.")
+        return _Caller(s.principal, s, token)
+
+    def render(self, name: str, caller: _Caller | None, status: int = 200, **ctx: Any) -> Response:
+        flash = None
+        if caller is not None and caller.session is not None and caller.session.flash:
+            flash = " ".join(caller.session.flash)
+            caller.session.flash.clear()
+        html = self.env.get_template(name).render(
+            who=caller.principal if caller else None, csrf=caller.session.csrf if caller and caller.session else "",
+            flash=flash, page=ctx.pop("page", ""), **ctx)
+        return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+    def view(self, caller: _Caller) -> TenantView:
+        return TenantView(self.store, caller.principal)
+
+    def agents(self, view: TenantView) -> list[str]:
+        col = view.scan("events", columns=["agent_id"]).column("agent_id")
+        return sorted(a for a in pc.unique(col).to_pylist() if a)
+
+    # ------------------------------------------------------------------ pages (run in a worker thread)
+
+    def trajectories(self, c: _Caller, q: dict[str, str]) -> Response:
+        view = self.view(c)
+        agent, outcome = q.get("agent") or None, q.get("outcome") or None
+        rows = view.trajectories(agent=agent, outcome=outcome, limit=self.list_limit)
+        return self.render("trajectories", c, page="/trajectories", rows=rows, agents=self.agents(view),
+                           agent=agent, outcome=outcome, limit=self.list_limit)
+
+    def trajectory(self, c: _Caller, trajectory_id: str) -> Response:
+        view = self.view(c)
+        traj = view.trajectory(trajectory_id)  # NotFound for another tenant's trajectory
+        late: dict[str, list[Any]] = {}
+        for r in traj.rewards:
+            if r.event_id:
+                late.setdefault(r.event_id, []).append(r)
+        first = traj.events[0].metadata
+        summary = {"agent_id": first.agent_id, "task": first.task}
+        return self.render("trajectory", c, page="/trajectories", traj=traj, tree=causal_tree(traj), late=late,
+                           seqs={e.event_id: e.seq for e in traj.events}, summary=summary,
+                           provenance=provenance_rows(traj), chain=view.verify(trajectory_id))
+
+    def versions(self, c: _Caller, q: dict[str, str]) -> Response:
+        reg = self.control("versions")
+        agent = q.get("agent") or None
+        if reg is None:
+            return self.render("versions", c, page="/versions", installed=False)
+        tenant = c.principal.tenant_id
+        every = reg.list(tenant)
+        agents = sorted({v.agent_id for v in every if v.agent_id})
+        shown = [v for v in every if agent is None or v.agent_id == agent]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for v in shown:
+            groups.setdefault(v.agent_id, []).append(version_row(v))
+        history = {a: list(reversed(reg.history(tenant, a)))[:10] for a in groups}
+        return self.render("versions", c, page="/versions", installed=True, groups=list(groups.items()),
+                           history=history, agents=agents, agent=agent, can_admin=c.principal.can("admin"))
+
+    def _version(self, reg: Any, c: _Caller, version_id: str) -> Any:
+        # Asking with the caller's tenant makes another tenant's version a NotFound, like a missing one.
+        return reg.get(version_id, tenant_id=c.principal.tenant_id)
+
+    def diff(self, c: _Caller, q: dict[str, str]) -> Response:
+        reg = self.control("versions")
+        if reg is None:
+            raise NotFound("The control plane is not installed, so there are no versions to compare.")
+        a, b = self._version(reg, c, q.get("a", "")), self._version(reg, c, q.get("b", ""))
+        rows = diff_rows(reg.diff(a.version_id, b.version_id, tenant_id=c.principal.tenant_id))
+        return self.render("diff", c, page="/versions", a=a, b=b, rows=rows)
+
+    def rollback(self, c: _Caller, form: dict[str, str]) -> Response:
+        c.principal.require("admin")
+        if c.session is not None and not _same(form.get("csrf", ""), c.session.csrf):
+            raise PermissionDenied("The form is stale or was not sent by this console; reload the page and retry.")
+        reg = self.control("versions")
+        if reg is None:
+            raise NotFound("The control plane is not installed, so there is nothing to roll back.")
+        agent = form.get("agent_id", "")
+        actor = f"console:{c.principal.key_name or c.principal.role.value}"
+        try:
+            live = reg.rollback(c.principal.tenant_id, agent, actor=actor, reason="rollback button in the console")
+        except MoltError as exc:
+            if c.session is None:
+                raise
+            c.session.flash.append(f"Rollback of agent {agent} failed: {exc}")
+        else:
+            log.info("console: %s rolled agent %s of tenant %s back to %s", actor, agent, c.principal.tenant_id,
+                     live.version_id)
+            if c.session is None:
+                return JSONResponse({"live": live.model_dump(mode="json") if hasattr(live, "model_dump")
+                                     else live.version_id}, headers=_HEADERS)
+            c.session.flash.append(f"Rolled agent {agent} back: {live.version_id} is live again.")
+        return RedirectResponse(f"{self.base}/versions" + (f"?agent={quote(agent)}" if agent else ""), 303)
+
+    def decisions(self, c: _Caller, q: dict[str, str]) -> Response:
+        log_ = self.control("decisions")
+        if log_ is None:
+            return self.render("decisions", c, page="/decisions", installed=False)
+        rows = [decision_row(d) for d in log_.list(c.principal.tenant_id, agent_id=q.get("agent") or None,
+                                                    limit=self.list_limit)]
+        return self.render("decisions", c, page="/decisions", installed=True, rows=rows)
+
+    def signals_json(self, c: _Caller, q: dict[str, str]) -> dict[str, Any]:
+        view = self.view(c)
+        bucket = q.get("bucket_s")
+        data = success_series(view.trajectories(agent=q.get("agent") or None, limit=None),
+                              bucket_s=int(bucket) if bucket and bucket.isdigit() and int(bucket) > 0 else None)
+        marks = []
+        log_ = self.control("decisions")
+        if log_ is not None:
+            for d in log_.list(c.principal.tenant_id, limit=self.list_limit):
+                if d.choice.replace("-", "_") not in ("no_op", "noop"):
+                    marks.append({"t": d.created_at.timestamp(), "agent": d.agent_id, "choice": d.choice})
+        data["decisions"] = marks
+        return data
+
+    def signals(self, c: _Caller, q: dict[str, str]) -> Response:
+        totals = success_series(self.view(c).trajectories(limit=None))["totals"]
+        return self.render("signals", c, page="/signals", totals=sorted(totals.items()))
+
+    def quarantine(self, c: _Caller, q: dict[str, str]) -> Response:
+        c.principal.require("admin")
+        got = self.view(c).scan("quarantine", columns=["ts", "stage", "reason", "kind", "trajectory_id", "event_id"])
+        rows = sorted(got.to_pylist(), key=lambda r: r["ts"], reverse=True)[: self.list_limit]
+        return self.render("quarantine", c, page="/quarantine", rows=rows, limit=self.list_limit)
+
+
+def _same(a: str, b: str) -> bool:
+    import hmac
+
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > _MAX_FORM_BYTES:
+        raise ValueError("The form is too large.")
+    return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def create_console_app(store: Store, keyrings: KeyRing | Sequence[KeyRing] | ConsoleAuth, *,
+                       base: str = "/console", versions: Any = None, decisions: Any = None) -> Starlette:
+    """The console app over ``store``, for the keys of ``keyrings``; mount it at ``base``.
+
+    ``versions`` / ``decisions`` default to the control plane's
+    :class:`~molt.control.versions.VersionRegistry` and :class:`~molt.control.log.DecisionLog` over
+    ``store`` when the control plane is installed (the pages say so when it is not).
+    """
+    auth = keyrings if isinstance(keyrings, ConsoleAuth) else ConsoleAuth(keyrings)
+    con = Console(store, auth, base=base, versions=versions, decisions=decisions)
+
+    def is_api(request: Request) -> bool:
+        return "/api/" in request.url.path
+
+    def fail(request: Request, caller: _Caller | None, status: int, title: str, message: str) -> Response:
+        if is_api(request) or request.headers.get("authorization"):
+            return JSONResponse({"error": {"message": message, "status": status}}, status, headers=_HEADERS)
+        return con.render("error", caller, status=status, code=status, title=title, message=message)
+
+    def page(handler: Callable[[_Caller, Request], Any], *, write: bool = False
+             ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            caller = None
+            try:
+                caller = con.caller(request)
+                form = await _form(request) if write else None
+                await run_in_threadpool(con.fresh)
+                out = await run_in_threadpool(handler, caller, request if form is None else form)
+                return out if isinstance(out, Response) else JSONResponse(out, headers=_HEADERS)
+            except AuthenticationError as exc:
+                if is_api(request) or request.headers.get("authorization"):
+                    return JSONResponse({"error": {"message": exc.message, "status": 401}}, 401, headers=_HEADERS)
+                nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"{con.base}/login?next={quote(nxt)}", 303)
+            except PermissionDenied as exc:
+                return fail(request, caller, 403, "Forbidden", exc.message)
+            except NotFound as exc:
+                return fail(request, caller, 404, "Not found", exc.message)
+            except (MoltError, ValueError) as exc:
+                log.warning("console: %s %s failed: %s", request.method, request.url.path, exc)
+                return fail(request, caller, 400, "Bad request", str(exc))
+            except Exception:
+                log.exception("console: %s %s failed", request.method, request.url.path)
+                return fail(request, caller, 500, "Error", "The console failed on this page; see the server log.")
+        return endpoint
+
+    def query(fn: Callable[[_Caller, dict[str, str]], Any]) -> Callable[[_Caller, Request], Any]:
+        return lambda c, r: fn(c, dict(r.query_params))
+
+    async def login_page(request: Request) -> Response:
+        return con.render("login", None, next=_next(request.query_params.get("next"), con.base), error=None)
+
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        nxt = _next(form.get("next"), con.base)
+        try:
+            token, _ = con.auth.login(form.get("api_key", "").strip())
+        except (AuthenticationError, PermissionDenied) as exc:
+            return con.render("login", None, status=401 if isinstance(exc, AuthenticationError) else 403,
+                              next=nxt, error=exc.message)
+        resp = RedirectResponse(nxt, 303)
+        resp.set_cookie(COOKIE, token, max_age=int(con.auth.session_ttl_s), path=con.base or "/", httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https")
+        return resp
+
+    async def logout(request: Request) -> Response:
+        token = request.cookies.get(COOKIE)
+        s = con.auth.session(token)
+        form = await _form(request)
+        if s is not None and _same(form.get("csrf", ""), s.csrf):
+            con.auth.logout(token)
+        resp = RedirectResponse(f"{con.base}/login", 303)
+        resp.delete_cookie(COOKIE, path=con.base or "/")
+        return resp
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(f"{con.base}/trajectories", 303)
+
+    def static(body: str, media: str) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            return Response(body, media_type=media, headers={"cache-control": "max-age=300"})
+        return serve
+
+    routes = [
+        Route("/", home), Route("/login", login_page), Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/static/console.css", static(STYLE, "text/css")),
+        Route("/static/console.js", static(SCRIPT, "text/javascript")),
+        Route("/trajectories", page(query(con.trajectories))),
+        Route("/trajectories/{trajectory_id}", page(lambda c, r: con.trajectory(c, r.path_params["trajectory_id"]))),
+        Route("/versions", page(query(con.versions))),
+        Route("/versions/diff", page(query(con.diff))),
+        Route("/versions/rollback", page(con.rollback, write=True), methods=["POST"]),
+        Route("/decisions", page(query(con.decisions))),
+        Route("/signals", page(query(con.signals))),
+        Route("/api/signals", page(query(con.signals_json))),
+        Route("/quarantine", page(query(con.quarantine))),
+    ]
+    app = Starlette(routes=routes)
+    app.state.console = con
+    return app
+
+
+def _next(target: str | None, base: str) -> str:
+    """A redirect target after login: only a path inside the console (no open redirect)."""
+    if target and target.startswith(base + "/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"{base}/trajectories"
