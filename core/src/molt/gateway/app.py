@@ -444,9 +444,9 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         async def otlp_tenant(request: Request) -> str | Response:
             try:
                 return auth(request, Action.WRITE).tenant_id
-            except MoltError as exc:
-                status = 403 if isinstance(exc, PermissionError) else 401
-                return _json({"error": {"message": str(exc), "type": "authentication_error"}}, status=status)
+            except MoltError as exc:  # the same OpenAI-style error (all four fields) as every other endpoint
+                status, body = _classify(exc)
+                return _json(body, status=status)
 
         app.router.routes.extend(otlp_routes(OtlpIngest(gw.recorder), authenticate=otlp_tenant))
 
