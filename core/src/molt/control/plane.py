@@ -1,0 +1,486 @@
+"""The control plane's cycle: signals → diagnosis → candidates → replay evaluation → gates → choice →
+canary → promotion or automatic rollback, every step in the decision log.
+
+One :meth:`ControlPlane.run_cycle` for one tenant's agent:
+
+1. **Canaries first.** A version in canary is compared with the live one on the window: a delta
+   below ``-canary_tolerance`` aborts it (automatic rollback); ``canary_min`` rewarded trajectories
+   with a delta at or above zero promote it. Either way the cycle ends there (one change at a time).
+2. **Signals** (:mod:`molt.control.signals`) over the newest ``window`` trajectories.
+3. **Candidates**: a rollback when the live version — promoted inside the window — does worse than
+   the one before it (:func:`~molt.control.diagnose.rollback_candidate`); and for every failure
+   cluster of at least ``min_cluster`` trajectories, the typed candidates of
+   :func:`~molt.control.diagnose.propose`.
+4. **Gates** for each context candidate, cheapest first: safety (memory and skill text pass
+   redaction unchanged — generated text holding PII is rejected; every source trajectory belongs to
+   the tenant), **replay** on the failing cluster (:func:`molt.replay.evaluate_candidate`: success
+   delta with its 95 % interval), and an offline **regression** suite (held-back successes of the
+   window must not get worse). A candidate whose replay errors is rejected with the error.
+5. **Selection**: u = argmax J(u) with J = gain − λ·cost, gain = the replay success delta × cluster
+   size; the cheapest *sufficient* candidate (delta ≥ ``sufficient_gain`` and interval above zero)
+   wins; with none, the best one clearing the evidence bar (``min_gain``, interval above zero);
+   a weight update only for an answer-failure cluster no context change fixed that recurs across
+   tenants (≥ 2, ``min_cluster`` each) or is large (``min_weight_cluster``); else **no-op**.
+6. **Apply**: a new version (live parts + the change) goes to canary at ``canary_weight`` — or live
+   at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
+   ``trainer`` hook (``None``: recorded as requested).
+
+Defaults work on the built-in scenarios (:mod:`molt.control.scenarios`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from molt.backends.base import BaseBackend
+from molt.control.diagnose import Candidate, Cluster, cluster_failures, propose, rollback_candidate
+from molt.control.log import DecisionLog, DecisionRecord
+from molt.control.signals import Episode, Signals, compute_signals, episodes
+from molt.control.versions import PolicyParts, PolicyVersion, VersionRegistry
+from molt.errors import InterventionError, MoltError
+from molt.harness import Skill
+from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
+from molt.replay.evaluate import Evaluation, newcombe_diff
+from molt.store import Store
+
+__all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled"]
+
+log = logging.getLogger("molt.control")
+
+
+class PlaneSettings(BaseModel):
+    """Thresholds of the cycle (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int = 400
+    min_cluster: int = 4
+    min_weight_cluster: int = 12
+    min_gain: float = 0.2
+    sufficient_gain: float = 0.5
+    regression_sample: int = 12
+    regression_tolerance: float = 0.1
+    replay_sample: int = 24
+    max_unknown_share: float = 0.5
+    cost_lambda: float = 0.05
+    regression_min_drop: float = 0.2
+    canary_weight: float = 0.2
+    canary_min: int = 8
+    canary_tolerance: float = 0.1
+    promote_directly: bool = False
+    #: Entity types that make generated memory / skill text unservable (personal data and secrets;
+    #: organisations and places are what policy facts are about, so they do not count).
+    pii_types: frozenset[str] = frozenset({
+        "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS", "ADDRESS",
+        "US_DRIVER_LICENSE", "API_KEY", "PASSWORD", "PRIVATE_KEY"})
+
+
+@dataclass
+class CycleResult:
+    """What one cycle did for one agent."""
+
+    record: DecisionRecord
+    chosen: Candidate | None = None
+    version: PolicyVersion | None = None
+    signals: Signals | None = None
+    evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def choice(self) -> str:
+        return self.record.choice
+
+
+def overrides_for(parts: PolicyParts, memories: Any = None, *, tenant_id: str | None = None,
+                  extra_memories: Sequence[str] = (), extra_skills: Sequence[Skill] = ()) -> Overrides:
+    """The replay :class:`Overrides` that serve ``parts`` (all snapshot memories and skills injected)."""
+    mems = list(parts.harness.memories)
+    skills = list(parts.harness.skills)
+    if memories is not None and tenant_id is not None:
+        if parts.memory_ids:
+            mems += [m.text for m in memories.memories(tenant_id, list(parts.memory_ids))]
+        if parts.skill_ids:
+            skills += [Skill(name=s.name, instructions=s.instructions)
+                       for s in memories.skills(tenant_id, list(parts.skill_ids))]
+    mems += list(extra_memories)
+    skills += list(extra_skills)
+    h = parts.effective_harness()
+    return Overrides(system_prompt=h.system_prompt, system_prompt_mode=h.system_prompt_mode,
+                     memories=tuple(dict.fromkeys(mems)), skills=tuple(skills), tool_rewrites=dict(h.tool_rewrites),
+                     model=parts.model.adapter)
+
+
+class ControlPlane:
+    """The evolution control plane over one store.
+
+    Args:
+        store: the Molt store (trajectories, versions, memories, decision log).
+        backend: the model backend replay evaluates candidates with (the one serving the agent).
+        live_tools: sandboxed tools for replay branches that leave the recording.
+        memories: a :class:`molt.control.memory.MemoryStore` (default: one over ``store``).
+        redactor: checks generated memory / skill text (default: the store's default redaction policy).
+        trainer: ``fn(tenant_id, agent_id, candidate) -> str`` asked for weight updates (returns a
+            request id); ``None`` records the request only.
+        base_parts: the parts of an agent's first version when it has none.
+    """
+
+    def __init__(self, store: Store, backend: BaseBackend, *, live_tools: LiveTools | None = None,
+                 memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
+                 trainer: Callable[[str, str, Candidate], str] | None = None,
+                 base_parts: PolicyParts | None = None, actor: str = "control-plane"):
+        self.store = store
+        self.backend = backend
+        self.live_tools = live_tools
+        self.settings = settings or PlaneSettings()
+        self.registry = VersionRegistry(store)
+        self.log = DecisionLog(store)
+        self._memories = memories
+        self._redactor = redactor
+        self.trainer = trainer
+        self.base_parts = base_parts
+        self.actor = actor
+        # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
+        # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
+        # matches them: only transport ids and timestamps are ignored.
+        self.normalization = Normalization(ignore_key_pattern=r"(_at|_ts)$|timestamp")
+
+    @property
+    def memories(self) -> Any:
+        if self._memories is None:
+            from molt.control.memory import MemoryStore
+            self._memories = MemoryStore(self.store)
+        return self._memories
+
+    @property
+    def redactor(self) -> Any:
+        if self._redactor is None:
+            from molt.governance.redaction import Redactor
+            self._redactor = Redactor()
+        return self._redactor
+
+    # ------------------------------------------------------------------ the cycle
+
+    def run_cycle(self, tenant_id: str, agent_id: str) -> CycleResult:
+        """One cycle for one agent (sync wrapper of :meth:`arun_cycle`)."""
+        return asyncio.run(self.arun_cycle(tenant_id, agent_id))
+
+    async def arun_cycle(self, tenant_id: str, agent_id: str) -> CycleResult:
+        """One cycle for one agent: decide, apply, log. Never raises for a bad candidate."""
+        s = self.settings
+        live = self.registry.live(tenant_id, agent_id)
+        if live is None:
+            if self.base_parts is None:
+                raise InterventionError(f"{tenant_id}/{agent_id} has no live policy version; create one "
+                                        f"(molt versions) or give the plane base_parts.")
+            live = self.registry.ensure_base(tenant_id, agent_id, self.base_parts, actor=self.actor)
+        window = episodes(self.store, tenant_id, agent_id, limit=s.window)
+        signals = compute_signals(window, live_version=live.version_id)
+        rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
+                             signals=signals.model_dump(mode="json"))
+        result = CycleResult(record=rec, signals=signals)
+
+        if await self._canaries(live, window, result):
+            self.log.append(rec)
+            return result
+
+        candidates: list[Candidate] = []
+        clusters: dict[str, Cluster] = {}
+        previous = self._previous(live)
+        if previous is not None:
+            rb = self._regression(live, previous, window)
+            if rb is not None:
+                candidates.append(rb)
+        live_window = [e for e in window if e.policy_version in (live.version_id, None)] or window
+        for c in cluster_failures(live_window):
+            if c.size < s.min_cluster:
+                continue
+            clusters[c.key] = c
+            candidates.extend(propose(c, live_window, live))
+        rec.actions.append(f"{len(clusters)} failure cluster(s) ≥ {s.min_cluster}, {len(candidates)} candidate(s)")
+
+        if not candidates:
+            small = [c for c in cluster_failures(live_window) if c.size < s.min_cluster]
+            rec.reason = ("no failure cluster reaches the evidence bar"
+                          + (f" ({len(small)} smaller cluster(s), largest {max(c.size for c in small)})"
+                             if small else " (no failures)"))
+            self.log.append(rec)
+            return result
+
+        passed: list[tuple[Candidate, dict[str, Any]]] = []
+        for cand in candidates:
+            if cand.kind == "weight_update":
+                continue
+            entry = cand.model_dump(mode="json", exclude={"parts"})
+            try:
+                evidence = await self._gates(cand, live, window, clusters.get(cand.cluster))
+            except Exception as exc:  # a candidate whose replay or gate errors is rejected, never applied
+                log.warning("Candidate %s failed its gates: %s", cand.candidate_id, exc)
+                entry["rejected"] = f"gate error: {type(exc).__name__}: {exc}"
+                rec.rejected.append(entry)
+                continue
+            entry["evidence"] = evidence
+            result.evaluations[cand.candidate_id] = evidence
+            if evidence.get("rejected"):
+                entry["rejected"] = evidence["rejected"]
+                rec.rejected.append(entry)
+            else:
+                rec.candidates.append(entry)
+                passed.append((cand, evidence))
+
+        chosen, why = self._select(passed, candidates, clusters)
+        if chosen is None:
+            rec.reason = why
+            self.log.append(rec)
+            return result
+        wu_entry = chosen.model_dump(mode="json", exclude={"parts"})
+        if chosen.kind == "weight_update":
+            rec.candidates.append(wu_entry)
+        result.chosen = chosen
+        rec.choice = chosen.kind
+        rec.reason = why
+        try:
+            result.version = self._apply(chosen, live, rec)
+        except MoltError as exc:
+            rec.choice, rec.reason = "noop", f"applying {chosen.kind} failed: {exc}"
+            result.chosen = None
+        rec.applied_version = result.version.version_id if result.version is not None else None
+        self.log.append(rec)
+        return result
+
+    def run_all(self, tenant_id: str | None = None) -> list[CycleResult]:
+        """One cycle for every agent with versions (of one tenant, or all)."""
+        return [self.run_cycle(t, a) for t, a in self.registry.agents(tenant_id)]
+
+    # ------------------------------------------------------------------ steps
+
+    async def _canaries(self, live: PolicyVersion, window: list[Episode], result: CycleResult) -> bool:
+        s = self.settings
+        rec = result.record
+        for c in self.registry.canaries(live.tenant_id, live.agent_id):
+            mine = [e for e in window if e.policy_version == c.version_id and e.success is not None]
+            theirs = [e for e in window if e.policy_version == live.version_id and e.success is not None
+                      and e.started_at >= min((m.started_at for m in mine), default=e.started_at)]
+            if not mine:
+                rec.actions.append(f"canary {c.version_id}: no rewarded traffic yet")
+                rec.choice, rec.reason = "noop", f"waiting for canary {c.version_id} traffic"
+                return True
+            rate = sum(e.success for e in mine) / len(mine)
+            base = sum(e.success for e in theirs) / len(theirs) if theirs else rate
+            delta = rate - base
+            rec.actions.append(f"canary {c.version_id}: {rate:.2f} vs live {base:.2f} on {len(mine)}/{len(theirs)}")
+            if delta < -s.canary_tolerance:
+                self.registry.abort(c.version_id, actor=self.actor, reason=f"canary delta {delta:+.2f}")
+                rec.choice, rec.reason = "rollback", f"canary {c.version_id} aborted: delta {delta:+.2f} vs live"
+                rec.applied_version = live.version_id
+                return True
+            if len(mine) >= s.canary_min:
+                result.version = self.registry.promote(c.version_id, actor=self.actor,
+                                                       reason=f"canary delta {delta:+.2f} on {len(mine)}")
+                rec.choice, rec.reason = "promote", f"canary {c.version_id} promoted: delta {delta:+.2f}"
+                rec.applied_version = c.version_id
+                return True
+            rec.choice, rec.reason = "noop", f"canary {c.version_id} has {len(mine)}/{s.canary_min} rewarded runs"
+            return True
+        return False
+
+    def _previous(self, live: PolicyVersion) -> PolicyVersion | None:
+        prev = [v for v in self.registry.list(live.tenant_id, live.agent_id) if v.status == "previous"]
+        stack_prev = None
+        for r in reversed(self.registry.history(live.tenant_id, live.agent_id)):
+            if r["action"] == "promote" and r["version_id"] != live.version_id:
+                stack_prev = r["version_id"]
+                break
+        for v in prev:
+            if v.version_id == stack_prev:
+                return v
+        return prev[0] if prev else None
+
+    def _regression(self, live: PolicyVersion, previous: PolicyVersion, window: list[Episode]) -> Candidate | None:
+        now = [e for e in window if e.policy_version == live.version_id and e.success is not None]
+        before = [e for e in window if e.policy_version == previous.version_id and e.success is not None]
+        if len(now) < self.settings.min_cluster or len(before) < self.settings.min_cluster:
+            return None
+        k1, k0 = sum(e.success for e in now), sum(e.success for e in before)
+        d = k1 / len(now) - k0 / len(before)
+        _, hi = newcombe_diff(k1, len(now), k0, len(before))
+        if d <= -self.settings.regression_min_drop and hi < 0:
+            return rollback_candidate(live, previous, window)
+        return None
+
+    async def _gates(self, cand: Candidate, live: PolicyVersion, window: list[Episode],
+                     cluster: Cluster | None) -> dict[str, Any]:
+        """Safety, replay on the cluster, regression on held-back successes. Returns the evidence;
+        ``evidence["rejected"]`` says why a candidate may not go live."""
+        s = self.settings
+        tenant = live.tenant_id
+        own = {e.trajectory_id for e in window if e.tenant_id == tenant}
+        foreign = [t for t in cand.source_trajectories if t not in own]
+        if foreign:
+            return {"rejected": f"safety: {len(foreign)} source trajectories are not {tenant}'s"}
+        extra_mem: list[str] = []
+        extra_skill: list[Skill] = []
+        if cand.kind in ("memory_insert", "skill_patch"):
+            texts = ([cand.payload["text"]] if cand.kind == "memory_insert"
+                     else [cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"]])
+            found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]
+                            if sp.entity_type in s.pii_types})
+            if found:
+                return {"rejected": f"safety: generated {cand.kind.replace('_', ' ')} contains "
+                                    f"{', '.join(found)}; it is never stored or served"}
+            if cand.kind == "memory_insert":
+                extra_mem.append(cand.payload["text"])
+            else:
+                extra_skill.append(Skill(name=cand.payload["name"], instructions=cand.payload["instructions"]))
+        parts = cand.parts or live.parts
+        agent = AGENTS.get(live.agent_id) if live.agent_id in AGENTS else None
+        if agent is None:
+            return {"rejected": f"replay: agent {live.agent_id!r} is not registered with @molt.replayable"}
+        ov = overrides_for(parts, self.memories if (parts.memory_ids or parts.skill_ids) else None,
+                           tenant_id=tenant, extra_memories=extra_mem, extra_skills=extra_skill)
+        policy = ReplayPolicy(self.backend, ov, version=cand.candidate_id)
+        failing = cand.source_trajectories if cand.kind == "rollback" else (
+            [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
+        ev = await evaluate_candidate(self.store, failing, agent, policy, candidate_id=cand.candidate_id,
+                                      sample=s.replay_sample, live=self.live_tools, tenant_id=tenant,
+                                      normalization=self.normalization)
+        out: dict[str, Any] = {"replay": _brief(ev)}
+        if ev.errors and ev.errors >= max(1, ev.sampled // 2):
+            out["rejected"] = f"replay: {ev.errors} of {ev.sampled} replays raised"
+            return out
+        if ev.scored == 0 or ev.unknown > s.max_unknown_share * max(ev.sampled, 1):
+            out["rejected"] = f"replay: too little coverage ({ev.scored} scored, {ev.unknown} unknown)"
+            return out
+        held = [e.trajectory_id for e in window if e.success and e.tenant_id == tenant and e.trajectory_id
+                not in set(failing) and e.policy_version in (live.version_id, None)][-s.regression_sample:]
+        if held:
+            reg = await evaluate_candidate(self.store, held, agent, policy, candidate_id=cand.candidate_id + ":regr",
+                                           live=self.live_tools, tenant_id=tenant,
+                                           normalization=self.normalization)
+            out["regression"] = _brief(reg)
+            if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
+                    reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance:
+                out["rejected"] = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
+                                   f"{reg.candidate_success_rate:.2f}")
+        return out
+
+    def _select(self, passed: list[tuple[Candidate, dict[str, Any]]], all_candidates: list[Candidate],
+                clusters: dict[str, Cluster]) -> tuple[Candidate | None, str]:
+        s = self.settings
+        scored = []
+        for cand, ev in passed:
+            r = ev["replay"]
+            delta, ci = r["success_delta"], r["success_delta_ci"]
+            if delta is None or ci is None:
+                continue
+            size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
+            j = delta * size - s.cost_lambda * cand.cost * size
+            scored.append((cand, delta, ci, j))
+        sufficient = [x for x in scored if x[1] >= s.sufficient_gain and x[2][0] > 0]
+        if sufficient:
+            cand, delta, ci, j = min(sufficient, key=lambda x: (x[0].cost, -x[3]))
+            return cand, (f"cheapest sufficient: replay fixes {delta:+.0%} of cluster {cand.cluster} "
+                          f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), cost {cand.cost}, J={j:.1f}")
+        clearing = [x for x in scored if x[1] >= s.min_gain and x[2][0] > 0]
+        if clearing:
+            cand, delta, ci, j = max(clearing, key=lambda x: x[3])
+            return cand, (f"best partial fix: replay {delta:+.0%} on {cand.cluster} "
+                          f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), J={j:.1f}")
+        weights = [c for c in all_candidates if c.kind == "weight_update"]
+        for cand in sorted(weights, key=lambda c: -clusters[c.cluster].size if c.cluster in clusters else 0):
+            cl = clusters.get(cand.cluster)
+            if cl is None:
+                continue
+            cross = self._cross_tenant(cl)
+            cand.payload["tenants_with_pattern"] = cross
+            if len(cross) >= 2 or cl.size >= s.min_weight_cluster:
+                tried = [c.kind for c in all_candidates if c.cluster == cand.cluster and c.kind != "weight_update"]
+                return cand, (f"capability gap: {cl.size} '{cl.signature}' failures on task {cl.task} "
+                              f"({len(cross)} tenant(s) show it); no context change fixed it in replay "
+                              f"(tried: {', '.join(tried) or 'none'})")
+        if scored:
+            best = max(scored, key=lambda x: x[1])
+            return None, (f"no candidate clears the evidence bar (best: {best[0].kind} {best[1]:+.0%}, "
+                          f"CI low {best[2][0]:+.2f})")
+        return None, "no candidate passed its gates"
+
+    def _cross_tenant(self, cluster: Cluster) -> list[str]:
+        """Tenants whose recent traffic of the same agent and task fails with the same signature."""
+        s = self.settings
+        out = set(cluster.tenants)
+        for tenant, agent in self.registry.agents():
+            if tenant in out or agent != (cluster.failures[0].agent_id or ""):
+                continue
+            eps = episodes(self.store, tenant, agent, limit=s.window)
+            same = [c for c in cluster_failures(eps) if c.task == cluster.task and c.signature == cluster.signature]
+            if same and same[0].size >= s.min_cluster:
+                out.add(tenant)
+        return sorted(out)
+
+    def _apply(self, cand: Candidate, live: PolicyVersion, rec: DecisionRecord) -> PolicyVersion | None:
+        s = self.settings
+        t, a = live.tenant_id, live.agent_id
+        if cand.kind == "rollback":
+            v = self.registry.rollback(t, a, actor=self.actor, reason=rec.reason)
+            rec.actions.append(f"rolled back to {v.version_id}")
+            return v
+        if cand.kind == "weight_update":
+            rid = self.trainer(t, a, cand) if self.trainer is not None else None
+            rec.actions.append(f"weight update requested from the trainer (request {rid})" if rid
+                               else "weight update recorded; no trainer attached to this plane")
+            return None
+        parts = cand.parts or live.parts
+        if cand.kind == "memory_insert":
+            m = self.memories.add_memory(t, cand.payload["text"], agent_id=a,
+                                         source_trajectory_id=(cand.source_trajectories or [None])[0])
+            parts = live.parts.with_memories([m.memory_id])
+        elif cand.kind == "skill_patch":
+            sk = self.memories.add_skill(t, cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"],
+                                         agent_id=a, source_trajectory_id=(cand.source_trajectories or [None])[0])
+            parts = live.parts.with_skills([sk.skill_id])
+        v = self.registry.create(t, a, parts, parent=live.version_id, note=f"{cand.kind}: {cand.description[:200]}",
+                                 created_by=self.actor)
+        if s.promote_directly:
+            v = self.registry.promote(v.version_id, actor=self.actor, reason=rec.reason)
+            rec.actions.append(f"promoted {v.version_id}")
+        else:
+            v = self.registry.canary(v.version_id, s.canary_weight, actor=self.actor, reason=rec.reason)
+            rec.actions.append(f"canary {v.version_id} at {s.canary_weight:.0%}")
+        return v
+
+
+def _brief(ev: Evaluation) -> dict[str, Any]:
+    return {"evaluation_id": ev.evaluation_id, "sampled": ev.sampled, "scored": ev.scored, "unknown": ev.unknown,
+            "errors": ev.errors, "baseline_success_rate": ev.baseline_success_rate,
+            "candidate_success_rate": ev.candidate_success_rate, "success_delta": ev.success_delta,
+            "success_delta_ci": list(ev.success_delta_ci) if ev.success_delta_ci else None,
+            "model_calls": ev.cost.get("model_calls")}
+
+
+def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane: ControlPlane | None = None,
+                  backend: BaseBackend | None = None) -> None:
+    """Run a cycle for every agent every ``every_s`` seconds until ``stop`` is set (``molt serve``).
+
+    A failing cycle is logged and the loop goes on: the plane never takes the serving stack down.
+    """
+    if plane is None:
+        if backend is None:
+            raise InterventionError("run_scheduled needs a plane or a backend to replay candidates with.")
+        plane = ControlPlane(store, backend)
+    while not stop.wait(every_s):
+        try:
+            for r in plane.run_all():
+                log.info("evolve %s/%s: %s (%s)", r.record.tenant_id, r.record.agent_id, r.choice, r.record.reason)
+        except Exception:
+            log.exception("Control-plane cycle failed; retrying in %.0f s.", every_s)
+
+
+def choice_counts(results: Sequence[CycleResult]) -> Counter[str]:
+    """How often each intervention was chosen (for reports)."""
+    return Counter(r.choice for r in results)
