@@ -125,7 +125,8 @@ class ControlPlane:
         backend: the model backend replay evaluates candidates with (the one serving the agent).
         live_tools: sandboxed tools for replay branches that leave the recording.
         memories: a :class:`molt.control.memory.MemoryStore` (default: one over ``store``).
-        redactor: checks generated memory / skill text (default: the store's default redaction policy).
+        redactor: checks generated memory / skill text, and redacts what the memory store keeps
+            (default: a policy over ``settings.pii_types``, the personal-data and secret types).
         trainer: ``fn(tenant_id, agent_id, candidate) -> str`` asked for weight updates (returns a
             request id); ``None`` records the request only.
         base_parts: the parts of an agent's first version when it has none.
@@ -155,14 +156,15 @@ class ControlPlane:
     def memories(self) -> Any:
         if self._memories is None:
             from molt.control.memory import MemoryStore
-            self._memories = MemoryStore(self.store)
+            self._memories = MemoryStore(self.store, redactor=self.redactor)
         return self._memories
 
     @property
     def redactor(self) -> Any:
         if self._redactor is None:
-            from molt.governance.redaction import Redactor
-            self._redactor = Redactor()
+            from molt.governance.redaction import RedactionPolicy, Redactor
+            self._redactor = Redactor(RedactionPolicy(name="control-plane-personal-data",
+                                                      entities=self.settings.pii_types))
         return self._redactor
 
     # ------------------------------------------------------------------ the cycle
@@ -329,8 +331,7 @@ class ControlPlane:
         if cand.kind in ("memory_insert", "skill_patch"):
             texts = ([cand.payload["text"]] if cand.kind == "memory_insert"
                      else [cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"]])
-            found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]
-                            if sp.entity_type in s.pii_types})
+            found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]})
             if found:
                 return {"rejected": f"safety: generated {cand.kind.replace('_', ' ')} contains "
                                     f"{', '.join(found)}; it is never stored or served"}

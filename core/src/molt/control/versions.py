@@ -25,9 +25,10 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ __all__ = [
 VERSIONS_TABLE = "agent_versions"
 EVENTS_TABLE = "agent_version_events"
 _TS = pa.timestamp("us", tz="UTC")
+log = logging.getLogger("molt.control")
 
 VERSIONS_SCHEMA = pa.schema([
     pa.field("version_id", pa.string(), nullable=False),
@@ -220,6 +222,9 @@ class VersionRegistry:
         self._versions = ensure_table(store, VERSIONS_TABLE, VERSIONS_SCHEMA)
         self._events = ensure_table(store, EVENTS_TABLE, EVENTS_SCHEMA)
         self._lock = threading.RLock()
+        #: Called as ``fn(tenant_id, agent_id, action)`` after every pointer change (promote, canary,
+        #: abort, rollback) — e.g. :class:`molt.control.binding.GatewayBinding` rebinding the gateway.
+        self.listeners: list[Callable[[str, str, str], None]] = []
 
     # ------------------------------------------------------------------ reading
 
@@ -369,6 +374,11 @@ class VersionRegistry:
         row = {"event_id": new_id(), "tenant_id": v.tenant_id, "agent_id": v.agent_id, "version_id": v.version_id,
                "action": action, "weight": weight, "actor": actor, "reason": reason, "at": datetime.now(UTC)}
         append(self.store, EVENTS_TABLE, pa.Table.from_pylist([row], schema=EVENTS_SCHEMA))
+        for fn in list(self.listeners):
+            try:
+                fn(v.tenant_id, v.agent_id, action)
+            except Exception:  # a listener never undoes or blocks a recorded change
+                log.exception("A version listener failed after %s of %s.", action, v.version_id)
 
     def promote(self, version_id: str, *, actor: str, reason: str | None = None,
                 tenant_id: str | None = None) -> PolicyVersion:

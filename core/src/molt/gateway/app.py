@@ -297,16 +297,16 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @route("/v1/models", "GET")
     async def models(request: Request) -> Response:
-        auth(request)
+        p = auth(request)
         data = [{"id": m, "object": "model", "created": int(gw.started_at), "owned_by": "molt"}
-                for m in gw.router.models()]
+                for m in gw.router.models(p.tenant_id)]
         return _json({"object": "list", "data": data})
 
     @route("/v1/models/{model_id:path}", "GET")
     async def model(request: Request) -> Response:
         model_id = request.path_params["model_id"]
-        auth(request)
-        if model_id not in gw.router.models():
+        p = auth(request)
+        if model_id not in gw.router.models(p.tenant_id):
             raise ModelNotFound(f"The model {model_id!r} does not exist here.", param="model")
         return _json({"id": model_id, "object": "model", "created": int(gw.started_at), "owned_by": "molt"})
 

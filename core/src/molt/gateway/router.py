@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from molt.errors import BackendUnavailable, ModelNotFound
 from molt.harness import HarnessSpec
 
-__all__ = ["Decision", "Generation", "Router", "RoutingTable", "VersionSpec", "choose", "session_start"]
+__all__ = ["Decision", "Generation", "Router", "RoutingTable", "VersionSpec", "choose", "scope_key", "session_start"]
 
 _DATA = ConfigDict(extra="forbid", frozen=True)
 _MAX_GENERATIONS = 64
@@ -56,6 +56,8 @@ class VersionSpec(BaseModel):
     instances that serve it; ``upstream_model`` is the model name sent to them (a LoRA adapter's
     served name, or ``None`` for the backend's base model). ``lora_adapter`` and ``model_checkpoint``
     are recorded in provenance; ``harness`` is applied to requests (``None``: no harness edits).
+    A composite policy version of the control plane also names its ``tenant_id`` and its memory and
+    skill snapshot (``memory_ids``, ``skill_ids``), which a retrieving harness applier reads.
     """
 
     model_config = _DATA
@@ -66,6 +68,9 @@ class VersionSpec(BaseModel):
     lora_adapter: str | None = None
     model_checkpoint: str | None = None
     harness: HarnessSpec | None = None
+    tenant_id: str | None = None
+    memory_ids: tuple[str, ...] = ()
+    skill_ids: tuple[str, ...] = ()
 
 
 class Generation(BaseModel):
@@ -146,6 +151,11 @@ def _u64(*parts: str) -> int:
 def _unit(*parts: str) -> float:
     """A deterministic uniform number in (0, 1) from the parts."""
     return (_u64(*parts) + 0.5) / 2.0**64
+
+
+def scope_key(model: str, tenant_id: str, agent_id: str | None = None) -> str:
+    """The routing key of ``model`` for one tenant (and agent): ``model#tenant[/agent]``."""
+    return f"{model}#{tenant_id}" + (f"/{agent_id}" if agent_id else "")
 
 
 def session_start(key: str) -> float | None:
@@ -265,9 +275,43 @@ class Router:
         healthy = [b for b, ok in self._health.items() if ok and b not in excluded]
         return choose(self._table, model, session_key, self.started_at(session_key), healthy)
 
-    def models(self) -> list[str]:
-        """Public model names, then version ids."""
-        return sorted(self._table.models) + sorted(self._table.versions)
+    def scoped_model(self, model: str, tenant_id: str | None, agent_id: str | None) -> str:
+        """The routing key for ``model`` requested by ``tenant_id``'s agent ``agent_id``: the most
+        specific of ``model#tenant/agent``, ``model#tenant`` and ``model`` that the table has (the
+        control plane binds each tenant's agent to its own policy versions under such keys)."""
+        models = self._table.models
+        if tenant_id is not None and len(models) > 1:
+            if agent_id is not None and (k := scope_key(model, tenant_id, agent_id)) in models:
+                return k
+            if (k := scope_key(model, tenant_id)) in models:
+                return k
+        return model
+
+    def bind(self, key: str, specs: Iterable[VersionSpec], weights: Mapping[str, float], *,
+             immediate: bool = False) -> RoutingTable:
+        """Serve routing key ``key`` with ``specs`` at ``weights``. A new generation starts now
+        (sessions already started keep their version) unless ``immediate``: then every session
+        moves at once (a rollback). Versions no key uses any more are dropped."""
+        with self._lock:
+            t = self._table
+            versions = {**t.versions, **{sp.version: sp for sp in specs}}
+            if immediate:
+                models = {**t.models, key: (Generation(since=0.0, weights=dict(weights)),)}
+                used = {v for gens in models.values() for g in gens for v in g.weights}
+                self._table = RoutingTable(versions={k: v for k, v in versions.items() if k in used}, models=models)
+                for sp in specs:
+                    for b in sp.backends:
+                        self._health.setdefault(b, True)
+            else:
+                self._commit(t, versions, key, dict(weights))
+            return self._table
+
+    def models(self, tenant_id: str | None = None) -> list[str]:
+        """Public model names, then version ids. Tenant-scoped routing keys are never listed, nor
+        another tenant's versions (``tenant_id``: the caller's tenant)."""
+        t = self._table
+        return (sorted(m for m in t.models if "#" not in m)
+                + sorted(v for v, sp in t.versions.items() if sp.tenant_id is None or sp.tenant_id == tenant_id))
 
     # ------------------------------------------------------------------ health
 

@@ -203,7 +203,7 @@ class Gateway:
         session, trajectory, agent = _ids_from(headers, body)
         res = self.sessions.resolve(principal.tenant_id, req.messages, session_id=session, trajectory_id=trajectory)
         st = res.state
-        decision = self.router.route(req.model, st.route_key)
+        decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
         rec = CallRecord(endpoint="chat.completions", event_ids=[new_id() for _ in range(req.n)],
                          trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=res.parent_id,
                          tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
@@ -231,7 +231,7 @@ class Gateway:
             res = self.sessions.resolve(principal.tenant_id, [], session_id=session, trajectory_id=trajectory)
             st = res.state
         parent = st.last_event_id
-        decision = self.router.route(req.model, st.route_key)
+        decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
         rec = CallRecord(endpoint="completions", event_ids=[new_id() for _ in range(req.n)],
                          trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=parent,
                          tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
