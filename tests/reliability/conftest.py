@@ -18,15 +18,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-#: Keys of two tenants and every role, used by the auth matrix and the gateway fixtures.
-KEYS = {
-    "sk-acme-admin": ("acme", "admin"),
-    "sk-acme-trainer": ("acme", "trainer"),
-    "sk-acme-reader": ("acme", "reader"),
-    "sk-acme-writer": ("acme", "agent_writer"),
-    "sk-globex-admin": ("globex", "admin"),
-    "sk-globex-writer": ("globex", "agent_writer"),
-}
+from openapi_doc import KEYS  # noqa: E402  (importable only once the line above ran)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -134,6 +134,17 @@ def gateway_openapi() -> dict[str, Any]:
             "components": {"schemas": _body_schemas()}}
 
 
+#: Keys of two tenants and every role, used by the auth matrix and the gateway fixtures.
+KEYS = {
+    "sk-acme-admin": ("acme", "admin"),
+    "sk-acme-trainer": ("acme", "trainer"),
+    "sk-acme-reader": ("acme", "reader"),
+    "sk-acme-writer": ("acme", "agent_writer"),
+    "sk-globex-admin": ("globex", "admin"),
+    "sk-globex-writer": ("globex", "agent_writer"),
+}
+
+
 #: The endpoint → permission table of :mod:`molt.gateway.app` (None: any valid key).
 ENDPOINTS: list[tuple[str, str, str | None]] = [
     ("POST", "/v1/chat/completions", "write"),

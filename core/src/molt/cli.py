@@ -321,6 +321,8 @@ _MOUNTS: list[tuple[str, str]] = [
     ("policy", "molt.governance.cli:policy_app"),
     ("serve", "molt.gateway.cli:serve_command"),
     ("replay", "molt.replay.cli:app"),
+    ("versions", "molt.control.cli:versions_app"),
+    ("evolve", "molt.control.cli:evolve_app"),
 ]
 
 
