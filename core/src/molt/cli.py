@@ -319,7 +319,7 @@ _MOUNTS: list[tuple[str, str]] = [
     ("audit", "molt.governance.cli:audit_command"),
     ("retention", "molt.governance.cli:retention_app"),
     ("policy", "molt.governance.cli:policy_app"),
-    ("serve", "molt.gateway.cli:serve_command"),
+    ("serve", "molt.serve:serve_command"),
     ("replay", "molt.replay.cli:app"),
     ("versions", "molt.control.cli:versions_app"),
     ("evolve", "molt.control.cli:evolve_app"),

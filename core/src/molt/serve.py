@@ -1,0 +1,297 @@
+"""``molt serve``: the whole embedded stack in one process.
+
+What starts, in one process (plus the capture child and, with ``--vllm``, a supervised vLLM server):
+
+- the OpenAI-compatible **gateway** (``/v1``), recording every call into the LanceDB **store** under
+  ``$MOLT_HOME`` through the capture process, with the **governance** pipeline on that path when
+  ``--governance`` names a policy (or ``default``);
+- the **web console** at ``/console`` (:mod:`molt.console`), tenant-scoped by the API key it is
+  opened with;
+- the **control plane** every ``--evolve-every`` seconds (``molt.control.plane.run_scheduled``) when
+  it is installed;
+- the online **trainer** (``molt_trainer``) with ``--train`` when it is installed; it publishes each
+  adapter to this gateway as a canary;
+- a supervised **vLLM** server with ``--vllm`` (same as ``--backend vllm`` without ``--upstream-url``).
+
+Keys: ``--keys`` (or ``$MOLT_KEYS``) is the tenant key file for the gateway and the console. Without
+one the gateway stays open on loopback (every caller is tenant ``default``), and the console gets
+its own admin key for tenant ``default``: created on the first start, stored hashed in
+``$MOLT_HOME/console-keys.toml`` and printed once (delete that file for a new key).
+
+Ctrl-C (SIGINT) or SIGTERM stops serving, stops the control plane and the trainer, then closes the
+capture process (every acknowledged event reaches the store) and the store.
+
+Examples::
+
+    molt serve                                          # stub model: try the console and the API
+    molt serve --vllm --train --evolve-every 60         # SmolLM2 on vLLM, online RL, evolution
+    molt serve --backend openai --upstream-url https://api.example.com/v1 --model gpt-x --keys keys.toml
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from molt.gateway.cli import build_gateway, is_loopback, make_backend, tune_process
+from molt.gateway.service import GatewayConfig
+from molt.governance.access import KeyRing, Role, generate_key, hash_key
+
+__all__ = ["Stack", "console_keyring", "serve_command"]
+
+log = logging.getLogger("molt.serve")
+
+#: The console's own key file under ``$MOLT_HOME`` (used when no tenant key file is given).
+CONSOLE_KEYS = "console-keys.toml"
+
+
+def console_keyring(home: Path, *, create: bool) -> tuple[KeyRing | None, str | None]:
+    """The console key ring in ``home`` and, when this call created it, the new admin key in clear.
+
+    With ``create`` and no key file yet, writes one admin key of tenant ``default`` (hashed, mode
+    0600). Returns ``(None, None)`` when there is no file and ``create`` is off.
+    """
+    path = home / CONSOLE_KEYS
+    if path.exists():
+        return KeyRing.from_file(path), None
+    if not create:
+        return None, None
+    key = generate_key("sk-molt-console-")
+    home.mkdir(parents=True, exist_ok=True)
+    text = ("# Console admin key made by `molt serve` (tenant default). Only its digest is kept here;\n"
+            "# delete this file to have the next `molt serve` make and print a new key.\n"
+            f'[[keys]]\nkey_sha256 = "{hash_key(key)}"\ntenant = "default"\nrole = "admin"\n'
+            'name = "console admin"\n')
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return KeyRing.from_file(path), key
+
+
+@dataclass
+class Stack:
+    """The parts ``molt serve`` started, and how to stop them in order."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    status: dict[str, str] = field(default_factory=dict)
+
+    def spawn(self, name: str, target: Callable[[], Any]) -> None:
+        """Run ``target`` on a daemon thread that logs (never raises) its failure."""
+        def run() -> None:
+            try:
+                target()
+            except Exception:
+                log.exception("%s stopped with an error; the gateway keeps serving.", name)
+
+        t = threading.Thread(target=run, name=f"molt-{name}", daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Ask every background part to stop and wait for it (up to ``timeout_s`` each)."""
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout_s)
+            if t.is_alive():
+                log.warning("%s did not stop within %.0f s; leaving it (daemon thread).", t.name, timeout_s)
+
+
+def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Callable[[], Any]) -> None:
+    if every_s <= 0:
+        stack.status["control plane"] = "off (--evolve-every 0)"
+        return
+    if importlib.util.find_spec("molt.control.plane") is None:
+        stack.status["control plane"] = "not installed (no molt.control.plane)"
+        log.info("The control plane is not installed; serving without evolution.")
+        return
+
+    def run() -> None:  # imported here: the plane's imports take seconds, serving starts meanwhile
+        run_scheduled = getattr(importlib.import_module("molt.control.plane"), "run_scheduled", None)
+        if run_scheduled is None:
+            log.warning("molt.control.plane has no run_scheduled; serving without evolution.")
+            return
+        kwargs: dict[str, Any] = {}
+        if "backend" in inspect.signature(run_scheduled).parameters:
+            # Its own backend object: the gateway's lives on the server's event loop, the plane
+            # replays candidates from this thread.
+            kwargs["backend"] = replay_backend()
+        run_scheduled(store, stack.stop, every_s, **kwargs)
+
+    stack.spawn("control-plane", run)
+    stack.status["control plane"] = f"every {every_s:g} s"
+
+
+def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str | None, model: str,
+                   governance: str | None, tenant: str, home: Path) -> None:
+    # The trainer is an optional distribution that core never imports statically; the composition
+    # root loads it by name, like the cli's mounted commands.
+    try:
+        service = importlib.import_module("molt_trainer.service")
+        publish = importlib.import_module("molt_trainer.publish")
+        policy_mod = importlib.import_module("molt_trainer.policy")
+    except ImportError as exc:
+        stack.status["trainer"] = f"not installed ({exc.name}); pip install molt-trainer"
+        return
+    if governance:
+        from molt.governance import Principal, TrainingQueue, load_policy_file
+
+        policy = load_policy_file(None if governance == "default" else governance)
+        queue = TrainingQueue(store, policy, Principal(tenant, Role.TRAINER))
+        source = service.GovernedSource(queue)
+    else:
+        source = service.StoreSource(store, tenant=tenant)
+    settings = service.TrainerSettings()
+    publisher = publish.Publisher(model=model, out_dir=home / "adapters", store=store, tenant_id=tenant,
+                                  targets=[publish.GatewayTarget(gateway_url, admin_key, model, weight=0.1)])
+
+    def run() -> None:
+        trainer = service.OnlineTrainer(policy_mod.Policy.load(settings.lora, None), publisher, source, settings,
+                                        base_version=f"{model}@base",
+                                        latency_probe=service.GatewayLatencyProbe(gateway_url, admin_key))
+        trainer.run(stack.stop)
+
+    stack.spawn("trainer", run)
+    stack.status["trainer"] = (f"on, tenant {tenant}, {'governed' if governance else 'ungoverned'} data, "
+                               f"adapters in {home / 'adapters'}")
+
+
+def _summary(rows: list[tuple[str, str]], err: Console) -> None:
+    t = Table(title="molt serve", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    for k, v in rows:
+        t.add_row(k, v)
+    err.print(t)
+
+
+def serve_command(
+    backend: Annotated[str, typer.Option(help="Backend kind: vllm, openai, local or stub.")] = "stub",
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
+    model: Annotated[str | None, typer.Option(help="Public model name (default: the backend's).")] = None,
+    upstream_url: Annotated[str | None, typer.Option(
+        help="openai/vllm: the upstream API root with /v1 (vllm: omit to start a server).")] = None,
+    upstream_key: Annotated[str | None, typer.Option(
+        help="openai: upstream API key (default $MOLT_UPSTREAM_API_KEY).")] = None,
+    keys: Annotated[str | None, typer.Option(help="TOML file of tenant API keys (default $MOLT_KEYS).")] = None,
+    store: Annotated[str | None, typer.Option("--store", help="Store URI (default $MOLT_HOME/store).")] = None,
+    record: Annotated[bool, typer.Option(help="Record every call into the store.")] = True,
+    governance: Annotated[str | None, typer.Option(
+        help="Governance policy for recorded events: 'default' or a policy file (default: none).")] = None,
+    capture_process: Annotated[bool, typer.Option(
+        help="Build and write events in a separate process (keeps recording off the serving core).")] = True,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 8 << 20,
+    backend_timeout: Annotated[float, typer.Option(help="Seconds allowed for a backend answer / chunk.")] = 120.0,
+    max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    console: Annotated[bool, typer.Option(help="Serve the web console at /console.")] = True,
+    evolve_every: Annotated[float, typer.Option(
+        "--evolve-every", min=0, help="Run the control plane every SECONDS (0: off).")] = 300.0,
+    train: Annotated[bool, typer.Option(help="Run the online trainer (needs molt-trainer).")] = False,
+    train_tenant: Annotated[str, typer.Option(help="--train: the tenant whose trajectories train the policy.")
+                            ] = "default",
+    vllm: Annotated[bool, typer.Option(
+        help="Serve through a supervised vLLM server (the .venv-vllm environment); same as --backend vllm.")] = False,
+) -> None:
+    """Serve the whole stack: gateway, governance, store, console, control plane, trainer, vLLM."""
+    import uvicorn
+
+    from molt.gateway.app import create_app
+    from molt.store import Store
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    err = Console(stderr=True)
+    home = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
+    keys = keys or os.environ.get("MOLT_KEYS") or None
+    if vllm:
+        backend = "vllm"
+    if not keys and not is_loopback(host):
+        typer.secho(f"WARNING: the gateway listens on {host}, beyond this machine, WITHOUT API keys: anyone who "
+                    f"can reach it can use the model and write training data as tenant 'default'. Pass "
+                    f"--keys keys.toml (see molt.governance.access) or bind 127.0.0.1.", fg="red", err=True)
+    be = make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
+                      max_model_len=max_model_len, timeout_s=backend_timeout)
+    config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout)
+    gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
+                                     capture_process=capture_process, governance=governance)
+    # One store object for the console, the control plane and the trainer: what one writes (a
+    # rollback, a new version) the others read at once; the console also checks out what the capture
+    # process wrote.
+    shared = st if st is not None else Store.open(store or home / "store", auto_compact=False)
+    app = create_app(gw)
+    base = f"http://{host}:{port}"
+    public = gw.router.models()[0]
+    rows: list[tuple[str, str]] = [("gateway", f"{base}/v1  ({backend} backend, model {public!r})"),
+                                   ("store", shared.uri),
+                                   ("recording", ("on, governance " + (governance or "off")) if recorder else "off")]
+    stack = Stack()
+    new_key = None
+    if console:
+        from molt.console import create_console_app
+
+        rings: list[KeyRing] = [gw.keyring] if gw.keyring is not None else []
+        ring, new_key = console_keyring(home, create=gw.keyring is None)
+        if ring is not None:
+            rings.append(ring)
+        app.mount("/console", create_console_app(shared, rings))
+        rows.append(("console", f"{base}/console"))
+        if new_key:
+            rows.append(("console admin key", f"printed below, once (tenant default); only its digest is kept in "
+                                              f"{home / CONSOLE_KEYS}"))
+        elif ring is not None:
+            rows.append(("console keys", f"{home / CONSOLE_KEYS} (its admin key was printed when it was made)"))
+    rows.append(("API keys", keys if keys else "none: the gateway is open to this machine (tenant default)"))
+    server = getattr(be, "server", None)
+
+    def replay_backend() -> Any:
+        if server is not None:  # the supervised vLLM server, reached over HTTP like the gateway does
+            return make_backend("vllm", model=model, upstream_url=server.base_url, start_vllm=False,
+                                max_model_len=max_model_len, timeout_s=backend_timeout)
+        return make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
+                            max_model_len=max_model_len, timeout_s=backend_timeout)
+
+    _start_control(stack, shared, evolve_every, replay_backend)
+    trainer_key = None
+    if train:
+        if gw.keyring is not None:  # the trainer publishes adapters through the admin API
+            trainer_key = generate_key("sk-molt-trainer-")
+            gw.keyring.add(tenant=train_tenant, role=Role.ADMIN, key=trainer_key, name="molt serve trainer")
+        _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public, governance=governance,
+                       tenant=train_tenant, home=home)
+    else:
+        stack.status["trainer"] = "off (--train to run it)"
+    stack.status["vLLM"] = (f"supervised at {server.base_url}" if server is not None
+                            else f"upstream {upstream_url}" if backend == "vllm" else "not used")
+    rows.extend(stack.status.items())
+    tune_process()
+    _summary(rows, err)
+    if new_key:  # on a line of its own, never wrapped, so it can be copied
+        typer.echo(f"console admin key (shown once): {new_key}", err=True)
+    typer.echo(f"molt gateway: {backend} backend, model {public!r}, {base}/v1 "
+               f"(recording {'on' if recorder else 'off'}, {'API keys' if keys else 'open, loopback'})", err=True)
+    try:
+        # uvicorn handles SIGINT / SIGTERM: it stops accepting, finishes in-flight requests (their
+        # after-response recording included) and returns here.
+        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False)
+    finally:
+        stack.shutdown()
+        flushed = recorder.close(timeout=30.0) if recorder is not None else True
+        shared.close()
+        if flushed:
+            err.print("molt serve: stopped; every recorded event is in the store.")
+        else:
+            err.print("[red]molt serve: stopped, but the capture process did not confirm delivery of every "
+                      "event; they stay in the spool and are delivered on the next start.[/red]")

@@ -1,0 +1,130 @@
+"""``molt serve`` (molt.serve): the stack's wiring, its keys, and a clean SIGINT shutdown.
+
+Troubleshooting: if the SIGINT test loses events, look at the order in ``serve_command``'s
+``finally`` (stop background parts, then close the capture process, then the store); if it hangs,
+a background thread is not watching ``Stack.stop``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import free_port
+
+
+def _serve_in_process(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[int, Any]:
+    """Run ``molt serve`` with uvicorn.run replaced: returns (exit status, the app it would serve)."""
+    import uvicorn
+
+    import molt.cli
+
+    apps: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    rc = molt.cli.run(["serve", "--backend", "stub", "--evolve-every", "0", *args])
+    return rc, apps[0] if apps else None
+
+
+def test_fresh_home_gets_one_console_admin_key_printed_once(monkeypatch: pytest.MonkeyPatch, molt_home: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from starlette.testclient import TestClient
+
+    rc, app = _serve_in_process(monkeypatch, ["--no-record"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    [key] = re.findall(r"console admin key \(shown once\): (\S+)", err)
+    assert "/console" in err and "control plane" in err
+    keyfile = molt_home / "console-keys.toml"
+    assert key not in keyfile.read_text() and oct(keyfile.stat().st_mode & 0o777) == "0o600"
+    client = TestClient(app)
+    r = client.get("/console/trajectories", headers={"authorization": f"Bearer {key}"})
+    assert r.status_code == 200 and 'id="tenant">default<' in r.text
+    assert client.get("/console/trajectories", follow_redirects=False).status_code == 303
+    # a second start keeps the key and does not print it again
+    rc, _ = _serve_in_process(monkeypatch, ["--no-record"])
+    assert rc == 0 and "shown once" not in capsys.readouterr().err
+
+
+def test_tenant_keys_open_the_console_and_no_console_key_is_made(monkeypatch: pytest.MonkeyPatch, molt_home: Path,
+                                                                 tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[[keys]]\nkey = "sk-t-reader"\ntenant = "acme"\nrole = "reader"\n')
+    rc, app = _serve_in_process(monkeypatch, ["--no-record", "--keys", str(keys)])
+    assert rc == 0 and not (molt_home / "console-keys.toml").exists()
+    r = TestClient(app).get("/console/versions", headers={"authorization": "Bearer sk-t-reader"})
+    assert r.status_code == 200 and 'id="tenant">acme<' in r.text
+
+
+def test_serve_help_keeps_the_gateway_options_and_adds_the_stack_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    import molt.cli
+
+    assert molt.cli.run(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    for opt in ("--backend", "--governance", "--capture-process", "--keys", "--evolve-every", "--train", "--vllm",
+                "--console"):
+        assert opt in out, opt
+
+
+@pytest.mark.slow
+def test_sigint_flushes_every_acknowledged_event_and_the_store_verifies(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "MOLT_HOME": str(tmp_path), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
+                             "--evolve-every", "0", "--log-level", "warning"], env=env, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    acked: dict[str, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "molt serve did not answer /health"
+            time.sleep(0.2)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for i in range(40):
+                r = client.post("/v1/chat/completions", json={"model": "stub", "messages": [
+                    {"role": "user", "content": f"call {i}"}]})
+                assert r.status_code == 200
+                acked[r.headers["x-molt-trajectory"]] = f"echo: call {i}"
+            rewarded = next(iter(acked))
+            r = client.post("/v1/molt/rewards/trajectory", json={"trajectory_id": rewarded, "value": 1.0})
+            assert r.status_code == 200
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = err.decode()
+    assert proc.returncode == 0, text
+    assert "every recorded event is in the store" in text
+    from molt.store import Store
+
+    store = Store.open(tmp_path / "store", auto_compact=False)
+    try:
+        for tid, answer in acked.items():
+            [ev] = store.trajectory(tid).events
+            assert ev.action.text == answer
+        assert [a.value for a in store.rewards(rewarded)] == [1.0]
+    finally:
+        store.close()
+    verify = subprocess.run([sys.executable, "-m", "molt.cli", "verify"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert f"{len(acked)} of {len(acked)} trajectories verify" in verify.stdout
