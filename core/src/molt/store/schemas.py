@@ -77,25 +77,36 @@ QUARANTINE = pa.schema([
     pa.field("record", pa.binary()),
 ])
 
-# Placeholders: the control-plane issue fills memories, skills and policy versions.
+# Memories and skill patches (molt.control.memory). Columns past the first placeholder set are
+# nullable and at the end, so a store created before them gains them by schema evolution. The
+# ``vector`` column (fixed-size float32 list of the embedder's dimension) is added by the memory
+# store on first use, so the store does not fix an embedding model.
 MEMORIES = pa.schema([
     pa.field("memory_id", pa.string(), nullable=False),
     pa.field("tenant_id", pa.string()),
-    pa.field("scope", pa.string()),
-    pa.field("text", pa.string(), nullable=False),
+    pa.field("scope", pa.string()),  # "agent" | "tenant"
+    pa.field("text", pa.string(), nullable=False),  # redacted before it is stored
     pa.field("source_trajectory_id", pa.string()),
     pa.field("created_at", _TS, nullable=False),
     pa.field("expires_at", _TS),
+    pa.field("agent_id", pa.string()),
+    pa.field("embed_model", pa.string()),
 ])
 
 SKILLS = pa.schema([
     pa.field("skill_id", pa.string(), nullable=False),
     pa.field("tenant_id", pa.string()),
-    pa.field("trigger", pa.string(), nullable=False),
+    pa.field("trigger", pa.string(), nullable=False),  # when to use the skill
     pa.field("instructions", pa.string(), nullable=False),
     pa.field("created_at", _TS, nullable=False),
+    pa.field("agent_id", pa.string()),
+    pa.field("name", pa.string()),
+    pa.field("source_trajectory_id", pa.string()),
+    pa.field("match_text", pa.string()),  # name + trigger: what search matches (full-text and vector)
+    pa.field("embed_model", pa.string()),
 ])
 
+# Placeholder: molt.control.versions keeps policy versions in its own tables.
 POLICY_VERSIONS = pa.schema([
     pa.field("version_id", pa.string(), nullable=False),
     pa.field("tenant_id", pa.string()),
