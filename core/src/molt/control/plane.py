@@ -267,8 +267,11 @@ class ControlPlane:
         rec = result.record
         for c in self.registry.canaries(live.tenant_id, live.agent_id):
             mine = [e for e in window if e.policy_version == c.version_id and e.success is not None]
-            theirs = [e for e in window if e.policy_version == live.version_id and e.success is not None
-                      and e.started_at >= min((m.started_at for m in mine), default=e.started_at)]
+            live_runs = [e for e in window if e.policy_version == live.version_id and e.success is not None]
+            start = min((m.started_at for m in mine), default=None)
+            # Compare with the live version's concurrent traffic; with too little of it, its whole window.
+            concurrent = [e for e in live_runs if start is not None and e.started_at >= start]
+            theirs = concurrent if len(concurrent) >= max(1, s.canary_min // 2) else live_runs
             if not mine:
                 rec.actions.append(f"canary {c.version_id}: no rewarded traffic yet")
                 rec.choice, rec.reason = "noop", f"waiting for canary {c.version_id} traffic"
@@ -329,6 +332,10 @@ class ControlPlane:
         extra_mem: list[str] = []
         extra_skill: list[Skill] = []
         if cand.kind in ("memory_insert", "skill_patch"):
+            keys = ("text",) if cand.kind == "memory_insert" else ("name", "trigger", "instructions")
+            bad = [k for k in keys if not isinstance(cand.payload.get(k), str) or not cand.payload[k].strip()]
+            if bad:
+                return {"rejected": f"malformed {cand.kind.replace('_', ' ')}: empty or missing {', '.join(bad)}"}
             texts = ([cand.payload["text"]] if cand.kind == "memory_insert"
                      else [cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"]])
             found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]})

@@ -1,0 +1,240 @@
+"""``molt versions`` and ``molt evolve``: composite policy versions and the control plane from the shell.
+
+Who may run them: with a key file in place (``$MOLT_KEYS`` or ``$MOLT_HOME/keys.toml``), an API key
+(``--api-key`` / ``$MOLT_API_KEY``) acts on its tenant only — reading needs ``read``, changing the
+live version or running a cycle needs ``admin`` — or ``--operator`` acts on any tenant. A local
+install with no key file is its own operator. ::
+
+    molt versions ls --tenant acme
+    molt versions show support@acme:v2
+    molt versions diff support@acme:v1 support@acme:v2
+    molt versions promote support@acme:v2
+    molt versions rollback --tenant acme --agent support
+    molt evolve run --tenant acme --agent molt-support-desk --backend desk
+    molt evolve log --tenant acme
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from molt.errors import MoltError
+
+__all__ = ["evolve_app", "versions_app"]
+
+console = Console()
+
+versions_app = typer.Typer(help="Composite policy versions: list, show, diff, promote, roll back.",
+                           no_args_is_help=True)
+evolve_app = typer.Typer(help="The evolution control plane: run a cycle, read the decision log.",
+                         no_args_is_help=True)
+
+StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
+KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
+                                            help="An API key of the tenant (or $MOLT_API_KEY).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator (any tenant).")]
+TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Tenant id (default: the key's tenant).")]
+AgentOpt = Annotated[str | None, typer.Option("--agent", help="Agent id.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON output.")]
+
+
+def _who(api_key: str | None, operator: bool, action: str, tenant: str | None) -> str | None:
+    """The tenant the caller may act on (``None``: any — the operator), checking ``action``."""
+    from molt.cli import _keys_file
+    from molt.errors import AuthenticationError, PermissionDenied
+    from molt.governance.access import KeyRing
+
+    if operator and api_key:
+        raise MoltError("Give either --operator or an API key, not both.")
+    if api_key:
+        p = KeyRing.from_file(_keys_file()).authenticate(api_key).require(action)
+        if tenant is not None and tenant != p.tenant_id:
+            raise PermissionDenied(f"This key belongs to tenant {p.tenant_id!r}; it cannot act on {tenant!r}.")
+        return p.tenant_id
+    if operator or not _keys_file().exists():
+        return tenant
+    raise AuthenticationError("A key file exists: give --api-key (or $MOLT_API_KEY) or --operator.")
+
+
+def _registry(store_uri: str | None) -> Any:
+    from molt.cli import open_store
+    from molt.control.versions import VersionRegistry
+
+    return VersionRegistry(open_store(store_uri))
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(2)
+
+
+@versions_app.command("ls")
+def versions_ls(tenant: TenantOpt = None, agent: AgentOpt = None, store: StoreOpt = None, api_key: KeyOpt = None,
+                operator: OperatorOpt = False, json: JsonOpt = False) -> None:
+    """List versions (newest first) with their status: live, canary, previous or candidate."""
+    try:
+        t = _who(api_key, operator, "read", tenant)
+        reg = _registry(store)
+        pairs = reg.agents(t)
+        rows = [v for tt in sorted({p[0] for p in pairs}) for v in reg.list(tt, agent)]
+    except MoltError as exc:
+        _fail(exc)
+    if json:
+        for v in rows:
+            typer.echo(orjson.dumps(_brief(v)).decode())
+        return
+    tbl = Table("version", "tenant", "agent", "status", "parent", "created", "note")
+    for v in rows:
+        tbl.add_row(v.version_id, v.tenant_id, v.agent_id, v.status + (f" {v.canary_weight:.0%}" if v.canary_weight
+                                                                        else ""),
+                    v.parent_id or "-", v.created_at.strftime("%Y-%m-%d %H:%M:%S"), (v.note or "")[:60])
+    console.print(tbl)
+
+
+def _brief(v: Any) -> dict[str, Any]:
+    return {"version_id": v.version_id, "tenant_id": v.tenant_id, "agent_id": v.agent_id, "status": v.status,
+            "parent_id": v.parent_id, "created_at": v.created_at.isoformat(), "note": v.note,
+            "parts_digest": v.parts.digest()}
+
+
+@versions_app.command("show")
+def versions_show(version: str, store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False) -> None:
+    """Print a version's parts (canonical JSON, exactly as stored)."""
+    try:
+        t = _who(api_key, operator, "read", None)
+        v = _registry(store).get(version, tenant_id=t)
+    except MoltError as exc:
+        _fail(exc)
+    typer.echo(orjson.dumps({**_brief(v), "parts": orjson.loads(v.parts_bytes)}, option=orjson.OPT_INDENT_2).decode())
+
+
+@versions_app.command("diff")
+def versions_diff(a: str, b: str, store: StoreOpt = None, api_key: KeyOpt = None,
+                  operator: OperatorOpt = False) -> None:
+    """The parts that differ between versions A and B."""
+    try:
+        t = _who(api_key, operator, "read", None)
+        changes = _registry(store).diff(a, b, tenant_id=t)
+    except MoltError as exc:
+        _fail(exc)
+    if not changes:
+        console.print("identical parts")
+        return
+    tbl = Table("part", a, b)
+    for path, x, y in changes:
+        tbl.add_row(path, orjson.dumps(x).decode(), orjson.dumps(y).decode())
+    console.print(tbl)
+
+
+@versions_app.command("promote")
+def versions_promote(version: str, reason: Annotated[str | None, typer.Option("--reason")] = None,
+                     store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False) -> None:
+    """Make VERSION live (ends its canary)."""
+    try:
+        t = _who(api_key, operator, "admin", None)
+        v = _registry(store).promote(version, actor=_actor(api_key), reason=reason, tenant_id=t)
+    except MoltError as exc:
+        _fail(exc)
+    console.print(f"{v.version_id} is live for {v.tenant_id}/{v.agent_id}")
+
+
+@versions_app.command("rollback")
+def versions_rollback(tenant: TenantOpt = None, agent: Annotated[str, typer.Option("--agent", help="Agent id.")] = "",
+                      reason: Annotated[str | None, typer.Option("--reason")] = None, store: StoreOpt = None,
+                      api_key: KeyOpt = None, operator: OperatorOpt = False) -> None:
+    """Restore the version that was live before the current one (one step, exact parts)."""
+    try:
+        t = _who(api_key, operator, "admin", tenant)
+        if not t or not agent:
+            raise MoltError("rollback needs --tenant (or a tenant's key) and --agent.")
+        v = _registry(store).rollback(t, agent, actor=_actor(api_key), reason=reason)
+    except MoltError as exc:
+        _fail(exc)
+    console.print(f"rolled back: {v.version_id} is live for {t}/{agent} (parts {v.parts.digest()[:12]})")
+
+
+def _actor(api_key: str | None) -> str:
+    return "api-key" if api_key else "operator"
+
+
+@evolve_app.command("run")
+def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
+               backend: Annotated[str, typer.Option("--backend", help="Backend replay uses: a registered kind "
+                                                    "(stub, openai, local, vllm) or 'desk' (the built-in "
+                                                    "support-desk world's model and tools).")] = "desk",
+               base_url: Annotated[str | None, typer.Option("--base-url", help="openai/vllm backend URL.")] = None,
+               model: Annotated[str | None, typer.Option("--model", help="Backend model name.")] = None,
+               promote: Annotated[bool, typer.Option("--promote", help="Promote at once instead of a canary.")]
+               = False,
+               store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False,
+               json: JsonOpt = False) -> None:
+    """Run one control-plane cycle for an agent (or every agent of the tenant) and print the decision."""
+    from molt.control.plane import ControlPlane, PlaneSettings
+
+    try:
+        t = _who(api_key, operator, "admin", tenant)
+        reg = _registry(store)
+        live_tools = None
+        if backend == "desk":
+            from molt.control.world import DeskModel, World
+            be: Any = DeskModel()
+            live_tools = World().live_tools()
+        else:
+            from molt.backends import create_backend
+            cfg = {k: v for k, v in {"base_url": base_url, "model": model}.items() if v}
+            be = create_backend(backend, **cfg)
+        plane = ControlPlane(reg.store, be, live_tools=live_tools, settings=PlaneSettings(promote_directly=promote))
+        pairs = [(tt, a) for tt, a in reg.agents(t) if agent is None or a == agent]
+        if not pairs:
+            raise MoltError("No agent with a policy version matches; create one first (molt versions).")
+        results = [asyncio.run(plane.arun_cycle(tt, a)) for tt, a in pairs]
+    except MoltError as exc:
+        _fail(exc)
+    for r in results:
+        rec = r.record
+        if json:
+            typer.echo(orjson.dumps(rec.model_dump(mode="json")).decode())
+        else:
+            console.print(f"[bold]{rec.tenant_id}/{rec.agent_id}[/bold]: {rec.choice} — {rec.reason}"
+                          + (f" → {rec.applied_version}" if rec.applied_version else ""))
+
+
+@evolve_app.command("log")
+def evolve_log(tenant: TenantOpt = None, agent: AgentOpt = None,
+               limit: Annotated[int, typer.Option("--limit", min=1)] = 20, store: StoreOpt = None,
+               api_key: KeyOpt = None, operator: OperatorOpt = False, json: JsonOpt = False) -> None:
+    """The decision log, newest first: signals, candidates, evidence, the choice and why."""
+    from molt.control.log import DecisionLog
+
+    try:
+        t = _who(api_key, operator, "read", tenant)
+        reg = _registry(store)
+        tenants = [t] if t else sorted({p[0] for p in reg.agents()})
+        log = DecisionLog(reg.store)
+        recs = [d for tt in tenants for d in log.list(tt, agent, limit=limit)]
+    except MoltError as exc:
+        _fail(exc)
+    recs.sort(key=lambda d: d.created_at, reverse=True)
+    if json:
+        for d in recs[:limit]:
+            typer.echo(orjson.dumps(d.model_dump(mode="json")).decode())
+        return
+    tbl = Table("when", "tenant/agent", "choice", "why", "candidates", "applied")
+    for d in recs[:limit]:
+        cands = ", ".join(f"{c['kind']}{_delta(c)}" for c in d.candidates)
+        rej = len(d.rejected)
+        tbl.add_row(d.created_at.strftime("%H:%M:%S"), f"{d.tenant_id}/{d.agent_id}", d.choice, d.reason[:80],
+                    cands + (f" (+{rej} rejected)" if rej else ""), d.applied_version or "-")
+    console.print(tbl)
+
+
+def _delta(c: dict[str, Any]) -> str:
+    r = (c.get("evidence") or {}).get("replay") or {}
+    d = r.get("success_delta")
+    return f" {d:+.0%}" if isinstance(d, int | float) else ""

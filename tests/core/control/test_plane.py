@@ -1,0 +1,186 @@
+"""The control plane on the built-in scenarios: the right intervention per failure type, fixes measured
+in replay and live without regressions, canary promotion and abort, and bad candidates rejected with
+a reason while the live version stays untouched."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from molt.atdp.models import RewardAnnotation, RewardSource
+from molt.control.diagnose import Candidate
+from molt.control.memory import MemoryStore
+from molt.control.plane import ControlPlane, PlaneSettings
+from molt.control.scenarios import SCENARIOS, TRUTH, Traffic, _record, base_parts, run_scenario, run_suite
+from molt.control.world import AGENT, FACTS, DeskModel, World
+from molt.errors import InterventionError
+from molt.replay import save_trajectories
+from molt.store import Store
+
+ONE_PER_KIND = [next(s for s in SCENARIOS if s.kind == k) for k in TRUTH]
+
+
+def test_suite_is_labelled_and_large_enough() -> None:
+    kinds = {s.kind for s in SCENARIOS}
+    assert len(SCENARIOS) >= 40 and kinds == set(TRUTH)
+    assert all(sum(s.kind == k for s in SCENARIOS) >= 5 for k in kinds)
+    assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario", ONE_PER_KIND, ids=[s.kind for s in ONE_PER_KIND])
+def test_one_scenario_per_kind(scenario: Any, tmp_path: Path) -> None:
+    r = run_scenario(scenario, tmp_path)
+    assert r.choice == r.truth, r.reason
+    rec = r.cycle.record
+    assert rec.signals["window"] == sum(t.tenant == scenario.tenant for t in scenario.traffic)
+    if r.truth in ("noop", "weight_update"):
+        assert r.cycle.version is None or r.truth == "noop"
+        return
+    # The fix is measured: replay on the failing cluster, then fresh live runs, and the held-back tasks.
+    assert r.replay_before is not None and r.replay_after is not None and r.replay_after > r.replay_before
+    assert r.live_before is not None and r.live_after is not None and r.live_after > r.live_before
+    if r.regression_before is not None:
+        assert r.regression_after is not None and r.regression_after >= r.regression_before
+
+
+@pytest.mark.slow
+def test_whole_suite_matches_ground_truth(tmp_path: Path) -> None:
+    results = run_suite(root=tmp_path)
+    match = sum(r.match for r in results) / len(results)
+    wrong = [(r.name, r.choice, r.truth) for r in results if not r.match]
+    assert match >= 0.9, wrong
+    for r in results:
+        if r.match and r.truth not in ("noop", "weight_update"):
+            assert r.live_after is not None and r.live_before is not None and r.live_after > r.live_before, r.name
+            assert (r.regression_after or 0) >= (r.regression_before or 0), r.name
+
+
+# --------------------------------------------------------------------------- canary and bad input
+
+
+async def _window(store: Store, plane: ControlPlane, items: list[Traffic]) -> None:
+    save_trajectories(store, await _record(items, plane.registry, plane, World(), plane.backend))
+
+
+def _facts(tenant: str, n: int, correction: str | None) -> list[Traffic]:
+    f = FACTS["refund window"]
+    return [Traffic(tenant, AGENT, f"{f.questions[i % 3]} (ticket {i})", "kb_question", correction) for i in range(n)]
+
+
+def test_canary_is_promoted_after_good_traffic(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts(),
+                             settings=PlaneSettings(canary_min=4))
+        plane.registry.ensure_base("acme", AGENT, base_parts())
+        asyncio.run(_window(store, plane, _facts("acme", 8, FACTS["refund window"].text)))
+        first = plane.run_cycle("acme", AGENT)
+        assert first.choice == "memory_insert" and first.version is not None and first.version.status == "canary"
+        live_before = plane.registry.live("acme", AGENT)
+        # Canary traffic: the gateway routes a share of sessions to the canary; these runs are the canary's.
+        canary = first.version
+        items = _facts("acme", 6, None)
+        saved = []
+        for tr in items:
+            from molt.control.plane import overrides_for
+            from molt.replay import ReplayPolicy, record_episode
+            pol = ReplayPolicy(plane.backend, overrides_for(canary.parts, plane.memories, tenant_id="acme"),
+                               version=canary.version_id)
+            ev, rw, _ = asyncio.run(record_episode(AGENT, tr.input, pol, World().live_tools(), task=tr.task,
+                                                   tenant_id="acme"))
+            saved.append((ev, rw))
+        save_trajectories(store, saved)
+        second = plane.run_cycle("acme", AGENT)
+        assert second.choice == "promote", second.record.reason
+        assert plane.registry.live("acme", AGENT).version_id == canary.version_id != live_before.version_id
+
+
+def test_bad_canary_is_aborted(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
+        base = plane.registry.ensure_base("acme", AGENT, base_parts())
+        asyncio.run(_window(store, plane, _facts("acme", 0, None) + [
+            Traffic("acme", AGENT, f"Where is order A-10{10 + i}? (ticket {i})", "status") for i in range(8)]))
+        bad = plane.registry.create("acme", AGENT, base.parts.with_system_prompt("Do not use tools."),
+                                    parent=base.version_id)
+        plane.registry.canary(bad.version_id, 0.2, actor="test")
+        from molt.control.plane import overrides_for
+        from molt.replay import ReplayPolicy, record_episode
+        pol = ReplayPolicy(plane.backend, overrides_for(bad.parts), version=bad.version_id)
+        runs = [asyncio.run(record_episode(AGENT, f"Where is order A-1020? (ticket {i})", pol, World().live_tools(),
+                                           task="status", tenant_id="acme")) for i in range(4)]
+        save_trajectories(store, [(e, r) for e, r, _ in runs])
+        res = plane.run_cycle("acme", AGENT)
+        assert res.choice == "rollback" and "aborted" in res.record.reason
+        assert plane.registry.canaries("acme", AGENT) == []
+        assert plane.registry.live("acme", AGENT).version_id == base.version_id
+
+
+def test_memory_with_pii_is_rejected_and_live_untouched(tmp_path: Path) -> None:
+    leaky = "The refund window is 45 days; write to jane.doe@example.com or call +1 415 555 0100."
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
+        base = plane.registry.ensure_base("acme", AGENT, base_parts())
+        asyncio.run(_window(store, plane, _facts("acme", 8, leaky)))
+        res = plane.run_cycle("acme", AGENT)
+        assert res.choice != "memory_insert"
+        [rej] = [c for c in res.record.rejected if c["kind"] == "memory_insert"]
+        assert "EMAIL_ADDRESS" in rej["rejected"] and "PHONE_NUMBER" in rej["rejected"]
+        assert plane.registry.live("acme", AGENT).version_id == base.version_id
+        assert plane.registry.canaries("acme", AGENT) == []
+        assert MemoryStore(store).memories("acme") == []          # nothing was stored
+        [logged] = plane.log.list("acme")
+        assert logged.rejected and logged.cycle_id == res.record.cycle_id
+
+
+class Exploding(DeskModel):
+    """A backend that fails every replay call (a candidate whose replay errors)."""
+
+    async def chat(self, req: Any) -> Any:
+        raise RuntimeError("replay backend crashed")
+
+
+def test_candidate_whose_replay_errors_is_rejected(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        good = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
+        base = good.registry.ensure_base("acme", AGENT, base_parts())
+        asyncio.run(_window(store, good, _facts("acme", 8, FACTS["refund window"].text)))
+        plane = ControlPlane(store, Exploding(), live_tools=World().live_tools(), base_parts=base_parts())
+        res = plane.run_cycle("acme", AGENT)
+        assert res.choice in ("noop", "weight_update")
+        assert res.record.rejected and all("replay" in c["rejected"] or "gate error" in c["rejected"]
+                                           for c in res.record.rejected)
+        assert plane.registry.live("acme", AGENT).version_id == base.version_id
+
+
+def test_malformed_skill_patch_is_rejected(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), base_parts=base_parts())
+        base = plane.registry.ensure_base("acme", AGENT, base_parts())
+        bad = Candidate(kind="skill_patch", cluster="refund|x", description="empty", cost=3.0,
+                        payload={"name": "refund procedure", "trigger": "refunds", "instructions": "   "})
+        from molt.control.log import DecisionRecord
+        rec = DecisionRecord(tenant_id="acme", agent_id=AGENT, choice="skill_patch", reason="test")
+        with pytest.raises(InterventionError):
+            plane._apply(bad, base, rec)
+        assert plane.registry.live("acme", AGENT).version_id == base.version_id
+        assert [v.version_id for v in plane.registry.list("acme")] == [base.version_id]
+
+
+def test_user_correction_rewards_drive_the_memory_text(tmp_path: Path) -> None:
+    """The memory inserted is the users' correction, read from late rewards."""
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts(),
+                             settings=PlaneSettings(promote_directly=True))
+        plane.registry.ensure_base("acme", AGENT, base_parts())
+        asyncio.run(_window(store, plane, _facts("acme", 6, None)))
+        ids = store.trajectory_ids()
+        store.append_rewards([RewardAnnotation(trajectory_id=t, value=0.0, source=RewardSource.USER_CORRECTION,
+                                               reason="Refunds: the refund window is 45 days.", tenant_id="acme")
+                              for t in ids])
+        res = plane.run_cycle("acme", AGENT)
+        assert res.choice == "memory_insert" and res.version is not None and res.version.status == "live"
+        [m] = MemoryStore(store).memories("acme", list(res.version.parts.memory_ids))
+        assert m.text == "Refunds: the refund window is 45 days."
