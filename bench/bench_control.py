@@ -1,0 +1,118 @@
+"""Control-plane benchmark: the built-in failure-scenario suite, the plane against two baselines.
+
+Runs every scenario of :data:`molt.control.scenarios.SCENARIOS` (real support-desk agent runs recorded
+as ATDP trajectories in a fresh LanceDB store, one control-plane cycle each) and prints:
+
+1. per failure kind: scenarios, how often the plane's choice matches the ground-truth intervention,
+   and the same for the two baselines measured in the same run — *always weight update* and
+   *always no-op* — with the total intervention cost each policy would spend;
+2. per kind, for the context interventions the plane chose: the failing cluster's success rate
+   before → after in replay (the decision's evidence) and live (fresh runs under the old and the new
+   version), and the held-back tasks live before → after (the regression check).
+
+Run: ``.venv/bin/python bench/bench_control.py`` (``--kinds missing_fact,format`` to run a subset).
+Writes ``bench/out/control.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from molt.control.diagnose import COSTS
+from molt.control.scenarios import SCENARIOS, TRUTH, ScenarioResult, run_suite
+
+console = Console(width=130)
+ROOT = Path(__file__).resolve().parents[1]
+
+BASELINES = {"always weight update": "weight_update", "always no-op": "noop"}
+
+
+def _avg(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return mean(vals) if vals else None
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kinds", default="", help="comma-separated failure kinds to run (default: all)")
+    args = ap.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k] or list(TRUTH)
+    scenarios = [s for s in SCENARIOS if s.kind in kinds]
+    t0 = time.perf_counter()
+    done: list[ScenarioResult] = []
+
+    def progress(r: ScenarioResult) -> None:
+        done.append(r)
+        mark = "[green]✓[/green]" if r.match else "[red]✗[/red]"
+        console.print(f"{mark} {len(done):2}/{len(scenarios)} {r.name:34} {r.choice:17} ({r.seconds:.1f}s)")
+
+    results = run_suite(scenarios, progress=progress)
+    wall = time.perf_counter() - t0
+
+    by_kind: dict[str, list[ScenarioResult]] = defaultdict(list)
+    for r in results:
+        by_kind[r.kind].append(r)
+
+    t1 = Table(title=f"Choice vs ground truth on {len(results)} scenarios (same run; {wall:.0f} s)")
+    t1.add_column("failure kind")
+    t1.add_column("truth")
+    t1.add_column("n", justify="right")
+    t1.add_column("Molt plane", justify="right")
+    for name in BASELINES:
+        t1.add_column(name, justify="right")
+    for k in kinds:
+        rs = by_kind[k]
+        row = [k, TRUTH[k], str(len(rs)), f"{sum(r.match for r in rs)}/{len(rs)}"]
+        row += [f"{sum(r.truth == b for r in rs)}/{len(rs)}" for b in BASELINES.values()]
+        t1.add_row(*row)
+    n = len(results)
+    plane_match = sum(r.match for r in results) / n
+    base_match = {name: sum(r.truth == b for r in results) / n for name, b in BASELINES.items()}
+    t1.add_row("all", "", str(n), f"[bold]{plane_match:.1%}[/bold]", *[f"{v:.1%}" for v in base_match.values()])
+    plane_cost = sum(COSTS.get(r.choice, 0.0) for r in results)
+    t1.add_row("cost spent", "", "", f"{plane_cost:.0f}",
+               *[f"{COSTS[b] * n:.0f}" for b in BASELINES.values()])
+    console.print(t1)
+
+    t2 = Table(title="Fixes of the chosen context interventions: success rate before → after")
+    for col in ("failure kind", "chosen", "replay (cluster)", "live (cluster)", "live (held-back tasks)"):
+        t2.add_column(col, justify="right" if "(" in col else "left")
+    for k in kinds:
+        rs = [r for r in by_kind[k] if r.match and r.live_after is not None]
+        if not rs:
+            continue
+        t2.add_row(k, TRUTH[k],
+                   f"{_pct(_avg([r.replay_before for r in rs]))} → {_pct(_avg([r.replay_after for r in rs]))}",
+                   f"{_pct(_avg([r.live_before for r in rs]))} → {_pct(_avg([r.live_after for r in rs]))}",
+                   f"{_pct(_avg([r.regression_before for r in rs]))} → {_pct(_avg([r.regression_after for r in rs]))}")
+    console.print(t2)
+    wrong = [r for r in results if not r.match]
+    for r in wrong:
+        console.print(f"[red]mismatch[/red] {r.name}: chose {r.choice}, truth {r.truth} — {r.reason}")
+
+    out: dict[str, Any] = {
+        "scenarios": n, "wall_s": wall, "plane_match": plane_match, "baselines": base_match,
+        "plane_cost": plane_cost,
+        "results": [{k: v for k, v in r.__dict__.items() if k != "cycle"} for r in results],
+    }
+    (ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
+    (ROOT / "bench" / "out" / "control.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    console.print(f"plane match {plane_match:.1%}; always-weight-update {base_match['always weight update']:.1%}; "
+                  f"always-no-op {base_match['always no-op']:.1%}  → bench/out/control.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""`molt versions` and `molt evolve` end to end on a MOLT_HOME store, with the key-file access rules."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from molt.cli import run
+from molt.control.log import DecisionLog
+from molt.control.plane import ControlPlane
+from molt.control.scenarios import Traffic, _record, base_parts
+from molt.control.versions import VersionRegistry
+from molt.control.world import AGENT, FACTS, DeskModel, World
+from molt.replay import save_trajectories
+from molt.store import Store
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MOLT_HOME", str(tmp_path))
+    monkeypatch.delenv("MOLT_KEYS", raising=False)
+    monkeypatch.delenv("MOLT_API_KEY", raising=False)
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools())
+        plane.registry.ensure_base("acme", AGENT, base_parts())
+        plane.registry.ensure_base("globex", AGENT, base_parts())
+        f = FACTS["warranty period"]
+        items = [Traffic("acme", AGENT, f"{f.questions[i % 3]} (ticket {i})", "kb_question", f.text)
+                 for i in range(8)]
+        save_trajectories(store, asyncio.run(_record(items, plane.registry, plane, World(), plane.backend)))
+    return tmp_path
+
+
+def test_evolve_then_versions_roundtrip(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, "--promote", "--json"]) == 0
+    rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["choice"] == "memory_insert" and rec["applied_version"] == f"{AGENT}@acme:v2"
+
+    assert run(["versions", "ls", "--tenant", "acme", "--json"]) == 0
+    rows = [orjson.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert [(r["version_id"], r["status"]) for r in rows] == [(f"{AGENT}@acme:v2", "live"),
+                                                               (f"{AGENT}@acme:v1", "previous")]
+    assert run(["versions", "diff", f"{AGENT}@acme:v1", f"{AGENT}@acme:v2"]) == 0
+    assert "memory_ids" in capsys.readouterr().out
+
+    assert run(["versions", "show", f"{AGENT}@acme:v1"]) == 0
+    shown = orjson.loads(capsys.readouterr().out)
+    assert shown["parts"]["memory_ids"] == [] and shown["status"] == "previous"
+
+    assert run(["versions", "rollback", "--tenant", "acme", "--agent", AGENT]) == 0
+    assert f"{AGENT}@acme:v1 is live" in capsys.readouterr().out
+    with Store.open(home / "store", auto_compact=False) as store:
+        reg = VersionRegistry(store)
+        live = reg.live("acme", AGENT)
+        assert live is not None and live.parts == base_parts() and live.parts_bytes == base_parts().canonical()
+        assert DecisionLog(store).list("acme")[0].choice == "memory_insert"
+
+    assert run(["evolve", "log", "--tenant", "acme", "--json"]) == 0
+    [logged] = [orjson.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert logged["choice"] == "memory_insert" and logged["candidates"]
+    assert run(["versions", "promote", "nope@acme:v9"]) == 2
+    assert "No policy version" in capsys.readouterr().out
+
+
+def test_keys_scope_the_commands(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from molt.governance.access import hash_key
+
+    (home / "keys.toml").write_text(
+        f'[[keys]]\ntenant = "acme"\nrole = "reader"\nkey_sha256 = "{hash_key("sk-acme-read")}"\n'
+        f'[[keys]]\ntenant = "globex"\nrole = "admin"\nkey_sha256 = "{hash_key("sk-globex-admin")}"\n')
+    assert run(["versions", "ls", "--json"]) == 2                       # a key file exists: a key is needed
+    capsys.readouterr()
+    assert run(["versions", "ls", "--json", "--api-key", "sk-acme-read"]) == 0
+    rows = [orjson.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert {r["tenant_id"] for r in rows} == {"acme"}
+    assert run(["versions", "show", f"{AGENT}@globex:v1", "--api-key", "sk-acme-read"]) == 2
+    assert run(["versions", "rollback", "--agent", AGENT, "--api-key", "sk-acme-read"]) == 2   # reader: no admin
+    assert run(["evolve", "run", "--tenant", "acme", "--api-key", "sk-globex-admin"]) == 2     # other tenant
+    out = capsys.readouterr().out
+    assert "cannot act on 'acme'" in out
