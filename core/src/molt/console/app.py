@@ -35,7 +35,6 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 import jinja2
-import pyarrow.compute as pc
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -161,7 +160,7 @@ class Console:
 
     def agents(self, view: TenantView) -> list[str]:
         col = view.scan("events", columns=["agent_id"]).column("agent_id")
-        return sorted(a for a in pc.unique(col).to_pylist() if a)
+        return sorted({a for a in col.to_pylist() if a})
 
     # ------------------------------------------------------------------ pages (run in a worker thread)
 
@@ -191,7 +190,7 @@ class Console:
         if reg is None:
             return self.render("versions", c, page="/versions", installed=False)
         tenant = c.principal.tenant_id
-        every = reg.list(tenant)
+        every = [v for v in reg.list(tenant) if v.tenant_id == tenant]  # defence in depth, like TenantView
         agents = sorted({v.agent_id for v in every if v.agent_id})
         shown = [v for v in every if agent is None or v.agent_id == agent]
         groups: dict[str, list[dict[str, Any]]] = {}
@@ -241,9 +240,13 @@ class Console:
         log_ = self.control("decisions")
         if log_ is None:
             return self.render("decisions", c, page="/decisions", installed=False)
-        rows = [decision_row(d) for d in log_.list(c.principal.tenant_id, agent_id=q.get("agent") or None,
-                                                    limit=self.list_limit)]
-        return self.render("decisions", c, page="/decisions", installed=True, rows=rows)
+        tenant, agent = c.principal.tenant_id, q.get("agent") or None
+        rows = [decision_row(d) for d in log_.list(tenant, agent_id=agent, limit=self.list_limit)
+                if d.tenant_id == tenant]
+        reg = self.control("versions")
+        agents = sorted({a for t, a in (reg.agents(tenant) if reg is not None else []) if t == tenant}
+                        | {r["agent_id"] for r in rows if r["agent_id"]})
+        return self.render("decisions", c, page="/decisions", installed=True, rows=rows, agents=agents, agent=agent)
 
     def signals_json(self, c: _Caller, q: dict[str, str]) -> dict[str, Any]:
         view = self.view(c)
@@ -254,7 +257,7 @@ class Console:
         log_ = self.control("decisions")
         if log_ is not None:
             for d in log_.list(c.principal.tenant_id, limit=self.list_limit):
-                if d.choice.replace("-", "_") not in ("no_op", "noop"):
+                if d.tenant_id == c.principal.tenant_id and d.choice.replace("-", "_") not in ("no_op", "noop"):
                     marks.append({"t": d.created_at.timestamp(), "agent": d.agent_id, "choice": d.choice})
         data["decisions"] = marks
         return data
@@ -302,7 +305,7 @@ def create_console_app(store: Store, keyrings: KeyRing | Sequence[KeyRing] | Con
             return JSONResponse({"error": {"message": message, "status": status}}, status, headers=_HEADERS)
         return con.render("error", caller, status=status, code=status, title=title, message=message)
 
-    def page(handler: Callable[[_Caller, Request], Any], *, write: bool = False
+    def page(handler: Callable[[_Caller, Any], Any], *, write: bool = False
              ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             caller = None

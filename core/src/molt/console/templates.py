@@ -207,6 +207,9 @@ _DIFF = """{% extends "base" %}{% block title %}Diff{% endblock %}{% block body 
 _DECISIONS = """{% extends "base" %}{% block title %}Decision log{% endblock %}{% block body %}
 <h1>Decision log</h1>
 {% if not installed %}<p class="err">The control plane is not installed, so no decisions were made.</p>{% else %}
+<form class="filters" method="get"><label>agent <select name="agent"><option value="">all</option>
+{% for a in agents %}<option {{ 'selected' if a == agent else '' }}>{{ a }}</option>{% endfor %}</select></label>
+<button type="submit">Filter</button></form>
 <table id="decisions"><thead><tr><th>at (UTC)</th><th>agent</th><th>choice</th><th>reason</th><th>applied version</th>
 <th>evidence</th></tr></thead><tbody>
 {% for d in rows %}<tr><td>{{ fmt_ts(d.created_at) }}</td><td>{{ d.agent_id or '' }}</td><td><b>{{ d.choice }}</b></td>

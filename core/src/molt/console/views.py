@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from markupsafe import Markup, escape
 
-from molt.atdp.models import Event
+from molt.atdp.models import Event, Generation, ToolCall, UserMessage
 from molt.store.query import Trajectory, TrajectorySummary
 
 __all__ = ["EventNode", "causal_tree", "event_sections", "mark_redactions", "provenance_rows", "success_series"]
@@ -97,22 +97,20 @@ def event_sections(e: Event) -> list[tuple[str, str]]:
             if v:
                 out.append((name, v))
     a = e.action
-    if a is not None:
-        kind = getattr(a, "type", "action")
-        if kind == "user_message":
-            out.append(("user", a.content if isinstance(a.content, str) else _json(a.content)))
-        elif kind == "generation":
-            if a.text:
-                out.append(("generation" + (f" ({a.model})" if a.model else ""), a.text))
-            if a.tool_calls:
-                out.append(("tool calls", _json([t.model_dump(mode="json") for t in a.tool_calls])))
-            if a.tokens is not None:
-                out.append(("tokens", f"{len(a.tokens.prompt_ids)} prompt, {len(a.tokens.completion_ids)} "
-                                      f"completion, policy {a.tokens.policy_version or '-'}"))
-        elif kind == "tool_call":
-            out.append((f"tool {a.tool_name}", _json(a.arguments)))
-        else:
-            out.append((kind, _json(a.model_dump(mode="json", exclude={"type"}, exclude_none=True))))
+    if isinstance(a, UserMessage):
+        out.append(("user", a.content if isinstance(a.content, str) else _json(a.content)))
+    elif isinstance(a, Generation):
+        if a.text:
+            out.append(("generation" + (f" ({a.model})" if a.model else ""), a.text))
+        if a.tool_calls:
+            out.append(("tool calls", _json([t.model_dump(mode="json") for t in a.tool_calls])))
+        if a.tokens is not None:
+            out.append(("tokens", f"{len(a.tokens.prompt_ids)} prompt, {len(a.tokens.completion_ids)} "
+                                  f"completion, policy {a.tokens.policy_version or '-'}"))
+    elif isinstance(a, ToolCall):
+        out.append((f"tool {a.tool_name}", _json(a.arguments)))
+    elif a is not None:
+        out.append((a.type, _json(a.model_dump(mode="json", exclude={"type"}, exclude_none=True))))
     o = e.outcome
     if o is not None:
         if o.output is not None:
