@@ -76,6 +76,65 @@ def test_serve_help_keeps_the_gateway_options_and_adds_the_stack_ones(capsys: py
         assert opt in out, opt
 
 
+def test_the_control_plane_runs_on_its_schedule_and_stops_with_the_server(monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    import molt.control.plane
+    from molt.backends import StubBackend
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_scheduled(store: Any, stop: threading.Event, every_s: float, *, backend: Any = None) -> None:
+        calls.append({"store": store, "every_s": every_s, "backend": backend})
+        stop.wait(60)
+        calls[-1]["stopped"] = stop.is_set()
+
+    monkeypatch.setattr(molt.control.plane, "run_scheduled", fake_run_scheduled)
+    import uvicorn
+
+    import molt.cli
+
+    started = threading.Event()
+
+    def fake_uvicorn_run(app: Any, **kw: Any) -> None:  # "serve" until the plane's thread is running
+        for _ in range(600):
+            if calls:
+                break
+            started.wait(0.1)
+
+    monkeypatch.setattr(uvicorn, "run", fake_uvicorn_run)
+    assert molt.cli.run(["serve", "--backend", "stub", "--no-record", "--evolve-every", "7"]) == 0
+    [call] = calls
+    assert call["every_s"] == 7 and isinstance(call["backend"], StubBackend) and call["stopped"]
+    assert "every 7 s" in capsys.readouterr().err
+
+
+def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import molt_trainer.policy
+    import molt_trainer.service
+    from molt.backends import VLLMBackend
+
+    ran: list[Any] = []
+    monkeypatch.setattr(molt_trainer.policy.Policy, "load", classmethod(lambda cls, *a, **k: "policy"))
+    monkeypatch.setattr(molt_trainer.service.OnlineTrainer, "run", lambda self, stop: ran.append((self, stop)))
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[[keys]]\nkey = "sk-t-admin"\ntenant = "acme"\nrole = "admin"\n')
+    rc, app = _serve_in_process(monkeypatch, ["--no-record", "--keys", str(keys), "--train", "--train-tenant",
+                                              "acme", "--vllm"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "trainer" in err and "tenant acme" in err and "supervised at http://127.0.0.1:" in err
+    [(trainer, stop)] = ran
+    assert trainer.policy == "policy" and stop.is_set()
+    gw = app.state.gateway
+    [backend] = gw.backends.values()
+    assert isinstance(backend, VLLMBackend) and backend.server is not None
+    # the trainer publishes through the admin API with a key of its own, admin of its tenant
+    assert len(gw.keyring) == 2 and gw.keyring.tenants() == {"acme"}
+
+
 @pytest.mark.slow
 def test_sigint_flushes_every_acknowledged_event_and_the_store_verifies(tmp_path: Path) -> None:
     port = free_port()
