@@ -166,7 +166,9 @@ class Recorder:
         self.flush_interval_s = flush_interval_s
         self.max_record_bytes = max_record_bytes
         self.retry_max_s = retry_max_s
-        self._spool = Spool(Path(spool_dir).expanduser(), fsync=fsync, max_bytes=max_spool_bytes)
+        # Segments no larger than the bound, so a small max_spool_bytes (an edge device, a test) is accepted.
+        self._spool = Spool(Path(spool_dir).expanduser(), fsync=fsync, max_bytes=max_spool_bytes,
+                            segment_bytes=max(4096, min(64 << 20, max_spool_bytes)))
 
         self._queue: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
@@ -182,6 +184,12 @@ class Recorder:
         self._writer_errors = 0
         self._last_error: str | None = None
         self._handled = 0  # records the writer has taken off the queue (acked, dropped or failed)
+        # [start, end) ranges, in the order records were taken off the queue, of batches that never became
+        # durable (spool full, disk full): flush() must not report those as acknowledged.
+        self._losses: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
+        self._batch_ids: list[str] = []  # event ids the writer's current batch added to _recent
+        self._flush_floor = threading.local()  # per caller thread: the target of its previous flush()
+        self._redeliver_end: Any = None  # a commit failed after a delivery: redeliver up to here with dedupe
 
         # Event ids seen recently: a retried record() of the same event is dropped before sealing, so
         # the chain never gets a duplicate (at-least-once in, exactly-once in the store).
@@ -249,8 +257,11 @@ class Recorder:
 
     def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
         """Wait until every record enqueued before this call is durable in the spool (and, with
-        ``deliver=True``, delivered to the sink). Returns False on timeout."""
+        ``deliver=True``, delivered to the sink). Returns False on timeout, and when a record this
+        thread enqueued since its previous flush could not be made durable (spool or disk full: see
+        :attr:`stats`) — a True is an acknowledgement."""
         target = self._enq_count()
+        floor = getattr(self._flush_floor, "target", 0)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._wake.set()
         with self._cond:
@@ -261,7 +272,8 @@ class Recorder:
                 if remaining is not None and remaining <= 0:
                     return False
                 self._cond.wait(min(remaining, 0.05) if remaining is not None else 0.05)
-        return True
+        self._flush_floor.target = target
+        return not any(start < target and end > floor for start, end in list(self._losses))
 
     def _all_delivered(self) -> bool:
         return self._spool.cursor >= self._spool.end()
@@ -305,20 +317,28 @@ class Recorder:
             while q and len(items) < self.batch_size:
                 items.append(q.popleft())
             try:
-                self._write_batch(items)
+                durable = self._write_batch(items)
             except Exception as exc:  # never let the writer die: count, log, keep going
+                durable = False
                 self._writer_errors += 1
                 self._last_error = f"spool write failed: {exc!r}"
                 log.exception("Molt spool write failed; %d records were dropped.", len(items))
+            if not durable:  # a retried record() of these events must not be dropped as a duplicate
+                for eid in self._batch_ids:
+                    self._recent.pop(eid, None)
             with self._cond:
+                if not durable:
+                    self._losses.append((self._handled, self._handled + len(items)))
                 self._handled += len(items)
                 self._cond.notify_all()
             if items:
                 self._deliver_wake.set()
 
-    def _write_batch(self, items: list[Any]) -> None:
+    def _write_batch(self, items: list[Any]) -> bool:
+        """Seal and spool a batch; False when it was dropped (the spool is full)."""
         frames: list[bytes] = []
         staged: dict[str, tuple[int, str]] = {}
+        self._batch_ids = []
         self._prefetch_heads(items)
         for item in items:
             if isinstance(item, Event):
@@ -326,6 +346,7 @@ class Recorder:
                     self._duplicates += 1
                     continue
                 self._recent[item.event_id] = None
+                self._batch_ids.append(item.event_id)
                 if len(self._recent) > self._max_recent:
                     self._recent.popitem(last=False)
                 frame, head = self._seal_frame(item, staged)
@@ -337,14 +358,15 @@ class Recorder:
             else:
                 frames.append(self._quarantine_frame(None, "capture", f"not an ATDP record: {type(item).__name__}"))
         if not frames:
-            return
+            return True
         if self._spool.append(frames) is None:
             self._dropped_spool += len(frames)
             self._last_error = "spool full: records dropped"
-            return
+            return False
         self._acked += len(frames)
         for tid, head in staged.items():  # heads advance only once the frames are durable
             self._set_head(tid, head)
+        return True
 
     def _seal_frame(self, event: Event, staged: dict[str, tuple[int, str]]) -> tuple[bytes, tuple[int, str] | None]:
         tid = event.trajectory_id
@@ -478,7 +500,8 @@ class Recorder:
                 frames, pos = self._spool.read(start, end, max_frames=self.batch_size)
                 if not frames:
                     break
-                batch = _to_batch(frames, redelivery=start < self._recovery_end)
+                redo = self._redeliver_end
+                batch = _to_batch(frames, redelivery=start < self._recovery_end or (redo is not None and start < redo))
                 try:
                     self.sink.write_batch(batch)
                     if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
@@ -493,7 +516,17 @@ class Recorder:
                     backoff = min(backoff * 2, self.retry_max_s)
                     continue
                 backoff = 0.05
-                self._spool.commit(pos)
+                try:
+                    self._spool.commit(pos)
+                except Exception as exc:  # disk full: the batch stays undelivered; the retry deduplicates
+                    self._sink_errors += 1
+                    self._last_error = f"spool cursor commit failed: {exc!r}"
+                    log.warning("Molt could not record a delivery in the spool (will retry): %r", exc)
+                    self._redeliver_end = pos if redo is None else max(redo, pos)
+                    if self._closed:
+                        return
+                    self._deliver_wake.wait(self.retry_max_s)
+                    continue
                 self._delivered += len(batch)
                 with self._cond:
                     self._cond.notify_all()

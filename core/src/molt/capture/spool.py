@@ -24,6 +24,7 @@ between the two re-delivers one batch; the store deduplicates by event id (exact
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -121,16 +122,32 @@ class Spool:
         if self._write_off > 0 and self._write_off + len(data) > self.segment_bytes:
             self._roll()
         view = memoryview(data)
-        while view:
-            n = self._fh.write(view)
-            if n is None or n <= 0:
-                raise CaptureError("The spool could not be written (short write); is the disk full?")
-            view = view[n:]
-        self._write_off += len(data)
-        self._sync()
+        start = self._write_off
+        try:
+            while view:
+                n = self._fh.write(view)
+                if n is None or n <= 0:
+                    raise CaptureError("The spool could not be written (short write); is the disk full?")
+                view = view[n:]
+            self._write_off += len(data)
+            self._sync()
+        except BaseException as exc:
+            # Undo a partial write (ENOSPC mid-batch): left in place, the torn bytes would sit in the middle
+            # of the segment once later appends succeed (the file is opened for append), where the reader
+            # stops and recovery truncates, dropping every acknowledged frame written after them.
+            self._undo_partial_write(start)
+            if isinstance(exc, OSError):
+                raise CaptureError(f"The spool {self.dir} could not be written ({exc}); is the disk full? "
+                                   f"The batch was not acknowledged.") from exc
+            raise
         # One reference assignment, so the reader thread never sees a half-updated position.
         self._end = SpoolPosition(self._write_seg, self._write_off)
         return self._end
+
+    def _undo_partial_write(self, start: int) -> None:
+        self._write_off = start
+        with contextlib.suppress(OSError):  # cannot even truncate: recovery on the next open cuts the tail
+            os.ftruncate(self._fh.fileno(), start)
 
     def _sync(self, force: bool = False) -> None:
         import time
