@@ -168,6 +168,12 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
                                f"adapters in {home / 'adapters'}")
 
 
+async def _to_console(request: Any) -> Any:
+    from starlette.responses import RedirectResponse
+
+    return RedirectResponse("/console/trajectories", 303)
+
+
 def _summary(rows: list[tuple[str, str]], err: Console) -> None:
     t = Table(title="molt serve", show_header=False, title_justify="left")
     t.add_column(style="bold")
@@ -247,6 +253,7 @@ def serve_command(
         if ring is not None:
             rings.append(ring)
         app.mount("/console", create_console_app(shared, rings))
+        app.add_route("/", _to_console, include_in_schema=False)  # a browser opening the server lands there
         rows.append(("console", f"{base}/console"))
         if new_key:
             rows.append(("console admin key", f"printed below, once (tenant default); only its digest is kept in "
@@ -290,7 +297,9 @@ def serve_command(
         stack.shutdown()
         flushed = recorder.close(timeout=30.0) if recorder is not None else True
         shared.close()
-        if flushed:
+        if recorder is None:
+            err.print("molt serve: stopped.")
+        elif flushed:
             err.print("molt serve: stopped; every recorded event is in the store.")
         else:
             err.print("[red]molt serve: stopped, but the capture process did not confirm delivery of every "
