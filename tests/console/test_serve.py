@@ -135,28 +135,86 @@ def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.Monk
     assert len(gw.keyring) == 2 and gw.keyring.tenants() == {"acme"}
 
 
+def _start_serve(home: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
+    """``molt serve`` in its own process group; returns once it answers ``/health``."""
+    port = free_port()
+    env = {**os.environ, "MOLT_HOME": str(home), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
+                             "--evolve-every", "0", "--log-level", "warning", *args], env=env,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(url + "/health", headers={"authorization": "Bearer sk-e2e-acme-admin"}).status_code == 200:
+                return proc, url, env
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("molt serve did not answer /health: " + proc.communicate()[1].decode())
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_molt_serve_end_to_end_governed_capture_in_the_browser(tmp_path: Path, browser: Any) -> None:
+    """A real `molt serve` process: a governed call of tenant acme shows its redaction in acme's
+    console and is a 404 for globex's reader."""
+    import yaml
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text("".join(f'[[keys]]\nkey = "sk-e2e-{t}-{r}"\ntenant = "{t}"\nrole = "{r}"\n'
+                            for t, r in (("acme", "admin"), ("acme", "agent_writer"), ("globex", "reader"))))
+    policy = tmp_path / "governance.yaml"
+    policy.write_text(yaml.safe_dump({"name": "e2e", "unknown_tenants": "quarantine",
+                                      "tenants": {"acme": {"training": {"opt_in": True}}, "globex": {}}}))
+    proc, url, _ = _start_serve(tmp_path / "home", "--keys", str(keys), "--governance", str(policy))
+    try:
+        r = httpx.post(url + "/v1/chat/completions", timeout=30,
+                       headers={"authorization": "Bearer sk-e2e-acme-agent_writer", "x-molt-agent": "support"},
+                       json={"model": "stub", "messages": [{"role": "user", "content": "I am jane.doe@example.com"}]})
+        assert r.status_code == 200
+        tid = r.headers["x-molt-trajectory"]
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(url + "/")
+        page.fill("#api_key", "sk-e2e-acme-admin")
+        page.click("#login")
+        page.wait_for_url("**/console/trajectories")
+        for _ in range(100):  # recording happens after the response, in the capture process
+            if page.locator(f"tr[data-trajectory='{tid}']").count():
+                break
+            page.wait_for_timeout(200)
+            page.reload()
+        page.click(f"tr[data-trajectory='{tid}'] a")
+        page.wait_for_selector("mark.redacted")
+        assert "<EMAIL_ADDRESS_1>" in page.locator("#tree").inner_text()
+        assert "jane.doe@example.com" not in page.content()
+        ctx.close()
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        page.goto(url + "/console/login")
+        page.fill("#api_key", "sk-e2e-globex-reader")
+        page.click("#login")
+        page.wait_for_url("**/console/trajectories")
+        assert tid not in page.content()
+        resp = page.goto(f"{url}/console/trajectories/{tid}")
+        assert resp is not None and resp.status == 404
+        ctx.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=120)
+    assert proc.returncode == 0
+
+
 @pytest.mark.slow
 def test_sigint_flushes_every_acknowledged_event_and_the_store_verifies(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "MOLT_HOME": str(tmp_path), "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
-                             "--evolve-every", "0", "--log-level", "warning"], env=env, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url, env = _start_serve(tmp_path)
     acked: dict[str, str] = {}
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "molt serve did not answer /health"
-            time.sleep(0.2)
         with httpx.Client(base_url=url, timeout=30) as client:
-            for i in range(40):
+            for i in range(30):
                 r = client.post("/v1/chat/completions", json={"model": "stub", "messages": [
                     {"role": "user", "content": f"call {i}"}]})
                 assert r.status_code == 200
