@@ -47,20 +47,20 @@ def test_structured_types_recall(scores: dict[str, Scores]) -> None:
 
 
 def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
-    # the figures this build reaches (held-out P 0.792 R 0.766, all P 0.864 R 0.821), less a hair
+    # the figures this build reaches (held-out P 0.789 R 0.787, all P 0.879 R 0.868), less a hair
     held = scores["held"].micro(IN_SCOPE)
-    assert held.recall >= 0.76 and held.precision >= 0.78
+    assert held.recall >= 0.78 and held.precision >= 0.78
     full = scores["all"].micro(IN_SCOPE)
-    assert full.recall >= 0.81 and full.precision >= 0.86
+    assert full.recall >= 0.86 and full.precision >= 0.87
 
 
 def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].by_type
     floors = {  # (precision, recall) reached on the held-out templates, less a hair
-        "PERSON": (0.80, 0.82),
-        "ADDRESS": (0.70, 0.64),
-        "LOCATION": (0.70, 0.77),
-        "ORGANIZATION": (0.62, 0.39),
+        "PERSON": (0.82, 0.84),
+        "ADDRESS": (0.68, 0.69),  # P was 0.716: "street, Town" now splits the town off (the dev split's convention)
+        "LOCATION": (0.69, 0.79),  # P was 0.716, for the same reason
+        "ORGANIZATION": (0.65, 0.44),
     }
     for t, (p, r) in floors.items():
         assert held[t].precision >= p and held[t].recall >= r, (t, held[t].precision, held[t].recall)
@@ -69,7 +69,7 @@ def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> Non
 @pytest.mark.xfail(
     strict=True,
     reason="issue 3 target (recall ≥ 0.90, precision ≥ 0.85) not reached on held-out templates: "
-    "P 0.792, R 0.766 (dev templates P 0.908, R 0.853)",
+    "P 0.789, R 0.787 (dev templates, the ones rules are tuned on: P 0.932, R 0.915)",
 )
 def test_all_types_issue_target_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].micro(IN_SCOPE)

@@ -25,9 +25,7 @@ def test_iban_checksum() -> None:
     assert not iban_valid("GB83 WEST 1234 5698 7654 32")  # check digits wrong
     assert not iban_valid("GB82 WEST 1234 5698 7654 3")  # wrong length for GB
     assert found("iban", "pay gb82west12345698765432 today") == [("IBAN_CODE", "gb82west12345698765432")]
-    assert found("iban", "IBAN GB82 WEST 1234 5698 7654 32 and more") == [
-        ("IBAN_CODE", "GB82 WEST 1234 5698 7654 32")
-    ]
+    assert found("iban", "IBAN GB82 WEST 1234 5698 7654 32 and more") == [("IBAN_CODE", "GB82 WEST 1234 5698 7654 32")]
     assert found("iban", "IBAN GB83WEST12345698765432") == []
 
 
@@ -42,9 +40,7 @@ def test_ssn_rules() -> None:
 
 def test_email_and_url() -> None:
     assert found("email", "mail KosaraReisl@fleckens.hu.") == [("EMAIL_ADDRESS", "KosaraReisl@fleckens.hu")]
-    assert found("url", "see https://www.FunnyTan.co.nz/. Thanks") == [
-        ("DOMAIN_NAME", "https://www.FunnyTan.co.nz/")
-    ]
+    assert found("url", "see https://www.FunnyTan.co.nz/. Thanks") == [("DOMAIN_NAME", "https://www.FunnyTan.co.nz/")]
     assert found("url", "visit example.com today") == [("DOMAIN_NAME", "example.com")]
     assert found("url", "edit models.py and README.md") == []  # file names are not domains
 
@@ -111,8 +107,6 @@ def test_entities() -> None:
     assert ("ORGANIZATION", "Keychain Logistics Corp.") in found(
         "entities", "She works at Keychain Logistics Corp. now"
     )
-    addr = found(
-        "entities", "Please send it to 52 Rua Joaquim de Oliveira Cruz 1615 Suite 498, Curitiba 80010 today"
-    )
+    addr = found("entities", "Please send it to 52 Rua Joaquim de Oliveira Cruz 1615 Suite 498, Curitiba 80010 today")
     assert addr and addr[0][0] == "ADDRESS" and addr[0][1].startswith("52 Rua Joaquim")
     assert found("entities", "Please run the tests and fix the build.") == []

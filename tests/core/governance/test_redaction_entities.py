@@ -21,7 +21,7 @@ def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-d
 @pytest.mark.parametrize(
     "text, address",
     [
-        ("Please send it to 221B Baker Street, London. Thanks!", "221B Baker Street, London"),
+        ("Please send it to 221B Baker Street, London SW1A 1AA. Thanks!", "221B Baker Street, London SW1A 1AA"),
         ("Ship to 52 Rua Joaquim de Oliveira Cruz 1615 Suite 498, Curitiba 80010 today", None),
         ("I live at Hochstrasse 96 now", "Hochstrasse 96"),
         ("Meet me at the corner of Koepoortwal 115 and Hansen Street", "Koepoortwal 115 and Hansen Street"),
@@ -41,6 +41,67 @@ def test_inline_addresses_are_one_span(entities, text: str, address: str | None)
         assert spans[0] == address
     else:
         assert spans[0][0].isalnum() and "," not in spans[0][-1:]
+
+
+@pytest.mark.parametrize(
+    "text, parts",
+    [
+        (
+            "Please send it to 221B Baker Street, London. Thanks!",
+            [("ADDRESS", "221B Baker Street"), ("LOCATION", "London")],
+        ),
+        (
+            "We'll meet Friday at Kroll, 61 Wiesenstrasse 31, Barzheim",
+            [("ADDRESS", "61"), ("ADDRESS", "Wiesenstrasse 31"), ("LOCATION", "Barzheim")],
+        ),
+        (
+            "Andrew lives at 21 3314 Harley Brook Lane, Altoona",
+            [("ADDRESS", "21"), ("ADDRESS", "3314 Harley Brook Lane"), ("LOCATION", "Altoona")],
+        ),
+    ],
+)  # fmt: skip
+def test_inline_street_and_town_are_split(entities, text: str, parts: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    # a town closing an inline street address is a place of its own, and a building number written
+    # before a street that has its own number is its own part; longer addresses stay one span
+    spans = [(t, v) for t, v in found(entities, text) if t in ("ADDRESS", "LOCATION")]
+    assert spans == parts
+
+
+def test_named_postcode_is_an_address(entities) -> None:  # type: ignore[no-untyped-def]
+    assert ("ADDRESS", "35649") in found(entities, "My zip code is 35649")
+    r = Redactor()
+    text = "ZIP: 94107-1234"
+    assert [(s.entity_type, text[s.start : s.end]) for s in r.detect(text)] == [("ADDRESS", "94107-1234")]
+
+
+def test_block_town_line_is_one_place(entities) -> None:  # type: ignore[no-untyped-def]
+    text = ">Sierra Lilja\n>47 Ctra. Bailén-Motril 84\n>Suite 894\n>Torres de Albánchez\n>Kiribati 01156"
+    assert ("LOCATION", "Torres de Albánchez") in found(entities, text)
+
+
+def test_letterhead_company_line(entities) -> None:  # type: ignore[no-untyped-def]
+    text = "Robert Fiorentini\nJourneymen lineman\nNorthern Reflections\nPSC 7580, Box 2412\nAPO AA 63571"
+    spans = found(entities, text)
+    assert ("ORGANIZATION", "Northern Reflections") in spans and ("PERSON", "Robert Fiorentini") in spans
+    text = "Kimberly Brandt\nSenior Engineer\n27 Adrianalaan 62\nSuite 624\nRotterdam"
+    assert not any(t == "ORGANIZATION" for t, _v in found(entities, text))  # Faker's job words
+
+
+@pytest.mark.parametrize(
+    "text, expected, absent",
+    [
+        ("Date: 2007-03-23 18:43:36\nName: Jason Hartmann", ("PERSON", "Jason Hartmann"), "Date"),
+        ("Unlike the Fry novel, it's not about that.", ("PERSON", "Fry"), None),
+        ("follow up with tracy wiśniewska in 2 months.", ("PERSON", "tracy wiśniewska"), None),
+        ("Heidi van der Vlist, the surgeon, said so.", ("PERSON", "Heidi van der Vlist"), None),
+        ("The Datamyne office is at the harbour.", ("ORGANIZATION", "Datamyne"), None),
+    ],
+)
+def test_person_and_org_cues(entities, text: str, expected: tuple[str, str], absent: str | None) -> None:  # type: ignore[no-untyped-def]
+    spans = found(entities, text)
+    assert expected in spans, spans
+    if absent is not None:
+        assert not any(v == absent for _t, v in spans)
 
 
 def test_address_block_is_returned_part_by_part(entities) -> None:  # type: ignore[no-untyped-def]

@@ -137,9 +137,7 @@ def test_redact_event_tool_call_json_structure() -> None:
     event = Event(
         trajectory_id=new_id(),
         kind=EventKind.TOOL_CALL,
-        action=ToolCall(
-            tool_name="send", arguments={"to": ["a@example.org"], "meta": {"ip": "10.0.0.1", "k": 1}}
-        ),
+        action=ToolCall(tool_name="send", arguments={"to": ["a@example.org"], "meta": {"ip": "10.0.0.1", "k": 1}}),
         outcome=Outcome(output={"ok": True, "echo": "sent to a@example.org"}),
     )
     red, report = redact_event(event)
@@ -178,3 +176,41 @@ def test_failing_detector_raises_governance_error() -> None:
     with pytest.raises(GovernanceError) as info:
         redact_event(event, redactor=redactor)
     assert info.value.event_id == event.event_id and info.value.trajectory_id == event.trajectory_id
+
+
+def test_redacted_event_keeps_envelope_and_untouched_parts() -> None:
+    # only the payload parts that held a redacted value are rebuilt (and revalidated)
+    event = _event()
+    red, report = redact_event(event)
+    assert report.redacted
+    envelope = {"event_id", "trajectory_id", "kind", "timestamp", "metadata", "provenance", "schema_version"}
+    assert red.model_dump(include=envelope) == event.model_dump(include=envelope)
+    assert Event.model_validate(red.model_dump(mode="json")) == red  # still a valid event
+    clean = Event(
+        trajectory_id=new_id(),
+        kind=EventKind.TOOL_CALL,
+        action=ToolCall(tool_name="t", arguments={"q": "mail ana@example.org"}),
+        outcome=Outcome(output={"ok": True}),
+    )
+    red, _ = redact_event(clean)
+    assert red.outcome is clean.outcome and red.action.arguments == {"q": "mail <EMAIL_ADDRESS_1>"}
+
+
+def test_policy_fingerprint_is_stable_across_processes() -> None:
+    # set-valued fields are sorted before hashing, so the hash seed of a process does not change it
+    import os
+    import subprocess
+    import sys
+
+    code = "from molt.governance.redaction import policies; print(policies.get('default').fingerprint())"
+    prints = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(prints) == 1 and prints == {RedactionPolicy().fingerprint()}

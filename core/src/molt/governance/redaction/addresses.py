@@ -109,6 +109,8 @@ _POSTCODE_AT_EOL = re.compile(r"[^\n]{0,24}?[ ,]\d{4,6}(?:-\d{4})?[ \t]*(?:\n|$)
 _HOUSE_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?\b\.?(?![.,]?\d)")
 _SHIP = re.compile(r"(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)[ ][^\n]{1,40}$")
 _CROSS = re.compile(r"\.?[ ]+and[ ]+")
+# ", Town" closing a sentence or the text right after a street
+_TRAIL_TOWN = re.compile(r",[ ]([^\W\d_][\w'’-]*(?:[ ][^\W\d_][\w'’-]*){0,2})[ \t]*(?=$|[!?\n]|\.(?:\s|$))")
 # "36 19 folkestone road", "03 Strandalléen 61": a short number, then a street that has its own
 _LEAD = re.compile(r"(\d{1,4}[A-Za-z]?)[ ]+(?=\d|[^\W\d_][^\n]*[ ]\d{1,5}[A-Za-z]?\.?$)")
 _TRAIL = " \t,;:-"
@@ -338,9 +340,32 @@ class AddressFinder:
                 e -= 1
             if e <= s:
                 continue
-            block = "\n" in text[s:e] and _line_starts(text, s)
-            out.append(Address(s, e, tuple(_split_lead(text, parts)) if block else ()))
+            if "\n" in text[s:e] and _line_starts(text, s):
+                out.append(Address(s, e, tuple(_split_lead(text, parts))))
+                continue
+            inline, e = self._inline_parts(text, parts, e, lowercase)
+            out.append(Address(s, e, inline))
         return out
+
+    def _inline_parts(
+        self, text: str, parts: list[tuple[int, int, str]], e: int, lowercase: bool
+    ) -> tuple[tuple[tuple[int, int, str], ...], int]:
+        """Parts of an inline address that is only a street and a town ("95 Lille Vibyvej 8, Måløv"):
+        the town is a place of its own, and so is a building number written before a street that
+        has its own number. Anything longer (a unit, a postcode, a country) stays one span."""
+        if len(parts) > 2 or parts[0][2] != "address" or (len(parts) == 2 and parts[1][2] != "place"):
+            return (), e
+        if len(parts) == 1:  # an unknown town at the end of the sentence: "…, 61 Wiesenstrasse 31, Barzheim"
+            m = _TRAIL_TOWN.match(text, e)
+            if m is not None and (lowercase or m.group(1)[0].isupper()):
+                words = m.group(1).split(" ")
+                if not (len(words) == 1 and self._is_common(words[0])):
+                    parts = [*parts, (m.start(1), m.end(1), "place")]
+                    e = m.end(1)
+        split = _split_lead(text, parts)
+        if len(split) == 1:
+            return (), e
+        return tuple(split), e
 
     @staticmethod
     def _extend_back(text: str, s: int) -> int:
@@ -421,6 +446,8 @@ class AddressFinder:
         if not (lowercase or phrase[0].isupper()):
             return p, ""
         words = phrase.split(" ")
+        if after_newline and len(words) > 1 and _line_ends(text, m.end()):
+            return m.end(), "place"  # a line of its own in a block is the town, whole ("Torres de Albánchez")
         # the longest known place, else the whole run if a postcode, a state or the line's end follows
         for k in range(len(words), 0, -1):
             cand = " ".join(words[:k]).rstrip(".")

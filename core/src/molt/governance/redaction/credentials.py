@@ -49,6 +49,26 @@ _VENDOR_PREFIXES = (
     "pypi-", "SG.", "dop_v1_", "shpat_", "shpca_", "shppa_", "shpss_", "eyJ",
 )  # fmt: skip
 _TWILIO_HINT = re.compile(r"(?:AC|SK)[0-9a-f]{32}")
+# the prefixes grouped by a character each group's members all hold, so a text without that
+# character skips the whole group with one substring test; the AWS-style "A…" prefixes are one
+# regex, whose literal first character keeps the scan in C
+_PREFIX_GROUPS = tuple(
+    (anchor, tuple(p for p in _VENDOR_PREFIXES if anchor in p and not p.startswith("A")))
+    for anchor in ("_", "-", ".", "xox", "eyJ")
+)
+_A_PREFIXES = re.compile("A(?:" + "|".join(p[1:] for p in _VENDOR_PREFIXES if p.startswith("A")) + ")")
+
+
+def _vendor_hint(text: str) -> bool:
+    """Whether ``text`` holds a vendor token prefix (or a Twilio-shaped id)."""
+    for anchor, group in _PREFIX_GROUPS:
+        if anchor in text and any(p in text for p in group):
+            return True
+    if _A_PREFIXES.search(text) is not None:
+        return True
+    return ("AC" in text or "SK" in text) and _TWILIO_HINT.search(text) is not None
+
+
 _BEARER_HINTS = ("earer", "EARER", "oken", "OKEN", "asic", "ASIC")
 _TOKEN_RX = re.compile(rf"(?<![\w-])(?:{_VENDOR_TOKENS})(?![\w-])")
 _BEARER_RX = re.compile(r"\b(?:bearer|token|basic)\s+([A-Za-z0-9._~+/-]{16,}=*)", re.IGNORECASE)
@@ -67,7 +87,7 @@ class ApiKeyDetector:
     def detect(self, text: str) -> list[Span]:
         """Token spans (each pattern runs only when its fixed prefix is in the text)."""
         out: list[Span] = []
-        if any(p in text for p in _VENDOR_PREFIXES) or _TWILIO_HINT.search(text) is not None:
+        if _vendor_hint(text):
             out += self._vendor.detect(text)
         if any(p in text for p in _BEARER_HINTS):
             out += self._bearer.detect(text)

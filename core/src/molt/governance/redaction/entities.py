@@ -23,6 +23,7 @@ Registered as detector ``entities``.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from hashlib import blake2b
@@ -46,10 +47,21 @@ _LOWER_CUES = (
     "mr.", "mrs.", "ms.", "dr.", "ask for", "speak to", "speak with",
 )  # fmt: skip
 _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
+# a line made only of capitalised words ("Northern Reflections", "Berkery Noyes Mandasoft")
+_LINE_OF_WORDS = re.compile(rf"{_WORD}(?:[ ]{_WORD}){{0,5}}")
+_ZIP_HINTS = ("zip", "Zip", "ZIP", "ostcode", "OSTCODE", "ostal", "OSTAL", "ost code", "OST CODE")
+_ZIP = re.compile(
+    r"(?i:\b(?:zip|postal|post)[ ]?code|\bpostcode|\bzip)(?:[ ](?:is|was|of))?[ ]*[:#]?[ ]*"
+    r"(\d{5}(?:-\d{4})?|\d{4}|\d{2}-\d{3}|\d{3}[ ]\d{2}|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
+    r"(?![\w-])"
+)
+# between two names of a list: ", word, word and " (items are single words)
+_LIST_GAP = re.compile(r"(?:,[ ]|,?[ ]and[ ])(?:[^\W\d_][\w'’-]*(?:,[ ]|,?[ ]and[ ]))+")
+_LIST_ITEM = re.compile(r"[^\W\d_][\w'’-]*")
 _CASED_WORD = re.compile(rf"[{_UP}][^\W\d_]")  # a capital that starts a word of 2+ letters
 _DIGIT = re.compile(r"\d")
 _MEMO_SIZE = 50_000
-_LETTER = re.compile(r"[^\W\d_]")
+_TWO_LETTERS = re.compile(r"[^\W\d_]{2}")
 _LOWER_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
 _CAMEL = re.compile(r"[a-z]{2}[A-Z][a-z]")
 
@@ -164,12 +176,21 @@ _NAME_WORDS = frozenset(
     )
 )
 # identifiers that name a kind of PII, not a person ("My IBAN is …")
-_KEYWORDS = frozenset({"iban", "ssn", "cvv", "cvc", "pin", "otp", "dob", "api", "url", "id", "ip", "email", "atm"})
+_KEYWORDS = frozenset(
+    {"iban", "ssn", "cvv", "cvc", "pin", "otp", "dob", "api", "url", "id", "ip", "email", "atm", "zip", "postal",
+     "postcode"}
+)  # fmt: skip
 _CONTRACTION = re.compile(r"['’](?:m|re|ve|ll|d|t)$|^I['’]", re.IGNORECASE)
 # never an entity alone: months and weekdays are dates ("in March"), not places or people
 _DATE_WORDS = frozenset(
     {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
      "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+)  # fmt: skip
+# what a person makes: "the Fry novel", "the Leah Holmberg version"
+_WORKS = frozenset(
+    {"novel", "novels", "book", "books", "film", "films", "movie", "movies", "song", "songs", "album", "albums",
+     "poem", "poems", "play", "biography", "memoir", "version", "recording", "painting", "paintings",
+     "portrait", "symphony", "opera", "sonata", "trilogy", "saga", "essay", "documentary", "biopic", "quote"}
 )  # fmt: skip
 _SENT_END = frozenset('.!?\n:;"“”>*•([|-…#')
 _QUOTES = " \t'\"“‘’”(["
@@ -218,6 +239,9 @@ class EntityDetector:
                     if n > multi.get(head, 0):
                         multi[head] = min(n, 5)
         self._multi_first = multi
+        #: Last words of job titles ("engineer", "coordinator"), from Faker's job list: a line of a
+        #: signature that ends with one is the person's title, not their company.
+        self._job_words = _job_words()
         self._skip: dict[str, int] = {}
         self._memo: dict[bytes, tuple[tuple[int, int, str, float], ...]] = {}
         #: Entries kept in the run memo (0 turns it off).
@@ -265,6 +289,14 @@ class EntityDetector:
         z = self.lex.zipf
         return any(z(f[:i]) >= 3.2 and z(f[i:]) >= 3.2 for i in range(3, len(f) - 2))
 
+    def _plural_noun(self, w: _W) -> bool:
+        """A capitalised plural of an English word ("Hobbits") that is no name and no place."""
+        f = w.f
+        return (
+            len(f) > 4 and f[-1] == "s" and f[-2] != "s" and not (w.first or w.last)
+            and self.lex.zipf(f[:-1]) >= 3.0 and not self._place(f)
+        )  # fmt: skip
+
     def _brandlike(self, w: _W) -> bool:
         t = w.text
         if _CAMEL.search(t) and not t.startswith(("Mc", "Mac", "O'", "De", "Di", "La", "Le", "Van", "Von")):
@@ -286,9 +318,12 @@ class EntityDetector:
         any_lower = lowercase or source is not text
         out: list[Span] = []
         blocked: list[tuple[int, int]] = []
+        block_at = -1
         if _DIGIT.search(text) is not None or "orner of" in text:
             for a in self._addresses.find(text, any_lower):
                 if a.parts:
+                    if block_at < 0:
+                        block_at = a.start
                     for s, e, kind in a.parts:
                         out.append(Span(s, e, "LOCATION" if kind == "place" else "ADDRESS", 0.8, self.name))
                 else:
@@ -313,7 +348,59 @@ class EntityDetector:
             self._run_memoised(source, s, e, out)
         if " " in text:
             self._lowercase_names(text, blocked, out)
+        if any(h in text for h in _ZIP_HINTS):
+            for m in _ZIP.finditer(text):  # a postcode named as one is part of an address
+                if not _overlaps(blocked, m.start(1), m.end(1)):
+                    out.append(Span(m.start(1), m.end(1), "ADDRESS", 0.8, self.name))
+        if block_at > 0:
+            self._letterhead(source, block_at, out)
+        if len(out) >= 2 and ", " in text:
+            self._name_list(source, out)
         return out
+
+    def _name_list(self, text: str, out: list[Span]) -> None:
+        """The other items of a list of names ("they had 6: natalina, thomas, crystal and omar"):
+        between two names of a list, a lone word that is a first name or no frequent English word
+        is a name too."""
+        persons = sorted((s for s in out if s.entity_type == "PERSON"), key=lambda s: s.start)
+        for a, b in itertools.pairwise(persons):
+            gap = text[a.end : b.start]
+            if not 4 <= len(gap) <= 60 or "\n" in gap:
+                continue
+            m = _LIST_GAP.fullmatch(gap)
+            if m is None:
+                continue
+            for w in _LIST_ITEM.finditer(gap):
+                _f, first, last, z = self._lookup(w.group())
+                if first or last or z < 3.5:
+                    out.append(Span(a.end + w.start(), a.end + w.end(), "PERSON", 0.6, self.name))
+
+    def _letterhead(self, text: str, block_at: int, out: list[Span]) -> None:
+        """The lines just above an address block laid out one part per line (a signature, an
+        envelope): a line of capitalised words that is not a person, a place or a job title is the
+        organisation's name ("Helen Földesy / Northern Reflections / PSC 7580, Box 2412")."""
+        end = text.rfind("\n", 0, block_at)
+        for _ in range(4):
+            if end <= 0:
+                return
+            start = text.rfind("\n", 0, end) + 1
+            line_start = start
+            while start < end and text[start] in " \t>*•-":
+                start += 1
+            m = _LINE_OF_WORDS.fullmatch(text, start, end)
+            if m is None:
+                if start < end:
+                    return  # the block above the address ends at a line that is not a name
+                end = line_start - 1
+                continue
+            if not any(sp.start < end and start < sp.end for sp in out):
+                words = [self._lookup(w) for w in m.group().split(" ")]
+                place = self._place(" ".join(w[0] for w in words))
+                if not (place or words[0][1] or words[-1][0] in self._job_words) and (
+                    len(words) > 1 or words[0][3] < 3.5
+                ):
+                    out.append(Span(start, end, "ORGANIZATION", 0.6, self.name))
+            end = line_start - 1
 
     def _never_entity(self, word: str) -> int:
         """Whether a single capitalised word can be skipped without classifying it: 1 when no rule
@@ -354,6 +441,8 @@ class EntityDetector:
                 promote_to = i + span
             elif self._promotes(w, prev):
                 promote_to = i + 1
+                if i + 1 < len(words) and self._surname_after(text, words[i], words[i + 1]):
+                    promote_to = i + 2
             else:
                 prev = f
                 continue
@@ -393,7 +482,8 @@ class EntityDetector:
                     parts[k] = para[0].upper() + para[1:] if len(para[0].upper()) == 1 else para
                     changed = changed or parts[k] is not para
                 continue
-            if _CASED_WORD.search(para) is None and _LETTER.search(para) is not None:
+            # a paragraph without two letters in a row ("2025-01-03T13:04:11Z") has no word to promote
+            if _CASED_WORD.search(para) is None and _TWO_LETTERS.search(para) is not None:
                 promoted = self._promote_lowercase(para)
                 changed = changed or promoted is not para
                 parts[k] = promoted
@@ -411,6 +501,14 @@ class EntityDetector:
             or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
             or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
         )
+
+    def _surname_after(self, text: str, word: tuple[int, int, str], nxt: tuple[int, int, str]) -> bool:
+        """Whether ``nxt`` is the surname of the lowercase first name ``word``: right after it, and
+        a word English does not use (no frequent word, no keyword)."""
+        if nxt[0] != word[1] + 1 or text[word[1]] != " " or not self._lookup(word[2])[1]:
+            return False
+        f, _first, _last, z = self._lookup(nxt[2])
+        return z < 2.5 and len(f) > 1 and f not in _KEYWORDS and f not in _JOINERS and nxt[2].isalpha()
 
     def _lowercase_names(self, text: str, blocked: list[tuple[int, int]], out: list[Span]) -> None:
         """Lowercase names after a strong cue ("my name is john smith"), in cased text or not."""
@@ -586,8 +684,16 @@ class EntityDetector:
             suffix = True
         first, last = words[0], words[-1]
         start, end = first.start, last.end
-        nxt, nxt_char = _next_word(text, end)
         n = len(words)
+        # "Sunday" split off "Sunday at Acme"; "Hobbits", "Vikings": plurals of words. A month that
+        # closes a list of names is a name ("John, Evan and April").
+        if (
+            n == 1
+            and (first.f in _DATE_WORDS or self._plural_noun(first))
+            and not (first.first and prev in ("and", "or") and out and out[-1].entity_type == "PERSON")
+        ):
+            return
+        nxt, nxt_char = _next_word(text, end)
         name = self.name
         # organisation: a company word at the end ("Acme Corp", "Wolfram Research")
         if (
@@ -608,11 +714,13 @@ class EntityDetector:
             return
         if n == 1 and at_start and first.common and nxt not in _ORG_VERBS:
             return
+        if n == 1 and at_start and nxt_char == ":" and first.z >= 3.0 and not first.first:
+            return  # a field label: "Date: 2007-03-23", "Name: …"
         if n > 1 and last.f in _STREET_WORDS and last.text[0].isupper() and last.f not in ("st", "dr"):
             out.append(Span(start, end, "ADDRESS", 0.6, name))  # "Gordon Street", no number
             return
         names = sum(1 for w in words if w.first or w.last)
-        if nxt in _ORG_AFTER and prev == "the" and n > 1:  # "the Oliver Wyman office"
+        if nxt in _ORG_AFTER and prev == "the" and (n > 1 or not (kind or first.common)):  # "the Oliver Wyman office"
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
             return
         if prev in _STRONG_ORG_CUES and n > 1 and names < n and not at_start and not kind:
@@ -630,7 +738,10 @@ class EntityDetector:
         ):
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
             return
-        if prev in ("the", "a", "an") and n == 1:  # "the Reno warehouse", "the Crawford novel"
+        if prev == "the" and nxt in _WORKS and kind != "country" and not any(w.common for w in words):
+            out.append(Span(start, end, "PERSON", 0.6, name))  # "the Fry novel": its author
+            return
+        if prev in ("the", "a", "an") and n == 1:  # "the Reno warehouse"
             if kind and first.z >= 3.5:
                 out.append(Span(start, end, "LOCATION", 0.6, name))
             elif first.last and not first.first:
@@ -684,10 +795,10 @@ class EntityDetector:
                 out.append(Span(start, end, "ORGANIZATION", 0.6, name))
                 return
         if names:
-            common = [w for w in words if w.common and not (w.first or w.last)]
+            common = [w for w in words if w.common and not (w.first or w.last or w.conn)]
             if common and prev not in _PERSON_CUES:
                 return  # a product or a title ("Aurora Wireless Earbuds")
-            if all(w.common for w in words) and prev not in _PERSON_CUES:
+            if all(w.common or w.conn for w in words) and prev not in _PERSON_CUES:
                 return
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
@@ -709,6 +820,14 @@ def _prefixes(phrase: str) -> list[str]:
     """``"Czech Republic Today"`` → ``["Czech Republic Today", "Czech Republic", "Czech"]``."""
     words = phrase.split(" ")
     return [" ".join(words[:k]) for k in range(len(words), 0, -1)]
+
+
+def _job_words() -> frozenset[str]:
+    try:
+        from faker.providers.job.en_US import Provider
+    except ImportError:  # pragma: no cover - faker is part of the redaction extra
+        return frozenset()
+    return frozenset(fold(j.split(",")[0].split()[-1]) for j in Provider.jobs if j.strip())
 
 
 def _lorem_words() -> frozenset[str]:

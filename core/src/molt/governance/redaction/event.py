@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from molt.atdp.models import Event
 from molt.errors import GovernanceError
@@ -41,6 +41,17 @@ _SKIP_KEYS = frozenset(
     }
 )  # fmt: skip
 _SKIP_PATHS = frozenset({("action", "tokens"), ("action", "sampling")})
+_PAYLOAD_ORDER = ("observation", "hidden", "action", "outcome")
+_PAYLOAD = frozenset(_PAYLOAD_ORDER)
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def _adapter(field: str) -> TypeAdapter[Any]:
+    """A validator for one payload field of :class:`Event` (built once per field)."""
+    adapter = _ADAPTERS.get(field)
+    if adapter is None:
+        adapter = _ADAPTERS[field] = TypeAdapter(Event.model_fields[field].annotation)
+    return adapter
 
 
 class RedactedSpan(BaseModel):
@@ -165,9 +176,10 @@ def redact_event(
     redactor = redactor or Redactor()
     policy = redactor.policy
     walker = _Walker(redactor)
-    dumped = event.model_dump(mode="json")
+    # only the payload is walked, so only the payload is dumped (the envelope stays as it is)
+    dumped = event.model_dump(mode="json", include=_PAYLOAD)
     try:
-        for field in ("observation", "hidden", "action", "outcome"):
+        for field in _PAYLOAD_ORDER:
             value = dumped.get(field)
             if not isinstance(value, dict):
                 continue
@@ -205,7 +217,13 @@ def redact_event(
     if not walker.records:
         return event, report
     try:
-        redacted = Event.model_validate(dumped)
+        # revalidate the payload parts that hold a redacted leaf; the envelope and the untouched
+        # parts are shared with the original (frozen) event
+        changed = {f.split(".", 1)[0].split("[", 1)[0] for f in {r.field for r in walker.records}}
+        if dropped:
+            changed.add("action")
+        update = {f: _adapter(f).validate_python(dumped[f]) for f in _PAYLOAD_ORDER if f in changed}
+        redacted = event.model_copy(update=update)
     except ValueError as exc:
         raise GovernanceError(
             f"The redacted event no longer validates ({exc}); this is a bug in a detector or the walker.",

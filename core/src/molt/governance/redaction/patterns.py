@@ -266,7 +266,13 @@ class IpDetector:
 
     def detect(self, text: str) -> list[Span]:
         """IPv4 and IPv6 addresses."""
-        out = self._v4.detect(text) if "." in text else []
+        out = []
+        if "." in text:  # only the clusters with three dots can hold a dotted quad
+            quads = [c for c in digit_clusters(text) if c[2] >= 4 and text.count(".", c[0], c[1]) >= 3]
+            if quads:
+                v4 = self._v4
+                for m in _windows(text, v4.rx, quads, 4):
+                    out.append(Span(m.start(), m.end(), "IP_ADDRESS", v4.score, self.name))
         if "::" in text or _IPV6_HINT.search(text) is not None:
             out += self._v6.detect(text)
         return out

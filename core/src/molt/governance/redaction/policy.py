@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -155,8 +156,14 @@ class RedactionPolicy(BaseModel):
 
     def fingerprint(self) -> str:
         """A short hash of the configuration (the key excluded), to record next to redacted data."""
-        dump = self.model_dump_json(exclude={"pseudonym_key"})
-        return hashlib.sha256(dump.encode()).hexdigest()[:16]
+        # sets dump in hash order, which changes from process to process: sort them so the
+        # fingerprint of one configuration is the same everywhere
+        dump = self.model_dump(mode="json", exclude={"pseudonym_key"})
+        for k in ("entities", "allow_list"):
+            dump[k] = sorted(dump[k])
+        dump["entity_modes"] = dict(sorted(dump["entity_modes"].items()))
+        text = json.dumps(dump, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def derive_tenant_key(master_key: str, tenant_id: str) -> SecretStr:
