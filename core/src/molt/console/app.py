@@ -94,6 +94,9 @@ class Console:
         self.refresh_s = refresh_s
         self.list_limit = list_limit
         self._refreshed = 0.0
+        self.signals_ttl_s = 2.0
+        self._signals: dict[tuple[str, str | None, int], tuple[float, dict[str, Any]]] = {}
+        self._signals_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self.env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
                                       undefined=jinja2.StrictUndefined)
@@ -249,10 +252,15 @@ class Console:
         return self.render("decisions", c, page="/decisions", installed=True, rows=rows, agents=agents, agent=agent)
 
     def signals_json(self, c: _Caller, q: dict[str, str]) -> dict[str, Any]:
-        view = self.view(c)
+        c.principal.require("read")
         bucket = q.get("bucket_s")
-        data = success_series(view.trajectories(agent=q.get("agent") or None, limit=None),
-                              bucket_s=int(bucket) if bucket and bucket.isdigit() and int(bucket) > 0 else None)
+        key = (c.principal.tenant_id, q.get("agent") or None, int(bucket) if bucket and bucket.isdigit() else 0)
+        now = time.monotonic()
+        with self._signals_lock:  # every open chart polls: one store scan per tenant per interval
+            hit = self._signals.get(key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        data = success_series(self.view(c).trajectories(agent=key[1], limit=None), bucket_s=key[2] or None)
         marks = []
         log_ = self.control("decisions")
         if log_ is not None:
@@ -260,6 +268,10 @@ class Console:
                 if d.tenant_id == c.principal.tenant_id and d.choice.replace("-", "_") not in ("no_op", "noop"):
                     marks.append({"t": d.created_at.timestamp(), "agent": d.agent_id, "choice": d.choice})
         data["decisions"] = marks
+        with self._signals_lock:
+            if len(self._signals) > 1024:
+                self._signals.clear()
+            self._signals[key] = (now + self.signals_ttl_s, data)
         return data
 
     def signals(self, c: _Caller, q: dict[str, str]) -> Response:
