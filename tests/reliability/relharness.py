@@ -301,6 +301,7 @@ class ExitResult:
     mode: str
     returncode: int | None
     exit_s: float  # from the child's last line to its exit (interpreter shutdown, atexit included)
+    molt_exit_s: float  # of which Molt's exit handlers (drain adapters, spool flush, bounded delivery)
     acked: int
     expected: int  # records that must be delivered on the next start
     delivered: int
@@ -325,11 +326,14 @@ def exit_trial(home: Path, mode: str, n: int = 50, timeout: float = 60.0) -> Exi
     lines = out.decode().splitlines()
     acked: list[str] = []
     t_last = t_exit
+    t_molt = t_exit
     for line in lines:
         if line.startswith("acked "):
             acked = orjson.loads(line[6:])
         elif line.startswith("exiting "):
             t_last = float(line.split()[1])
+        elif line.startswith("atexit-done "):
+            t_molt = float(line.split()[1])
     if proc.returncode != 0:
         raise RuntimeError(f"exit child failed ({proc.returncode}): {err.decode()[-2000:]}")
     texts = _deliver_and_read(home)
@@ -338,7 +342,8 @@ def exit_trial(home: Path, mode: str, n: int = 50, timeout: float = 60.0) -> Exi
     else:
         want = {f"marker-{i}" for i in range(n)}
     found = {w for w in want if w in texts}
-    return ExitResult(mode=mode, returncode=proc.returncode, exit_s=t_exit - t_last, acked=len(acked),
+    return ExitResult(mode=mode, returncode=proc.returncode, exit_s=t_exit - t_last, molt_exit_s=t_molt - t_last,
+                      acked=len(acked),
                       expected=len(want), delivered=len(found), missing=len(want) - len(found))
 
 

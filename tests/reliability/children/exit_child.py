@@ -9,20 +9,29 @@ accepts and never answers) and waits up to 10 minutes for a reply. ``MODE`` is:
 - ``langchain``: run a LangChain chat model ``N`` times with ``molt_langchain.MoltCallbackHandler``
   attached, each prompt carrying a marker, then return (no flush, no close).
 
-The last line on stdout is ``exiting <time.time()>``; the parent measures from there to the exit.
+The child prints ``exiting <time.time()>`` when ``main`` returns and ``atexit-done <time.time()>`` after
+Molt's exit handlers ran; the parent measures from the first to the process's exit (and Molt's share).
 """
 
 from __future__ import annotations
 
+import atexit
 import socket
 import sys
 import time
 from pathlib import Path
 
-import orjson
 
-from molt.atdp import Event, EventKind, UserMessage
-from molt.capture import Recorder, SinkBatch
+@atexit.register  # registered before Molt's handlers, so it runs after them (atexit is last-in, first-out)
+def _after_molt() -> None:
+    sys.stdout.write(f"atexit-done {time.time()}\n")
+    sys.stdout.flush()
+
+
+import orjson  # noqa: E402  (after the atexit hook above, on purpose)
+
+from molt.atdp import Event, EventKind, UserMessage  # noqa: E402
+from molt.capture import Recorder, SinkBatch  # noqa: E402
 
 
 class BlackholeSink:

@@ -1,0 +1,751 @@
+"""Reliability and security campaign (issue 10): one table of what was tried and what broke.
+
+    .venv/bin/python bench/reliability/run.py --quick          # about 5 minutes
+    .venv/bin/python bench/reliability/run.py                  # >= 200 SIGKILL trials, 10-minute soak
+    .venv/bin/python bench/reliability/run.py --soak-s 60 --kills 40   # anything in between
+
+Sections (each one a group of rows in the table; the harness is shared with ``tests/reliability``):
+
+1. **Crash safety** — ingest (Recorder → spool → LanceDB, 3 writer threads, compaction on) and the
+   gateway (stub backend, 4 HTTP clients) are SIGKILLed at random points; every trial home lives
+   through several kills, each life continuing the same trajectories. After a restart: acknowledged
+   events and rewards lost, stored twice, chains that do not verify.
+2. **Exit with the sink down** — a process using the Recorder, and one using molt-langchain, whose
+   remote sink accepts connections and never answers: the time from its last line to its exit, and
+   every record delivered on the next start.
+3. **Fault injection** — store down / slow / flaky under the gateway, the spool's disk full (a tmpfs),
+   the spool full, a governance stage that raises, the backend down and too slow. "Survived" means the
+   agent's answer was unchanged (or a clean OpenAI-style 502/504 for a dead backend), the fault was
+   counted, and recovery delivered everything acknowledged. The ``record()`` p99 while the store is
+   down is the agent's added latency.
+4. **Hostile input** — schemathesis (positive + negative) against the gateway's OpenAPI document,
+   hypothesis on ATDP parsing and OTLP span ingest: server errors (5xx or an exception that is not a
+   Molt error) and rejections that are not OpenAI-style.
+5. **Tenant isolation** — every endpoint × no key, wrong key, each role of two tenants; cross-tenant
+   reward / end / session probes; a cross-tenant trajectory-id write (a known bug, xfail in the tests).
+6. **Tamper evidence and erasure** — a mutation test over stored trajectories (single-byte edits of
+   every sealed column, deletions, reorderings), and the existing byte-level erasure and chain test
+   files run as they are.
+7. **Load and soak** — ``molt serve --backend stub`` with tenant keys and capture on, a closed-loop
+   load of 16 connections: throughput, p50/p99, error rate, and the server's RSS (all its processes)
+   at the start, the end and the peak of the soak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "reliability"))
+
+import faults  # noqa: E402
+import openapi_doc  # noqa: E402
+import relharness  # noqa: E402
+from openapi_doc import KEYS  # noqa: E402
+
+Row = tuple[str, str, str, str]  # section, figure, value, required
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ 1 crash
+
+
+def crash(work: Path, kills: int, lives: int) -> tuple[list[Row], dict[str, Any]]:
+    homes = max(1, kills // lives)
+    totals = {"kills": 0, "acked": 0, "lost": 0, "dup": 0, "chains": 0, "bad": 0, "ok_req": 0, "problems": []}
+    per_kind: dict[str, dict[str, int]] = {}
+    for i in range(homes):
+        kind = "ingest" if i % 5 < 3 else "gateway"  # 60 % ingest, 40 % gateway
+        fn = relharness.ingest_trial if kind == "ingest" else relharness.gateway_trial
+        res = fn(work / f"crash-{i}", seed=1000 + i, lives=lives)
+        k = per_kind.setdefault(kind, {"kills": 0, "acked": 0})
+        k["kills"] += res.kills
+        k["acked"] += res.acked_events + res.acked_rewards
+        totals["kills"] += res.kills
+        totals["acked"] += res.acked_events + res.acked_rewards
+        totals["lost"] += res.lost
+        totals["dup"] += res.duplicated
+        totals["chains"] += res.trajectories
+        totals["bad"] += res.chains_bad
+        totals["ok_req"] += res.requests_ok
+        totals["problems"] += res.problems
+        log(f"crash trial {i + 1}/{homes} ({kind}): {res.kills} kills, {res.acked_events} events acked, "
+            f"lost {res.lost}, dup {res.duplicated}, bad chains {res.chains_bad}")
+        shutil.rmtree(work / f"crash-{i}", ignore_errors=True)
+    s = "1 crash (SIGKILL)"
+    detail = ", ".join(f"{k} {v['kills']}" for k, v in per_kind.items())
+    rows: list[Row] = [
+        (s, f"SIGKILL trials run ({detail})", str(totals["kills"]), ">= 200 (full mode)"),
+        (s, "events + rewards acknowledged", f"{totals['acked']:,}", ""),
+        (s, "acknowledged lost", str(totals["lost"]), "0"),
+        (s, "duplicated in the store", str(totals["dup"]), "0"),
+        (s, f"chains that fail verify (of {totals['chains']}, each continued after restart)", str(totals["bad"]), "0"),
+    ]
+    return rows, totals
+
+
+# ------------------------------------------------------------------------------------------ 2 exit
+
+
+def exit_sink_down(work: Path, runs: int) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    out: dict[str, Any] = {}
+    for mode in ("recorder", "langchain"):
+        times, molt, missing, expected = [], [], 0, 0
+        for i in range(runs):
+            r = relharness.exit_trial(work / f"exit-{mode}-{i}", mode, n=50)
+            times.append(r.exit_s)
+            molt.append(r.molt_exit_s)
+            missing += r.missing
+            expected += r.expected
+        out[mode] = {"exit_s": times, "molt_exit_s": molt, "missing": missing, "expected": expected}
+        label = "Recorder" if mode == "recorder" else "molt-langchain"
+        rows.append(("2 exit, sink down", f"{label}: exit time, max of {runs} (median); Molt's atexit share, max",
+                     f"{max(times):.2f} s ({statistics.median(times):.2f} s); {max(molt):.2f} s", "<= 1 s"))
+        rows.append(("2 exit, sink down", f"{label}: records missing on next start (of {expected})", str(missing), "0"))
+    base = _baseline_exit()
+    out["langchain_baseline_exit_s"] = base
+    rows.append(("2 exit, sink down", "  (langchain-core alone, no Molt: interpreter exit)", f"{base:.2f} s",
+                 "reference"))
+    return rows, out
+
+
+def _baseline_exit() -> float:
+    code = ("from langchain_core.language_models.fake_chat_models import FakeListChatModel as F\n"
+            "F(responses=['ok']).invoke('x')\nimport time; print(time.time(), flush=True)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    t = time.time()
+    return t - float(p.stdout.split()[-1])
+
+
+# ------------------------------------------------------------------------------------------ 3 faults
+
+
+def fault_injection(work: Path, n_calls: int) -> tuple[list[Row], dict[str, Any]]:
+    from starlette.testclient import TestClient
+
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.backends import StubBackend
+    from molt.capture import Recorder
+    from molt.gateway import Gateway, GatewayConfig, create_app
+    from molt.governance.access import KeyRing
+    from molt.store import Store
+
+    results: dict[str, dict[str, Any]] = {}
+    W = {"authorization": "Bearer sk-acme-writer"}
+
+    def record_p99(rec: Recorder, n: int = 5000) -> float:
+        tid = rec.new_trajectory()
+        evs = [Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=f"m{i}"),
+                     metadata={"tenant_id": "acme"}) for i in range(n)]
+        lat = []
+        for ev in evs:
+            t0 = time.perf_counter()
+            rec.record(ev)
+            lat.append(time.perf_counter() - t0)
+        return pct(lat, 0.99) * 1000
+
+    # store down / slow / flaky, under the gateway
+    for name, kw in (("store down", {"down": True}), ("store slow (0.3 s a write)", {"delay_s": 0.3}),
+                     ("store flaky (1 write in 2 fails)", {"fail_every": 2}), ("store healthy", {})):
+        home = work / f"fault-{len(results)}"
+        store = Store.open(home / "store", auto_compact=False)
+        sink = faults.FaultySink(store, **kw)
+        rec = Recorder(sink, spool_dir=home / "spool", retry_max_s=0.2)
+        gw = Gateway([StubBackend()], recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
+                     config=GatewayConfig(health_interval_s=0))
+        lat, same = [], True
+        eids = []
+        with TestClient(create_app(gw)) as c:
+            for i in range(n_calls):
+                t0 = time.perf_counter()
+                r = c.post("/v1/chat/completions", headers=W, json={"model": "stub", "messages": [
+                    {"role": "user", "content": f"q{i}"}]})
+                lat.append(time.perf_counter() - t0)
+                same &= r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == f"echo: q{i}"
+                eids.append(r.headers.get("x-molt-event-id"))
+            p99_record = record_p99(rec)
+            rec.flush(timeout=60)
+            counted = rec.stats.sink_errors > 0 or kw.get("delay_s", 0) > 0 or not kw
+            sink.down = False
+            drained = rec.flush(timeout=120, deliver=True)
+        rec.close()
+        stored = store._where("events", None, ["event_id"]).column("event_id").to_pylist()
+        ok = same and counted and drained and set(eids) <= set(stored) and len(stored) == len(set(stored))
+        results[name] = {"survived": ok, "p50_ms": pct(lat, 0.5) * 1000, "p99_ms": pct(lat, 0.99) * 1000,
+                         "record_p99_ms": p99_record, "sink_errors": rec.stats.sink_errors}
+        store.close()
+        log(f"fault {name}: survived={ok} gateway p99 {pct(lat, 0.99) * 1000:.2f} ms, record() p99 "
+            f"{p99_record:.3f} ms")
+
+    # the spool's disk full
+    results["disk full (256 KiB tmpfs)"] = _disk_full(work)
+    # the spool full (a quota on undelivered bytes)
+    rec = Recorder(None, spool_dir=work / "spool-full", max_spool_bytes=64 << 10, batch_size=16)
+    tid = rec.new_trajectory()
+    acks = []
+    for _ in range(20):
+        for _ in range(16):
+            rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content="x" * 400)))
+        acks.append(rec.flush(timeout=30))
+    results["spool full (64 KiB quota)"] = {"survived": acks[0] and not acks[-1] and rec.stats.dropped_spool_full > 0}
+    rec.close()
+    # a governance stage (redactor) that raises: quarantined, the rest flows
+    results["governance stage raises"] = _raising_stage(work)
+    # backend down and too slow
+    results.update(_backend_faults())
+
+    injected = len(results) - 1  # "store healthy" is the reference
+    survived = sum(1 for k, v in results.items() if k != "store healthy" and v["survived"])
+    s = "3 fault injection"
+    down, healthy = results["store down"], results["store healthy"]
+    rows: list[Row] = [
+        (s, "faults injected: " + ", ".join(k for k in results if k != "store healthy"), str(injected), ""),
+        (s, "faults survived (answer unchanged, fault counted, spool drained)", str(survived), f"{injected}"),
+        (s, "record() p99 while the store is down / healthy",
+         f"{down['record_p99_ms']:.3f} / {healthy['record_p99_ms']:.3f} ms", "<= 5 ms added"),
+        (s, "gateway p99 while the store is down / slow / healthy",
+         f"{down['p99_ms']:.1f} / {results['store slow (0.3 s a write)']['p99_ms']:.1f} / {healthy['p99_ms']:.1f} ms",
+         "<= 5 ms added"),
+    ]
+    return rows, results
+
+
+def _disk_full(work: Path) -> dict[str, Any]:
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    with faults.small_tmpfs("256k") as disk:
+        if disk is None:
+            return {"survived": False, "note": "no tmpfs (not root)"}
+        rec = Recorder(None, spool_dir=disk / "spool")
+        tid = rec.new_trajectory()
+        acked, oks = [], []
+        filler = faults.fill(disk)
+        for _ in range(6):
+            ids = []
+            for i in range(40):
+                ev = Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE,
+                           action=UserMessage(content=f"{i}" + "x" * 400))
+                rec.record(ev)
+                ids.append(ev.event_id)
+            ok = rec.flush(timeout=30)
+            oks.append(ok)
+            if ok:
+                acked += ids
+        filler.unlink()
+        ids = []
+        for i in range(40):
+            ev = Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=f"after {i}"))
+            rec.record(ev)
+            ids.append(ev.event_id)
+        resumed = rec.flush(timeout=30)
+        acked += ids if resumed else []
+        errors = rec.stats.writer_errors
+        rec.close()
+        store = Store.open(work / "disk-full-store", auto_compact=False)
+        rec2 = Recorder(store, spool_dir=disk / "spool")
+        rec2.flush(timeout=60, deliver=True)
+        stored = store._where("events", None, ["event_id"]).column("event_id").to_pylist()
+        ok = (not all(oks)) and resumed and errors > 0 and set(acked) <= set(stored) and store.verify(tid).ok
+        rec2.close()
+        store.close()
+        return {"survived": ok, "writer_errors": errors, "acked": len(acked), "stored": len(stored)}
+
+
+def _raising_stage(work: Path) -> dict[str, Any]:
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import MemorySink, Recorder
+
+    class Boom:
+        def process(self, event: Any) -> Any:
+            if "boom" in str(event.action):
+                raise RuntimeError("redactor exploded")
+            from molt.capture.hooks import HookResult
+
+            return HookResult(event=event)
+
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=work / "spool-boom", pipeline=Boom())  # type: ignore[arg-type]
+    tid = rec.new_trajectory()
+    ok = all(rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=t)))
+             for t in ("fine", "boom", "fine again"))
+    rec.flush(timeout=30, deliver=True)
+    survived = ok and len(sink.events) == 2 and len(sink.quarantine) == 1 and rec.stats.quarantined == 1
+    rec.close()
+    return {"survived": survived}
+
+
+def _backend_faults() -> dict[str, dict[str, Any]]:
+    from starlette.testclient import TestClient
+
+    from molt.backends import StubBackend
+    from molt.gateway import Gateway, GatewayConfig, create_app
+
+    out: dict[str, dict[str, Any]] = {}
+    W = {"authorization": "Bearer sk"}
+    body = {"model": "stub", "messages": [{"role": "user", "content": "hi"}]}
+    down = StubBackend()
+    gw = Gateway([down], config=GatewayConfig(health_interval_s=0))
+    with TestClient(create_app(gw)) as c:
+        down.healthy = False
+        r = c.post("/v1/chat/completions", headers=W, json=body)
+        bad = r.status_code in (502, 503) and openapi_doc.is_openai_error(r.json())
+        down.healthy = True
+        c.post("/v1/molt/admin/health", headers=W)  # what the health loop does every 5 s
+        r2 = c.post("/v1/chat/completions", headers=W, json=body)
+        out["backend down, then back"] = {"survived": bad and r2.status_code == 200, "status": r.status_code}
+    slow = StubBackend(latency_s=2.0)
+    gw = Gateway([slow], config=GatewayConfig(health_interval_s=0, backend_timeout_s=0.3))
+    with TestClient(create_app(gw)) as c:
+        r = c.post("/v1/chat/completions", headers=W, json=body)
+        out["backend too slow (timeout)"] = {"survived": r.status_code == 504 and openapi_doc.is_openai_error(r.json()),
+                                             "status": r.status_code}
+    a, b = StubBackend("a"), StubBackend("b")
+    gw = Gateway([a, b], config=GatewayConfig(health_interval_s=0))
+    with TestClient(create_app(gw)) as c:
+        a.healthy = False
+        codes = [c.post("/v1/chat/completions", headers={**W, "x-molt-session": f"s{i}"}, json=body).status_code
+                 for i in range(6)]
+        out["one of two backends down (failover)"] = {"survived": codes == [200] * 6, "codes": codes}
+    return out
+
+
+# ------------------------------------------------------------------------------------------ 4 fuzz
+
+
+def fuzz(work: Path, per_op: int, hyp: int) -> tuple[list[Row], dict[str, Any]]:
+    import test_hostile_input as thi
+    from hypothesis import HealthCheck, given, settings
+
+    from molt.atdp.validate import parse_event, parse_reward
+    from molt.errors import MoltError
+
+    app, close = _app(work / "fuzz")
+    st = openapi_doc.fuzz_gateway(app, max_examples=per_op, seed=7)
+    close()
+    counts = {"parse": 0, "parse_errors": 0, "otlp": 0, "otlp_5xx": 0}
+    crashes: list[str] = []
+
+    @settings(max_examples=hyp, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(raw=thi._event_like.map(thi._dumps) | thi._json.map(thi._dumps))
+    def parse(raw: bytes) -> None:
+        counts["parse"] += 1
+        for fn in (parse_event, parse_reward):
+            try:
+                fn(raw)
+            except MoltError:
+                pass
+            except Exception as exc:
+                counts["parse_errors"] += 1
+                crashes.append(f"{fn.__name__}: {exc!r}")
+
+    parse()
+    from starlette.testclient import TestClient
+
+    app, close = _app(work / "fuzz-otlp")
+    with TestClient(app) as c:
+        @settings(max_examples=hyp, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(body=thi._export)
+        def otlp(body: Any) -> None:
+            counts["otlp"] += 1
+            r = c.post("/v1/traces", content=thi._dumps(body), headers={
+                "authorization": "Bearer sk-acme-writer", "content-type": "application/json"})
+            if r.status_code >= 500:
+                counts["otlp_5xx"] += 1
+                crashes.append(f"otlp {r.status_code}: {r.text[:200]}")
+
+        otlp()
+    close()
+    s = "4 hostile input"
+    rows: list[Row] = [
+        (s, f"schemathesis cases ({per_op}/operation/mode, {len(openapi_doc.gateway_openapi()['paths'])} paths)",
+         f"{st.cases:,}", ""),
+        (s, "  server errors (5xx)", str(len(st.server_errors)), "0"),
+        (s, "  rejections that are not OpenAI-style errors", str(len(st.bad_errors)), "0"),
+        (s, "hypothesis cases: ATDP parsing / OTLP span export", f"{counts['parse']:,} / {counts['otlp']:,}", ""),
+        (s, "  errors (non-Molt exception / 5xx)", f"{counts['parse_errors']} / {counts['otlp_5xx']}", "0"),
+    ]
+    return rows, {"schemathesis": {"cases": st.cases, "by_status": st.by_status, "server_errors": st.server_errors,
+                                   "bad_errors": st.bad_errors}, "hypothesis": counts, "crashes": crashes[:20]}
+
+
+def _app(home: Path) -> tuple[Any, Callable[[], None]]:
+    from molt.backends import StubBackend
+    from molt.capture import Recorder
+    from molt.gateway import Gateway, GatewayConfig, create_app
+    from molt.governance.access import KeyRing
+    from molt.store import Store
+
+    store = Store.open(home / "store", auto_compact=False)
+    rec = Recorder(store, spool_dir=home / "spool", fsync="never")
+    gw = Gateway([StubBackend()], recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
+                 config=GatewayConfig(health_interval_s=0, max_body_bytes=64 << 10))
+
+    def close() -> None:
+        rec.close()
+        store.close()
+
+    return create_app(gw), close
+
+
+# ------------------------------------------------------------------------------------------ 5 tenants
+
+
+def tenants(work: Path) -> tuple[list[Row], dict[str, Any]]:
+    from starlette.testclient import TestClient
+
+    from molt.governance.access import Action, Role
+
+    allowed = {Role.ADMIN: set(Action), Role.TRAINER: {Action.READ, Action.EXPORT, Action.TRAIN},
+               Role.READER: {Action.READ}, Role.AGENT_WRITER: {Action.WRITE}}
+    app, close = _app(work / "tenants")
+    gw = app.state.gateway
+    probes = leaks = 0
+    leak_notes: list[str] = []
+    body_for = {"/v1/chat/completions": {"model": "stub", "messages": [{"role": "user", "content": "hi"}]},
+                "/v1/completions": {"model": "stub", "prompt": "hi"}}
+    with TestClient(app) as c:
+        for method, path, needs in openapi_doc.ENDPOINTS:
+            p = path.replace("{tid}", "t")
+            for key in (None, "sk-wrong", *KEYS):
+                h = {"authorization": f"Bearer {key}"} if key else {}
+                r = c.request(method, p, headers=h, json=body_for.get(p, {}))
+                probes += 1
+                if key in KEYS:
+                    role = Role(KEYS[key][1])
+                    refused = needs is not None and Action(needs) not in allowed[role]
+                else:
+                    refused = True
+                expect = {401} if key not in KEYS else ({403} if refused else None)
+                if expect is not None and r.status_code not in expect:
+                    leaks += 1
+                    leak_notes.append(f"{method} {p} key={key}: {r.status_code}")
+    close()
+    app, close = _app(work / "tenants-data")  # the matrix ran admin calls (it may have removed versions)
+    gw = app.state.gateway
+    with TestClient(app) as c:
+        # cross-tenant probes on acme's data with globex keys
+        acme, globex = {"authorization": "Bearer sk-acme-writer"}, {"authorization": "Bearer sk-globex-writer"}
+        r = c.post("/v1/chat/completions", headers={**acme, "x-molt-session": "acme-s"},
+                   json=body_for["/v1/chat/completions"])
+        tid, eid = r.headers["x-molt-trajectory"], r.headers["x-molt-event-id"]
+        gw.recorder.flush(timeout=30, deliver=True)
+        for m, p, b in [("POST", "/v1/molt/rewards/trajectory", {"trajectory_id": tid, "value": 1.0}),
+                        ("POST", "/v1/molt/rewards/call", {"call_id": f"chatcmpl-{eid}", "value": 1.0}),
+                        ("POST", "/v1/molt/rewards/last-call", {"session_id": "acme-s", "value": 1.0}),
+                        ("POST", f"/v1/molt/trajectories/{tid}/end", None),
+                        ("POST", "/v1/molt/sessions/acme-s/end", None)]:
+            probes += 1
+            rr = c.request(m, p, headers=globex, json=b)
+            if rr.status_code != 404:
+                leaks += 1
+                leak_notes.append(f"{p} by globex: {rr.status_code}")
+        # the known bug: naming acme's trajectory id appends globex's call to it
+        probes += 1
+        c.post("/v1/chat/completions", headers={**globex, "x-molt-trajectory": tid},
+               json={"model": "stub", "messages": [{"role": "user", "content": "globex"}]})
+        gw.recorder.flush(timeout=30, deliver=True)
+        tenants_in = {e.metadata.tenant_id for e in gw.store.trajectory(tid).events}
+        known = 0
+        if tenants_in != {"acme"}:
+            leaks += 1
+            known = 1
+            leak_notes.append("x-molt-trajectory of another tenant: globex's call sealed into acme's trajectory "
+                              "(known bug, xfail in tests/reliability/test_auth_matrix.py)")
+    close()
+    s = "5 tenant isolation"
+    rows: list[Row] = [
+        (s, "cross-tenant and auth probes (HTTP: every endpoint × 8 keys, plus cross-tenant data probes)",
+         str(probes), ""),
+        (s, "leaks (a key got what its tenant/role must not)" + (f", {known} known bug (xfail)" if known else ""),
+         str(leaks), "0"),
+    ]
+    return rows, {"probes": probes, "leaks": leaks, "notes": leak_notes}
+
+
+# ------------------------------------------------------------------------------------------ 6 tamper, erasure
+
+
+def tamper(work: Path, trajectories: int, mutations: int) -> tuple[list[Row], dict[str, Any]]:
+    from dataclasses import replace
+
+    from molt.atdp import Event, EventKind, Generation, ToolCall, UserMessage
+    from molt.atdp.chain import verify_chain
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    store = Store.open(work / "tamper-store", auto_compact=False)
+    rec = Recorder(store, spool_dir=work / "tamper-spool")
+    tids = [rec.new_trajectory() for _ in range(trajectories)]
+    for tid in tids:
+        for i in range(8):
+            action = [UserMessage(content=f"msg {i}"), Generation(model="m", text=f"answer {i}"),
+                      ToolCall(tool_name="lookup", arguments={"i": i})][i % 3]
+            kind = [EventKind.USER_MESSAGE, EventKind.MODEL_CALL, EventKind.TOOL_CALL][i % 3]
+            rec.record(Event(trajectory_id=tid, kind=kind, action=action, metadata={"tenant_id": "acme"}))
+    rec.flush(timeout=60, deliver=True)
+    rec.close()
+    rng = random.Random(3)
+    tried = detected = 0
+    by_kind: dict[str, list[int]] = {}
+    for _ in range(mutations):
+        tid = rng.choice(tids)
+        sealed = store.sealed_events(tid)
+        kind = rng.choice(["byte", "byte", "byte", "delete", "reorder"])
+        mutated = list(sealed)
+        if kind == "byte":
+            i = rng.randrange(len(mutated))
+            field = rng.choice(["envelope", "payload", "digest", "prev_hash", "hash"])
+            value = getattr(mutated[i], field)
+            if isinstance(value, str):
+                pos = rng.randrange(len(value))
+                new = value[:pos] + ("0" if value[pos] != "0" else "1") + value[pos + 1:]
+            else:
+                b = bytearray(value)
+                pos = rng.randrange(len(b))
+                b[pos] ^= 1 << rng.randrange(8)
+                new = bytes(b)
+            mutated[i] = replace(mutated[i], **{field: new})
+            kind = f"byte:{field}"
+        head = None
+        if kind == "delete":
+            i = rng.randrange(len(mutated))
+            if i == len(mutated) - 1:  # a deleted tail shows only against a recorded head (chain.py says so)
+                head = (mutated[-1].seq, mutated[-1].hash)
+            del mutated[i]
+        elif kind == "reorder":  # rewrite the causal positions (seq) of two events, as an attack would
+            i, j = rng.sample(range(len(mutated)), 2)
+            a, b = mutated[i], mutated[j]
+            mutated[i], mutated[j] = replace(a, seq=b.seq), replace(b, seq=a.seq)
+        tried += 1
+        hit = not verify_chain(tid, mutated, expected_head=head).ok
+        detected += hit
+        by_kind.setdefault(kind.split(":")[0], [0, 0])
+        by_kind[kind.split(":")[0]][0] += 1
+        by_kind[kind.split(":")[0]][1] += hit
+    store.close()
+    existing = _pytest_counts(["tests/core/atdp/test_chain.py", "tests/core/governance/test_erasure.py",
+                               "tests/core/governance/test_retention.py"])
+    s = "6 tamper, erasure"
+    rows: list[Row] = [
+        (s, "mutations of stored trajectories (" + ", ".join(f"{k} {v[0]}" for k, v in by_kind.items())
+         + "; a deleted tail checked against its recorded head)",
+         str(tried), ""),
+        (s, "  mutations not detected by verify", str(tried - detected), "0"),
+        (s, "existing chain/erasure/retention tests (byte-level erasure, old versions) passed / failed",
+         f"{existing['passed']} / {existing['failed']}", "all / 0"),
+    ]
+    return rows, {"mutations": tried, "detected": detected, "by_kind": by_kind, "existing": existing}
+
+
+def _pytest_counts(paths: list[str]) -> dict[str, int]:
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    counts = {"passed": 0, "failed": 0}
+    for part in tail.replace(",", " ").split(" in ")[0].split("  "):
+        bits = part.split()
+        for i in range(0, len(bits) - 1):
+            if bits[i].isdigit() and bits[i + 1] in ("passed", "failed", "error", "errors"):
+                counts["failed" if bits[i + 1] != "passed" else "passed"] += int(bits[i])
+    return counts
+
+
+# ------------------------------------------------------------------------------------------ 7 load, soak
+
+
+def load_soak(work: Path, soak_s: float, concurrency: int) -> tuple[list[Row], dict[str, Any]]:
+    import psutil
+
+    home = work / "soak-home"
+    home.mkdir(parents=True, exist_ok=True)
+    keys = home / "keys.toml"
+    keys.write_text('[[keys]]\nkey = "sk-load"\ntenant = "acme"\nrole = "agent_writer"\n')
+    port = relharness.free_port()
+    env = {**os.environ, "MOLT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    logf = open(work / "soak-server.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
+                             "--keys", str(keys), "--log-level", "warning"], env=env, stdout=logf,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    rss: list[tuple[float, float]] = []
+    try:
+        _wait(url, proc)
+        server = psutil.Process(proc.pid)
+
+        def sample() -> float:
+            procs = [server, *server.children(recursive=True)]
+            total = 0
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    total += p.memory_info().rss
+            return total / 2**20
+
+        res = asyncio.run(_load(url, soak_s, concurrency, lambda: rss.append((time.monotonic(), sample()))))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        logf.close()
+    lat = res["lat"]
+    n, errors = len(lat), res["errors"]
+    # RSS after warm-up (first 10 % of the soak) vs the end: a leak grows linearly with requests
+    warm = [m for t, m in rss if t - rss[0][0] >= 0.1 * soak_s] or [m for _, m in rss]
+    start_mb, end_mb, peak = warm[0], warm[-1], max(m for _, m in rss)
+    s = "7 load, soak"
+    rows: list[Row] = [
+        (s, f"requests, {concurrency} connections, {soak_s:.0f} s (molt serve, stub, keys, capture on)",
+         f"{n:,}", ""),
+        (s, "throughput", f"{n / res['elapsed']:.0f} req/s", ""),
+        (s, "latency p50 / p99", f"{pct(lat, 0.5) * 1000:.1f} / {pct(lat, 0.99) * 1000:.1f} ms", ""),
+        (s, "error rate (non-200 or connection errors)", f"{errors / max(1, n + errors):.4%} ({errors})", "0"),
+        (s, "server RSS after warm-up → end (peak), all processes",
+         f"{start_mb:.0f} → {end_mb:.0f} MiB ({peak:.0f})", "flat"),
+    ]
+    return rows, {"requests": n, "errors": errors, "elapsed": res["elapsed"], "p50": pct(lat, 0.5),
+                  "p99": pct(lat, 0.99), "rss_mb": rss}
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"molt serve exited with {proc.returncode}; see soak-server.log")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", headers={"authorization": "Bearer sk-load"}, timeout=2).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError("molt serve did not come up")
+
+
+async def _load(url: str, seconds: float, concurrency: int, sample: Callable[[], None]) -> dict[str, Any]:
+    import httpx
+
+    lat: list[float] = []
+    errors = 0
+    stop = time.monotonic() + seconds
+    h = {"authorization": "Bearer sk-load"}
+
+    async def worker(k: int, client: httpx.AsyncClient) -> None:
+        nonlocal errors
+        i = 0
+        while time.monotonic() < stop:
+            i += 1
+            body = {"model": "stub", "messages": [{"role": "user", "content": f"load {k} {i}"}]}
+            t0 = time.perf_counter()
+            try:
+                r = await client.post(url + "/v1/chat/completions", json=body,
+                                      headers={**h, "x-molt-session": f"w{k}-{i // 20}"})
+                if r.status_code == 200:
+                    lat.append(time.perf_counter() - t0)
+                else:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+
+    async def sampler() -> None:
+        while time.monotonic() < stop:
+            sample()
+            await asyncio.sleep(1.0)
+        sample()
+
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency)) as client:
+        await asyncio.gather(sampler(), *(worker(k, client) for k in range(concurrency)))
+    return {"lat": lat, "errors": errors, "elapsed": time.monotonic() - t0}
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a few trials of everything (about 5 minutes)")
+    ap.add_argument("--kills", type=int, help="SIGKILL trials (default 200; --quick 8)")
+    ap.add_argument("--lives", type=int, default=4, help="kills per trial home (default 4; --quick 2)")
+    ap.add_argument("--soak-s", type=float, help="load/soak seconds (default 600; --quick 15)")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--only", default="1234567", help="sections to run, e.g. 17")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "reliability.json")
+    args = ap.parse_args()
+    q = args.quick
+    kills = args.kills or (8 if q else 200)
+    lives = 2 if q and args.lives == 4 else args.lives
+    soak_s = args.soak_s or (15.0 if q else 600.0)
+    rows: list[Row] = []
+    detail: dict[str, Any] = {"mode": "quick" if q else "full", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime())}
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="molt-reliability-") as tmp:
+        work = Path(tmp)
+        steps: list[tuple[str, str, Callable[[], tuple[list[Row], Any]]]] = [
+            ("1", "crash", lambda: crash(work, kills, lives)),
+            ("2", "exit", lambda: exit_sink_down(work, 1 if q else 5)),
+            ("3", "faults", lambda: fault_injection(work, 20 if q else 200)),
+            ("4", "fuzz", lambda: fuzz(work, 10 if q else 100, 150 if q else 2000)),
+            ("5", "tenants", lambda: tenants(work)),
+            ("6", "tamper", lambda: tamper(work, 10 if q else 50, 300 if q else 5000)),
+            ("7", "soak", lambda: load_soak(work, soak_s, args.concurrency)),
+        ]
+        for key, name, fn in steps:
+            if key not in args.only:
+                continue
+            log(f"section {key}: {name}")
+            t0 = time.monotonic()
+            r, d = fn()
+            rows += r
+            detail[name] = d
+            detail[f"{name}_s"] = time.monotonic() - t0
+    detail["total_s"] = time.monotonic() - t_start
+    _print(rows, detail)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "detail": detail}, indent=1, default=str))
+
+
+def _print(rows: list[Row], detail: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Molt reliability and security ({detail['mode']} mode, {detail['total_s'] / 60:.1f} min)")
+    for col in ("section", "figure", "value", "required"):
+        t.add_column(col, overflow="fold")
+    last = None
+    for section, figure, value, required in rows:
+        t.add_row(section if section != last else "", figure, value, required)
+        last = section
+    Console(width=160).print(t)
+
+
+if __name__ == "__main__":
+    main()
