@@ -250,3 +250,24 @@ def test_langchain_mapping_of_arbitrary_callback_payloads_never_raises_and_recor
         for s in sealed:
             unseal(s.envelope, s.payload)  # every stored record is a valid ATDP event
     rec.close()
+
+
+_attr = (st.text(max_size=60) | _json.map(lambda v: _dumps(v).decode()) | st.integers(-(2**63), 2**63 - 1)
+         | st.floats() | st.booleans() | st.lists(st.text(max_size=8), max_size=3))
+
+
+@FAST
+@given(start=st.integers(-(2**70), 2**70), end=st.none() | st.integers(-(2**70), 2**70),
+       attrs=st.dictionaries(st.sampled_from(_GEN_AI_KEYS) | st.text(max_size=12), _attr, max_size=8),
+       name=st.text(max_size=20))
+def test_span_to_event_maps_or_raises_a_molt_error(start: int, end: int | None, attrs: dict[str, Any],
+                                                  name: str) -> None:
+    from molt.atdp.otel import OtelSpan, span_to_event
+
+    span = OtelSpan(name=name, start_time_unix_nano=start, end_time_unix_nano=end, attributes=attrs,
+                    trace_id="5b8efff798038103d269b633813fc60c", span_id="eee19b7ec3c1b174")
+    try:
+        ev = span_to_event(span)
+    except (MoltError, ValueError):  # pydantic's ValidationError is a ValueError: a clear rejection
+        return
+    assert isinstance(ev, Event)

@@ -33,6 +33,7 @@ from molt.atdp.models import (
     ToolCall,
     Usage,
 )
+from molt.errors import ProtocolError
 
 __all__ = ["OtelSpan", "event_to_span", "span_to_event"]
 
@@ -182,7 +183,11 @@ def span_to_event(span: OtelSpan, *, trajectory_id: str | None = None,
         return Event.model_validate(orjson.loads(full))
     op = str(a.get("gen_ai.operation.name", ""))
     kind = _KIND_FOR_OPERATION.get(op, EventKind.AGENT_STEP)
-    ts = datetime.fromtimestamp(span.start_time_unix_nano / 1e9, tz=UTC)
+    try:
+        ts = datetime.fromtimestamp(span.start_time_unix_nano / 1e9, tz=UTC)
+    except (OverflowError, OSError, ValueError):  # a hostile or broken exporter's clock
+        raise ProtocolError(f"The span {span.span_id!r} starts at {span.start_time_unix_nano} ns since the epoch, "
+                            f"which is not a representable time; send startTimeUnixNano in nanoseconds.") from None
     latency = None
     if span.end_time_unix_nano is not None:
         latency = max(0.0, (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6)
