@@ -147,6 +147,7 @@ class ControlPlane:
         self.trainer = trainer
         self.base_parts = base_parts
         self.actor = actor
+        self._current: PolicyVersion | None = None
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
@@ -182,6 +183,7 @@ class ControlPlane:
                 raise InterventionError(f"{tenant_id}/{agent_id} has no live policy version; create one "
                                         f"(molt versions) or give the plane base_parts.")
             live = self.registry.ensure_base(tenant_id, agent_id, self.base_parts, actor=self.actor)
+        self._current = live
         window = episodes(self.store, tenant_id, agent_id, limit=s.window)
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
@@ -199,16 +201,22 @@ class ControlPlane:
             rb = self._regression(live, previous, window)
             if rb is not None:
                 candidates.append(rb)
-        live_window = [e for e in window if e.policy_version in (live.version_id, None)] or window
-        for c in cluster_failures(live_window):
+        # Clusters span the window (failures under earlier versions count as evidence), but one that
+        # the live version no longer shows — it ran the task and never failed this way — is fixed.
+        on_live = [e for e in window if e.policy_version == live.version_id]
+        for c in cluster_failures(window):
             if c.size < s.min_cluster:
                 continue
+            live_runs = [e for e in on_live if e.task == c.task]
+            if live_runs and not any(e.policy_version == live.version_id for e in c.failures):
+                rec.actions.append(f"cluster {c.key} ({c.size}) not seen under {live.version_id}: already fixed")
+                continue
             clusters[c.key] = c
-            candidates.extend(propose(c, live_window, live))
+            candidates.extend(propose(c, window, live))
         rec.actions.append(f"{len(clusters)} failure cluster(s) ≥ {s.min_cluster}, {len(candidates)} candidate(s)")
 
         if not candidates:
-            small = [c for c in cluster_failures(live_window) if c.size < s.min_cluster]
+            small = [c for c in cluster_failures(window) if c.size < s.min_cluster]
             rec.reason = ("no failure cluster reaches the evidence bar"
                           + (f" ({len(small)} smaller cluster(s), largest {max(c.size for c in small)})"
                              if small else " (no failures)"))
@@ -401,12 +409,18 @@ class ControlPlane:
             return cand, (f"best partial fix: replay {delta:+.0%} on {cand.cluster} "
                           f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), J={j:.1f}")
         weights = [c for c in all_candidates if c.kind == "weight_update"]
+        pending = self._pending_weight_updates(weights)
+        if pending:
+            return None, (f"weight update for {', '.join(pending)} already requested; waiting for the trainer's "
+                          f"adapter (a new model part) before asking again")
         for cand in sorted(weights, key=lambda c: -clusters[c.cluster].size if c.cluster in clusters else 0):
             cl = clusters.get(cand.cluster)
             if cl is None:
                 continue
             cross = self._cross_tenant(cl)
             cand.payload["tenants_with_pattern"] = cross
+            if self._current is not None:  # the weights this request is about (asked once per model)
+                cand.payload["model"] = self._current.parts.model.model_dump(mode="json")
             if len(cross) >= 2 or cl.size >= s.min_weight_cluster:
                 tried = [c.kind for c in all_candidates if c.cluster == cand.cluster and c.kind != "weight_update"]
                 return cand, (f"capability gap: {cl.size} '{cl.signature}' failures on task {cl.task} "
@@ -418,12 +432,25 @@ class ControlPlane:
                           f"CI low {best[2][0]:+.2f})")
         return None, "no candidate passed its gates"
 
+    def _pending_weight_updates(self, weights: list[Candidate]) -> list[str]:
+        """Clusters of ``weights`` whose weight update this agent already requested under the live model."""
+        if not weights or self._current is None:
+            return []
+        live = self._current
+        model = live.parts.model.model_dump(mode="json")
+        asked = set()
+        for d in self.log.list(live.tenant_id, live.agent_id, choice="weight_update", limit=50):
+            asked.update(c["cluster"] for c in d.candidates
+                         if c.get("kind") == "weight_update" and (c.get("payload") or {}).get("model") == model)
+        clusters = {c.cluster for c in weights}
+        return sorted(clusters & asked) if clusters <= asked else []
+
     def _cross_tenant(self, cluster: Cluster) -> list[str]:
-        """Tenants whose recent traffic of the same agent and task fails with the same signature."""
+        """Tenants whose recent traffic (any agent) of the same task fails with the same signature."""
         s = self.settings
         out = set(cluster.tenants)
-        for tenant, agent in self.registry.agents():
-            if tenant in out or agent != (cluster.failures[0].agent_id or ""):
+        for tenant, agent in self.registry.agents():  # any agent: the weights are shared across them
+            if tenant in out:
                 continue
             eps = episodes(self.store, tenant, agent, limit=s.window)
             same = [c for c in cluster_failures(eps) if c.task == cluster.task and c.signature == cluster.signature]

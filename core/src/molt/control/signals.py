@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from molt.atdp.models import EventKind, OutcomeStatus, RewardSource
@@ -109,10 +110,14 @@ def episode_of(traj: Trajectory) -> Episode:
                 offered = data["tools"]
         elif e.kind == EventKind.TOOL_CALL:
             out = e.outcome
-            ok = out is None or out.status == OutcomeStatus.OK
             err = out.error if out is not None else None
-            tools.append(ToolUse(a.tool_name, a.arguments, ok, err.type if err else None,
-                                 err.message if err else None))
+            if out is None or out.status == OutcomeStatus.OK:
+                # Captured from the agent's tool message (the gateway), an error is only text.
+                found = _error_in(out.output if out is not None else None)
+                tools.append(ToolUse(a.tool_name, a.arguments, found is None, *(found or (None, None))))
+            else:
+                tools.append(ToolUse(a.tool_name, a.arguments, False, err.type if err else None,
+                                     err.message if err else None))
         elif e.kind == EventKind.FEEDBACK and getattr(a, "correction", None):
             corrections.append(a.correction)
     success: bool | None = None
@@ -150,6 +155,33 @@ def episodes(store: Store, tenant_id: str, agent_id: str, *, limit: int = 2000,
     out = [episode_of(t) for t in loaded.values() if isinstance(t, Trajectory)]
     out.sort(key=lambda e: (e.started_at, e.trajectory_id))
     return out
+
+
+_ERROR_TEXT = re.compile(r"^\s*(?:error:\s*)?(?:tool '[^']*' failed:\s*)?([A-Z]\w*(?:Error|Exception))\s*[:(]\s*(.*)",
+                         re.I | re.S)
+
+
+def _error_in(output: Any) -> tuple[str, str] | None:
+    """``(error type, message)`` when a tool's output is an error report: ``{"error": "..."}`` or text
+    like ``Error: ValidationError: ...`` / ``ValidationError(...)``; else ``None``."""
+    text = output
+    if isinstance(output, str) and output.lstrip().startswith("{"):
+        try:
+            text = orjson.loads(output)
+        except orjson.JSONDecodeError:
+            text = output
+    if isinstance(text, dict):
+        if not isinstance(text.get("error"), str):
+            return None
+        text = text["error"]
+    if not isinstance(text, str):
+        return None
+    m = _ERROR_TEXT.match(text)
+    if m:
+        return m.group(1), m.group(2).strip().rstrip(")")
+    if text.lower().startswith("error"):
+        return "ToolError", text.split(":", 1)[-1].strip()
+    return None
 
 
 _DIGITS = re.compile(r"\d")

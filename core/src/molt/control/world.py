@@ -345,8 +345,11 @@ def _desk(input: str, model: Any, tools: Any, offered: list[dict[str, Any]]) -> 
             try:
                 out: Any = tools.call(c["name"], **c["arguments"])
             except ToolFailed as exc:
-                out = {"error": str(exc)}
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": orjson.dumps(out).decode()})
+                err = exc.outcome.error
+                out = {"error": f"{err.type}: {err.message}" if err else str(exc)}
+            # A recording captured at the gateway holds the tool message text itself: pass it through.
+            content = out if isinstance(out, str) else orjson.dumps(out).decode()
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": content})
     return reply.text if reply else None
 
 

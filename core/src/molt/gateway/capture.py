@@ -78,6 +78,7 @@ class CallRecord:
     harness_fingerprint: str | None = None
     new_tools: list[tuple[str, str | None, str, Any, str]] = field(default_factory=list)
     result: Result | None = None
+    task: str | None = None
     status: OutcomeStatus = OutcomeStatus.OK
     error: BaseException | None = None
     latency_ms: float = 0.0
@@ -155,7 +156,7 @@ class Capture:
                        parent_id=parent, kind=EventKind.TOOL_CALL, name=name, timestamp=ts,
                        action=ToolCall(tool_name=name, call_id=call_id, arguments=args),
                        outcome=Outcome(status=OutcomeStatus.OK, output=result),
-                       metadata=Metadata(tenant_id=rec.tenant_id, agent_id=rec.agent_id),
+                       metadata=Metadata(tenant_id=rec.tenant_id, agent_id=rec.agent_id, task=rec.task),
                        provenance=Provenance(integration="gateway", integration_version=_VERSION))
             out.append(ev)
             parent = ev.event_id
@@ -212,7 +213,7 @@ class Capture:
             u = rec.result.usage
             usage = Usage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
                           total_tokens=u.prompt_tokens + u.completion_tokens)
-        return Metadata(tenant_id=rec.tenant_id, agent_id=rec.agent_id, model=rec.public_model,
+        return Metadata(tenant_id=rec.tenant_id, agent_id=rec.agent_id, task=rec.task, model=rec.public_model,
                         latency_ms=max(rec.latency_ms, 0.0), usage=usage)
 
     def _provenance(self, rec: CallRecord) -> Provenance:

@@ -77,7 +77,7 @@ def call_to_wire(rec: CallRecord) -> bytes:
         "prompt": rec.prompt, "sampling": rec.sampling, "harness": rec.harness_fingerprint,
         "new_tools": rec.new_tools, "result": result, "status": rec.status.value,
         "error": [type(rec.error).__name__, str(rec.error)] if rec.error is not None else None,
-        "latency_ms": rec.latency_ms, "key": rec.key_name,
+        "latency_ms": rec.latency_ms, "key": rec.key_name, "task": rec.task,
     })
 
 
@@ -112,7 +112,7 @@ def call_from_wire(data: bytes) -> CallRecord:
                       decision=decision, started=d["started"], messages=d["messages"], tools=d["tools"],
                       prompt=d["prompt"], sampling=d["sampling"], harness_fingerprint=d["harness"],
                       new_tools=[tuple(t) for t in d["new_tools"]], result=result, status=OutcomeStatus(d["status"]),
-                      error=error, latency_ms=d["latency_ms"], key_name=d["key"])
+                      error=error, latency_ms=d["latency_ms"], key_name=d["key"], task=d.get("task"))
 
 
 def _frame(kind: bytes, payload: bytes) -> bytes:

@@ -84,7 +84,8 @@ class Call:
 
 
 def _ids_from(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(session, trajectory, agent) from the X-Molt headers, else the OpenAI ``user``/``metadata`` fields."""
+    """(session, trajectory, agent) from the X-Molt headers, else the OpenAI ``user``/``metadata`` fields.
+    (The task, ``X-Molt-Task`` or ``metadata.task``, is read by :func:`_task_from`.)"""
     md: dict[str, Any] = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
     session = headers.get("x-molt-session") or md.get("molt_session") or md.get("session_id")
     if session is None and isinstance(body.get("user"), str) and body["user"]:
@@ -93,6 +94,13 @@ def _ids_from(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | N
     agent = headers.get("x-molt-agent") or md.get("agent_id")
     return (str(session)[:256] if session else None, str(trajectory)[:128] if trajectory else None,
             str(agent)[:256] if agent else None)
+
+
+def _task_from(headers: Mapping[str, str], body: dict[str, Any]) -> str | None:
+    """The task label of a call (``X-Molt-Task`` or ``metadata.task``): signals and verifiers group by it."""
+    md: dict[str, Any] = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
+    task = headers.get("x-molt-task") or md.get("task")
+    return str(task)[:256] if task else None
 
 
 class Gateway:
@@ -209,7 +217,8 @@ class Gateway:
                          tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
                          started=time.time(), messages=req.messages, tools=req.tools,
                          sampling=_sampling(req), key_name=principal.key_name,
-                         new_tools=tool_results(req.messages, res.new_from) if res.continued else [])
+                         new_tools=tool_results(req.messages, res.new_from) if res.continued else [],
+                         task=_task_from(headers, body))
         so = body.get("stream_options")
         call = Call(principal=principal, endpoint="chat.completions", public_model=req.model, resolution=res,
                     record=rec, decision=decision, backend=self.backends[decision.backend], applied=None,
@@ -235,7 +244,8 @@ class Gateway:
         rec = CallRecord(endpoint="completions", event_ids=[new_id() for _ in range(req.n)],
                          trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=parent,
                          tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
-                         started=time.time(), prompt=req.prompt, sampling=_sampling(req), key_name=principal.key_name)
+                         started=time.time(), prompt=req.prompt, sampling=_sampling(req), key_name=principal.key_name,
+                         task=_task_from(headers, body))
         so = body.get("stream_options")
         call = Call(principal=principal, endpoint="completions", public_model=req.model, resolution=None, record=rec,
                     decision=decision, backend=self.backends[decision.backend], applied=None,

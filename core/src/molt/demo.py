@@ -1,0 +1,546 @@
+"""``molt demo``: watch a real agent evolve through Molt, end to end, on a laptop.
+
+Two tenants run the support-desk agent of :mod:`molt.control.world` — its model calls made with
+LangChain's ``ChatOpenAI`` (tools bound with ``bind_tools``, tools as LangChain ``StructuredTool``\\s)
+against Molt's OpenAI-compatible gateway on a loopback port:
+
+- **acme** deploys the current integration; its consumers need JSON answers for status requests
+  (a format failure), its knowledge base lacks the refund window (a missing fact), its refunds skip
+  the lookup (a procedural failure);
+- **globex** runs the legacy integration whose ``lookup_order`` schema confuses the model (tool-schema
+  confusion) and its knowledge base lacks the warranty period;
+- both ask tax arithmetic the model cannot do (a capability gap only a weight update can close).
+
+Every call is captured (gateway → Recorder → LanceDB), rewarded by the task verifier through the
+gateway's reward endpoint, and some failures get a *late* user correction in the next round. After
+each round the control plane runs one cycle per agent: it diagnoses failure clusters, replays
+candidates on them, gates them, canaries the winner (half the sessions) and promotes or aborts it the
+next round. The success rate climbs as interventions land. At the end: a table in the terminal, an
+HTML report with plots (success per tenant over rounds with intervention markers, reward, cost per
+success, the decision log) and a PNG of the main curve, and every stored trajectory's hash chain
+verified.
+
+``--quick`` (CI) runs 8 rounds of 12 requests per tenant in a few minutes. The weight update is handed
+to the trainer hook: with ``--train`` (and molt-trainer installed) the requests are recorded for the
+online trainer (``molt serve --train``) — the demo itself trains nothing, so the capability cluster is
+reported as "weight update requested" and stays failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import html
+import io
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from molt.atdp.ids import new_id
+from molt.atdp.models import ErrorInfo, Outcome, OutcomeStatus
+from molt.replay import ToolFailed
+
+__all__ = ["DemoResult", "demo_command", "run_demo"]
+
+log = logging.getLogger("molt.demo")
+console = Console(stderr=True)
+
+MODEL = "desk-model"
+KEYS = {"sk-demo-acme": ("acme", "agent_writer"), "sk-demo-globex": ("globex", "agent_writer"),
+        "sk-demo-acme-admin": ("acme", "admin"), "sk-demo-globex-admin": ("globex", "admin")}
+TENANT_KEYS = {"acme": "sk-demo-acme", "globex": "sk-demo-globex"}
+
+
+# --------------------------------------------------------------------------- the agent's LangChain side
+
+
+class LangChainModel:
+    """The agent's model client for live runs: LangChain ``ChatOpenAI`` against the gateway.
+
+    It offers the same ``chat(messages, tools=..., **sampling)`` the agent uses under replay, so the
+    one agent function serves live traffic and counterfactual replays alike.
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, agent: str, task: str, trajectory_id: str):
+        from langchain_openai import ChatOpenAI
+
+        self.llm = ChatOpenAI(model=MODEL, base_url=base_url, api_key=api_key, max_retries=0, timeout=60,
+                              default_headers={"x-molt-agent": agent, "x-molt-task": task,
+                                               "x-molt-trajectory": trajectory_id})
+
+    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **sampling: Any) -> Any:
+        from langchain_core.messages import convert_to_messages
+
+        from molt.replay.episode import Reply
+
+        llm: Any = self.llm.bind_tools(tools) if tools else self.llm
+        ai = llm.invoke(convert_to_messages(messages), **sampling)
+        calls = [{"id": c["id"], "name": c["name"], "arguments": c["args"]} for c in ai.tool_calls]
+        msg: dict[str, Any] = {"role": "assistant", "content": ai.content or None}
+        if calls:
+            msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                                  "function": {"name": c["name"], "arguments": orjson.dumps(c["arguments"]).decode()}}
+                                 for c in calls]
+        return Reply(ai.content or None, calls, msg)
+
+
+class LangChainTools:
+    """The world's tools as LangChain ``StructuredTool``\\s; an exception becomes :class:`ToolFailed`,
+    as the agent expects from any tool box."""
+
+    def __init__(self, world: Any):
+        from langchain_core.tools import StructuredTool
+
+        self.tools = {fn.__name__: StructuredTool.from_function(fn, name=fn.__name__,
+                                                                description=(fn.__doc__ or fn.__name__))
+                      for fn in (world.lookup_order, world.refund, world.search_kb)}
+
+    def call(self, name: str, **arguments: Any) -> Any:
+        try:
+            return self.tools[name].invoke(arguments)
+        except Exception as exc:
+            raise ToolFailed(name, Outcome(status=OutcomeStatus.ERROR,
+                                           error=ErrorInfo(type=type(exc).__name__, message=str(exc)))) from None
+
+
+# --------------------------------------------------------------------------- traffic
+
+
+@dataclass(frozen=True)
+class Task:
+    tenant: str
+    agent: str
+    task: str
+    input: str
+    correction: str | None = None
+
+
+def _round_traffic(rnd: int, per_tenant: int) -> list[Task]:
+    """The round's requests: a fixed mix per tenant (every failure kind present every round)."""
+    import random
+
+    from molt.control.world import AGENT, FACTS, LEGACY_AGENT, ORDERS
+
+    rng = random.Random(f"demo-{rnd}")
+    ids = sorted(ORDERS)
+    out: list[Task] = []
+
+    def ticket() -> str:
+        return f"(ticket {rng.randrange(10**6)})"
+
+    def refund_q() -> str:
+        return f"Please refund order {rng.choice(ids)}. {ticket()}"
+
+    for tenant, agent, fact in (("acme", AGENT, "refund window"), ("globex", LEGACY_AGENT, "warranty period")):
+        f = FACTS[fact]
+        mix: list[Task] = []
+        for i in range(per_tenant):
+            kind = i % 6
+            if kind == 0:
+                mix.append(Task(tenant, agent, "kb_question", f"{rng.choice(f.questions)} {ticket()}", f.text))
+            elif kind == 1:
+                task = "status_json" if tenant == "acme" else "status"
+                mix.append(Task(tenant, agent, task, f"Where is order {rng.choice(ids)}? {ticket()}"))
+            elif kind in (2, 5) and tenant == "acme":
+                mix.append(Task(tenant, agent, "refund", refund_q()))
+            elif kind == 3:
+                oid = rng.choice(ids)
+                mix.append(Task(tenant, agent, "capability",
+                                f"What is the total of order {oid} in cents including 7% tax? {ticket()}"))
+            elif kind == 4:
+                r = FACTS["returns"]
+                mix.append(Task(tenant, agent, "kb_question", f"{rng.choice(r.questions)} {ticket()}"))
+            else:
+                task = "status" if tenant == "acme" else "kb_question"
+                q = (f"Where is order {rng.choice(ids)}? {ticket()}" if tenant == "acme"
+                     else f"{rng.choice(f.questions)} {ticket()}")
+                mix.append(Task(tenant, agent, task, q, None if tenant == "acme" else f.text))
+        out.extend(mix)
+    rng.shuffle(out)
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RoundStats:
+    round: int
+    tenant: str
+    n: int = 0
+    successes: int = 0
+    reward: float = 0.0
+    model_calls: int = 0
+    by_task: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    versions: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured (also written as JSON beside the report)."""
+
+    rounds: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
+    fixes: list[dict[str, Any]]
+    first_success: float
+    last_success: float
+    verified: int
+    broken: int
+    report: Path
+    png: Path
+    seconds: float
+
+
+class _Server:
+    def __init__(self, app: Any):
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    access_log=False))
+        self.thread = threading.Thread(target=self.server.run, name="molt-demo-gateway", daemon=True)
+
+    def __enter__(self) -> _Server:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the demo gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path | None = None,
+             progress: bool = True) -> DemoResult:
+    """Run the demo in ``home`` (a fresh directory) and write the report to ``out_dir`` (default ``home``)."""
+    from molt.capture import Recorder
+    from molt.control.binding import GatewayBinding
+    from molt.control.memory import MemoryStore, RetrievalHarness
+    from molt.control.plane import ControlPlane, PlaneSettings
+    from molt.control.scenarios import base_parts
+    from molt.control.world import AGENT, LEGACY_AGENT, DeskModel, World
+    from molt.gateway import Gateway, GatewayConfig
+    from molt.governance.access import KeyRing
+    from molt.store import Store
+
+    t_start = time.perf_counter()
+    out_dir = out_dir or home
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.open(home / "store", auto_compact=False)
+    recorder = Recorder(store, spool_dir=home / "spool", fsync="never", name="molt-demo")
+    requests: list[dict[str, Any]] = []
+
+    def trainer_hook(tenant: str, agent: str, cand: Any) -> str:
+        rid = "train-" + new_id()[-8:]
+        requests.append({"request": rid, "tenant": tenant, "agent": agent, "task": cand.payload.get("task"),
+                         "trajectories": len(cand.source_trajectories)})
+        return rid
+
+    memories = MemoryStore(store)
+    plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), memories=memories,
+                         base_parts=base_parts(), trainer=trainer_hook,
+                         settings=PlaneSettings(canary_weight=0.5, canary_min=4, window=200))
+    memories._redactor = plane.redactor  # one redaction policy for what the plane checks and what is stored
+    for tenant, agent in (("acme", AGENT), ("globex", LEGACY_AGENT)):
+        plane.registry.ensure_base(tenant, agent, base_parts(), actor="demo")
+    gw = Gateway([DeskModel("desk-0", model=MODEL)], recorder=recorder, store=store, keyring=KeyRing.from_mapping(KEYS),
+                 harness=RetrievalHarness(memories), config=GatewayConfig(health_interval_s=0))
+    GatewayBinding(gw, plane.registry, model=MODEL).sync()
+    world = World()
+    tools = LangChainTools(world)
+    stats: list[RoundStats] = []
+    decisions: list[dict[str, Any]] = []
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, disable=not progress, transient=False)
+    try:
+        _rounds(gw, plane, recorder, store, stats, decisions, rounds, per_tenant, prog, tools)
+    except BaseException:
+        recorder.close(timeout=60)  # also on Ctrl-C: every acknowledged event reaches the store
+        (home / "recorder-stats.json").write_bytes(orjson.dumps(recorder.stats.as_dict()))
+        store.close()
+        raise
+    recorder.close(timeout=60)
+    (home / "recorder-stats.json").write_bytes(orjson.dumps(recorder.stats.as_dict()))
+    verified, broken = _verify_all(store)
+    rounds_out = [{"round": s.round, "tenant": s.tenant, "n": s.n, "success_rate": s.successes / s.n if s.n else None,
+                   "mean_reward": s.reward / s.n if s.n else None,
+                   "model_calls_per_success": s.model_calls / s.successes if s.successes else None,
+                   "by_task": {k: v[0] / v[1] for k, v in s.by_task.items()}} for s in stats]
+    fixes = _fixes(decisions, stats, requests)
+    first = _rate([s for s in stats if s.round == 0])
+    last = _rate([s for s in stats if s.round == rounds - 1])
+    png = out_dir / "molt-demo-success.png"
+    report = out_dir / "molt-demo-report.html"
+    _plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken)
+    result = DemoResult(rounds_out, decisions, fixes, first, last, verified, broken, report, png,
+                        time.perf_counter() - t_start)
+    (out_dir / "molt-demo-result.json").write_bytes(orjson.dumps(
+        {k: (str(v) if isinstance(v, Path) else v) for k, v in result.__dict__.items()}, option=orjson.OPT_INDENT_2))
+    store.close()
+    return result
+
+
+def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundStats], decisions: list[dict[str, Any]],
+            rounds: int, per_tenant: int, prog: Progress, tools: LangChainTools) -> None:
+    """The rounds: traffic through the gateway, rewards, late corrections, one plane cycle per agent."""
+    from molt.control.world import AGENT, LEGACY_AGENT, _check
+    from molt.gateway import create_app
+    from molt.replay.decorator import AGENTS
+    from molt.replay.verifiers import VerifyContext
+
+    pending_corrections: list[tuple[str, str, str]] = []
+    seen_calls: dict[str, int] = {}
+    with _Server(create_app(gw)) as srv, prog:
+        base = f"http://127.0.0.1:{srv.port}"
+        bar = prog.add_task("rounds", total=rounds)
+        for rnd in range(rounds):
+            # Late rewards: last round's users correct the answers they got wrong.
+            for tenant, tid, text in pending_corrections:
+                _post_reward(base, TENANT_KEYS[tenant], tid, 0.0, "user_correction", text)
+            pending_corrections = []
+            per: dict[str, RoundStats] = {t: RoundStats(rnd, t) for t in TENANT_KEYS}
+            for tk in _round_traffic(rnd, per_tenant):
+                tid = new_id()
+                model = LangChainModel(base + "/v1", TENANT_KEYS[tk.tenant], agent=tk.agent, task=tk.task,
+                                       trajectory_id=tid)
+                answer = AGENTS.get(tk.agent).fn(tk.input, model, tools)
+                try:
+                    _check(answer, VerifyContext(input=tk.input, trajectory_id=tid, task=tk.task))
+                    ok = True
+                    reason = "check passed"
+                except AssertionError as exc:
+                    ok, reason = False, f"assertion failed: {exc}"
+                _post_reward(base, TENANT_KEYS[tk.tenant], tid, 1.0 if ok else 0.0, "verifier", reason)
+                if not ok and tk.correction:
+                    pending_corrections.append((tk.tenant, tid, tk.correction))
+                s = per[tk.tenant]
+                s.n += 1
+                s.successes += ok
+                s.reward += 1.0 if ok else 0.0
+                s.by_task[tk.task][0] += ok
+                s.by_task[tk.task][1] += 1
+            if not recorder.flush(timeout=120, deliver=True):
+                raise RuntimeError(f"the demo's recorder did not drain in 120 s: {recorder.stats.as_dict()}")
+            for s in per.values():
+                stats.append(s)
+            calls = _model_calls(store)
+            for s in per.values():
+                s.model_calls = calls.get(s.tenant, 0) - seen_calls.get(s.tenant, 0)
+            seen_calls = calls
+            # One control-plane cycle per agent.
+            for tenant, agent in (("acme", AGENT), ("globex", LEGACY_AGENT)):
+                res = asyncio.run(plane.arun_cycle(tenant, agent))
+                rec = res.record
+                decisions.append({"round": rnd, "tenant": tenant, "agent": agent, "choice": rec.choice,
+                                  "reason": rec.reason, "version": rec.applied_version,
+                                  "cluster": res.chosen.cluster if res.chosen else None,
+                                  "description": res.chosen.description if res.chosen else None,
+                                  "actions": rec.actions, "rejected": len(rec.rejected)})
+            prog.update(bar, advance=1, description=_round_line(rnd, per, decisions[-2:]))
+
+
+def _post_reward(base: str, key: str, tid: str, value: float, source: str, reason: str) -> None:
+    r = httpx.post(base + "/v1/molt/rewards/trajectory", timeout=30, headers={"authorization": f"Bearer {key}"},
+                   json={"trajectory_id": tid, "value": value, "source": source, "reason": reason})
+    r.raise_for_status()
+
+
+def _model_calls(store: Any) -> dict[str, int]:
+    tbl = store.table("events").search().where("kind = 'model_call'").select(["tenant_id"]).limit(None).to_arrow()
+    return dict(Counter(tbl.column("tenant_id").to_pylist()))
+
+
+def _rate(stats: list[RoundStats]) -> float:
+    n = sum(s.n for s in stats)
+    return sum(s.successes for s in stats) / n if n else 0.0
+
+
+def _round_line(rnd: int, per: dict[str, RoundStats], decs: list[dict[str, Any]]) -> str:
+    parts = [f"{t} {s.successes}/{s.n}" for t, s in per.items()]
+    acts = [f"{d['tenant']}: {d['choice']}" for d in decs if d["choice"] != "noop"]
+    return f"round {rnd + 1}: " + ", ".join(parts) + (f" — {'; '.join(acts)}" if acts else "")
+
+
+def _verify_all(store: Any) -> tuple[int, int]:
+    ok = bad = 0
+    for tid in store.trajectory_ids():
+        if store.verify(tid).ok:
+            ok += 1
+        else:
+            bad += 1
+    return ok, bad
+
+
+def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: list[dict[str, Any]]) -> list[dict]:
+    """Which intervention fixed which failure cluster: the cluster task's success rate in the round the
+    change was chosen vs the last round."""
+    out = []
+    last_round = max(s.round for s in stats)
+    for d in decisions:
+        if d["choice"] in ("noop", "promote") or not d.get("cluster"):
+            continue
+        task = d["cluster"].split("|", 1)[0] if "|" in d["cluster"] else None
+        def rate(rnd: int, tenant: str = d["tenant"], task: str | None = task) -> float | None:
+            ss = [s for s in stats if s.round == rnd and s.tenant == tenant]
+            if not ss or task is None or task not in ss[0].by_task:
+                return None
+            k, n = ss[0].by_task[task]
+            return k / n
+        out.append({"tenant": d["tenant"], "cluster": d["cluster"], "intervention": d["choice"],
+                    "round": d["round"] + 1, "before": rate(d["round"]), "after": rate(last_round),
+                    "version": d["version"], "what": d["description"]})
+    asked = {(r["tenant"], r["task"]): r for r in requests}
+    for f in out:
+        r = asked.get((f["tenant"], f["cluster"].split("|", 1)[0]))
+        if f["intervention"] == "weight_update" and r is not None:
+            f["what"] = (f"requested from the trainer ({r['request']}, {r['trajectories']} failing trajectories); "
+                         f"this demo trains nothing, so the cluster still fails")
+    return out
+
+
+def _plots_and_report(rounds: list[dict[str, Any]], decisions: list[dict[str, Any]], fixes: list[dict[str, Any]],
+                      report: Path, png: Path, first: float, last: float, verified: int, broken: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tenants = sorted({r["tenant"] for r in rounds})
+    marks = {"memory_insert": "o", "tool_schema_edit": "s", "harness_edit": "D", "skill_patch": "^",
+             "weight_update": "*", "rollback": "x", "promote": "P"}
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for t in tenants:
+        xs = [r["round"] + 1 for r in rounds if r["tenant"] == t]
+        ys = [r["success_rate"] for r in rounds if r["tenant"] == t]
+        line, = ax.plot(xs, ys, label=t, linewidth=2)
+        for d in decisions:
+            if d["tenant"] == t and d["choice"] in marks:
+                y = next(r["success_rate"] for r in rounds if r["tenant"] == t and r["round"] == d["round"])
+                ax.plot(d["round"] + 1, y, marks[d["choice"]], color=line.get_color(), markersize=9)
+                ax.annotate(d["choice"].replace("_", " "), (d["round"] + 1, y), textcoords="offset points",
+                            xytext=(4, -12 if t == tenants[0] else 8), fontsize=7)
+    ax.set_xlabel("round")
+    ax.set_ylabel("task success rate")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Molt demo: success per tenant, with the interventions the control plane chose")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    main_b64 = _b64(fig, plt)
+
+    fig2, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for t in tenants:
+        rs = [r for r in rounds if r["tenant"] == t]
+        a1.plot([r["round"] + 1 for r in rs], [r["mean_reward"] for r in rs], label=t)
+        a2.plot([r["round"] + 1 for r in rs], [r["model_calls_per_success"] for r in rs], label=t)
+    a1.set_title("mean reward")
+    a2.set_title("model calls per success")
+    for a in (a1, a2):
+        a.set_xlabel("round")
+        a.grid(alpha=0.3)
+        a.legend()
+    fig2.tight_layout()
+    side_b64 = _b64(fig2, plt)
+
+    def cell(x: Any) -> str:
+        if isinstance(x, float):
+            return f"{x:.0%}"
+        return html.escape("-" if x is None else str(x))
+
+    fix_rows = "".join(
+        f"<tr><td>{cell(f['tenant'])}</td><td>{cell(f['cluster'])}</td><td>{cell(f['intervention'])}</td>"
+        f"<td>{cell(f['round'])}</td><td>{cell(f['before'])}</td><td>{cell(f['after'])}</td>"
+        f"<td>{cell(f['what'])}</td></tr>" for f in fixes)
+    dec_rows = "".join(
+        f"<tr><td>{d['round'] + 1}</td><td>{cell(d['tenant'])}</td><td>{cell(d['choice'])}</td>"
+        f"<td>{cell(d['reason'])}</td><td>{cell(d['version'])}</td></tr>" for d in decisions)
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Molt demo report</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}}
+table{{border-collapse:collapse;width:100%;font-size:13px}}
+td,th{{border:1px solid #ddd;padding:4px 6px;text-align:left}}
+th{{background:#f3f3f3}}.big{{font-size:20px}}</style>
+</head><body>
+<h1>Molt demo report</h1>
+<p class="big">Task success: <b>{first:.0%}</b> in the first round → <b>{last:.0%}</b> in the last.</p>
+<p>Hash chains verified: {verified} trajectories, {broken} broken.</p>
+<img alt="success per tenant" src="data:image/png;base64,{main_b64}">
+<img alt="reward and cost" src="data:image/png;base64,{side_b64}">
+<h2>Which intervention fixed which failure cluster</h2>
+<table><tr><th>tenant</th><th>failure cluster</th><th>intervention</th><th>chosen in round</th>
+<th>cluster success then</th><th>in the last round</th><th>what</th></tr>{fix_rows}</table>
+<h2>Decision log</h2>
+<table><tr><th>round</th><th>tenant</th><th>choice</th><th>why</th><th>version</th></tr>{dec_rows}</table>
+</body></html>"""
+    report.write_text(page, encoding="utf-8")
+    plt.close("all")
+
+
+def _b64(fig: Any, plt: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def demo_command(
+    quick: Annotated[bool, typer.Option("--quick", help="The CI-sized run (8 rounds × 12 requests per tenant).")]
+    = False,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=2, help="Rounds (default 8 quick, 12 full).")] = None,
+    per_tenant: Annotated[int | None, typer.Option("--per-tenant", min=6, help="Requests per tenant per round "
+                                                                              "(default 12 quick, 24 full).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Where the report, PNG and JSON go.")] = Path("molt-demo"),
+    home: Annotated[Path | None, typer.Option("--home", help="Demo store directory (default: a fresh temporary "
+                                                               "one, removed afterwards).")] = None,
+) -> None:
+    """Run the end-to-end demo: an agent evolving through Molt, with a report at the end."""
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    n_rounds = rounds or (8 if quick else 12)
+    n_per = per_tenant or (12 if quick else 24)
+    tmp = None
+    if home is None:
+        tmp = tempfile.mkdtemp(prefix="molt-demo-")
+        home = Path(tmp)
+    elif home.exists() and any(home.iterdir()):
+        raise typer.BadParameter(f"{home} is not empty; the demo needs a fresh directory.", param_hint="--home")
+    console.print(f"[bold]molt demo[/bold]: {n_rounds} rounds × {n_per} requests for tenants acme and globex "
+                  f"(LangChain agent → Molt gateway → scripted support-desk model)")
+    try:
+        res = run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    tbl = Table(title=f"Molt demo — success {res.first_success:.0%} → {res.last_success:.0%} "
+                      f"in {res.seconds:.0f} s")
+    for col in ("tenant", "failure cluster", "intervention", "round", "before", "after"):
+        tbl.add_column(col)
+    for f in res.fixes:
+        tbl.add_row(f["tenant"], f["cluster"], f["intervention"], str(f["round"] or "-"),
+                    "-" if f["before"] is None else f"{f['before']:.0%}",
+                    "-" if f["after"] is None else f"{f['after']:.0%}")
+    Console().print(tbl)
+    Console().print(f"chains verified: {res.verified} ok, {res.broken} broken · report: {res.report} · "
+                    f"plot: {res.png}")
+    if res.broken or res.last_success <= res.first_success:
+        raise typer.Exit(1)
