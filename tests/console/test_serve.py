@@ -85,8 +85,8 @@ def test_the_control_plane_runs_on_its_schedule_and_stops_with_the_server(monkey
 
     calls: list[dict[str, Any]] = []
 
-    def fake_run_scheduled(store: Any, stop: threading.Event, every_s: float, *, backend: Any = None) -> None:
-        calls.append({"store": store, "every_s": every_s, "backend": backend})
+    def fake_run_scheduled(store: Any, stop: threading.Event, every_s: float, *, plane: Any = None) -> None:
+        calls.append({"store": store, "every_s": every_s, "plane": plane})
         stop.wait(60)
         calls[-1]["stopped"] = stop.is_set()
 
@@ -103,10 +103,16 @@ def test_the_control_plane_runs_on_its_schedule_and_stops_with_the_server(monkey
                 break
             started.wait(0.1)
 
-    monkeypatch.setattr(uvicorn, "run", fake_uvicorn_run)
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: (served.append(app), fake_uvicorn_run(app)))
     assert molt.cli.run(["serve", "--backend", "stub", "--no-record", "--evolve-every", "7"]) == 0
     [call] = calls
-    assert call["every_s"] == 7 and isinstance(call["backend"], StubBackend) and call["stopped"]
+    plane = call["plane"]
+    assert call["every_s"] == 7 and isinstance(plane.backend, StubBackend) and call["stopped"]
+    assert plane.backend is not served[0].state.gateway.backends["stub"]  # its own, for its own event loop
+    # one version registry for the plane and the console: a rollback in one is seen by the other's listeners
+    [console] = [r.app for r in served[0].routes if getattr(r, "path", "") == "/console"]
+    assert plane.registry is console.state.console.control("versions")
     assert "every 7 s" in capsys.readouterr().err
 
 

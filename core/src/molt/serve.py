@@ -109,7 +109,30 @@ class Stack:
                 log.warning("%s did not stop within %.0f s; leaving it (daemon thread).", t.name, timeout_s)
 
 
-def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Callable[[], Any]) -> None:
+def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
+    """The one version registry of this process (``None`` without the control plane), bound to the
+    gateway's router when the binding is installed, so the live version of each agent is what it
+    serves and a rollback (console, plane) moves its sessions at once."""
+    if importlib.util.find_spec("molt.control.versions") is None:
+        return None
+    registry = importlib.import_module("molt.control.versions").VersionRegistry(store)
+    try:
+        binding = importlib.import_module("molt.control.binding").GatewayBinding(gateway, registry, model=model)
+    except (ImportError, AttributeError):
+        stack.status["versions"] = "in the store (no gateway binding installed: the gateway serves its base route)"
+        return registry
+    try:
+        bound = binding.sync()
+    except Exception:  # serve the base route rather than not at all; the next change rebinds
+        log.exception("Binding the live policy versions to the gateway failed.")
+        stack.status["versions"] = "binding to the gateway FAILED (see the log); serving the base route"
+        return registry
+    stack.status["versions"] = f"live versions bound to the gateway ({len(bound)} agents)"
+    return registry
+
+
+def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Callable[[], Any],
+                   registry: Any = None) -> None:
     if every_s <= 0:
         stack.status["control plane"] = "off (--evolve-every 0)"
         return
@@ -119,14 +142,21 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
         return
 
     def run() -> None:  # imported here: the plane's imports take seconds, serving starts meanwhile
-        run_scheduled = getattr(importlib.import_module("molt.control.plane"), "run_scheduled", None)
+        mod = importlib.import_module("molt.control.plane")
+        run_scheduled = getattr(mod, "run_scheduled", None)
         if run_scheduled is None:
             log.warning("molt.control.plane has no run_scheduled; serving without evolution.")
             return
+        params = inspect.signature(run_scheduled).parameters
         kwargs: dict[str, Any] = {}
-        if "backend" in inspect.signature(run_scheduled).parameters:
-            # Its own backend object: the gateway's lives on the server's event loop, the plane
-            # replays candidates from this thread.
+        # Its own backend object: the gateway's lives on the server's event loop, the plane replays
+        # candidates from this thread.
+        if "plane" in params and hasattr(mod, "ControlPlane"):
+            plane = mod.ControlPlane(store, replay_backend())
+            if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
+                plane.registry = registry
+            kwargs["plane"] = plane
+        elif "backend" in params:
             kwargs["backend"] = replay_backend()
         run_scheduled(store, stack.stop, every_s, **kwargs)
 
@@ -245,6 +275,7 @@ def serve_command(
                                    ("recording", ("on, governance " + (governance or "off")) if recorder else "off")]
     stack = Stack()
     new_key = None
+    registry = _bind_versions(stack, shared, gw, public)
     if console:
         from molt.console import create_console_app
 
@@ -252,7 +283,7 @@ def serve_command(
         ring, new_key = console_keyring(home, create=gw.keyring is None)
         if ring is not None:
             rings.append(ring)
-        app.mount("/console", create_console_app(shared, rings))
+        app.mount("/console", create_console_app(shared, rings, versions=registry))
         app.add_route("/", _to_console, include_in_schema=False)  # a browser opening the server lands there
         rows.append(("console", f"{base}/console"))
         if new_key:
@@ -270,7 +301,7 @@ def serve_command(
         return make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
                             max_model_len=max_model_len, timeout_s=backend_timeout)
 
-    _start_control(stack, shared, evolve_every, replay_backend)
+    _start_control(stack, shared, evolve_every, replay_backend, registry)
     trainer_key = None
     if train:
         if gw.keyring is not None:  # the trainer publishes adapters through the admin API
