@@ -6,8 +6,10 @@
 
 Sections (each one a group of rows in the table; the harness is shared with ``tests/reliability``):
 
-1. **Crash safety** — ingest (Recorder → spool → LanceDB, 3 writer threads, compaction on) and the
-   gateway (stub backend, 4 HTTP clients) are SIGKILLed at random points; every trial home lives
+1. **Crash safety** — ingest (Recorder → spool → LanceDB, 3 writer threads, compaction on), the
+   gateway (stub backend, in-process Recorder, 4 HTTP clients) and ``molt serve`` as shipped (its capture
+   child process; acknowledgements there are not observable, so it adds duplicates, chains, orphaned
+   children and restarts, not "lost") are SIGKILLed at random points; every trial home lives
    through several kills, each life continuing the same trajectories. After a restart: acknowledged
    events and rewards lost, stored twice, chains that do not verify.
 2. **Exit with the sink down** — a process using the Recorder, and one using molt-langchain, whose
@@ -78,8 +80,9 @@ def crash(work: Path, kills: int, lives: int) -> tuple[list[Row], dict[str, Any]
     totals = {"kills": 0, "acked": 0, "lost": 0, "dup": 0, "chains": 0, "bad": 0, "ok_req": 0, "problems": []}
     per_kind: dict[str, dict[str, int]] = {}
     for i in range(homes):
-        kind = "ingest" if i % 5 < 3 else "gateway"  # 60 % ingest, 40 % gateway
-        fn = relharness.ingest_trial if kind == "ingest" else relharness.gateway_trial
+        kind = ("ingest", "gateway", "ingest", "gateway", "serve")[i % 5]
+        fn = {"ingest": relharness.ingest_trial, "gateway": relharness.gateway_trial,
+              "serve": relharness.serve_trial}[kind]
         res = fn(work / f"crash-{i}", seed=1000 + i, lives=lives)
         k = per_kind.setdefault(kind, {"kills": 0, "acked": 0})
         k["kills"] += res.kills
@@ -92,6 +95,8 @@ def crash(work: Path, kills: int, lives: int) -> tuple[list[Row], dict[str, Any]
         totals["bad"] += res.chains_bad
         totals["ok_req"] += res.requests_ok
         totals["problems"] += res.problems
+        totals.setdefault("orphan_or_restart_problems", 0)
+        totals["orphan_or_restart_problems"] += sum("outlived" in p for p in res.problems)
         log(f"crash trial {i + 1}/{homes} ({kind}): {res.kills} kills, {res.acked_events} events acked, "
             f"lost {res.lost}, dup {res.duplicated}, bad chains {res.chains_bad}")
         shutil.rmtree(work / f"crash-{i}", ignore_errors=True)
@@ -103,6 +108,8 @@ def crash(work: Path, kills: int, lives: int) -> tuple[list[Row], dict[str, Any]
         (s, "acknowledged lost", str(totals["lost"]), "0"),
         (s, "duplicated in the store", str(totals["dup"]), "0"),
         (s, f"chains that fail verify (of {totals['chains']}, each continued after restart)", str(totals["bad"]), "0"),
+        (s, "capture children orphaned by a SIGKILLed molt serve", str(totals.get("orphan_or_restart_problems", 0)),
+         "0"),
     ]
     return rows, totals
 

@@ -31,3 +31,12 @@ def test_sigkilled_gateway_under_load_loses_and_duplicates_nothing(tmp_path: Pat
     assert res.lost == 0 and res.duplicated == 0, res.problems
     assert res.chains_bad == 0, res.problems
     assert not res.problems
+
+
+@pytest.mark.slow
+def test_sigkilled_molt_serve_leaves_no_orphan_restarts_and_stores_each_event_once(tmp_path: Path) -> None:
+    """``molt serve`` as shipped: events are built and spooled by its capture child process."""
+    res = relharness.serve_trial(tmp_path / "home", 31, lives=2)
+    assert res.requests_ok > 10 and res.stored_events > 0, f"too little traffic before the kills: {res}"
+    assert res.duplicated == 0 and res.chains_bad == 0, res.problems
+    assert not res.problems
