@@ -66,6 +66,41 @@ def test_tenant_keys_open_the_console_and_no_console_key_is_made(monkeypatch: py
     assert r.status_code == 200 and 'id="tenant">acme<' in r.text
 
 
+def test_a_console_rollback_moves_the_gateway_to_the_previous_version(monkeypatch: pytest.MonkeyPatch,
+                                                                       molt_home: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from starlette.testclient import TestClient
+
+    from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+    from molt.store import Store
+
+    store = Store.open(molt_home / "store", auto_compact=False)
+    reg = VersionRegistry(store)
+    base = reg.ensure_base("default", "support", PolicyParts(model=ModelPart(base="stub")))
+    v2 = reg.create("default", "support", base.parts.with_system_prompt("Answer in one line."),
+                    parent=base.version_id, note="harness edit")
+    reg.promote(v2.version_id, actor="test")
+    store.close()
+    rc, app = _serve_in_process(monkeypatch, ["--no-record"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    [key] = re.findall(r"console admin key \(shown once\): (\S+)", err)
+    assert "live versions bound to the gateway (1 agents)" in err
+
+    with TestClient(app) as client:
+        def served_version() -> str:
+            r = client.post("/v1/chat/completions", headers={"x-molt-agent": "support"},
+                            json={"model": "stub", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200
+            return str(r.headers["x-molt-policy-version"])
+
+        assert served_version() == v2.version_id
+        r = client.post("/console/versions/rollback", data={"agent_id": "support"},
+                        headers={"authorization": f"Bearer {key}"})
+        assert r.status_code == 200 and r.json()["live"]["version_id"] == base.version_id
+        assert served_version() == base.version_id  # the next call, without a restart
+
+
 def test_serve_help_keeps_the_gateway_options_and_adds_the_stack_ones(capsys: pytest.CaptureFixture[str]) -> None:
     import molt.cli
 

@@ -234,8 +234,7 @@ class Console:
             log.info("console: %s rolled agent %s of tenant %s back to %s", actor, agent, c.principal.tenant_id,
                      live.version_id)
             if c.session is None:
-                return JSONResponse({"live": live.model_dump(mode="json") if hasattr(live, "model_dump")
-                                     else live.version_id}, headers=_HEADERS)
+                return JSONResponse({"live": live.model_dump(mode="json", exclude={"parts_bytes"})}, headers=_HEADERS)
             c.session.flash.append(f"Rolled agent {agent} back: {live.version_id} is live again.")
         return RedirectResponse(f"{self.base}/versions" + (f"?agent={quote(agent)}" if agent else ""), 303)
 
