@@ -31,6 +31,10 @@ import orjson
 CHILDREN = Path(__file__).resolve().parent / "children"
 PYTHON = sys.executable
 
+#: The governance policy of governed gateway trials: the crash tenant trains on its traffic.
+TRAINING_POLICY: dict[str, Any] = {"name": "crash", "tenants": {"crash": {"training": {
+    "opt_in": True, "require_consent": False}}}}
+
 
 @dataclass
 class TrialResult:
@@ -47,11 +51,13 @@ class TrialResult:
     chains_bad: int = 0
     requests_ok: int = 0
     requests_failed: int = 0
+    training_events: int = 0  # events the training queue handed out (governed trials)
+    training_duplicates: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.chains_bad)
+        return not (self.lost or self.duplicated or self.chains_bad or self.training_duplicates)
 
 
 def free_port() -> int:
@@ -167,12 +173,14 @@ def _gateway_load(url: str, tids: list[str], stop: threading.Event, seed: int, c
                 time.sleep(0.01)
 
 
-def gateway_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clients: int = 4) -> Counter[str]:
+def gateway_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clients: int = 4,
+                 governed: bool = False) -> Counter[str]:
     """One life of the gateway child under ``clients`` concurrent HTTP clients, SIGKILLed after
     ``kill_after_s`` seconds of load."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([PYTHON, str(CHILDREN / "gateway_child.py"), str(home), str(port)],
+    proc = subprocess.Popen([PYTHON, str(CHILDREN / "gateway_child.py"), str(home), str(port),
+                             *(["governed"] if governed else [])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
     counts: Counter[str] = Counter()
     stop = threading.Event()
@@ -193,7 +201,7 @@ def gateway_life(home: Path, tids: list[str], seed: int, kill_after_s: float, cl
 
 
 def gateway_trial(home: Path, seed: int, *, lives: int = 2, window: tuple[float, float] = (0.3, 2.0),
-                  clients: int = 4) -> TrialResult:
+                  clients: int = 4, governed: bool = False) -> TrialResult:
     """SIGKILL the loaded gateway ``lives`` times (the same trajectories continue in every life)."""
     from molt.atdp.ids import new_id
 
@@ -202,8 +210,8 @@ def gateway_trial(home: Path, seed: int, *, lives: int = 2, window: tuple[float,
     tids = [new_id() for _ in range(6)]
     total: Counter[str] = Counter()
     for life in range(lives):
-        total += gateway_life(home, tids, seed * 100 + life, rng.uniform(*window), clients)
-    res = check_home(home, "gateway")
+        total += gateway_life(home, tids, seed * 100 + life, rng.uniform(*window), clients, governed)
+    res = check_home(home, "gateway", governed=governed)
     res.kills = lives
     res.requests_ok = total["ok"]
     res.requests_failed = sum(v for k, v in total.items() if k != "ok")
@@ -283,7 +291,7 @@ def serve_trial(home: Path, seed: int, *, lives: int = 2, window: tuple[float, f
 # ------------------------------------------------------------------------------------------ the check
 
 
-def check_home(home: Path, kind: str) -> TrialResult:
+def check_home(home: Path, kind: str, governed: bool = False) -> TrialResult:
     """Restart on ``home`` (a Recorder drains the dead process's spool into the store), then count lost
     and duplicated acknowledged records and verify every chain, also after one more event per
     trajectory (the chain must continue where the dead process left it)."""
@@ -296,7 +304,14 @@ def check_home(home: Path, kind: str) -> TrialResult:
     acked, acked_rewards = read_acked(home / "acked.jsonl")
     res = TrialResult(kind=kind, acked_events=len(acked), acked_rewards=len(acked_rewards))
     store = Store.open(home / "store", auto_compact=False)
-    rec = Recorder(store, spool_dir=home / "spool")
+    kw: dict[str, Any] = {}
+    sink: Any = store
+    if governed:
+        from molt.governance import GovernancePipeline, GovernancePolicy, GovernedSink
+
+        kw["pipeline"] = GovernancePipeline(GovernancePolicy.model_validate(TRAINING_POLICY))
+        sink = GovernedSink(store)
+    rec = Recorder(sink, spool_dir=home / "spool", **kw)
     try:
         if not rec.flush(timeout=120, deliver=True):
             res.problems.append("the restarted Recorder did not drain the spool in 120 s")
@@ -325,10 +340,29 @@ def check_home(home: Path, kind: str) -> TrialResult:
             if not report.ok:
                 res.chains_bad += 1
                 res.problems.append(f"chain {tid}: {report.problems[:2]}")
+        if governed:
+            _check_training_queue(store, res)
     finally:
         rec.close()
         store.close()
     return res
+
+
+def _check_training_queue(store: Any, res: TrialResult) -> None:
+    """Every eligible trajectory the training queue hands a trainer holds each event once."""
+    from molt.governance import GovernancePolicy, TrainingQueue
+    from molt.governance.access import Principal, Role
+
+    queue = TrainingQueue(store, GovernancePolicy.model_validate(TRAINING_POLICY), Principal("crash", Role.TRAINER))
+    trajs = list(queue.eligible_trajectories())
+    if not trajs:
+        res.problems.append("the training queue handed out no trajectory")
+    for traj in trajs:
+        ids = [e.event_id for e in traj.events]
+        res.training_events += len(ids)
+        res.training_duplicates += len(ids) - len(set(ids))
+    if res.training_duplicates:
+        res.problems.append(f"{res.training_duplicates} duplicate events in the training queue")
 
 
 # ------------------------------------------------------------------------------------------ exit, sink down

@@ -1,6 +1,7 @@
 """Crash safety: ingest (Recorder → spool → LanceDB) and the loaded gateway are SIGKILLed at random
 points, twice per trial, each life continuing the same trajectories. After a restart every acknowledged
-event and reward is in the store exactly once, and every chain verifies (and continues).
+event and reward is in the store exactly once (and, for the governed gateway, in the training queue
+exactly once), and every chain verifies (and continues).
 
 CI runs a few trials; ``bench/reliability/run.py`` runs hundreds (``--quick``: a dozen).
 """
@@ -26,9 +27,11 @@ def test_sigkilled_ingest_loses_and_duplicates_nothing(tmp_path: Path, seed: int
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [21])
 def test_sigkilled_gateway_under_load_loses_and_duplicates_nothing(tmp_path: Path, seed: int) -> None:
-    res = relharness.gateway_trial(tmp_path / "home", seed, lives=2)
+    """With the governance pipeline on, so the training queue is checked too (each event once)."""
+    res = relharness.gateway_trial(tmp_path / "home", seed, lives=2, window=(1.5, 3.0), governed=True)
     assert res.requests_ok > 10 and res.acked_events > 10, f"too little traffic before the kills: {res}"
     assert res.lost == 0 and res.duplicated == 0, res.problems
+    assert res.training_events >= res.acked_events and res.training_duplicates == 0, res.problems
     assert res.chains_bad == 0, res.problems
     assert not res.problems
 

@@ -1,7 +1,9 @@
 """Child process of the gateway crash trials: the gateway (stub backend, in-process Recorder, real
 LanceDB store) on a loopback port.
 
-Usage: ``python gateway_child.py HOME PORT``. The Recorder's spool is instrumented: once an append is
+Usage: ``python gateway_child.py HOME PORT [governed]``. With ``governed`` the Recorder runs the
+governance pipeline (:data:`relharness.TRAINING_POLICY`) into a ``GovernedSink``, so the trial can also
+check the training queue. The Recorder's spool is instrumented: once an append is
 durable (it returned, fsync done) the event ids of its frames are appended to ``HOME/acked.jsonl``, one
 JSON list a line. That is exactly "acknowledged": durable in the write-ahead log. The parent drives load
 through HTTP, SIGKILLs this process at a random point and checks the store after a restart.
@@ -49,8 +51,19 @@ def instrument(rec: Recorder, log_path: Path) -> None:
 
 def main() -> None:
     home, port = Path(sys.argv[1]), int(sys.argv[2])
+    governed = len(sys.argv) > 3 and sys.argv[3] == "governed"
     store = Store.open(home / "store", compact_every=8)
-    rec = Recorder(store, spool_dir=home / "spool", batch_size=256, name="crash-gateway")
+    kw: dict[str, object] = {}
+    sink: object = store
+    if governed:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from relharness import TRAINING_POLICY
+
+        from molt.governance import GovernancePipeline, GovernancePolicy, GovernedSink
+
+        kw["pipeline"] = GovernancePipeline(GovernancePolicy.model_validate(TRAINING_POLICY))
+        sink = GovernedSink(store)
+    rec = Recorder(sink, spool_dir=home / "spool", batch_size=256, name="crash-gateway", **kw)  # type: ignore[arg-type]
     instrument(rec, home / "acked.jsonl")
     gw = Gateway([StubBackend()], recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
                  config=GatewayConfig(health_interval_s=0))
