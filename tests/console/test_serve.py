@@ -66,11 +66,12 @@ def test_tenant_keys_open_the_console_and_no_console_key_is_made(monkeypatch: py
     assert r.status_code == 200 and 'id="tenant">acme<' in r.text
 
 
-def test_a_console_rollback_moves_the_gateway_to_the_previous_version(monkeypatch: pytest.MonkeyPatch,
-                                                                       molt_home: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_console_rollback_and_other_processes_changes_reach_the_gateway(monkeypatch: pytest.MonkeyPatch,
+                                                                         molt_home: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
+    import molt.serve
     from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
     from molt.store import Store
 
@@ -81,24 +82,44 @@ def test_a_console_rollback_moves_the_gateway_to_the_previous_version(monkeypatc
                     parent=base.version_id, note="harness edit")
     reg.promote(v2.version_id, actor="test")
     store.close()
-    rc, app = _serve_in_process(monkeypatch, ["--no-record"])
-    assert rc == 0
-    err = capsys.readouterr().err
-    [key] = re.findall(r"console admin key \(shown once\): (\S+)", err)
-    assert "live versions bound to the gateway (1 agents)" in err
+    monkeypatch.setattr(molt.serve, "VERSION_POLL_S", 0.05)
+    seen: list[str] = []
 
-    with TestClient(app) as client:
-        def served_version() -> str:
-            r = client.post("/v1/chat/completions", headers={"x-molt-agent": "support"},
-                            json={"model": "stub", "messages": [{"role": "user", "content": "hi"}]})
-            assert r.status_code == 200
-            return str(r.headers["x-molt-policy-version"])
+    def scenario(app: Any, **kw: Any) -> None:  # runs while `molt serve` is up (in place of uvicorn.run)
+        err = capsys.readouterr().err
+        [key] = re.findall(r"console admin key \(shown once\): (\S+)", err)
+        assert "live versions bound to the gateway (1 agents)" in err
+        with TestClient(app) as client:
+            def served_version() -> str:
+                r = client.post("/v1/chat/completions", headers={"x-molt-agent": "support"},
+                                json={"model": "stub", "messages": [{"role": "user", "content": "hi"}]})
+                assert r.status_code == 200
+                return str(r.headers["x-molt-policy-version"])
 
-        assert served_version() == v2.version_id
-        r = client.post("/console/versions/rollback", data={"agent_id": "support"},
-                        headers={"authorization": f"Bearer {key}"})
-        assert r.status_code == 200 and r.json()["live"]["version_id"] == base.version_id
-        assert served_version() == base.version_id  # the next call, without a restart
+            seen.append(served_version())
+            r = client.post("/console/versions/rollback", data={"agent_id": "support"},
+                            headers={"authorization": f"Bearer {key}"})
+            assert r.status_code == 200 and r.json()["live"]["version_id"] == base.version_id
+            seen.append(served_version())  # the next call, without a restart
+            # a promotion by another process (its own store handles) reaches new sessions too
+            other = Store.open(molt_home / "store", auto_compact=False)
+            try:
+                VersionRegistry(other).promote(v2.version_id, actor="another process")
+            finally:
+                other.close()
+            for _ in range(600):  # bounded wait for the version-sync thread
+                if served_version() == v2.version_id:
+                    break
+                time.sleep(0.05)
+            seen.append(served_version())
+
+    import uvicorn
+
+    import molt.cli
+
+    monkeypatch.setattr(uvicorn, "run", scenario)
+    assert molt.cli.run(["serve", "--backend", "stub", "--evolve-every", "0", "--no-record"]) == 0
+    assert seen == [v2.version_id, base.version_id, v2.version_id]
 
 
 def test_serve_help_keeps_the_gateway_options_and_adds_the_stack_ones(capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,6 +55,8 @@ log = logging.getLogger("molt.serve")
 
 #: The console's own key file under ``$MOLT_HOME`` (used when no tenant key file is given).
 CONSOLE_KEYS = "console-keys.toml"
+#: How often (s) the gateway binding looks for version changes made by other processes.
+VERSION_POLL_S = 5.0
 
 
 def console_keyring(home: Path, *, create: bool) -> tuple[KeyRing | None, str | None]:
@@ -115,7 +117,8 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
     serves and a rollback (console, plane) moves its sessions at once."""
     if importlib.util.find_spec("molt.control.versions") is None:
         return None
-    registry = importlib.import_module("molt.control.versions").VersionRegistry(store)
+    versions = importlib.import_module("molt.control.versions")
+    registry = versions.VersionRegistry(store)
     try:
         binding = importlib.import_module("molt.control.binding").GatewayBinding(gateway, registry, model=model)
     except (ImportError, AttributeError):
@@ -128,6 +131,22 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
         stack.status["versions"] = "binding to the gateway FAILED (see the log); serving the base route"
         return registry
     stack.status["versions"] = f"live versions bound to the gateway ({len(bound)} agents)"
+
+    def follow() -> None:
+        # Changes made in this process reach the binding through the registry's listeners; this
+        # picks up those of other processes (`molt versions rollback` in another terminal): new
+        # sessions get the new live version, running ones finish on theirs.
+        names = [getattr(versions, n) for n in ("VERSIONS_TABLE", "EVENTS_TABLE") if hasattr(versions, n)]
+        while not stack.stop.wait(VERSION_POLL_S):
+            try:
+                for name in names:  # a table handle reads the version it last saw until told otherwise
+                    store.table(name).checkout_latest()
+                for key, weights in binding.sync().items():
+                    log.info("Rebound %s to %s (changed by another process).", key, weights)
+            except Exception:
+                log.exception("Following policy-version changes failed; retrying in %.0f s.", VERSION_POLL_S)
+
+    stack.spawn("version-sync", follow)
     return registry
 
 
