@@ -90,6 +90,7 @@ def test_a_reader_of_one_tenant_never_sees_the_other(page: Any, served: Served) 
     data = page.evaluate("() => fetch('/console/api/signals').then(r => r.json())")
     assert set(data["series"]) == {"support", "sales"} and "billing" not in data["totals"]
     # a reader may not see quarantine or roll back
+    assert page.locator("header >> text=Quarantine").count() == 0
     resp = page.goto(served.url + "/console/quarantine")
     assert resp is not None and resp.status == 403
     page.goto(served.url + "/console/versions")

@@ -82,7 +82,8 @@ _BASE = """<!doctype html>
 {% if who %}
 {% for path, label in [('/trajectories','Trajectories'),('/versions','Versions'),('/decisions','Decisions'),
    ('/signals','Signals'),('/quarantine','Quarantine')] %}
-<a href="{{ base }}{{ path }}" class="{{ 'on' if page == path else '' }}">{{ label }}</a>
+{% if path != '/quarantine' or who.can('admin') %}
+<a href="{{ base }}{{ path }}" class="{{ 'on' if page == path else '' }}">{{ label }}</a>{% endif %}
 {% endfor %}
 <span class="who">tenant <b id="tenant">{{ who.tenant_id }}</b> · {{ who.role.value }}</span>
 <form method="post" action="{{ base }}/logout"><input type="hidden" name="csrf" value="{{ csrf }}">
