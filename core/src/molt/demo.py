@@ -407,9 +407,12 @@ def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: l
                 return None
             k, n = ss[0].by_task[task]
             return k / n
+        promoted = next((p["round"] + 1 for p in decisions if p["choice"] == "promote" and d["version"]
+                         and p["version"] == d["version"]), None)
         out.append({"tenant": d["tenant"], "cluster": d["cluster"], "intervention": d["choice"],
-                    "round": d["round"] + 1, "before": rate(d["round"]), "after": rate(last_round),
-                    "version": d["version"], "what": d["description"]})
+                    "round": d["round"] + 1, "live_from": promoted + 1 if promoted else None,
+                    "before": rate(d["round"]), "after": rate(last_round), "version": d["version"],
+                    "what": d["description"]})
     asked = {(r["tenant"], r["task"]): r for r in requests}
     for f in out:
         r = asked.get((f["tenant"], f["cluster"].split("|", 1)[0]))
