@@ -205,7 +205,8 @@ def _build_suite() -> list[Scenario]:
         rng = random.Random(f"regr-{i}")
         t = tenants[(i + 5) % len(tenants)]
         label, bad = bad_versions[i % 3]
-        before = [Traffic(x.tenant, x.agent, x.input, x.task) for x in _status(rng, t, AGENT, 8 + i)]
+        before = [Traffic(x.tenant, x.agent, x.input, x.task)
+                  for x in _status(rng, t, AGENT, 8 + i) + _kb(rng, t, AGENT, 4)]
         after = [Traffic(x.tenant, x.agent, x.input, x.task, phase=1) for x in _status(rng, t, AGENT, 8 + i)]
         out.append(Scenario(f"regression-{label}-{i}", "regression", t, AGENT, tuple(before + after),
                             failing_task="status", bad_parts=bad, note=f"promoted a version with a bad {label}"))
@@ -220,6 +221,23 @@ def _build_suite() -> list[Scenario]:
             groups.append(_cents(rng, t, AGENT, 2, 0.0))
         out.append(Scenario(f"noise-{i}", "noise", t, AGENT, _shuffled(rng, *groups), flaky=0.12 if i % 2 == 0 else 0.0,
                             note="sporadic failures with no cluster large enough"))
+    # Mixed windows: the same failures with transient errors and a couple of unrelated hard questions
+    # around them (the plane must still pick the intervention for the real cluster).
+    for i, kind in enumerate(["missing_fact", "tool_schema", "format", "procedural"]):
+        rng = random.Random(f"mixed-{i}")
+        t = tenants[(i + 6) % len(tenants)]
+        agent = LEGACY_AGENT if kind == "tool_schema" else AGENT
+        main, task = {
+            "missing_fact": (_facts(rng, t, agent, topics[i], 9, 0.6), "kb_question"),
+            "tool_schema": (_status(rng, t, agent, 9), "status"),
+            "format": (_status(rng, t, agent, 8, task="status_json"), "status_json"),
+            "procedural": (_refunds(rng, t, agent, 11, 3, 0.15), "refund"),
+        }[kind]
+        noise = _cents(rng, t, agent, 2, 0.0) + _kb(rng, t, agent, 8)
+        if kind != "tool_schema":
+            noise += _status(rng, t, agent, 6)
+        out.append(Scenario(f"mixed-{kind.replace('_', '-')}", kind, t, agent, _shuffled(rng, main, noise),
+                            failing_task=task, flaky=0.1, note="the failure plus transient errors and 2 hard asks"))
     return out
 
 
