@@ -187,10 +187,17 @@ def gateway_life(home: Path, tids: list[str], seed: int, kill_after_s: float, cl
     threads: list[threading.Thread] = []
     try:
         _wait_up(url, proc)
+        acked = home / "acked.jsonl"
+        before = acked.stat().st_size if acked.exists() else 0
         threads = [threading.Thread(target=_gateway_load, args=(url, tids, stop, seed * 10 + i, counts), daemon=True)
                    for i in range(clients)]
         for t in threads:
             t.start()
+        # the kill window starts at this life's first acknowledgement (a cold governance pipeline on a busy
+        # machine can take seconds), so every life has something acknowledged to lose
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (acked.stat().st_size if acked.exists() else 0) <= before:
+            time.sleep(0.02)
         time.sleep(kill_after_s)
     finally:
         _kill(proc)  # SIGKILL under load

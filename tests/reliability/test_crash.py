@@ -28,7 +28,7 @@ def test_sigkilled_ingest_loses_and_duplicates_nothing(tmp_path: Path, seed: int
 @pytest.mark.parametrize("seed", [21])
 def test_sigkilled_gateway_under_load_loses_and_duplicates_nothing(tmp_path: Path, seed: int) -> None:
     """With the governance pipeline on, so the training queue is checked too (each event once)."""
-    res = relharness.gateway_trial(tmp_path / "home", seed, lives=2, window=(1.5, 3.0), governed=True)
+    res = relharness.gateway_trial(tmp_path / "home", seed, lives=2, window=(0.3, 2.0), governed=True)
     assert res.requests_ok > 10 and res.acked_events > 10, f"too little traffic before the kills: {res}"
     assert res.lost == 0 and res.duplicated == 0, res.problems
     assert res.training_events >= res.acked_events and res.training_duplicates == 0, res.problems
