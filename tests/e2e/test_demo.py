@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from molt.demo import run_demo
 from molt.store import Store
+from molt_demo.app import run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 

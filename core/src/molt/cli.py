@@ -323,7 +323,7 @@ _MOUNTS: list[tuple[str, str]] = [
     ("replay", "molt.replay.cli:app"),
     ("versions", "molt.control.cli:versions_app"),
     ("evolve", "molt.control.cli:evolve_app"),
-    ("demo", "molt.demo:demo_command"),
+    ("demo", "molt_demo.app:demo_command"),
 ]
 
 

@@ -120,7 +120,7 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
     versions = importlib.import_module("molt.control.versions")
     registry = versions.VersionRegistry(store)
     try:
-        binding = importlib.import_module("molt.control.binding").GatewayBinding(gateway, registry, model=model)
+        binding = importlib.import_module("molt.gateway.binding").GatewayBinding(gateway, registry, model=model)
     except (ImportError, AttributeError):
         stack.status["versions"] = "in the store (no gateway binding installed: the gateway serves its base route)"
         return registry

@@ -13,10 +13,10 @@ import pytest
 
 from molt.backends import StubBackend
 from molt.capture import Recorder
-from molt.control.binding import GatewayBinding
 from molt.control.memory import MemoryStore, RetrievalHarness
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.gateway import Gateway, create_app
+from molt.gateway.binding import GatewayBinding
 from molt.governance.access import KeyRing
 from molt.harness import ToolRewrite
 from molt.store import Store

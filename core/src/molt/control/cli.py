@@ -17,6 +17,8 @@ install with no key file is its own operator. ::
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -44,9 +46,17 @@ AgentOpt = Annotated[str | None, typer.Option("--agent", help="Agent id.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON output.")]
 
 
+def _home() -> Path:
+    return Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
+
+
+def _keys_file() -> Path:
+    """The tenant key file: ``$MOLT_KEYS`` or ``$MOLT_HOME/keys.toml`` (as every molt command reads it)."""
+    return Path(os.environ.get("MOLT_KEYS") or _home() / "keys.toml")
+
+
 def _who(api_key: str | None, operator: bool, action: str, tenant: str | None) -> str | None:
     """The tenant the caller may act on (``None``: any — the operator), checking ``action``."""
-    from molt.cli import _keys_file
     from molt.errors import AuthenticationError, PermissionDenied
     from molt.governance.access import KeyRing
 
@@ -63,10 +73,10 @@ def _who(api_key: str | None, operator: bool, action: str, tenant: str | None) -
 
 
 def _registry(store_uri: str | None) -> Any:
-    from molt.cli import open_store
     from molt.control.versions import VersionRegistry
+    from molt.store import Store
 
-    return VersionRegistry(open_store(store_uri))
+    return VersionRegistry(Store.open(store_uri or _home() / "store", auto_compact=False))
 
 
 def _fail(exc: Exception) -> None:

@@ -223,7 +223,7 @@ class VersionRegistry:
         self._events = ensure_table(store, EVENTS_TABLE, EVENTS_SCHEMA)
         self._lock = threading.RLock()
         #: Called as ``fn(tenant_id, agent_id, action)`` after every pointer change (promote, canary,
-        #: abort, rollback) — e.g. :class:`molt.control.binding.GatewayBinding` rebinding the gateway.
+        #: abort, rollback) — e.g. :class:`molt.gateway.binding.GatewayBinding` rebinding the gateway.
         self.listeners: list[Callable[[str, str, str], None]] = []
 
     # ------------------------------------------------------------------ reading

@@ -1,4 +1,4 @@
-"""Binding the version registry to a gateway: each tenant's agent is served its own live version (and
+"""Binding a policy-version registry to the gateway: each tenant's agent is served its own live version (and
 canaries) under the routing key ``<model>#<tenant>/<agent>``.
 
 :meth:`GatewayBinding.sync` reads the registry and rebinds every agent whose versions or weights
@@ -20,7 +20,6 @@ import logging
 import threading
 from typing import Any
 
-from molt.control.versions import PolicyVersion, VersionRegistry
 from molt.gateway.router import Router, VersionSpec, scope_key
 
 __all__ = ["GatewayBinding", "version_spec"]
@@ -28,8 +27,10 @@ __all__ = ["GatewayBinding", "version_spec"]
 log = logging.getLogger("molt.control")
 
 
-def version_spec(v: PolicyVersion, backends: tuple[str, ...]) -> VersionSpec:
-    """The gateway's view of composite version ``v`` served by ``backends``."""
+def version_spec(v: Any, backends: tuple[str, ...]) -> VersionSpec:
+    """The gateway's view of composite version ``v`` (a :class:`molt.control.versions.PolicyVersion`:
+    ``version_id``, ``tenant_id`` and ``parts`` with ``model``, ``memory_ids``, ``skill_ids`` and
+    ``effective_harness()``) served by ``backends``."""
     p = v.parts
     return VersionSpec(version=v.version_id, backends=backends, upstream_model=p.model.adapter,
                        lora_adapter=p.model.adapter_path, harness=p.effective_harness(), tenant_id=v.tenant_id,
@@ -41,13 +42,15 @@ class GatewayBinding:
 
     Args:
         gateway: a :class:`molt.gateway.Gateway` (or a :class:`~molt.gateway.router.Router`).
-        registry: the version registry.
+        registry: the version registry (:class:`molt.control.versions.VersionRegistry`, or anything
+            with ``agents()``, ``live()``, ``canaries()`` and a ``listeners`` list; the gateway never
+            imports the control plane).
         model: the public model name the agents call.
         backends: backend names that serve the versions (default: every backend of the gateway's
             current table).
     """
 
-    def __init__(self, gateway: Any, registry: VersionRegistry, *, model: str,
+    def __init__(self, gateway: Any, registry: Any, *, model: str,
                  backends: tuple[str, ...] | None = None):
         self.router: Router = gateway.router if hasattr(gateway, "router") else gateway
         self.registry = registry

@@ -57,7 +57,7 @@ from molt.replay import ToolFailed
 
 __all__ = ["DemoResult", "demo_command", "run_demo"]
 
-log = logging.getLogger("molt.demo")
+log = logging.getLogger("molt_demo")
 console = Console(stderr=True)
 
 MODEL = "desk-model"
@@ -235,12 +235,12 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
              progress: bool = True) -> DemoResult:
     """Run the demo in ``home`` (a fresh directory) and write the report to ``out_dir`` (default ``home``)."""
     from molt.capture import Recorder
-    from molt.control.binding import GatewayBinding
     from molt.control.memory import MemoryStore, RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
     from molt.control.scenarios import base_parts
     from molt.control.world import AGENT, LEGACY_AGENT, DeskModel, World
     from molt.gateway import Gateway, GatewayConfig
+    from molt.gateway.binding import GatewayBinding
     from molt.governance.access import KeyRing
     from molt.store import Store
 
