@@ -542,6 +542,7 @@ class CaptureStats:
     errors: int
     open_spans: int
     last_error: str | None
+    evicted_spans: int = 0  # runs whose end never came, forgotten to bound memory (see SpanTable)
 
 
 def distribution_version(dist: str) -> str | None:
@@ -638,6 +639,7 @@ class Capture:
         self._events = 0
         self._dropped = 0
         self._errors = 0
+        self._evicted = 0
         self._last_error: str | None = None
         self._first_error: BaseException | None = None
         self._last_log = 0.0
@@ -764,6 +766,7 @@ class Capture:
             errors=self._errors,
             open_spans=len(self.spans) if self.spans is not None else 0,
             last_error=self._last_error,
+            evicted_spans=self._evicted,
         )
 
 
@@ -796,17 +799,23 @@ class SpanTable:
     Only the dispatcher thread touches a table, so it needs no lock. Recently closed spans are
     remembered (bounded), so a child that starts after its parent ended still links to it.
 
+    Open spans are bounded too: a run whose end never comes (a callback the framework dropped, a
+    thread that died) would otherwise be held for the life of the process. Past ``max_open`` the oldest
+    open span is forgotten — counted in ``CaptureStats.evicted_spans``, its children still link to it.
+
     Args:
         capture: the owning capture (its Recorder issues trajectory ids).
         remember: how many closed spans to remember for late children (default 10,000).
+        max_open: how many spans may be open at once before the oldest is evicted (default 50,000).
     """
 
-    def __init__(self, capture: Capture, *, remember: int = 10_000):
+    def __init__(self, capture: Capture, *, remember: int = 10_000, max_open: int = 50_000):
         self.capture = capture
         capture.spans = self
         self._open: dict[Any, OpenSpan] = {}
         self._closed: OrderedDict[Any, tuple[str | None, str]] = OrderedDict()
         self._remember = remember
+        self._max_open = max_open
 
     def __len__(self) -> int:
         return len(self._open)
@@ -864,7 +873,14 @@ class SpanTable:
             data=data,
         )
         self._open[key] = sp
+        if len(self._open) > self._max_open:
+            self._evict()
         return sp
+
+    def _evict(self) -> None:
+        old = next(iter(self._open))  # dicts keep insertion order: the longest-open span
+        self.close(old)  # remembered as closed, so its late children still find their parent
+        self.capture._evicted += 1
 
     def close(self, key: Any) -> OpenSpan | None:
         """End span ``key`` and return it (None if it is not open: a duplicate or unknown end)."""
