@@ -171,7 +171,9 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
         # Its own backend object: the gateway's lives on the server's event loop, the plane replays
         # candidates from this thread.
         if "plane" in params and hasattr(mod, "ControlPlane"):
-            plane = mod.ControlPlane(store, replay_backend())
+            be = replay_backend()
+            # Agents seen in the traffic get a first version (the served model, no harness changes).
+            plane = mod.ControlPlane(store, be, base_parts=mod.PolicyParts(model=mod.ModelPart(base=be.model)))
             if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
                 plane.registry = registry
             kwargs["plane"] = plane

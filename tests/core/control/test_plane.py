@@ -184,3 +184,22 @@ def test_user_correction_rewards_drive_the_memory_text(tmp_path: Path) -> None:
         assert res.choice == "memory_insert" and res.version is not None and res.version.status == "live"
         [m] = MemoryStore(store).memories("acme", list(res.version.parts.memory_ids))
         assert m.text == "Refunds: the refund window is 45 days."
+
+
+def test_run_all_adopts_agents_seen_in_traffic(tmp_path: Path) -> None:
+    """`molt serve`'s scheduled plane: an agent with traffic but no version gets its base version."""
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        seed = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
+        seed.registry.ensure_base("globex", AGENT, base_parts())
+        asyncio.run(_window(store, seed, _facts("globex", 2, None)))
+        # Traffic of acme recorded while acme had no version (e.g. before the plane was turned on).
+        from molt.replay import ReplayPolicy, record_episode
+        pol = ReplayPolicy(seed.backend, version="unversioned")
+        ev, rw, _ = asyncio.run(record_episode(AGENT, "Where is order A-1003?", pol, World().live_tools(),
+                                               task="status", tenant_id="acme"))
+        save_trajectories(store, [(ev, rw)])
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
+        results = plane.run_all()
+        assert {(r.record.tenant_id, r.record.agent_id) for r in results} == {("acme", AGENT), ("globex", AGENT)}
+        assert plane.registry.live("acme", AGENT).parts == base_parts()
+        assert len(ControlPlane(store, DeskModel()).run_all()) == 2   # both have versions now

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -44,16 +45,17 @@ from molt.backends.base import BaseBackend
 from molt.control.diagnose import Candidate, Cluster, cluster_failures, propose, rollback_candidate
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
-from molt.control.versions import PolicyParts, PolicyVersion, VersionRegistry
+from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
 from molt.errors import InterventionError, MoltError
 from molt.harness import Skill
 from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
 from molt.replay.evaluate import Evaluation, newcombe_diff
-from molt.store import Store
+from molt.store import Store, sql_str
 
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled"]
 
 log = logging.getLogger("molt.control")
+_NAME_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
 class PlaneSettings(BaseModel):
@@ -265,8 +267,20 @@ class ControlPlane:
         return result
 
     def run_all(self, tenant_id: str | None = None) -> list[CycleResult]:
-        """One cycle for every agent with versions (of one tenant, or all)."""
-        return [self.run_cycle(t, a) for t, a in self.registry.agents(tenant_id)]
+        """One cycle for every agent with versions (of one tenant, or all) — and, when the plane has
+        ``base_parts``, for every agent seen in the traffic (its first version is ``base_parts``)."""
+        pairs = set(self.registry.agents(tenant_id))
+        if self.base_parts is not None:
+            pairs |= self._agents_in_traffic(tenant_id)
+        return [self.run_cycle(t, a) for t, a in sorted(pairs)]
+
+    def _agents_in_traffic(self, tenant_id: str | None) -> set[tuple[str, str]]:
+        q = self.store.table("events").search().where(
+            "seq = 0 AND agent_id IS NOT NULL AND tenant_id IS NOT NULL"
+            + (f" AND tenant_id = {sql_str(tenant_id)}" if tenant_id else ""))
+        rows = q.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
+        return {(r["tenant_id"], r["agent_id"]) for r in rows if _NAME_OK.match(r["tenant_id"])
+                and _NAME_OK.match(r["agent_id"])}
 
     # ------------------------------------------------------------------ steps
 
@@ -507,7 +521,7 @@ def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane:
     if plane is None:
         if backend is None:
             raise InterventionError("run_scheduled needs a plane or a backend to replay candidates with.")
-        plane = ControlPlane(store, backend)
+        plane = ControlPlane(store, backend, base_parts=PolicyParts(model=ModelPart(base=backend.model)))
     while not stop.wait(every_s):
         try:
             for r in plane.run_all():
