@@ -15,6 +15,7 @@ from molt.capture import MemorySink, Recorder
 def test_orphaned_langchain_runs_are_evicted_and_counted(tmp_path: Path) -> None:
     pytest.importorskip("molt_langchain")
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
     from molt_langchain import MoltCallbackHandler
 
     sink = MemorySink()
