@@ -96,6 +96,13 @@ def _fill(store: Store, spool: Path) -> tuple[Recorder, list[str]]:
                       "created_at": pa.array([datetime.now(UTC)] * n, pa.timestamp("us", tz="UTC")),
                       "expires_at": pa.array([None] * n, pa.timestamp("us", tz="UTC"))}))
     mem.create_fts_index("text")
+    from molt.store.schemas import SKILLS
+    store.table("skills").add(pa.Table.from_pylist([
+        {"skill_id": "s0", "tenant_id": "acme", "trigger": "refunds", "name": "refund procedure",
+         "instructions": f"learned from {MARKERS[6].decode()}", "source_trajectory_id": tids[2],
+         "created_at": datetime.now(UTC)},
+        {"skill_id": "s1", "tenant_id": "acme", "trigger": "orders", "name": "lookup", "instructions": "keep me",
+         "source_trajectory_id": "other-traj-0", "created_at": datetime.now(UTC)}], schema=SKILLS))
     store.compact()  # indices built; old versions kept (the default keeps an hour of them)
     return rec, tids
 
@@ -112,7 +119,8 @@ def test_subject_erasure_leaves_no_marker_byte_on_disk_and_chains_verify(store: 
     report = erase_subject(store, SUBJECT, tenant_id="acme", spool_dirs=[spool], actor="test")
 
     assert report.trajectories == 3 and report.events == 9 and report.chains_failed == 0
-    assert report.chains_verified == 3 and report.rows == {"rewards": 1, "memories": 1, "quarantine": 1}
+    assert report.chains_verified == 3 and report.rows == {"rewards": 1, "memories": 1, "skills": 1,
+                                                                  "quarantine": 1}
     assert report.spool[0].nulled == 9 and report.spool[0].tombstoned == 2 and report.spool[0].live
     for m in MARKERS:
         assert grep(root, m) == [], (m, grep(root, m))

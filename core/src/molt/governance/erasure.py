@@ -3,7 +3,7 @@
 ``erase_subject`` nulls the payload *and its salt* of every event in every trajectory that holds an
 event of the subject (``metadata.consent.subject_id``) — a trajectory carries the subject's words in
 other events too (the assistant repeats the address) — and deletes the rewards, quarantined records
-and memories tied to those trajectories. The sealed envelopes stay, so each hash chain still
+and memories and skills tied to those trajectories. The sealed envelopes stay, so each hash chain still
 verifies: the chain covers a salted digest of the payload, not the payload (see ``molt.atdp.chain``).
 Envelopes are hashed in clear, so they must never hold personal data beyond the subject id.
 
@@ -139,7 +139,8 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
     report.events = sum(rewrite(store, "events", w, null_columns=_PAYLOAD) for w in ev_where)
     touched = {"events"}
     rows: dict[str, int] = {}
-    for name, col in (("rewards", "trajectory_id"), ("memories", "source_trajectory_id")):
+    for name, col in (("rewards", "trajectory_id"), ("memories", "source_trajectory_id"),
+                      ("skills", "source_trajectory_id")):
         if name in tables and _has(tables[name], col) and tids:
             rows[name] = sum(rewrite(store, name, f"({w}){mine}") for w in _in(col, tids))
             touched.add(name)
