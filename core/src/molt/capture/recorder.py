@@ -187,6 +187,7 @@ class Recorder:
         # [start, end) ranges, in the order records were taken off the queue, of batches that never became
         # durable (spool full, disk full): flush() must not report those as acknowledged.
         self._losses: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
+        self._losses_forgotten_end = 0  # end of the newest range that fell off _losses
         self._batch_ids: list[str] = []  # event ids the writer's current batch added to _recent
         self._flush_floor = threading.local()  # per caller thread: the target of its previous flush()
         self._redeliver_end: Any = None  # a commit failed after a delivery: redeliver up to here with dedupe
@@ -273,6 +274,8 @@ class Recorder:
                     return False
                 self._cond.wait(min(remaining, 0.05) if remaining is not None else 0.05)
         self._flush_floor.target = target
+        if floor < self._losses_forgotten_end:  # a loss this thread may have had is no longer itemized
+            return False
         return not any(start < target and end > floor for start, end in list(self._losses))
 
     def _all_delivered(self) -> bool:
@@ -328,6 +331,8 @@ class Recorder:
                     self._recent.pop(eid, None)
             with self._cond:
                 if not durable:
+                    if len(self._losses) == self._losses.maxlen:
+                        self._losses_forgotten_end = self._losses[0][1]
                     self._losses.append((self._handled, self._handled + len(items)))
                 self._handled += len(items)
                 self._cond.notify_all()
