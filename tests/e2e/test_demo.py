@@ -1,4 +1,4 @@
-"""`molt demo` end to end (a shortened run): success climbs, the report names which intervention fixed
+"""`molt demo --quick` end to end (what CI runs): success climbs, the report names which intervention fixed
 which cluster, every chain verifies; and Ctrl-C loses no acknowledged event."""
 
 from __future__ import annotations
@@ -14,27 +14,32 @@ import orjson
 import pytest
 
 from molt.store import Store
-from molt_demo.app import run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_evolves_the_agent_and_reports_it(tmp_path: Path) -> None:
-    res = run_demo(tmp_path / "home", rounds=6, per_tenant=6, out_dir=tmp_path / "out", progress=False)
-    assert res.last_success > res.first_success
-    assert res.broken == 0 and res.verified > 0
-    chosen = {(f["tenant"], f["intervention"]) for f in res.fixes}
-    assert {("acme", "memory_insert"), ("globex", "memory_insert"), ("globex", "tool_schema_edit")} <= chosen
-    assert chosen & {("acme", "harness_edit"), ("acme", "skill_patch")}, chosen
-    live = [f for f in res.fixes if f.get("live_from") is not None and f["live_from"] <= 6]
-    assert live
+def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path) -> None:
+    """What CI runs: `molt demo --quick` as a user would, to the end, with its report."""
+    home, out = tmp_path / "home", tmp_path / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "molt.cli", "demo", "--quick", "--home", str(home), "--out", str(out)],
+                          capture_output=True, env=env, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stdout.decode()[-3000:] + proc.stderr.decode()[-3000:]
+    res = orjson.loads((out / "molt-demo-result.json").read_bytes())
+    assert res["last_success"] > res["first_success"]
+    assert res["broken"] == 0 and res["verified"] > 0
+    chosen = {(f["tenant"], f["intervention"]) for f in res["fixes"]}
+    assert {("acme", "memory_insert"), ("globex", "memory_insert"), ("globex", "tool_schema_edit"),
+            ("acme", "harness_edit")} <= chosen, chosen
+    live = [f for f in res["fixes"] if f.get("live_from") is not None and f["live_from"] <= 8]
+    assert len(live) >= 4
     for f in live:  # a change that went through canary and is live by the last round fixed its cluster
         assert f["after"] is not None and f["after"] > (f["before"] or 0.0), f
-    page = res.report.read_text()
-    assert "Which intervention fixed which failure cluster" in page and "memory_insert" in page
-    assert res.png.stat().st_size > 10_000
-    stats = orjson.loads((tmp_path / "home" / "recorder-stats.json").read_bytes())
-    with Store.open(tmp_path / "home" / "store", auto_compact=False) as store:
+    page = (out / "molt-demo-report.html").read_text()
+    assert "Which intervention fixed which failure cluster" in page and "tool_schema_edit" in page
+    assert (out / "molt-demo-success.png").stat().st_size > 10_000
+    stats = orjson.loads((home / "recorder-stats.json").read_bytes())
+    with Store.open(home / "store", auto_compact=False) as store:
         assert store.count("events") + store.count("rewards") == stats["acknowledged"] - stats["duplicates"]
 
 

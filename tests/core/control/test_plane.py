@@ -203,3 +203,21 @@ def test_run_all_adopts_agents_seen_in_traffic(tmp_path: Path) -> None:
         assert {(r.record.tenant_id, r.record.agent_id) for r in results} == {("acme", AGENT), ("globex", AGENT)}
         assert plane.registry.live("acme", AGENT).parts == base_parts()
         assert len(ControlPlane(store, DeskModel()).run_all()) == 2   # both have versions now
+
+
+def test_a_trainer_that_publishes_an_adapter_gets_a_canary_version(tmp_path: Path) -> None:
+    """The weight-update hook may train and publish: its model part becomes a canary version."""
+    from molt.control.versions import ModelPart
+
+    asked: list[tuple[str, str, str]] = []
+
+    def trainer(tenant: str, agent: str, cand: Candidate) -> ModelPart:
+        asked.append((tenant, agent, cand.payload["task"]))
+        return ModelPart(base="desk-model", adapter="desk-lora-1", adapter_path="/adapters/desk-lora-1")
+
+    scenario = next(s for s in SCENARIOS if s.kind == "capability")
+    r = run_scenario(scenario, tmp_path, trainer=trainer)
+    assert r.choice == "weight_update" and asked == [(scenario.tenant, scenario.agent, "capability")]
+    v = r.cycle.version
+    assert v is not None and v.status == "canary" and v.parts.model.adapter == "desk-lora-1"
+    assert v.parts.model_copy(update={"model": base_parts().model}) == base_parts()   # only the weights changed

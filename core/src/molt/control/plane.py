@@ -35,7 +35,7 @@ import logging
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,19 +124,24 @@ class ControlPlane:
 
     Args:
         store: the Molt store (trajectories, versions, memories, decision log).
-        backend: the model backend replay evaluates candidates with (the one serving the agent).
+        backend: the model backend replay evaluates candidates with (the one serving the agent), or a
+            mapping agent id → backend when agents are served by different models.
         live_tools: sandboxed tools for replay branches that leave the recording.
         memories: a :class:`molt.control.memory.MemoryStore` (default: one over ``store``).
         redactor: checks generated memory / skill text, and redacts what the memory store keeps
             (default: a policy over ``settings.pii_types``, the personal-data and secret types).
-        trainer: ``fn(tenant_id, agent_id, candidate) -> str`` asked for weight updates (returns a
-            request id); ``None`` records the request only.
+        trainer: ``fn(tenant_id, agent_id, candidate)`` asked for weight updates. It returns a request
+            id (``str``: training happens elsewhere, e.g. ``molt serve --train``), or the
+            :class:`~molt.control.versions.ModelPart` of an adapter it trained and published — then
+            the plane canaries a new version with that model part like any other change. ``None``
+            (no hook) records the request only.
         base_parts: the parts of an agent's first version when it has none.
     """
 
-    def __init__(self, store: Store, backend: BaseBackend, *, live_tools: LiveTools | None = None,
+    def __init__(self, store: Store, backend: BaseBackend | Mapping[str, BaseBackend], *,
+                 live_tools: LiveTools | None = None,
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
-                 trainer: Callable[[str, str, Candidate], str] | None = None,
+                 trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
                  base_parts: PolicyParts | None = None, actor: str = "control-plane"):
         self.store = store
         self.backend = backend
@@ -154,6 +159,16 @@ class ControlPlane:
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
         self.normalization = Normalization(ignore_key_pattern=r"(_at|_ts)$|timestamp")
+
+    def backend_for(self, agent_id: str) -> BaseBackend:
+        """The backend that replays ``agent_id``'s candidates."""
+        if isinstance(self.backend, Mapping):
+            try:
+                return self.backend[agent_id]
+            except KeyError:
+                raise InterventionError(f"No replay backend for agent {agent_id!r}; the plane has "
+                                        f"{sorted(self.backend)}.") from None
+        return self.backend
 
     @property
     def memories(self) -> Any:
@@ -374,7 +389,7 @@ class ControlPlane:
             return {"rejected": f"replay: agent {live.agent_id!r} is not registered with @molt.replayable"}
         ov = overrides_for(parts, self.memories if (parts.memory_ids or parts.skill_ids) else None,
                            tenant_id=tenant, extra_memories=extra_mem, extra_skills=extra_skill)
-        policy = ReplayPolicy(self.backend, ov, version=cand.candidate_id)
+        policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
         failing = cand.source_trajectories if cand.kind == "rollback" else (
             [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
         ev = await evaluate_candidate(self.store, failing, agent, policy, candidate_id=cand.candidate_id,
@@ -480,10 +495,13 @@ class ControlPlane:
             rec.actions.append(f"rolled back to {v.version_id}")
             return v
         if cand.kind == "weight_update":
-            rid = self.trainer(t, a, cand) if self.trainer is not None else None
-            rec.actions.append(f"weight update requested from the trainer (request {rid})" if rid
-                               else "weight update recorded; no trainer attached to this plane")
-            return None
+            got = self.trainer(t, a, cand) if self.trainer is not None else None
+            if not isinstance(got, ModelPart):
+                rec.actions.append(f"weight update requested from the trainer (request {got})" if got
+                                   else "weight update recorded; no trainer attached to this plane")
+                return None
+            rec.actions.append(f"the trainer published adapter {got.adapter}")
+            cand.parts = live.parts.with_model(got)
         parts = cand.parts or live.parts
         if cand.kind == "memory_insert":
             m = self.memories.add_memory(t, cand.payload["text"], agent_id=a,

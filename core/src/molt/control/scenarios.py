@@ -318,14 +318,15 @@ def _fresh(s: Scenario, task: str | None, n: int, seed: str, *, exclude: bool = 
 
 
 async def arun_scenario(s: Scenario, root: Path, *, settings: PlaneSettings | None = None,
-                        memories: Any = None) -> ScenarioResult:
+                        memories: Any = None, trainer: Any = None) -> ScenarioResult:
     """Build ``s`` in a fresh store under ``root``, run one cycle for its tenant and agent, measure."""
     t0 = time.perf_counter()
     backend = DeskModel()
     world = World(flaky=s.flaky)
     with Store.open(root / s.name, auto_compact=False) as store:
         plane = ControlPlane(store, backend, live_tools=World().live_tools(), settings=settings,
-                             memories=memories(store) if memories else None, base_parts=base_parts())
+                             memories=memories(store) if memories else None, base_parts=base_parts(),
+                             trainer=trainer)
         registry = plane.registry
         for tenant, agent in {(t.tenant, t.agent) for t in s.traffic}:
             registry.ensure_base(tenant, agent, base_parts(), actor="scenario")
