@@ -250,10 +250,14 @@ def serve_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clie
         _wait_up(url, proc, timeout=120)
         with contextlib.suppress(psutil.Error):
             children = psutil.Process(proc.pid).children(recursive=True)
+        spooled = _spooled_bytes(home / "spool")
         threads = [threading.Thread(target=_gateway_load, args=(url, tids, stop, seed * 10 + i, counts), daemon=True)
                    for i in range(clients)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 60  # the kill window starts once this life's capture child spooled
+        while time.monotonic() < deadline and _spooled_bytes(home / "spool") <= spooled:
+            time.sleep(0.02)
         time.sleep(kill_after_s)
     finally:
         _kill(proc)
@@ -269,6 +273,14 @@ def serve_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clie
         with contextlib.suppress(psutil.Error):
             c.kill()
     return counts, len(alive)
+
+
+def _spooled_bytes(spool: Path) -> int:
+    total = 0
+    for p in spool.glob("*.seg"):
+        with contextlib.suppress(OSError):
+            total += p.stat().st_size
+    return total
 
 
 def serve_trial(home: Path, seed: int, *, lives: int = 2, window: tuple[float, float] = (0.5, 2.0)) -> TrialResult:

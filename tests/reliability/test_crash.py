@@ -17,7 +17,7 @@ import relharness
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [11])
 def test_sigkilled_ingest_loses_and_duplicates_nothing(tmp_path: Path, seed: int) -> None:
-    res = relharness.ingest_trial(tmp_path / "home", seed, lives=2)
+    res = relharness.ingest_trial(tmp_path / "home", seed, lives=2, window=(1.0, 2.5))
     assert res.acked_events > 50, f"too little was acknowledged before the kills to test anything: {res}"
     assert res.lost == 0 and res.duplicated == 0, res.problems
     assert res.chains_bad == 0, res.problems
