@@ -2,8 +2,8 @@
 
 A :class:`FaultySink` wraps a real sink (the LanceDB store): while ``down`` it raises
 ``ConnectionError`` (store unavailable); ``delay_s`` makes every write slow; ``fail_every`` fails one
-write in N (a flaky store). The Recorder must keep the agent's path untouched, count the faults and
-drain its spool once the store is back.
+write in N, starting with the first (a flaky store). The Recorder must keep the agent's path
+untouched, count the faults and drain its spool once the store is back.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class FaultySink:
     def _fault(self) -> None:
         with self._lock:
             self.writes += 1
-            fail = self.down or (self.fail_every and self.writes % self.fail_every == 0)
+            fail = self.down or (self.fail_every and (self.writes - 1) % self.fail_every == 0)  # 1st fails
             if fail:
                 self.faults += 1
         if self.delay_s:
