@@ -271,3 +271,24 @@ def test_span_to_event_maps_or_raises_a_molt_error(start: int, end: int | None, 
     except (MoltError, ValueError):  # pydantic's ValidationError is a ValueError: a clear rejection
         return
     assert isinstance(ev, Event)
+
+
+def test_an_id_with_a_nul_never_reaches_the_store(gateway_app: Any) -> None:
+    """A NUL in a trajectory id was stored but could never be queried (so ``molt verify`` and every
+    read of it raised, and its chain restarted at seq 0 after a restart); ATDP now refuses it."""
+    from starlette.testclient import TestClient
+
+    with pytest.raises(MoltError):
+        parse_event({"trajectory_id": "evil\x00id", "kind": "user_message"})
+    app, gw, rec, store = gateway_app
+    with TestClient(app) as c:
+        for i in range(2):  # the agent still gets its answer; the call is counted as a capture failure
+            r = c.post("/v1/chat/completions", headers={"authorization": "Bearer sk-acme-writer"},
+                       json={"model": "stub", "messages": [{"role": "user", "content": f"x{i}"}],
+                             "metadata": {"trajectory_id": "evil\u0000id"}})
+            assert r.status_code == 200
+    assert rec.flush(timeout=30, deliver=True)
+    assert gw.capture.failed >= 2
+    assert all("\x00" not in t for t in store.trajectory_ids())
+    for t in store.trajectory_ids():
+        assert store.verify(t).ok

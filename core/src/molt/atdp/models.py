@@ -425,6 +425,14 @@ class Consent(BaseModel):
     subject_id: str | None = None
 
 
+def _no_nul(v: str | None) -> str | None:
+    # An id with a NUL is stored fine but can never be looked up (the store refuses NUL in a query), so
+    # its chain could not be continued or verified: refuse it where the event is made.
+    if v is not None and "\x00" in v:
+        raise ValueError("ids may not contain NUL characters.")
+    return v
+
+
 class Metadata(BaseModel):
     """Cost, tenancy and data-handling facts about an event."""
 
@@ -440,6 +448,11 @@ class Metadata(BaseModel):
     classification: Classification = Classification.INTERNAL
     consent: Consent | None = None
     tags: dict[str, str] | None = None
+
+    @field_validator("tenant_id")
+    @classmethod
+    def _tenant(cls, v: str | None) -> str | None:
+        return _no_nul(v)
 
 
 class Provenance(BaseModel):
@@ -508,6 +521,11 @@ class Event(BaseModel):
         if v.tzinfo is None:
             raise ValueError("timestamp must be timezone-aware (UTC); use datetime.now(UTC).")
         return v.astimezone(UTC)
+
+    @field_validator("event_id", "trajectory_id")  # the ids the store queries by
+    @classmethod
+    def _ids(cls, v: str | None) -> str | None:
+        return _no_nul(v)
 
     @field_validator("reward")
     @classmethod
@@ -584,6 +602,11 @@ class RewardAnnotation(BaseModel):
         if v.tzinfo is None:
             raise ValueError("created_at must be timezone-aware (UTC).")
         return v.astimezone(UTC)
+
+    @field_validator("annotation_id", "trajectory_id", "event_id", "tenant_id")
+    @classmethod
+    def _ids(cls, v: str | None) -> str | None:
+        return _no_nul(v)
 
 
 Message.model_rebuild()
