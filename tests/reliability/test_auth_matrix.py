@@ -86,12 +86,6 @@ def test_another_tenants_key_cannot_reach_a_trajectory_or_call(gateway_app: Any)
     assert store.rewards(tid) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "cross-tenant write: the gateway adopts any trajectory id a caller names (x-molt-trajectory or "
-    "metadata.trajectory_id) without checking that the trajectory belongs to the caller's tenant "
-    "(gateway/sessions.py resolve() keys its lookup by tenant and, on a miss, starts a state with the "
-    "foreign id), so tenant B's model calls are sealed into tenant A's chain; once there, B may also "
-    "reward and end A's trajectory"))
 def test_a_key_cannot_append_to_another_tenants_trajectory_by_naming_its_id(gateway_app: Any) -> None:
     app, _gw, rec, store = gateway_app
     with TestClient(app) as c:
@@ -99,10 +93,13 @@ def test_a_key_cannot_append_to_another_tenants_trajectory_by_naming_its_id(gate
                    json=_BODIES["/v1/chat/completions"])
         tid = r.headers["x-molt-trajectory"]
         assert rec.flush(timeout=30, deliver=True)
-        c.post("/v1/chat/completions", headers={"authorization": "Bearer sk-globex-writer", "x-molt-trajectory": tid},
-               json={"model": "stub", "messages": [{"role": "user", "content": "globex text"}]})
-        c.post("/v1/molt/rewards/trajectory", headers={"authorization": "Bearer sk-globex-writer"},
-               json={"trajectory_id": tid, "value": -1.0})
+        r2 = c.post("/v1/chat/completions", headers={"authorization": "Bearer sk-globex-writer",
+                                                      "x-molt-trajectory": tid},
+                    json={"model": "stub", "messages": [{"role": "user", "content": "globex text"}]})
+        assert r2.status_code == 404 and openapi_doc.is_openai_error(r2.json())
+        r3 = c.post("/v1/molt/rewards/trajectory", headers={"authorization": "Bearer sk-globex-writer"},
+                    json={"trajectory_id": tid, "value": -1.0})
+        assert r3.status_code == 404
     assert rec.flush(timeout=30, deliver=True)
     assert {e.metadata.tenant_id for e in store.trajectory(tid).events} == {"acme"}
     assert store.rewards(tid) == []

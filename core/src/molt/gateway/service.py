@@ -29,6 +29,7 @@ from molt.errors import (
     BackendUnavailable,
     GatewayError,
     MoltError,
+    NotFound,
 )
 from molt.gateway.capture import CallRecord, Capture, StreamAssembler, reply_message, tool_results
 from molt.gateway.metrics import Metrics
@@ -36,6 +37,7 @@ from molt.gateway.router import Decision, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import KeyRing, Principal, Role
 from molt.harness import Applied, HarnessApplier, StaticHarness
+from molt.store.query import sql_str
 
 __all__ = ["Call", "Gateway", "GatewayConfig"]
 
@@ -209,6 +211,7 @@ class Gateway:
                    headers: Mapping[str, str]) -> Call:
         """Resolve the trajectory, route, and apply the harness for a chat request."""
         session, trajectory, agent = _ids_from(headers, body)
+        trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         res = self.sessions.resolve(principal.tenant_id, req.messages, session_id=session, trajectory_id=trajectory)
         st = res.state
         decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
@@ -231,6 +234,7 @@ class Gateway:
                          headers: Mapping[str, str]) -> Call:
         """Resolve the trajectory and route a completions request (no harness: there are no messages)."""
         session, trajectory, agent = _ids_from(headers, body)
+        trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         st = None
         if trajectory is not None:
             st = self.sessions.trajectory(principal.tenant_id, trajectory)
@@ -254,6 +258,28 @@ class Gateway:
         call.state = st
         self._headers(call)
         return call
+
+    def _own_trajectory(self, tenant: str, trajectory_id: str | None) -> str | None:
+        """``trajectory_id`` when the caller's tenant may append to it: one this gateway or the store
+        knows as another tenant's is a 404 (a key never writes into, or learns about, a foreign chain).
+        When the store cannot be asked, the call is served under a fresh trajectory instead (fail open
+        for the agent, closed for the data)."""
+        if trajectory_id is None or self.sessions.trajectory(tenant, trajectory_id) is not None:
+            return trajectory_id
+        owner = self.sessions.owner(trajectory_id)
+        if owner is None and self.store is not None:
+            try:
+                rows = (self.store.table("events").search().where(f"trajectory_id = {sql_str(trajectory_id)}")
+                        .select(["tenant_id"]).limit(None).to_arrow().column("tenant_id").to_pylist())
+            except Exception:
+                log.warning("Cannot check the owner of trajectory %r; serving under a fresh one.", trajectory_id,
+                            exc_info=True)
+                return None
+            foreign = {t for t in rows if t != tenant}
+            owner = next(iter(foreign)) if foreign else None
+        if owner is not None and owner != tenant:
+            raise NotFound(f"No trajectory {trajectory_id!r} of tenant {tenant!r}.", trajectory_id=trajectory_id)
+        return trajectory_id
 
     def _headers(self, call: Call) -> None:
         rec = call.record

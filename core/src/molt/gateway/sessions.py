@@ -130,6 +130,7 @@ class Sessions:
         self._new_id = new_id
         self._answers: _LRU[bytes, CallRef] = _LRU(max_entries)
         self._by_tid: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries)
+        self._owner: _LRU[str, str] = _LRU(max_entries)  # trajectory id -> tenant, for ownership checks
         self._by_session: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries)
         self._by_event: _LRU[str, TrajectoryState] = _LRU(max_entries)
 
@@ -139,6 +140,7 @@ class Sessions:
         st = TrajectoryState(trajectory_id=tid, tenant_id=tenant, session_id=session,
                              route_key=session or tid, fresh=fresh)
         self._by_tid.put((tenant, tid), st)
+        self._owner.put(tid, tenant)
         if session is not None:
             self._by_session.put((tenant, session), st)
         return st
@@ -203,6 +205,10 @@ class Sessions:
         """The trajectory of a model-call event of ``tenant`` (if remembered)."""
         st = self._by_event.get(event_id)
         return st if st is not None and st.tenant_id == tenant else None
+
+    def owner(self, trajectory_id: str) -> str | None:
+        """The tenant of a trajectory this gateway remembers (any tenant), else ``None``."""
+        return self._owner.get(trajectory_id)
 
     def trajectory(self, tenant: str, trajectory_id: str) -> TrajectoryState | None:
         """A remembered trajectory of ``tenant``."""
