@@ -198,11 +198,13 @@ def test_cli_refuses_missing_wrong_and_underprivileged_keys(two_tenant_home: dic
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "`molt replay show/window` read the store with no tenant check: with tenants configured (a key file) "
-    "they take neither --api-key nor --operator and replay any tenant's trajectory, where `molt "
-    "trajectories show` refuses (molt/replay/cli.py opens the Store directly instead of open_reader)"))
 def test_replay_cli_needs_a_key_of_the_trajectorys_tenant_when_tenants_are_configured(
         two_tenant_home: dict[str, Any], capsys: Any) -> None:
     rc, out = _molt(capsys, "replay", "show", two_tenant_home["acme"])
     assert rc == 2 and "api-key" in out.lower(), out
+    rc, out = _molt(capsys, "replay", "show", two_tenant_home["acme"], "--api-key", "sk-globex-admin")
+    assert rc == 2 and "no trajectory" in out.lower(), out
+    rc, out = _molt(capsys, "replay", "show", two_tenant_home["acme"], "--api-key", "sk-acme-reader")
+    assert rc == 0, out
+    rc, out = _molt(capsys, "replay", "window", "--agent", "x:y", "--tenant", "globex", "--api-key", "sk-acme-reader")
+    assert rc == 2 and "cannot replay 'globex'" in out, out

@@ -47,13 +47,44 @@ AgentOpt = Annotated[str | None, typer.Option("--agent", help="module:function o
 VerifierOpt = Annotated[str | None, typer.Option("--verifier", help="e.g. contains:45 days, regex:…, exact:…")]
 
 
-def _store(uri: str | None) -> Any:
+KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
+                                            help="An API key of the trajectories' tenant (or $MOLT_API_KEY).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator (any tenant).")]
+
+
+def _home() -> Any:
     from pathlib import Path
 
+    return Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
+
+
+def _store(uri: str | None) -> Any:
     from molt.store import Store
 
-    home = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
-    return Store.open(uri or home / "store", auto_compact=False)
+    return Store.open(uri or _home() / "store", auto_compact=False)
+
+
+def _tenant(api_key: str | None, operator: bool, tenant: str | None = None) -> str | None:
+    """The tenant a replay may read (``None``: any). With a key file (``$MOLT_KEYS`` or
+    ``$MOLT_HOME/keys.toml``) a key of that tenant or ``--operator`` is required, as for every
+    command that reads the store; a local install with no key file is its own operator."""
+    from pathlib import Path
+
+    from molt.errors import AuthenticationError, MoltError, PermissionDenied
+    from molt.governance.access import KeyRing
+
+    keys = Path(os.environ.get("MOLT_KEYS") or _home() / "keys.toml")
+    if operator and api_key:
+        raise MoltError("Give either --operator or an API key, not both.")
+    if api_key:
+        p = KeyRing.from_file(keys).authenticate(api_key).require("read")
+        if tenant is not None and tenant != p.tenant_id:
+            raise PermissionDenied(f"This key belongs to tenant {p.tenant_id!r}; it cannot replay {tenant!r}.")
+        return p.tenant_id
+    if operator or not keys.exists():
+        return tenant
+    raise AuthenticationError("Tenants are configured (a key file exists): give --api-key of the trajectory's "
+                              "tenant (or $MOLT_API_KEY), or --operator.")
 
 
 def _policy(backend: str, model_path: str | None, overrides: list[str] | None, candidate: str | None = None) -> Any:
@@ -75,14 +106,20 @@ def show(
     agent: AgentOpt = None,
     verifier: VerifierOpt = None,
     store: StoreOpt = None,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """Replay one trajectory and show recorded vs replayed steps side by side."""
+    from molt.errors import NotFound
     from molt.replay.episode import replay_episode
     from molt.replay.load import load_trajectory
     from molt.replay.step import replay_steps
 
+    tenant = _tenant(api_key, operator)
     st = _store(store)
     try:
+        if tenant is not None and st.trajectory_tenant(trajectory) != tenant:
+            raise NotFound(f"No trajectory {trajectory!r} of tenant {tenant!r}.", trajectory_id=trajectory)
         traj = load_trajectory(st, trajectory)
         policy = _policy(backend, model_path, override)
         table = Table(title=f"replay of {trajectory} under {policy.version}", show_lines=True)
@@ -130,12 +167,15 @@ def window(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     candidate: Annotated[str | None, typer.Option("--candidate", help="Candidate id for the results.")] = None,
     store: StoreOpt = None,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
 ) -> None:
     """Evaluate a candidate over a window of trajectories and summarise the batch."""
     from rich.progress import Progress
 
     from molt.replay.evaluate import evaluate_candidate
 
+    tenant = _tenant(api_key, operator, tenant)
     st = _store(store)
     try:
         ids = [s.trajectory_id for s in st.trajectories(tenant=tenant, limit=limit)]
