@@ -172,9 +172,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     store.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Headless Debian chromium (skipped only when /usr/bin/chromium is absent)."""
+    """Headless Debian chromium (skipped only when /usr/bin/chromium is absent).
+
+    Module-scoped on purpose: Playwright's sync API runs an event loop in the main thread while it is
+    open, so a browser kept for the whole session would make every later ``asyncio.run`` in the suite
+    fail ("cannot be called from a running event loop")."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is absent: /usr/bin/chromium is missing; run scripts/setup.sh (it installs Debian's "
                     "chromium with apt) to run the console's browser tests")
