@@ -182,7 +182,7 @@ def fault_injection(work: Path, n_calls: int) -> tuple[list[Row], dict[str, Any]
         home = work / f"fault-{len(results)}"
         store = Store.open(home / "store", auto_compact=False)
         sink = faults.FaultySink(store, **kw)
-        rec = Recorder(sink, spool_dir=home / "spool", retry_max_s=0.2)
+        rec = Recorder(sink, spool_dir=home / "spool")  # default retry backoff (up to 5 s), as deployed
         gw = Gateway([StubBackend()], recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
                      config=GatewayConfig(health_interval_s=0))
         lat, same = [], True
