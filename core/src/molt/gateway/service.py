@@ -28,6 +28,7 @@ from molt.errors import (
     BackendTimeout,
     BackendUnavailable,
     GatewayError,
+    InvalidRequest,
     MoltError,
     NotFound,
 )
@@ -264,6 +265,8 @@ class Gateway:
         knows as another tenant's is a 404 (a key never writes into, or learns about, a foreign chain).
         When the store cannot be asked, the call is served under a fresh trajectory instead (fail open
         for the agent, closed for the data)."""
+        if trajectory_id is not None and "\x00" in trajectory_id:
+            raise InvalidRequest("A trajectory id may not contain NUL characters.", param="x-molt-trajectory")
         if trajectory_id is None or self.sessions.trajectory(tenant, trajectory_id) is not None:
             return trajectory_id
         owner = self.sessions.owner(trajectory_id)
