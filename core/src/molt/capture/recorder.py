@@ -517,7 +517,15 @@ class Recorder:
                     log.warning("Molt sink write failed (will retry in %.2fs): %r", backoff, exc)
                     if self._closed:
                         return
-                    self._deliver_wake.wait(backoff)
+                    # Sleep the whole backoff: the writer wakes this thread after every batch it spools, and
+                    # each retry re-reads and decodes the pending batch, so with the sink down an unguarded
+                    # wait turned every recorded call into a retry on the agent's GIL. close() still wakes it.
+                    retry_at = time.monotonic() + backoff
+                    while not self._closed and (left := retry_at - time.monotonic()) > 0:
+                        self._deliver_wake.wait(left)
+                        self._deliver_wake.clear()
+                    if self._closed:
+                        return
                     backoff = min(backoff * 2, self.retry_max_s)
                     continue
                 backoff = 0.05
