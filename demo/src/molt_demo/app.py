@@ -20,10 +20,17 @@ HTML report with plots (success per tenant over rounds with intervention markers
 success, the decision log) and a PNG of the main curve, and every stored trajectory's hash chain
 verified.
 
-``--quick`` (CI) runs 8 rounds of 12 requests per tenant in a few minutes. The weight update is handed
-to the trainer hook: with ``--train`` (and molt-trainer installed) the requests are recorded for the
-online trainer (``molt serve --train``) — the demo itself trains nothing, so the capability cluster is
-reported as "weight update requested" and stays failing.
+``--quick`` (CI) runs 8 rounds of 12 requests per tenant in a few minutes. Without ``--train`` the weight
+update is only requested (the scripted desk model has no weights), so the capability cluster is reported
+as "weight update requested" and stays failing.
+
+``--train`` (needs molt-trainer) adds a real policy model: the gateway gets a second backend, SmolLM2-135M
+on the local backend, and both tenants run a third agent, ``molt-math`` (:mod:`molt_demo.math_agent`),
+whose replies must open with a number — a capability gap of the model. The plane replays the context
+fixes it has for that cluster, finds none that works, and asks for a weight update; the trainer hook
+(:mod:`molt_demo.training`) trains a LoRA adapter on the agent's recorded token-level trajectories,
+hot-loads it into the backend and returns its model part; the plane canaries it and promotes it, and the
+math success rate climbs. The report's fixes table shows it with before → after.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ MODEL = "desk-model"
 KEYS = {"sk-demo-acme": ("acme", "agent_writer"), "sk-demo-globex": ("globex", "agent_writer"),
         "sk-demo-acme-admin": ("acme", "admin"), "sk-demo-globex-admin": ("globex", "admin")}
 TENANT_KEYS = {"acme": "sk-demo-acme", "globex": "sk-demo-globex"}
+MATH_TASK_KEY = "arithmetic"  # molt_demo.math_agent.MATH_TASK (not imported: the quick demo never loads it)
 
 
 # --------------------------------------------------------------------------- the agent's LangChain side
@@ -76,10 +84,11 @@ class LangChainModel:
     one agent function serves live traffic and counterfactual replays alike.
     """
 
-    def __init__(self, base_url: str, api_key: str, *, agent: str, task: str, trajectory_id: str):
+    def __init__(self, base_url: str, api_key: str, *, agent: str, task: str, trajectory_id: str,
+                 model: str = MODEL):
         from langchain_openai import ChatOpenAI
 
-        self.llm = ChatOpenAI(model=MODEL, base_url=base_url, api_key=api_key, max_retries=0, timeout=60,
+        self.llm = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_retries=0, timeout=60,
                               default_headers={"x-molt-agent": agent, "x-molt-task": task,
                                                "x-molt-trajectory": trajectory_id})
 
@@ -188,6 +197,7 @@ class RoundStats:
     model_calls: int = 0
     by_task: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
     versions: Counter[str] = field(default_factory=Counter)
+    math_correct: int = 0
 
 
 @dataclass
@@ -204,6 +214,7 @@ class DemoResult:
     report: Path
     png: Path
     seconds: float
+    training: dict[str, Any] | None = None
 
 
 class _Server:
@@ -231,9 +242,114 @@ class _Server:
         self.thread.join(30)
 
 
+@dataclass
+class _TrainMode:
+    """What ``--train`` adds: SmolLM2 on a local backend, the ``molt-math`` agent, the weight trainer."""
+
+    backend: Any
+    trainer: Any
+    agent: str
+    model: str
+
+    @classmethod
+    def build(cls, store: Any, home: Path, model_dir: Path | None) -> _TrainMode:
+        from molt.backends import LocalBackend
+        from molt.backends.model import ensure_policy_model
+        from molt_demo.math_agent import MATH_AGENT, MATH_MAX_TOKENS, MATH_MODEL
+        from molt_demo.training import WeightTrainer
+
+        try:
+            import molt_trainer  # noqa: F401
+        except ImportError as exc:
+            raise typer.BadParameter(f"--train needs molt-trainer ({exc}); install it with "
+                                     f"pip install -e trainer", param_hint="--train") from None
+        path = model_dir or ensure_policy_model()
+        # One CPU thread: serving and training take turns on a small machine (the rounds never overlap them).
+        backend = LocalBackend("smollm2-0", model_path=path, model=MATH_MODEL, threads=1,
+                               max_new_tokens=MATH_MAX_TOKENS)
+        trainer = WeightTrainer(store, backend, path, home / "adapters", agent=MATH_AGENT, model=MATH_MODEL)
+        return cls(backend, trainer, MATH_AGENT, MATH_MODEL)
+
+    def plane(self, store: Any, desk: Any, memories: Any) -> Any:
+        """The plane that runs ``molt-math``'s cycles. PlaneSettings are plane-wide, so the math agent gets
+        its own plane over the same store: a short window (three rounds), so failures from before the
+        adapter age out; small replay samples (every replay is a SmolLM2 generation on the CPU); and six
+        canary runs, so a canary is judged against at least three concurrent live runs (with two, a lucky
+        base model aborted a good adapter)."""
+        from molt.control.plane import ControlPlane, PlaneSettings
+        from molt.control.world import AGENT, LEGACY_AGENT
+
+        settings = PlaneSettings(canary_weight=0.5, canary_min=6, window=24, replay_sample=8, regression_sample=6)
+        return ControlPlane(store, {AGENT: desk, LEGACY_AGENT: desk, self.agent: self.backend}, memories=memories,
+                            trainer=self.trainer, settings=settings)
+
+    def gateway(self, registry: Any, math_registry: Any, recorder: Any, store: Any, keyring: Any,
+                harness: Any) -> Any:
+        """The gateway with both backends, each public model bound to its own backend's versions (and to
+        the registry of the plane that changes them)."""
+        from molt.control.versions import ModelPart, PolicyParts
+        from molt.control.world import DeskModel
+        from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec
+        from molt.gateway.binding import GatewayBinding
+        from molt.gateway.router import Generation
+
+        for tenant in TENANT_KEYS:
+            math_registry.ensure_base(tenant, self.agent, PolicyParts(model=ModelPart(base=self.model)), actor="demo")
+        table = RoutingTable(
+            versions={f"{MODEL}@base": VersionSpec(version=f"{MODEL}@base", backends=("desk-0",)),
+                      f"{self.model}@base": VersionSpec(version=f"{self.model}@base", backends=(self.backend.name,))},
+            models={MODEL: (Generation(weights={f"{MODEL}@base": 1.0}),),
+                    self.model: (Generation(weights={f"{self.model}@base": 1.0}),)})
+        gw = Gateway([DeskModel("desk-0", model=MODEL), self.backend], table, recorder=recorder, store=store,
+                     keyring=keyring, harness=harness, config=GatewayConfig(health_interval_s=0, backend_timeout_s=300))
+        GatewayBinding(gw, registry, model=MODEL, backends=("desk-0",)).sync()
+        GatewayBinding(gw, math_registry, model=self.model, backends=(self.backend.name,)).sync()
+        return gw
+
+    def summary(self, store: Any, registry: Any, stats: list[RoundStats]) -> dict[str, Any]:
+        """Math success served by the base model vs by an adapter (from the store), per round, and what
+        the trainer did."""
+        from molt.control.signals import episodes
+        from molt.errors import MoltError
+
+        adapter_of: dict[str, str | None] = {}
+        served: dict[str, list[int]] = {"base": [0, 0], "adapter": [0, 0]}
+        for tenant in TENANT_KEYS:
+            for e in episodes(store, tenant, self.agent, limit=100_000):
+                if e.success is None or e.policy_version is None:
+                    continue
+                if e.policy_version not in adapter_of:
+                    try:
+                        adapter_of[e.policy_version] = registry.get(e.policy_version).parts.model.adapter
+                    except MoltError:  # served before the registry bound the agent: the base model
+                        adapter_of[e.policy_version] = None
+                k = served["adapter" if adapter_of[e.policy_version] else "base"]
+                k[0] += bool(e.success)
+                k[1] += 1
+        per_round = []
+        for rnd in sorted({s.round for s in stats}):
+            ss = [s for s in stats if s.round == rnd]
+            k = sum(s.by_task.get(MATH_TASK_KEY, [0, 0])[0] for s in ss)
+            n = sum(s.by_task.get(MATH_TASK_KEY, [0, 0])[1] for s in ss)
+            per_round.append({"round": rnd, "n": n, "success_rate": k / n if n else None,
+                              "correct_sum_rate": sum(s.math_correct for s in ss) / n if n else None})
+        return {"agent": self.agent, "model": self.model,
+                "success_base": served["base"][0] / served["base"][1] if served["base"][1] else None,
+                "n_base": served["base"][1],
+                "success_adapter": served["adapter"][0] / served["adapter"][1] if served["adapter"][1] else None,
+                "n_adapter": served["adapter"][1],
+                "adapters": sorted({a for a in adapter_of.values() if a}), "rounds": per_round,
+                "requests": self.trainer.requests}
+
+
 def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path | None = None,
-             progress: bool = True) -> DemoResult:
-    """Run the demo in ``home`` (a fresh directory) and write the report to ``out_dir`` (default ``home``)."""
+             progress: bool = True, train: bool = False, math_per_tenant: int = 8,
+             model_dir: Path | None = None) -> DemoResult:
+    """Run the demo in ``home`` (a fresh directory) and write the report to ``out_dir`` (default ``home``).
+
+    ``train``: add the ``molt-math`` agent on SmolLM2 (``model_dir``, default the converted policy model)
+    with ``math_per_tenant`` questions per tenant per round, and train its weights when the plane asks.
+    """
     from molt.capture import Recorder
     from molt.control.memory import MemoryStore, RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
@@ -258,15 +374,24 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
         return rid
 
     memories = MemoryStore(store)
+    settings = PlaneSettings(canary_weight=0.5, canary_min=4, window=200)
+    trained = _TrainMode.build(store, home, model_dir) if train else None
     plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), memories=memories,
-                         base_parts=base_parts(), trainer=trainer_hook,
-                         settings=PlaneSettings(canary_weight=0.5, canary_min=4, window=200))
+                         base_parts=base_parts(), trainer=trainer_hook if trained is None else trained.trainer,
+                         settings=settings)
     memories._redactor = plane.redactor  # one redaction policy for what the plane checks and what is stored
+    math_plane = trained.plane(store, DeskModel(), memories) if trained is not None else None
     for tenant, agent in (("acme", AGENT), ("globex", LEGACY_AGENT)):
         plane.registry.ensure_base(tenant, agent, base_parts(), actor="demo")
-    gw = Gateway([DeskModel("desk-0", model=MODEL)], recorder=recorder, store=store, keyring=KeyRing.from_mapping(KEYS),
-                 harness=RetrievalHarness(memories), config=GatewayConfig(health_interval_s=0))
-    GatewayBinding(gw, plane.registry, model=MODEL).sync()
+    if trained is None:
+        gw = Gateway([DeskModel("desk-0", model=MODEL)], recorder=recorder, store=store,
+                     keyring=KeyRing.from_mapping(KEYS), harness=RetrievalHarness(memories),
+                     config=GatewayConfig(health_interval_s=0))
+        GatewayBinding(gw, plane.registry, model=MODEL).sync()
+    else:
+        assert math_plane is not None
+        gw = trained.gateway(plane.registry, math_plane.registry, recorder, store, KeyRing.from_mapping(KEYS),
+                             RetrievalHarness(memories))
     world = World()
     tools = LangChainTools(world)
     stats: list[RoundStats] = []
@@ -274,7 +399,8 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
     prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console, disable=not progress, transient=False)
     try:
-        _rounds(gw, plane, recorder, store, stats, decisions, rounds, per_tenant, prog, tools)
+        _rounds(gw, plane, recorder, store, stats, decisions, rounds, per_tenant, prog, tools,
+                math_plane, math_per_tenant if trained is not None else 0)
     except BaseException:
         recorder.close(timeout=60)  # also on Ctrl-C: every acknowledged event reaches the store
         (home / "recorder-stats.json").write_bytes(orjson.dumps(recorder.stats.as_dict()))
@@ -287,14 +413,16 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
                    "mean_reward": s.reward / s.n if s.n else None,
                    "model_calls_per_success": s.model_calls / s.successes if s.successes else None,
                    "by_task": {k: v[0] / v[1] for k, v in s.by_task.items()}} for s in stats]
-    fixes = _fixes(decisions, stats, requests)
+    fixes = _fixes(decisions, stats, requests if trained is None else trained.trainer.requests,
+                   trains=trained is not None)
+    training = trained.summary(store, plane.registry, stats) if trained is not None else None
     first = _rate([s for s in stats if s.round == 0])
     last = _rate([s for s in stats if s.round == rounds - 1])
     png = out_dir / "molt-demo-success.png"
     report = out_dir / "molt-demo-report.html"
-    _plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken)
+    _plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken, training)
     result = DemoResult(rounds_out, decisions, fixes, first, last, verified, broken, report, png,
-                        time.perf_counter() - t_start)
+                        time.perf_counter() - t_start, training)
     (out_dir / "molt-demo-result.json").write_bytes(orjson.dumps(
         {k: (str(v) if isinstance(v, Path) else v) for k, v in result.__dict__.items()}, option=orjson.OPT_INDENT_2))
     store.close()
@@ -302,12 +430,20 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
 
 
 def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundStats], decisions: list[dict[str, Any]],
-            rounds: int, per_tenant: int, prog: Progress, tools: LangChainTools) -> None:
-    """The rounds: traffic through the gateway, rewards, late corrections, one plane cycle per agent."""
+            rounds: int, per_tenant: int, prog: Progress, tools: LangChainTools, math_plane: Any = None,
+            math_per_tenant: int = 0) -> None:
+    """The rounds: traffic through the gateway, rewards, late corrections, one plane cycle per agent
+    (``math_plane``: plus the ``molt-math`` agent's questions and cycles, see :mod:`molt_demo.math_agent`)."""
     from molt.control.world import AGENT, LEGACY_AGENT, _check
     from molt.gateway import create_app
     from molt.replay.decorator import AGENTS
     from molt.replay.verifiers import VerifyContext
+
+    cycles = [(plane, "acme", AGENT), (plane, "globex", LEGACY_AGENT)]
+    if math_plane is not None:
+        from molt_demo.math_agent import MATH_AGENT
+
+        cycles += [(math_plane, "acme", MATH_AGENT), (math_plane, "globex", MATH_AGENT)]
 
     pending_corrections: list[tuple[str, str, str]] = []
     seen_calls: dict[str, int] = {}
@@ -320,13 +456,16 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
                 _post_reward(base, TENANT_KEYS[tenant], tid, 0.0, "user_correction", text)
             pending_corrections = []
             per: dict[str, RoundStats] = {t: RoundStats(rnd, t) for t in TENANT_KEYS}
-            for tk in _round_traffic(rnd, per_tenant):
+            for tk in _round_traffic(rnd, per_tenant) + _math_traffic(rnd, math_per_tenant):
                 tid = new_id()
+                ag = AGENTS.get(tk.agent)
+                math = tk.agent not in (AGENT, LEGACY_AGENT)
                 model = LangChainModel(base + "/v1", TENANT_KEYS[tk.tenant], agent=tk.agent, task=tk.task,
-                                       trajectory_id=tid)
-                answer = AGENTS.get(tk.agent).fn(tk.input, model, tools)
+                                       trajectory_id=tid, **({"model": _math().MATH_MODEL} if math else {}))
+                answer = ag.fn(tk.input, model, tools)
                 try:
-                    _check(answer, VerifyContext(input=tk.input, trajectory_id=tid, task=tk.task))
+                    (ag.verifier if math else _check)(answer, VerifyContext(input=tk.input, trajectory_id=tid,
+                                                                            task=tk.task))
                     ok = True
                     reason = "check passed"
                 except AssertionError as exc:
@@ -340,6 +479,8 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
                 s.reward += 1.0 if ok else 0.0
                 s.by_task[tk.task][0] += ok
                 s.by_task[tk.task][1] += 1
+                if math:
+                    s.math_correct += _math().correct(answer, tk.input)
             if not recorder.flush(timeout=120, deliver=True):
                 raise RuntimeError(f"the demo's recorder did not drain in 120 s: {recorder.stats.as_dict()}")
             for s in per.values():
@@ -349,15 +490,29 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
                 s.model_calls = calls.get(s.tenant, 0) - seen_calls.get(s.tenant, 0)
             seen_calls = calls
             # One control-plane cycle per agent.
-            for tenant, agent in (("acme", AGENT), ("globex", LEGACY_AGENT)):
-                res = asyncio.run(plane.arun_cycle(tenant, agent))
+            for pl, tenant, agent in cycles:
+                res = asyncio.run(pl.arun_cycle(tenant, agent))
                 rec = res.record
                 decisions.append({"round": rnd, "tenant": tenant, "agent": agent, "choice": rec.choice,
                                   "reason": rec.reason, "version": rec.applied_version,
                                   "cluster": res.chosen.cluster if res.chosen else None,
                                   "description": res.chosen.description if res.chosen else None,
                                   "actions": rec.actions, "rejected": len(rec.rejected)})
-            prog.update(bar, advance=1, description=_round_line(rnd, per, decisions[-2:]))
+            prog.update(bar, advance=1, description=_round_line(rnd, per, decisions[-len(cycles):]))
+
+
+def _math() -> Any:
+    from molt_demo import math_agent
+
+    return math_agent
+
+
+def _math_traffic(rnd: int, per_tenant: int) -> list[Task]:
+    """The ``molt-math`` agent's questions of the round (none without ``--train``)."""
+    if not per_tenant:
+        return []
+    m = _math()
+    return [Task(t, m.MATH_AGENT, m.MATH_TASK, q) for t in TENANT_KEYS for q in m.questions(rnd, t, per_tenant)]
 
 
 def _post_reward(base: str, key: str, tid: str, value: float, source: str, reason: str) -> None:
@@ -392,7 +547,8 @@ def _verify_all(store: Any) -> tuple[int, int]:
     return ok, bad
 
 
-def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: list[dict[str, Any]]) -> list[dict]:
+def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: list[dict[str, Any]], *,
+           trains: bool = False) -> list[dict]:
     """Which intervention fixed which failure cluster: the cluster task's success rate in the round the
     change was chosen vs the last round."""
     out = []
@@ -413,6 +569,8 @@ def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: l
                     "round": d["round"] + 1, "live_from": promoted + 1 if promoted else None,
                     "before": rate(d["round"]), "after": rate(last_round), "version": d["version"],
                     "what": d["description"]})
+    if trains:
+        return _train_fixes(out, requests)
     asked = {(r["tenant"], r["task"]): r for r in requests}
     for f in out:
         r = asked.get((f["tenant"], f["cluster"].split("|", 1)[0]))
@@ -422,8 +580,37 @@ def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: l
     return out
 
 
+def _train_fixes(out: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--train``: what the trainer did for each weight update (requests and decisions are both in
+    the order the plane made them)."""
+    queues: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in requests:
+        if r.get("outcome") not in ("deferred", "failed"):  # those were logged as no-ops, not weight updates
+            queues[(r["tenant"], r["task"])].append(r)
+    for f in out:
+        q = queues.get((f["tenant"], f["cluster"].split("|", 1)[0]))
+        if f["intervention"] != "weight_update" or not q:
+            continue
+        r = q.pop(0)
+        f["trainer"] = r
+        if r.get("outcome") == "trained":
+            f["what"] = (f"trained a LoRA adapter ({r['steps']} steps on {r['samples']} recorded samples, mean reward "
+                         f"{r['reward_before']:.2f}, {r['seconds']:.0f} s) and hot-loaded it as {r['adapter']}; "
+                         + (f"canaried, live from round {f['live_from']}" if f.get("live_from")
+                            else "canaried, not promoted in this run"))
+        elif r.get("outcome") == "shared":
+            f["what"] = f"the adapter {r['adapter']} already trained for this cluster (weights serve every tenant)"
+        elif r.get("outcome") == "budget":
+            f["what"] = f"requested ({r['request']}); this run's training budget is spent"
+        else:
+            f["what"] = (f"requested from the trainer ({r['request']}, {r['trajectories']} failing trajectories); "
+                         f"the scripted desk model has no weights to train, so the cluster still fails")
+    return out
+
+
 def _plots_and_report(rounds: list[dict[str, Any]], decisions: list[dict[str, Any]], fixes: list[dict[str, Any]],
-                      report: Path, png: Path, first: float, last: float, verified: int, broken: int) -> None:
+                      report: Path, png: Path, first: float, last: float, verified: int, broken: int,
+                      training: dict[str, Any] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -487,7 +674,7 @@ th{{background:#f3f3f3}}.big{{font-size:20px}}</style>
 </head><body>
 <h1>Molt demo report</h1>
 <p class="big">Task success: <b>{first:.0%}</b> in the first round → <b>{last:.0%}</b> in the last.</p>
-<p>Hash chains verified: {verified} trajectories, {broken} broken.</p>
+<p>Hash chains verified: {verified} trajectories, {broken} broken.</p>{_training_html(training)}
 <img alt="success per tenant" src="data:image/png;base64,{main_b64}">
 <img alt="reward and cost" src="data:image/png;base64,{side_b64}">
 <h2>Which intervention fixed which failure cluster</h2>
@@ -500,6 +687,22 @@ th{{background:#f3f3f3}}.big{{font-size:20px}}</style>
     plt.close("all")
 
 
+def _training_html(t: dict[str, Any] | None) -> str:
+    if t is None:
+        return ""
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    rows = "".join(f"<tr><td>{r['round'] + 1}</td><td>{r['n']}</td><td>{pct(r['success_rate'])}</td>"
+                   f"<td>{pct(r['correct_sum_rate'])}</td></tr>" for r in t["rounds"])
+    return (f"<h2>Weights: the {html.escape(t['agent'])} agent on {html.escape(t['model'])}</h2>"
+            f"<p>Success served by the base model: <b>{pct(t['success_base'])}</b> of {t['n_base']}; served by the "
+            f"trained adapter ({html.escape(', '.join(t['adapters']) or 'none')}): <b>{pct(t['success_adapter'])}</b> "
+            f"of {t['n_adapter']}.</p><table><tr><th>round</th><th>questions</th><th>success (opens with a number)"
+            f"</th><th>opens with the correct sum</th></tr>{rows}</table>")
+
+
 def _b64(fig: Any, plt: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -509,18 +712,25 @@ def _b64(fig: Any, plt: Any) -> str:
 def demo_command(
     quick: Annotated[bool, typer.Option("--quick", help="The CI-sized run (8 rounds × 12 requests per tenant).")]
     = False,
-    rounds: Annotated[int | None, typer.Option("--rounds", min=2, help="Rounds (default 8 quick, 12 full).")] = None,
-    per_tenant: Annotated[int | None, typer.Option("--per-tenant", min=6, help="Requests per tenant per round "
-                                                                              "(default 12 quick, 24 full).")] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=2, help="Rounds (default 8 quick, 12 full, "
+                                                                    "8 with --train).")] = None,
+    per_tenant: Annotated[int | None, typer.Option("--per-tenant", min=6, help="Support-desk requests per tenant per "
+                                                   "round (default 12 quick, 24 full, 12 with --train).")] = None,
     out: Annotated[Path, typer.Option("--out", help="Where the report, PNG and JSON go.")] = Path("molt-demo"),
     home: Annotated[Path | None, typer.Option("--home", help="Demo store directory (default: a fresh temporary "
                                                                "one, removed afterwards).")] = None,
+    train: Annotated[bool, typer.Option("--train", help="Add the molt-math agent on SmolLM2 and train its weights "
+                                                        "when the control plane asks (needs molt-trainer).")] = False,
+    math_per_tenant: Annotated[int, typer.Option("--math-per-tenant", min=4, help="With --train: molt-math "
+                                                 "questions per tenant per round.")] = 8,
+    model_dir: Annotated[Path | None, typer.Option("--model-dir", help="With --train: the converted policy model "
+                                                   "directory (default: converted once into $MOLT_HOME).")] = None,
 ) -> None:
     """Run the end-to-end demo: an agent evolving through Molt, with a report at the end."""
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    n_rounds = rounds or (8 if quick else 12)
-    n_per = per_tenant or (12 if quick else 24)
+    n_rounds = rounds or (8 if quick or train else 12)
+    n_per = per_tenant or (12 if quick or train else 24)  # --train: the CPU time goes to SmolLM2 instead
     tmp = None
     if home is None:
         tmp = tempfile.mkdtemp(prefix="molt-demo-")
@@ -528,9 +738,12 @@ def demo_command(
     elif home.exists() and any(home.iterdir()):
         raise typer.BadParameter(f"{home} is not empty; the demo needs a fresh directory.", param_hint="--home")
     console.print(f"[bold]molt demo[/bold]: {n_rounds} rounds × {n_per} requests for tenants acme and globex "
-                  f"(LangChain agent → Molt gateway → scripted support-desk model)")
+                  f"(LangChain agent → Molt gateway → scripted support-desk model)"
+                  + (f", plus {math_per_tenant} molt-math questions each (→ SmolLM2, trained)" if train else ""))
     try:
-        res = run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out)
+        res = (run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out, train=True,
+                        math_per_tenant=math_per_tenant, model_dir=model_dir) if train
+               else run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -543,7 +756,16 @@ def demo_command(
                     "-" if f["before"] is None else f"{f['before']:.0%}",
                     "-" if f["after"] is None else f"{f['after']:.0%}")
     Console().print(tbl)
+    if res.training is not None:
+        t = res.training
+        Console().print(f"{t['agent']}: success {_pct(t['success_base'])} served by the base model → "
+                        f"{_pct(t['success_adapter'])} served by the trained adapter "
+                        f"({', '.join(t['adapters']) or 'none'})")
     Console().print(f"chains verified: {res.verified} ok, {res.broken} broken · report: {res.report} · "
                     f"plot: {res.png}")
     if res.broken or res.last_success <= res.first_success:
         raise typer.Exit(1)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
