@@ -722,7 +722,7 @@ def main() -> None:
     detail: dict[str, Any] = {"mode": "quick" if q else "full", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime())}
     t_start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="molt-reliability-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="molt-reliability-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         steps: list[tuple[str, str, Callable[[], tuple[list[Row], Any]]]] = [
             ("1", "crash", lambda: crash(work, kills, lives)),

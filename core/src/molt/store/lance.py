@@ -59,6 +59,10 @@ class Store:
         keep_versions_s: LanceDB versions older than this are cleaned up at compaction (default
             3,600 s; 0 keeps only the latest, which the erasure job uses).
         auto_compact: compact on a background thread (default True); otherwise call :meth:`compact`.
+        index_cache_bytes / metadata_cache_bytes: bounds of LanceDB's in-process caches (default
+            256 MiB / 128 MiB). LanceDB's own defaults are 6 GiB and 1 GiB, and the metadata cache fills
+            with one manifest per appended version, so a long-running writer (the gateway's capture
+            process) grew by tens of KB per request until it reached them; bounded, memory stays flat.
     """
 
     def __init__(
@@ -70,6 +74,8 @@ class Store:
         compact_interval_s: float = 60.0,
         keep_versions_s: float = 3600.0,
         auto_compact: bool = True,
+        index_cache_bytes: int = 256 << 20,
+        metadata_cache_bytes: int = 128 << 20,
     ):
         if not 1 <= compact_every <= 10_000:
             raise ValueError(f"compact_every must be between 1 and 10,000, got {compact_every}.")
@@ -79,7 +85,9 @@ class Store:
             self.uri = str(Path(self.uri).expanduser())
             Path(self.uri).mkdir(parents=True, exist_ok=True)
         try:
-            self._db = lancedb.connect(self.uri, storage_options=storage_options or None)
+            session = lancedb.Session(index_cache_size_bytes=index_cache_bytes,
+                                      metadata_cache_size_bytes=metadata_cache_bytes)
+            self._db = lancedb.connect(self.uri, storage_options=storage_options or None, session=session)
             existing = set(self._db.list_tables().tables)
             self._tables = {}
             for name, schema in TABLES.items():
