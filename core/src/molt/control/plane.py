@@ -155,6 +155,7 @@ class ControlPlane:
         self.base_parts = base_parts
         self.actor = actor
         self._current: PolicyVersion | None = None
+        self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
@@ -201,6 +202,7 @@ class ControlPlane:
                                         f"(molt versions) or give the plane base_parts.")
             live = self.registry.ensure_base(tenant_id, agent_id, self.base_parts, actor=self.actor)
         self._current = live
+        self._live_evals = {}
         window = episodes(self.store, tenant_id, agent_id, limit=s.window)
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
@@ -313,11 +315,16 @@ class ControlPlane:
                 rec.actions.append(f"canary {c.version_id}: no rewarded traffic yet")
                 rec.choice, rec.reason = "noop", f"waiting for canary {c.version_id} traffic"
                 return True
-            rate = sum(e.success for e in mine) / len(mine)
-            base = sum(e.success for e in theirs) / len(theirs) if theirs else rate
+            k1 = sum(e.success for e in mine)
+            k0 = sum(e.success for e in theirs)
+            rate = k1 / len(mine)
+            base = k0 / len(theirs) if theirs else rate
             delta = rate - base
+            _, hi = newcombe_diff(k1, len(mine), k0, len(theirs)) if theirs else (0.0, 1.0)
             rec.actions.append(f"canary {c.version_id}: {rate:.2f} vs live {base:.2f} on {len(mine)}/{len(theirs)}")
-            if delta < -s.canary_tolerance:
+            # Abort when the canary is significantly worse, or worse beyond the tolerance on a full sample;
+            # a couple of unlucky runs are not evidence.
+            if hi < 0 or (len(mine) >= s.canary_min and delta < -s.canary_tolerance):
                 self.registry.abort(c.version_id, actor=self.actor, reason=f"canary delta {delta:+.2f}")
                 rec.choice, rec.reason = "rollback", f"canary {c.version_id} aborted: delta {delta:+.2f} vs live"
                 rec.applied_version = live.version_id
@@ -396,6 +403,21 @@ class ControlPlane:
                                       sample=s.replay_sample, live=self.live_tools, tenant_id=tenant,
                                       normalization=self.normalization)
         out: dict[str, Any] = {"replay": _brief(ev)}
+        stale = cluster is not None and cand.kind != "rollback" and any(
+            e.policy_version != live.version_id for e in cluster.failures)
+        if stale and ev.candidate_success_rate is not None and ev.scored:
+            # Some failures were recorded under an earlier version: what they recorded is not what the
+            # live version does now. The baseline is a replay of the live version on the same runs, so a
+            # candidate gets no credit for what an earlier change (an adapter, a memory) already fixed.
+            base = await self._live_replay(cluster, live, failing, agent, tenant)
+            if base is not None and base.candidate_success_rate is not None and base.scored:
+                k1 = round(ev.candidate_success_rate * ev.scored)
+                k0 = round(base.candidate_success_rate * base.scored)
+                lo, hi = newcombe_diff(k1, ev.scored, k0, base.scored)
+                out["replay"].update(baseline_success_rate=base.candidate_success_rate,
+                                     success_delta=ev.candidate_success_rate - base.candidate_success_rate,
+                                     success_delta_ci=[lo, hi], baseline="replay of the live version",
+                                     recorded_baseline=ev.baseline_success_rate)
         if ev.errors and ev.errors >= max(1, ev.sampled // 2):
             out["rejected"] = f"replay: {ev.errors} of {ev.sampled} replays raised"
             return out
@@ -414,6 +436,24 @@ class ControlPlane:
                 out["rejected"] = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
                                    f"{reg.candidate_success_rate:.2f}")
         return out
+
+    async def _live_replay(self, cluster: Cluster, live: PolicyVersion, failing: list[str], agent: Any,
+                           tenant: str) -> Evaluation | None:
+        """The live version replayed on a cluster's failures (once per cluster per cycle)."""
+        key = (live.version_id, cluster.key)
+        if key not in self._live_evals:
+            ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
+                               tenant_id=tenant)
+            policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
+            try:
+                self._live_evals[key] = await evaluate_candidate(
+                    self.store, failing, agent, policy, candidate_id=f"{live.version_id}:baseline",
+                    sample=self.settings.replay_sample, live=self.live_tools, tenant_id=tenant,
+                    normalization=self.normalization)
+            except Exception:
+                log.warning("Replaying the live version on %s failed.", cluster.key, exc_info=True)
+                self._live_evals[key] = None
+        return self._live_evals[key]
 
     def _select(self, passed: list[tuple[Candidate, dict[str, Any]]], all_candidates: list[Candidate],
                 clusters: dict[str, Cluster]) -> tuple[Candidate | None, str]:
@@ -469,6 +509,12 @@ class ControlPlane:
         model = live.parts.model.model_dump(mode="json")
         asked = set()
         for d in self.log.list(live.tenant_id, live.agent_id, choice="weight_update", limit=50):
+            if d.applied_version is not None:  # the trainer delivered: pending only while its canary runs
+                try:
+                    if self.registry.get(d.applied_version).status != "canary":
+                        continue
+                except MoltError:
+                    continue
             asked.update(c["cluster"] for c in d.candidates
                          if c.get("kind") == "weight_update" and (c.get("payload") or {}).get("model") == model)
         clusters = {c.cluster for c in weights}
