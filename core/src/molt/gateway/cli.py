@@ -1,6 +1,7 @@
-"""``molt serve``: run the gateway with one backend kind.
+"""Building blocks of ``molt serve`` (the command itself is :mod:`molt.serve`, which adds the console,
+the control plane and the trainer): backends by kind, the gateway over a recording store, process tuning.
 
-Examples::
+Examples of the command::
 
     molt serve --backend stub                                    # no model: tests, demos, benchmarks
     molt serve --backend vllm                                    # starts vLLM (.venv-vllm) on SmolLM2
@@ -20,15 +21,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from molt.backends import BACKENDS, POLICY_MODEL_NAME, BaseBackend, create_backend
 from molt.gateway.router import RoutingTable, VersionSpec
 from molt.gateway.service import Gateway, GatewayConfig
 
-__all__ = ["build_gateway", "is_loopback", "serve_command", "tune_process"]
+__all__ = ["build_gateway", "is_loopback", "make_backend", "tune_process"]
 
 log = logging.getLogger("molt.gateway")
 
@@ -119,53 +118,3 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
     table = RoutingTable.single(public, VersionSpec(version=f"{public}@base", backends=tuple(b.name for b in backends)))
     gw = Gateway(backends, table, recorder=recorder, keyring=keyring, config=config, store=store)
     return gw, recorder, store
-
-
-def serve_command(
-    backend: Annotated[str, typer.Option(help="Backend kind: vllm, openai, local or stub.")] = "stub",
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
-    model: Annotated[str | None, typer.Option(help="Public model name (default: the backend's).")] = None,
-    upstream_url: Annotated[str | None, typer.Option(
-        help="openai/vllm: the upstream API root with /v1 (vllm: omit to start a server).")] = None,
-    upstream_key: Annotated[str | None, typer.Option(
-        help="openai: upstream API key (default $MOLT_UPSTREAM_API_KEY).")] = None,
-    keys: Annotated[str | None, typer.Option(help="TOML file of tenant API keys (default $MOLT_KEYS).")] = None,
-    store: Annotated[str | None, typer.Option("--store", help="Store URI (default $MOLT_HOME/store).")] = None,
-    record: Annotated[bool, typer.Option(help="Record every call into the store.")] = True,
-    governance: Annotated[str | None, typer.Option(
-        help="Governance policy for recorded events: 'default' or a policy file (default: none).")] = None,
-    capture_process: Annotated[bool, typer.Option(
-        help="Build and write events in a separate process (keeps recording off the serving core).")] = True,
-    max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 8 << 20,
-    backend_timeout: Annotated[float, typer.Option(help="Seconds allowed for a backend answer / chunk.")] = 120.0,
-    max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
-) -> None:
-    """Serve the OpenAI-compatible gateway (chat, completions, models, feedback, admin, metrics)."""
-    import uvicorn
-
-    from molt.gateway.app import create_app
-
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    keys = keys or os.environ.get("MOLT_KEYS") or None
-    if not keys and not is_loopback(host):
-        typer.secho(f"WARNING: the gateway listens on {host}, beyond this machine, WITHOUT API keys: anyone who "
-                    f"can reach it can use the model and write training data as tenant 'default'. Pass "
-                    f"--keys keys.toml (see molt.governance.access) or bind 127.0.0.1.", fg="red", err=True)
-    be = make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
-                      max_model_len=max_model_len, timeout_s=backend_timeout)
-    config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout)
-    gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
-                                     capture_process=capture_process, governance=governance)
-    app = create_app(gw)
-    tune_process()
-    typer.echo(f"molt gateway: {backend} backend, model {gw.router.models()[0]!r}, http://{host}:{port}/v1 "
-               f"(recording {'on' if recorder else 'off'}, {'API keys' if keys else 'open, loopback'})", err=True)
-    try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False)
-    finally:
-        if recorder is not None:
-            recorder.close(timeout=10.0)
-        if st is not None:
-            st.close()
