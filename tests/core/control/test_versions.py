@@ -29,11 +29,13 @@ def test_base_promote_rollback_restores_exact_bytes(reg: VersionRegistry) -> Non
     reg.promote(v2.version_id, actor="test")
     assert reg.live("acme", "support").version_id == v2.version_id
     assert reg.get(base.version_id).status == "previous"
+    assert reg.rollback_target("acme", "support").version_id == base.version_id
     back = reg.rollback("acme", "support", actor="test", reason="regression")
     assert back.version_id == base.version_id
     live = reg.live("acme", "support")
     assert live.version_id == base.version_id and live.parts_bytes == base.parts_bytes
     assert live.parts == BASE
+    assert reg.rollback_target("acme", "support") is None
     with pytest.raises(InterventionError, match="no earlier live version"):
         reg.rollback("acme", "support", actor="test")
     actions = [r["action"] for r in reg.history("acme", "support")]

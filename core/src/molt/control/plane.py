@@ -34,7 +34,6 @@ import asyncio
 import logging
 import re
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -340,16 +339,7 @@ class ControlPlane:
         return False
 
     def _previous(self, live: PolicyVersion) -> PolicyVersion | None:
-        prev = [v for v in self.registry.list(live.tenant_id, live.agent_id) if v.status == "previous"]
-        stack_prev = None
-        for r in reversed(self.registry.history(live.tenant_id, live.agent_id)):
-            if r["action"] == "promote" and r["version_id"] != live.version_id:
-                stack_prev = r["version_id"]
-                break
-        for v in prev:
-            if v.version_id == stack_prev:
-                return v
-        return prev[0] if prev else None
+        return self.registry.rollback_target(live.tenant_id, live.agent_id)
 
     def _regression(self, live: PolicyVersion, previous: PolicyVersion, window: list[Episode]) -> Candidate | None:
         now = [e for e in window if e.policy_version == live.version_id and e.success is not None]
@@ -593,7 +583,3 @@ def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane:
         except Exception:
             log.exception("Control-plane cycle failed; retrying in %.0f s.", every_s)
 
-
-def choice_counts(results: Sequence[CycleResult]) -> Counter[str]:
-    """How often each intervention was chosen (for reports)."""
-    return Counter(r.choice for r in results)

@@ -314,6 +314,11 @@ class VersionRegistry:
             return None
         return self.get(stack[-1])
 
+    def rollback_target(self, tenant_id: str, agent_id: str) -> PolicyVersion | None:
+        """The version :meth:`rollback` would restore (the one live before the current), if any."""
+        stack, _ = self._state(tenant_id, agent_id)
+        return self.get(stack[-2]) if len(stack) >= 2 else None
+
     def canaries(self, tenant_id: str, agent_id: str) -> list[PolicyVersion]:
         """Versions in canary, with their weight."""
         _, canary = self._state(tenant_id, agent_id)
