@@ -25,3 +25,65 @@ def test_process_exits_with_an_unreachable_sink_and_the_next_start_delivers(tmp_
         assert res.acked == 40
     assert res.missing == 0, f"{res.missing} of {res.expected} records were not in the spool"
     assert res.delivered == res.expected
+
+
+class _HungSink:
+    """A sink whose every call blocks until released (a remote that accepts and never answers)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.calls = 0
+
+    def write_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
+        self.calls += 1
+        self.release.wait(60)
+
+    def chain_head(self, trajectory_id: str) -> None:
+        return None
+
+
+class _RefusingSink(_HungSink):
+    def write_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
+        self.calls += 1
+        raise ConnectionRefusedError("store unreachable")
+
+
+@pytest.mark.parametrize("sink_kind", ["hung", "refusing"])
+def test_close_does_not_wait_out_its_timeout_on_a_sink_that_hangs_or_fails(tmp_path: Path, sink_kind: str) -> None:
+    """close(timeout=10) returns once what was recorded is durable, instead of spending its whole
+    timeout on delivery the sink cannot take (what it would deliver is in the spool for next time)."""
+    import time
+
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import Recorder
+
+    sink = _HungSink() if sink_kind == "hung" else _RefusingSink()
+    rec = Recorder(sink, spool_dir=tmp_path / "spool")
+    tid = rec.new_trajectory()
+    for i in range(20):
+        rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=f"m{i}")))
+    assert rec.flush(timeout=30)
+    deadline = time.monotonic() + 30
+    while sink.calls == 0 and time.monotonic() < deadline:  # the deliverer has reached the sink
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    delivered = rec.close(timeout=10)
+    took = time.monotonic() - t0
+    sink.release.set()
+    assert not delivered
+    # generous against a loaded machine; waiting the timeout out (the old behaviour) takes > 10 s
+    assert took < 5, f"close() waited {took:.2f} s on a {sink_kind} sink"
+    got: list[str] = []
+
+    class _Collect(_HungSink):
+        def write_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
+            got.extend(row.event_id for row in batch.events)
+
+    rec2 = Recorder(_Collect(), spool_dir=tmp_path / "spool")  # nothing lost: the next start delivers all 20
+    try:
+        assert rec2.flush(timeout=30, deliver=True)
+    finally:
+        rec2.close()
+    assert len(set(got)) == 20

@@ -205,6 +205,11 @@ class Recorder:
 
         self._closed = False
         self._abandoned = False
+        # sink health, for close(): when a sink call started (None: none in flight) and whether the
+        # last one failed. Waiting at exit for a sink that hangs or refuses only delays the process:
+        # what it would deliver is durable in the spool and goes out on the next start.
+        self._sink_call_since: float | None = None
+        self._sink_failing = False
         self._writer_done = threading.Event()
         self._writer = threading.Thread(target=self._write_loop, name=f"{name}-spool-writer", daemon=True)
         self._writer.start()
@@ -507,11 +512,16 @@ class Recorder:
                     break
                 redo = self._redeliver_end
                 batch = _to_batch(frames, redelivery=start < self._recovery_end or (redo is not None and start < redo))
+                self._sink_call_since = time.monotonic()
                 try:
                     self.sink.write_batch(batch)
+                    self._sink_call_since = None
+                    self._sink_failing = False
                     if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
                         return
                 except Exception as exc:
+                    self._sink_call_since = None
+                    self._sink_failing = True
                     self._sink_errors += 1
                     self._last_error = f"sink write failed: {exc!r}"
                     log.warning("Molt sink write failed (will retry in %.2fs): %r", backoff, exc)
@@ -550,7 +560,8 @@ class Recorder:
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop accepting records, make queued ones durable, deliver what the sink takes within
-        ``timeout`` seconds, and stop. Undelivered records stay in the spool for the next start.
+        ``timeout`` seconds, and stop. A sink that fails, or hangs in a call for more than 50 ms, is
+        not waited for. Undelivered records stay in the spool for the next start.
         Returns True when everything was delivered."""
         if self._closed:
             return self._all_delivered()
@@ -560,13 +571,14 @@ class Recorder:
             adapt.drain_all(timeout=max(0.0, min(2.0, timeout / 2)))
         self.flush(timeout=max(0.0, deadline - time.monotonic()))
         if self.sink is not None:
-            self.flush(timeout=max(0.0, deadline - time.monotonic()), deliver=True)
+            self._deliver_while_healthy(deadline)
         self._closed = True
         self._wake.set()
         self._writer.join(max(0.0, deadline - time.monotonic()) + 0.1)
         self._writer_done.set()
         self._deliver_wake.set()
-        self._deliverer.join(max(0.0, deadline - time.monotonic()) + 0.1)
+        # a deliverer stuck in a sink call is not waited for: it is abandoned below
+        self._deliverer.join(0.02 if self._sink_unhealthy() else max(0.0, deadline - time.monotonic()) + 0.1)
         done = self._all_delivered()
         if self._deliverer.is_alive():
             # stuck in a sink call: let it finish in the background, but it must not touch the
@@ -576,6 +588,24 @@ class Recorder:
             self._spool.close()
         _live.discard(self)
         return done
+
+    #: A sink call in flight for longer than this counts as hung when closing.
+    _HUNG_SINK_S = 0.05
+
+    def _sink_unhealthy(self) -> bool:
+        since = self._sink_call_since
+        return self._sink_failing or (since is not None and time.monotonic() - since > self._HUNG_SINK_S)
+
+    def _deliver_while_healthy(self, deadline: float) -> None:
+        """Wait until the spool is delivered, the deadline passes, or the sink fails or hangs."""
+        self._deliver_wake.set()
+        with self._cond:
+            while not self._all_delivered() and not self._sink_unhealthy():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._deliver_wake.set()
+                self._cond.wait(min(remaining, 0.01))
 
     def __enter__(self) -> Recorder:
         return self
