@@ -200,6 +200,22 @@ def trajectories_export(
     err_console.print(f"Exported {n:,} events to {output}")
 
 
+@trajectories_app.command("import")
+def trajectories_import(
+    source: Annotated[Path, typer.Argument(help="Parquet file written by `molt trajectories export`.")],
+    store: StoreOpt = None,
+    api_key: KeyOpt = None,
+    operator: OperatorOpt = False,
+) -> None:
+    """Import an export: chains re-verified, tenant taken from the hashed records, all or nothing."""
+    from molt.capture.importer import import_parquet
+
+    reader = open_reader(store, api_key, operator, action="write")
+    report = import_parquet(open_store(store), source, tenant_id=getattr(reader, "tenant_id", None))
+    console.print(f"Imported {report.imported:,} events of {report.trajectories:,} trajectories from {source} "
+                  f"({report.duplicates:,} already in the store).")
+
+
 # ---------------------------------------------------------------------------------- reward, verify
 
 
