@@ -288,7 +288,8 @@ def verify(
 
 @app.command()
 def doctor(store: StoreOpt = None) -> None:
-    """Show what is installed and where, and the state of the store and spool."""
+    """Show what is installed and where, the state of the store and spool, and the faults counted by
+    running Molt processes (their status files under ``$MOLT_HOME/status``)."""
     from importlib import metadata
 
     import molt
@@ -321,7 +322,36 @@ def doctor(store: StoreOpt = None) -> None:
         t.add_row("spool", f"{spool} ({size:,} bytes in segments)")
     else:
         t.add_row("spool", f"{spool} (absent)")
+    _status_rows(t)
     console.print(t)
+
+
+def _status_rows(t: Table) -> None:
+    """What running (or stopped) Molt processes last reported: their fault counters and backlog."""
+    from molt.gateway.metrics import read_status
+
+    reports = read_status(molt_home())
+    if not reports:
+        t.add_row("processes", f"[dim]none reporting (molt serve writes {molt_home() / 'status'})[/dim]")
+    for st in reports:
+        if "error" in st:
+            t.add_row(f"process {st['component']}", f"[red]unreadable status file {st['path']}: {st['error']}[/red]")
+            continue
+        age = f"updated {st['age_s']:.0f} s ago"
+        how = ("running" if st["running"] else "stopped" if st.get("stopped")
+               else "[red]not running (ended without a last report: crashed or killed?)[/red]")
+        t.add_row(f"process {st['component']}", f"pid {st['pid']}, {how}, {age}")
+        faults = {k: v for k, v in (st.get("faults") or {}).items() if v}
+        if not faults:
+            t.add_row("  faults", "[green]none counted[/green]")
+        for name, value in sorted(faults.items()):
+            t.add_row(f"  {name}", f"[red]{value:,}[/red]" if isinstance(value, int | float) else f"[red]{value}[/red]")
+        state = st.get("state") or {}
+        if "recorder.spool_pending_bytes" in state:
+            t.add_row("  spool backlog", f"{state['recorder.spool_pending_bytes']:,} bytes, "
+                                         f"{state.get('recorder.pending_in_queue', 0):,} events queued")
+        if faults and state.get("recorder.last_error"):
+            t.add_row("  last error", str(state["recorder.last_error"]))
 
 
 # ---------------------------------------------------------------------------------------- mounts

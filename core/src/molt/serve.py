@@ -18,6 +18,11 @@ one the gateway stays open on loopback (every caller is tenant ``default``), and
 its own admin key for tenant ``default``: created on the first start, stored hashed in
 ``$MOLT_HOME/console-keys.toml`` and printed once (delete that file for a new key).
 
+Faults counted while serving (store write failures and the spool backlog, quarantined records,
+backend failures, a background part that stopped with an error, trainer crashes) are written every
+``STATUS_INTERVAL_S`` seconds to ``$MOLT_HOME/status/molt-serve-<pid>.json``, which ``molt doctor``
+shows (:class:`molt.gateway.metrics.StatusReporter`).
+
 Ctrl-C (SIGINT) or SIGTERM stops serving, stops the control plane and the trainer, then closes the
 capture process (every acknowledged event reaches the store) and the store.
 
@@ -36,6 +41,7 @@ import inspect
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +63,8 @@ log = logging.getLogger("molt.serve")
 CONSOLE_KEYS = "console-keys.toml"
 #: How often (s) the gateway binding looks for version changes made by other processes.
 VERSION_POLL_S = 5.0
+#: How often (s) the fault counters are written for ``molt doctor``.
+STATUS_INTERVAL_S = 5.0
 
 
 def console_keyring(home: Path, *, create: bool) -> tuple[KeyRing | None, str | None]:
@@ -89,18 +97,35 @@ class Stack:
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict)
+    #: Background parts by name (``trainer`` once it is built), for the status file.
+    parts: dict[str, Any] = field(default_factory=dict)
+    #: Background parts that stopped with an error, by name.
+    failures: Counter[str] = field(default_factory=Counter)
 
     def spawn(self, name: str, target: Callable[[], Any]) -> None:
-        """Run ``target`` on a daemon thread that logs (never raises) its failure."""
+        """Run ``target`` on a daemon thread that logs and counts (never raises) its failure."""
         def run() -> None:
             try:
                 target()
             except Exception:
+                self.failures[name] += 1
                 log.exception("%s stopped with an error; the gateway keeps serving.", name)
 
         t = threading.Thread(target=run, name=f"molt-{name}", daemon=True)
         self.threads.append(t)
         t.start()
+
+    def fault_status(self) -> dict[str, dict[str, Any]]:
+        """Fault counters of the background parts (a :data:`molt.gateway.metrics.StatusSource`)."""
+        faults: dict[str, Any] = {f"{name}.stopped_with_error": n for name, n in self.failures.items()}
+        state: dict[str, Any] = {}
+        trainer = self.parts.get("trainer")
+        if trainer is not None:
+            c = trainer.counters
+            faults.update({"trainer.crashes": c["crashes"], "trainer.step_failures": c["step_failures"],
+                           "trainer.publish_failures": trainer.publisher.counters["publish_failures"]})
+            state.update({"trainer.steps": trainer.step, "trainer.pending_samples": len(trainer.pending)})
+        return {"faults": faults, "state": state}
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Ask every background part to stop and wait for it (up to ``timeout_s`` each)."""
@@ -212,6 +237,7 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
         trainer = service.OnlineTrainer(policy_mod.Policy.load(settings.lora, None), publisher, source, settings,
                                         base_version=f"{model}@base",
                                         latency_probe=service.GatewayLatencyProbe(gateway_url, admin_key))
+        stack.parts["trainer"] = trainer
         trainer.run(stack.stop)
 
     stack.spawn("trainer", run)
@@ -335,6 +361,11 @@ def serve_command(
     stack.status["vLLM"] = (f"supervised at {server.base_url}" if server is not None
                             else f"upstream {upstream_url}" if backend == "vllm" else "not used")
     rows.extend(stack.status.items())
+    from molt.gateway.metrics import StatusReporter, gateway_status
+
+    reporter = StatusReporter(home, "molt-serve", {"gateway": lambda: gateway_status(gw), "stack": stack.fault_status},
+                              interval_s=STATUS_INTERVAL_S).start()
+    rows.append(("status", f"{reporter.path} (molt doctor shows it)"))
     tune_process()
     _summary(rows, err)
     if new_key:  # on a line of its own, never wrapped, so it can be copied
@@ -348,6 +379,7 @@ def serve_command(
     finally:
         stack.shutdown()
         flushed = recorder.close(timeout=30.0) if recorder is not None else True
+        reporter.close()
         shared.close()
         if recorder is None:
             err.print("molt serve: stopped.")
