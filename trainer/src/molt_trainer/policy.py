@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,29 @@ class Policy:
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
         return float(norm)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the trainable (LoRA) weights, the optimiser state and the step count, for
+        :meth:`restore` when a step fails part-way (the adapter is small: rank × width per layer)."""
+        return {"weights": {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad},
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "steps": self.steps}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Put back a :meth:`snapshot`: weights, optimiser state and step count; gradients cleared."""
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for n, w in snap["weights"].items():
+                params[n].copy_(w)
+        self.optimizer.load_state_dict(snap["optimizer"])
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps = snap["steps"]
+
+    def load_adapter_weights(self, path: str | os.PathLike[str]) -> None:
+        """Continue from a saved adapter (a :meth:`save_adapter` directory of the same LoRA settings)."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(self.model, load_file(str(Path(path) / "adapter_model.safetensors")))
 
     def save_adapter(self, path: str | os.PathLike[str]) -> Path:
         """Write the adapter as a peft directory (``adapter_config.json`` + safetensors) and return it."""

@@ -186,6 +186,17 @@ class Publisher:
             self._register(result, step, watermark or {}, metrics or {}, config or {})
         return result
 
+    def registered(self) -> list[dict[str, Any]]:
+        """This publisher's versions already in the store's ``policy_versions`` (oldest step first):
+        the trainer's acknowledgement log, read back when it restarts (``[]`` without a store)."""
+        if self.store is None:
+            return []
+        self.store.table("policy_versions").checkout_latest()  # what another process registered too
+        prefix = f"{self.model}@{self.prefix}-"
+        mine = [v for v in policy_versions(self.store) if v["version_id"].startswith(prefix)
+                and v["tenant_id"] == self.tenant_id and v["agent_id"] == self.agent_id]
+        return sorted(mine, key=lambda v: int(v["parts"].get("step") or 0))
+
     def _load_with_retries(self, target: Target, version: str, path: Path) -> str | None:
         delay = self.backoff_s
         previous = [v for v in self.published if v != version]

@@ -14,6 +14,15 @@ Each :meth:`OnlineTrainer.tick`:
 4. takes one step (:func:`molt_trainer.step.train_step`) on up to ``max_batch`` samples, publishes
    the adapter (:class:`molt_trainer.publish.Publisher`) and advances the staleness clock.
 
+A step is all or nothing. Samples are *claimed* when a step takes them and *acknowledged* when the
+publisher registers the version trained on them (its ``policy_versions`` row lists their event
+ids). A step that raises part-way — in the forward/backward pass, the optimiser, or saving the
+adapter — is rolled back: the LoRA weights and optimiser state return to their snapshot, the
+claimed samples go back to the pool, nothing is published, and :meth:`OnlineTrainer.run` counts the
+failure and carries on. After a restart (a crash that killed the process), :meth:`OnlineTrainer.resume`
+reads the acknowledgements back: acknowledged samples are never trained on again, claimed but
+unacknowledged ones are read again from the source, the step count and the adapter continue.
+
 :meth:`OnlineTrainer.metrics` reports training, data, publishing and scheduling counters (Prometheus
 text with :meth:`OnlineTrainer.render_metrics`).
 """
@@ -26,6 +35,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -159,7 +169,8 @@ class OnlineTrainer:
     """The online RL loop over a :class:`Source`, a :class:`Policy` and a :class:`Publisher`."""
 
     def __init__(self, policy: Policy, publisher: Publisher, source: Source, settings: TrainerSettings | None = None,
-                 *, base_version: str | None = None, latency_probe: Callable[[], float | None] | None = None):
+                 *, base_version: str | None = None, latency_probe: Callable[[], float | None] | None = None,
+                 resume: bool = True):
         self.policy = policy
         self.publisher = publisher
         self.source = source
@@ -177,6 +188,35 @@ class OnlineTrainer:
         self.history: list[dict[str, float]] = []
         self.last_p99_ms: float | None = None
         self.step = 0
+        self._acked: set[str] = set()  # event ids trained on in an earlier life (see resume)
+        if resume:
+            self.resume()
+
+    # ------------------------------------------------------------------ restart
+
+    def resume(self) -> int:
+        """Continue from the versions this trainer's publisher registered before (a restart): their
+        samples are acknowledged (never trained on again), the step count and staleness clock
+        continue, and the policy starts from the last registered adapter. Returns the samples
+        acknowledged; 0 on a first start or without a store."""
+        done = self.publisher.registered()
+        for v in done:
+            wm = v["parts"].get("watermark") or {}
+            self._acked.update(wm.get("events") or ())
+            if v["parts"].get("live_on") or not self.publisher.targets:
+                self.staleness.advance(v["version_id"])
+                self.publisher.published.append(v["version_id"])
+        if not done:
+            return 0
+        last = done[-1]["parts"]
+        self.step = int(last.get("step") or 0)
+        adapter = last.get("lora_adapter")
+        if adapter and Path(adapter, "adapter_model.safetensors").exists():
+            self.policy.load_adapter_weights(adapter)
+        self.counters["resumed_versions"] = len(done)
+        log.info("trainer: resumed after step %d (%d versions registered, %d samples acknowledged, adapter %s)",
+                 self.step, len(done), len(self._acked), adapter)
+        return len(self._acked)
 
     # ------------------------------------------------------------------ reading
 
@@ -202,6 +242,10 @@ class OnlineTrainer:
             self.watermark = last if self.watermark is None else max(self.watermark, last)
         while len(self._seen) > 1_000_000:
             self._seen.popitem(last=False)
+        if self._acked:
+            kept = [x for x in samples if x.event_id not in self._acked]
+            self.counters["skipped_acknowledged"] += len(samples) - len(kept)
+            samples = kept
         self.pending.extend(samples)
         return len(samples)
 
@@ -223,7 +267,10 @@ class OnlineTrainer:
     # ------------------------------------------------------------------ one step
 
     def train(self) -> dict[str, float] | None:
-        """One step on the pending samples and publish; ``None`` when nothing was trainable."""
+        """One step on the pending samples and publish; ``None`` when nothing was trainable.
+
+        All or nothing: when the step or saving the adapter raises, the policy is rolled back, the
+        samples return to the pool, ``step_failures`` is counted and the error re-raised."""
         s = self.settings
         take, self.pending = self.pending[: s.max_batch], self.pending[s.max_batch:]
         kept, index, rewards = assign_groups(take, self.baseline, self.data_stats)
@@ -231,13 +278,23 @@ class OnlineTrainer:
             self.counters["empty_batches"] += 1
             log.info("trainer: no trainable sample in a batch of %d (groups of one without a baseline)", len(take))
             return None
-        batch = collate(kept, rewards, index, pad_id=self.policy.pad_id)
-        metrics = train_step(self.policy, batch, s.algo)
+        snap = self.policy.snapshot()
+        try:
+            batch = collate(kept, rewards, index, pad_id=self.policy.pad_id)
+            metrics = train_step(self.policy, batch, s.algo)
+            # The acknowledgement: what the version was trained on, every claimed sample included.
+            wm = {"watermark": self.watermark.isoformat() if self.watermark else None,
+                  "trajectories": sorted({x.trajectory_id for x in take}), "samples": len(kept),
+                  "events": sorted({x.event_id for x in take})}
+            result = self.publisher.publish(self.policy, step=self.step + 1, watermark=wm, metrics=metrics,
+                                            config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump()})
+        except Exception:
+            self.policy.restore(snap)
+            self.pending = take + self.pending
+            self.counters["step_failures"] += 1
+            raise
         self.step += 1
-        wm = {"watermark": self.watermark.isoformat() if self.watermark else None,
-              "trajectories": sorted({x.trajectory_id for x in kept})[:1000], "samples": len(kept)}
-        result = self.publisher.publish(self.policy, step=self.step, watermark=wm, metrics=metrics,
-                                        config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump()})
+        self._acked.update(wm["events"])
         if result.live or not self.publisher.targets:
             self.staleness.advance(result.version)
         metrics.update({"step": float(self.step), "publish/serve_s": result.serve_s, "publish/save_s": result.save_s,
@@ -262,10 +319,21 @@ class OnlineTrainer:
         return self.train()
 
     def run(self, stop: threading.Event, max_steps: int | None = None) -> None:
-        """Tick until ``stop`` is set (or ``max_steps`` steps ran), sleeping when idle or paused."""
+        """Tick until ``stop`` is set (or ``max_steps`` steps ran), sleeping when idle or paused.
+
+        A tick that raises (the source unreadable, a step that failed and was rolled back) is logged
+        and counted as a ``crash``; the loop sleeps ``throttle_s`` and tries again, so serving never
+        loses its trainer to one bad step."""
         while not stop.is_set():
             before = self.counters["paused_for_slo"]
-            m = self.tick()
+            try:
+                m = self.tick()
+            except Exception:
+                self.counters["crashes"] += 1
+                log.exception("trainer: a tick failed (%d so far); rolled back, retrying in %.0f s",
+                              self.counters["crashes"], self.settings.throttle_s)
+                stop.wait(self.settings.throttle_s)
+                continue
             if max_steps is not None and self.step >= max_steps:
                 return
             if m is None:
