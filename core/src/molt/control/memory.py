@@ -435,6 +435,10 @@ class RetrievalHarness:
         min_score: drop matches scoring below this (default ``None``: keep all ``k``).
     """
 
+    #: It does I/O (embeds the query, searches LanceDB): the gateway runs it off its event loop, within
+    #: ``GatewayConfig.harness_timeout_s``.
+    blocking = True
+
     def __init__(self, memories: MemoryStore, *, k_memories: int = 4, k_skills: int = 2, token_budget: int = 256,
                  min_score: float | None = None):
         if k_memories < 0 or k_skills < 0 or token_budget < 0:

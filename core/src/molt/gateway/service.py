@@ -56,6 +56,8 @@ class GatewayConfig(BaseModel):
     - ``health_interval_s``: seconds between backend health checks; 0 turns them off (default 5).
     - ``failover``: retry once on another backend when one is down (default on).
     - ``max_sessions``: sessions / trajectories / answers remembered for linking calls (default 200,000).
+    - ``harness_timeout_s``: time a harness that does I/O (memory retrieval) may take per request; past
+      it the request is served with the version's static harness and the fallback counted (default 2 s).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -65,6 +67,7 @@ class GatewayConfig(BaseModel):
     health_interval_s: float = Field(default=5.0, ge=0)
     failover: bool = True
     max_sessions: int = Field(default=200_000, ge=100)
+    harness_timeout_s: float = Field(default=2.0, gt=0, le=600)
 
 
 @dataclass(slots=True)
@@ -145,6 +148,9 @@ class Gateway:
             self.capture = recorder if hasattr(recorder, "submit") else Capture(recorder)
         self.keyring = keyring
         self.harness: HarnessApplier = harness or StaticHarness()
+        self._static_harness = StaticHarness()
+        #: Requests served with the static harness because the harness took over ``harness_timeout_s``.
+        self.harness_fallbacks = 0
         self.config = config or GatewayConfig()
         self.store = store
         self.metrics = Metrics()
@@ -293,9 +299,27 @@ class Gateway:
         if rec.session_id:
             call.headers["x-molt-session"] = rec.session_id
 
-    def _backend_chat_request(self, call: Call, req: ChatRequest) -> ChatRequest:
+    async def _apply_harness(self, req: ChatRequest, spec: Any) -> Applied:
+        """The harness applied to the request. One that does I/O (``blocking``: memory retrieval embeds
+        the query and searches LanceDB) runs on a worker thread, so it never holds the event loop and
+        every other request with it, and within ``harness_timeout_s``: past that, or when it raises, the
+        version's static harness serves the request (fail open) and :attr:`harness_fallbacks` counts it."""
+        if not getattr(self.harness, "blocking", False):
+            return self.harness.apply(req.messages, req.tools, spec)
+        try:
+            async with asyncio.timeout(self.config.harness_timeout_s):
+                return await asyncio.to_thread(self.harness.apply, req.messages, req.tools, spec)
+        except TimeoutError:
+            why = f"took over {self.config.harness_timeout_s:g} s"
+        except Exception as exc:
+            why = f"failed ({exc!r})"
+        self.harness_fallbacks += 1
+        log.warning("The harness of version %r %s; serving its static harness.", getattr(spec, "version", None), why)
+        return self._static_harness.apply(req.messages, req.tools, spec)
+
+    async def _backend_chat_request(self, call: Call, req: ChatRequest) -> ChatRequest:
         spec = call.decision.version
-        applied = self.harness.apply(req.messages, req.tools, spec)
+        applied = await self._apply_harness(req, spec)
         call.applied = applied
         call.record.harness_fingerprint = applied.fingerprint
         model = spec.upstream_model or call.backend.model
@@ -338,7 +362,7 @@ class Gateway:
         for attempt in range(2):
             try:
                 if isinstance(req, ChatRequest):
-                    breq: Any = self._backend_chat_request(call, req)
+                    breq: Any = await self._backend_chat_request(call, req)
                     async with asyncio.timeout(self.config.backend_timeout_s):
                         result = await call.backend.chat(breq)
                 else:
@@ -406,7 +430,7 @@ class Gateway:
         slow is still an HTTP error (502/504) rather than an error chunk."""
         for attempt in range(2):
             if isinstance(req, ChatRequest):
-                it = call.backend.stream_chat(self._backend_chat_request(call, req))
+                it = call.backend.stream_chat(await self._backend_chat_request(call, req))
             else:
                 it = call.backend.stream_complete(self._backend_completion_request(call, req))
             try:

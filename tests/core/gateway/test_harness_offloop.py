@@ -1,0 +1,75 @@
+"""A harness that does I/O (memory retrieval) runs off the gateway's event loop, within a time budget,
+and fails open: slow or broken retrieval never stalls or breaks the agent's call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+from starlette.testclient import TestClient
+
+from molt.backends import StubBackend
+from molt.gateway import Gateway, GatewayConfig, create_app
+from molt.harness import Applied
+
+W = {"authorization": "Bearer sk-acme-writer"}
+
+
+class _Harness:
+    """Adds " +memory" to the last message, after waiting on a barrier (or sleeping, or raising)."""
+
+    blocking = True
+
+    def __init__(self, *, barrier: threading.Barrier | None = None, sleep_s: float = 0.0, fail: bool = False):
+        self.barrier, self.sleep_s, self.fail = barrier, sleep_s, fail
+
+    def apply(self, messages: list[dict[str, Any]], tools: Any, version: Any) -> Applied:
+        if self.barrier is not None:
+            self.barrier.wait()  # broken (raises) unless another request's harness runs at the same time
+        time.sleep(self.sleep_s)
+        if self.fail:
+            raise ConnectionError("the memory store is unreachable")
+        last = {**messages[-1], "content": messages[-1]["content"] + " +memory"}
+        return Applied([*messages[:-1], last], tools, fingerprint="h-test")
+
+
+def _gateway(harness: _Harness, **config: Any) -> Gateway:
+    from molt.governance.access import KeyRing
+
+    keys = KeyRing.from_mapping({"sk-acme-writer": ("acme", "agent_writer")})
+    return Gateway([StubBackend()], harness=harness, keyring=keys, config=GatewayConfig(health_interval_s=0, **config))
+
+
+def _ask(c: TestClient, text: str, stream: bool = False) -> str:
+    r = c.post("/v1/chat/completions", headers=W,
+               json={"model": "stub", "messages": [{"role": "user", "content": text}], "stream": stream})
+    assert r.status_code == 200, r.text
+    if stream:  # the content deltas of the server-sent events, joined
+        chunks = [orjson.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+        return "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks)
+    return str(r.json()["choices"][0]["message"]["content"])
+
+
+def test_a_blocking_harness_does_not_hold_the_event_loop() -> None:
+    # Two requests' harnesses must be inside apply() at once to pass the barrier: on the event loop, the
+    # first would block the loop at the barrier and the second could never start (the barrier breaks).
+    gw = _gateway(_Harness(barrier=threading.Barrier(2, timeout=10)), harness_timeout_s=60)
+    with TestClient(create_app(gw)) as c, ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda t: _ask(c, t), ["first", "second"]))
+    assert sorted(answers) == ["echo: first +memory", "echo: second +memory"]
+    assert gw.harness_fallbacks == 0
+
+
+def test_a_harness_past_its_budget_or_raising_is_replaced_by_the_static_one() -> None:
+    slow = _gateway(_Harness(sleep_s=3.0), harness_timeout_s=0.2)
+    with TestClient(create_app(slow)) as c:
+        assert _ask(c, "hello") == "echo: hello"  # answered without the memory, not after 3 s of waiting
+        assert _ask(c, "again", stream=True) == "echo: again"
+    assert slow.harness_fallbacks == 2
+    broken = _gateway(_Harness(fail=True))
+    with TestClient(create_app(broken)) as c:
+        assert _ask(c, "hello") == "echo: hello"
+    assert broken.harness_fallbacks == 1
