@@ -16,15 +16,18 @@ Sections (each one a group of rows in the table; the harness is shared with ``te
    remote sink accepts connections and never answers: the time from its last line to its exit, and
    every record delivered on the next start.
 3. **Fault injection** — store down / slow / flaky under the gateway, the spool's disk full (a tmpfs),
-   the spool full, a governance stage that raises, the backend down and too slow. "Survived" means the
-   agent's answer was unchanged (or a clean OpenAI-style 502/504 for a dead backend), the fault was
-   counted, and recovery delivered everything acknowledged. The ``record()`` p99 while the store is
-   down is the agent's added latency.
+   the spool full, a governance stage that raises, the backend down and too slow, the online trainer
+   failing mid-step and killed mid-step (``tests/reliability/test_trainer_fault.py``, run as it is).
+   "Survived" means the agent's answer was unchanged (or a clean OpenAI-style 502/504 for a dead
+   backend), the fault was counted, and recovery delivered everything acknowledged. The ``record()``
+   p99 while the store is down is the agent's added latency.
 4. **Hostile input** — schemathesis (positive + negative) against the gateway's OpenAPI document,
    hypothesis on ATDP parsing and OTLP span ingest: server errors (5xx or an exception that is not a
    Molt error) and rejections that are not OpenAI-style.
 5. **Tenant isolation** — every endpoint × no key, wrong key, each role of two tenants; cross-tenant
-   reward / end / session probes; a cross-tenant trajectory-id write (a known bug, xfail in the tests).
+   reward / end / session probes; a cross-tenant trajectory-id write (a known bug, xfail in the tests);
+   the web console's pages and JSON endpoints over seeded random worlds of 2-3 tenants
+   (``tests/reliability/console_probe.py``).
 6. **Tamper evidence and erasure** — a mutation test over stored trajectories (single-byte edits of
    every sealed column, deletions, reorderings), and the existing byte-level erasure and chain test
    files run as they are.
@@ -228,6 +231,8 @@ def fault_injection(work: Path, n_calls: int) -> tuple[list[Row], dict[str, Any]
     results["governance stage raises"] = _raising_stage(work)
     # backend down and too slow
     results.update(_backend_faults())
+    # the online trainer fails mid-step twice, then is killed mid-step and restarted, the gateway serving
+    results["trainer crash mid-step (rolled back; killed and restarted)"] = _trainer_crash()
 
     injected = len(results) - 1  # "store healthy" is the reference
     survived = sum(1 for k, v in results.items() if k != "store healthy" and v["survived"])
@@ -309,6 +314,18 @@ def _raising_stage(work: Path) -> dict[str, Any]:
     survived = ok and len(sink.events) == 2 and len(sink.quarantine) == 1 and rec.stats.quarantined == 1
     rec.close()
     return {"survived": survived}
+
+
+def _trainer_crash() -> dict[str, Any]:
+    """``tests/reliability/test_trainer_fault.py`` as it is: the real trainer, training queue and gateway
+    (its checks: answers unchanged, the crash counted and in ``molt doctor``, no half-applied adapter,
+    nothing lost or trained twice across the restart)."""
+    import importlib.util
+
+    if importlib.util.find_spec("molt_trainer") is None:
+        return {"survived": False, "note": "molt-trainer is not installed"}
+    counts = _pytest_counts(["tests/reliability/test_trainer_fault.py"])
+    return {"survived": counts["passed"] > 0 and counts["failed"] == 0, **counts}
 
 
 def _backend_faults() -> dict[str, dict[str, Any]]:
@@ -427,7 +444,7 @@ def _app(home: Path) -> tuple[Any, Callable[[], None]]:
 # ------------------------------------------------------------------------------------------ 5 tenants
 
 
-def tenants(work: Path) -> tuple[list[Row], dict[str, Any]]:
+def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
     from starlette.testclient import TestClient
 
     from molt.governance.access import Action, Role
@@ -489,18 +506,35 @@ def tenants(work: Path) -> tuple[list[Row], dict[str, Any]]:
             leak_notes.append("x-molt-trajectory of another tenant: globex's call sealed into acme's trajectory "
                               "(known bug, xfail in tests/reliability/test_auth_matrix.py)")
     close()
-    # the store-level property tests (scan, vector, full-text, time travel, export) and the CLI matrix
-    existing = _pytest_counts(["tests/core/governance/test_isolation.py", "tests/reliability/test_auth_matrix.py"])
+    # the web console: every page and JSON endpoint with each tenant's keys, over random worlds
+    import console_probe
+
+    rng = random.Random(10)
+    console_probes, console_leaks = 0, []
+    for i in range(worlds):
+        got = console_probe.run_world(work / f"console-{i}", console_probe.random_world(rng, 2 + i % 2))
+        console_probes += got.probes
+        console_leaks += got.leaks
+    log(f"console: {console_probes} probes over {worlds} worlds, {len(console_leaks)} leaks")
+    # the store-level property tests (scan, vector, full-text, time travel, export), the CLI matrix and
+    # the console's hypothesis test
+    existing = _pytest_counts(["tests/core/governance/test_isolation.py", "tests/reliability/test_auth_matrix.py",
+                               "tests/reliability/test_console_isolation.py"])
     s = "5 tenant isolation"
     rows: list[Row] = [
         (s, "cross-tenant and auth probes (HTTP: every endpoint × 8 keys, plus cross-tenant data probes)",
          str(probes), ""),
         (s, "leaks (a key got what its tenant/role must not)" + (f", {known} known bug (xfail)" if known else ""),
          str(leaks), "0"),
-        (s, "store isolation property tests (scan, vector, full-text, time travel, export) + CLI key matrix: "
-            "passed / failed (xfail counted as failed)", f"{existing['passed']} / {existing['failed']}", "all / 0"),
+        (s, f"console probes (every page and JSON endpoint × admin/reader key of each tenant × the others' "
+            f"ids, {worlds} random worlds of 2-3 tenants) — leaks", f"{console_probes:,} — {len(console_leaks)}",
+         "0 leaks"),
+        (s, "store isolation property tests (scan, vector, full-text, time travel, export) + CLI key matrix + "
+            "console property test: passed / failed (xfail counted as failed)",
+         f"{existing['passed']} / {existing['failed']}", "all / 0"),
     ]
-    return rows, {"probes": probes, "leaks": leaks, "notes": leak_notes, "existing": existing}
+    return rows, {"probes": probes, "leaks": leaks, "notes": leak_notes, "existing": existing,
+                  "console": {"worlds": worlds, "probes": console_probes, "leaks": console_leaks[:20]}}
 
 
 # ------------------------------------------------------------------------------------------ 6 tamper, erasure
@@ -729,7 +763,7 @@ def main() -> None:
             ("2", "exit", lambda: exit_sink_down(work, 1 if q else 5)),
             ("3", "faults", lambda: fault_injection(work, 20 if q else 200)),
             ("4", "fuzz", lambda: fuzz(work, 10 if q else 100, 150 if q else 2000)),
-            ("5", "tenants", lambda: tenants(work)),
+            ("5", "tenants", lambda: tenants(work, 2 if q else 10)),
             ("6", "tamper", lambda: tamper(work, 10 if q else 50, 300 if q else 5000)),
             ("7", "soak", lambda: load_soak(work, soak_s, args.concurrency)),
         ]
