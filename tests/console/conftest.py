@@ -9,15 +9,14 @@ installs it (apt-get install chromium). Never `playwright install`: no browser d
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from molt.gateway.loopback import ServerThread
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -27,12 +26,6 @@ KEYS = {"sk-acme-admin": ("acme", "admin"), "sk-acme-reader": ("acme", "reader")
         "sk-acme-writer": ("acme", "agent_writer")}
 POLICY = {"name": "console-test", "unknown_tenants": "quarantine",
           "tenants": {"acme": {"training": {"opt_in": True}}, "globex": {"training": {"opt_in": True}}}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -121,29 +114,6 @@ def _record_world(home: Path) -> World:
     return world
 
 
-class _Server:
-    def __init__(self, app: Any):
-        import uvicorn
-
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    access_log=False))
-        self.thread = threading.Thread(target=self.server.run, name="console-uvicorn", daemon=True)
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the console test server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-
-
 @dataclass
 class Served:
     """The running console: its base URL and what was recorded."""
@@ -167,8 +137,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     store = Store.open(home / "store", auto_compact=False)
     app = create_app(Gateway([StubBackend()], keyring=ring))
     app.mount("/console", create_console_app(store, ring))
-    with _Server(app) as srv:
-        yield Served(url=f"http://127.0.0.1:{srv.port}", world=world)
+    with ServerThread(app) as srv:
+        yield Served(url=srv.url, world=world)
     store.close()
 
 

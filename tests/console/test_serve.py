@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import free_port
+from molt.gateway.loopback import free_port
 
 
 def _serve_in_process(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[int, Any]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,41 +28,15 @@ from molt.atdp.otel import event_to_span
 from molt.capture import MemorySink, Recorder
 from molt.capture.otlp import MoltSpanProcessor, OtlpIngest, event_id_for
 from molt.capture.otlp_app import create_app
+from molt.gateway.loopback import ServerThread
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class _Server:
-    """uvicorn serving the OTLP app on a loopback port, in a thread of this process."""
-
-    def __init__(self, app: Any):
-        import uvicorn
-
-        self.port = _free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        )
-        self.thread = threading.Thread(target=self.server.run, name="otlp-uvicorn", daemon=True)
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the OTLP test server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
+class _Server(ServerThread):
+    """The OTLP app on a loopback port; :attr:`url` is its traces endpoint."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/traces"
+        return super().url + "/v1/traces"
 
 
 @pytest.fixture

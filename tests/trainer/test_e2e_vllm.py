@@ -12,6 +12,7 @@ import pytest
 from molt.backends import VLLMBackend, VLLMServer, find_vllm_python
 from molt.capture import Recorder
 from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec, create_app
+from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
@@ -19,7 +20,6 @@ from molt_trainer.policy import LoraSettings, Policy
 from molt_trainer.publish import GatewayTarget, Publisher, policy_versions
 from molt_trainer.service import OnlineTrainer, StoreSource, TrainerSettings
 
-from ..core.gateway.conftest import ServerThread
 from .loop import ADMIN, KEYS, Agent, train_prompts
 
 

@@ -19,6 +19,7 @@ import torch
 from molt.backends import LocalBackend
 from molt.capture import Recorder
 from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec, create_app
+from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
@@ -26,7 +27,6 @@ from molt_trainer.policy import LoraSettings, Policy
 from molt_trainer.publish import GatewayTarget, Publisher, policy_versions
 from molt_trainer.service import OnlineTrainer, StoreSource, TrainerSettings
 
-from ..core.gateway.conftest import ServerThread
 from .loop import ADMIN, KEYS, Agent, heldout_prompts, plot_curve, train_prompts
 
 MODEL = "smollm2-135m-instruct"

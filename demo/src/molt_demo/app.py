@@ -42,9 +42,7 @@ import io
 import logging
 import os
 import shutil
-import socket
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -215,31 +213,6 @@ class DemoResult:
     png: Path
     seconds: float
     training: dict[str, Any] | None = None
-
-
-class _Server:
-    def __init__(self, app: Any):
-        import uvicorn
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    access_log=False))
-        self.thread = threading.Thread(target=self.server.run, name="molt-demo-gateway", daemon=True)
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the demo gateway did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 @dataclass
@@ -436,6 +409,7 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
     (``math_plane``: plus the ``molt-math`` agent's questions and cycles, see :mod:`molt_demo.math_agent`)."""
     from molt.control.world import AGENT, LEGACY_AGENT, _check
     from molt.gateway import create_app
+    from molt.gateway.loopback import ServerThread
     from molt.replay.decorator import AGENTS
     from molt.replay.verifiers import VerifyContext
 
@@ -447,7 +421,7 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
 
     pending_corrections: list[tuple[str, str, str]] = []
     seen_calls: dict[str, int] = {}
-    with _Server(create_app(gw)) as srv, prog:
+    with ServerThread(create_app(gw), name="molt-demo-gateway") as srv, prog:
         base = f"http://127.0.0.1:{srv.port}"
         bar = prog.add_task("rounds", total=rounds)
         for rnd in range(rounds):

@@ -10,8 +10,7 @@ import pytest
 
 from molt.backends import ChatRequest, CompletionRequest, Delta, OpenAIBackend, StreamEnd, stub_asgi_app
 from molt.errors import BackendStreamError, BackendTimeout, BackendUnavailable, InvalidRequest
-
-from ..gateway.conftest import ServerThread, free_port
+from molt.gateway.loopback import ServerThread, free_port
 
 
 @pytest.fixture(scope="module")

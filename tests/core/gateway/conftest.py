@@ -3,8 +3,6 @@ and OpenAI clients pointed at it."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,46 +14,12 @@ import pytest
 from molt.backends import BaseBackend, StubBackend
 from molt.capture import Recorder
 from molt.gateway import Gateway, GatewayConfig, RoutingTable, create_app
+from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 
 KEYS = {"sk-acme-writer": ("acme", "agent_writer"), "sk-acme-admin": ("acme", "admin"),
         "sk-acme-reader": ("acme", "reader"), "sk-globex-writer": ("globex", "agent_writer")}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ServerThread:
-    """uvicorn serving an ASGI app on a loopback port, in a thread of this process."""
-
-    def __init__(self, app: Any):
-        import uvicorn
-
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    access_log=False))
-        self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 @dataclass

@@ -17,10 +17,11 @@ from molt.errors import BackendStreamError
 from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.capture import CallRecord, Capture
 from molt.gateway.capture_process import CaptureProcess, call_from_wire, call_to_wire
+from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 
-from .conftest import KEYS, WEATHER_TOOL, ServerThread
+from .conftest import KEYS, WEATHER_TOOL
 
 W = {"authorization": "Bearer sk-acme-writer"}
 

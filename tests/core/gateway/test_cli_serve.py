@@ -15,8 +15,7 @@ import openai
 import pytest
 
 from molt.gateway.cli import is_loopback
-
-from .conftest import free_port
+from molt.gateway.loopback import free_port
 
 
 @pytest.mark.slow

@@ -17,8 +17,9 @@ import pytest
 from molt.atdp import EventKind, OutcomeStatus
 from molt.backends import OpenAIBackend, StubBackend
 from molt.gateway import RoutingTable, VersionSpec
+from molt.gateway.loopback import free_port
 
-from .conftest import WEATHER_TOOL, Served, free_port
+from .conftest import WEATHER_TOOL, Served
 
 W = {"authorization": "Bearer sk-acme-writer"}
 

@@ -18,11 +18,12 @@ import pytest
 from molt.backends import POLICY_MODEL_NAME, VLLMBackend, VLLMServer, find_vllm_python
 from molt.capture import Recorder
 from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec, create_app
+from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 
 from ..backends.lora import make_lora
-from .conftest import KEYS, WEATHER_TOOL, Served, ServerThread
+from .conftest import KEYS, WEATHER_TOOL, Served
 
 
 def _vllm_env() -> str | None:
