@@ -191,3 +191,17 @@ def test_molt_serve_writes_its_faults_for_doctor_while_it_runs_and_a_last_report
     assert int(during["recorder.sink_errors"].replace(",", "")) > 0
     after = _doctor(molt_home / "store", capsys)
     assert ", stopped, " in after["process molt-serve"] and after["spool backlog"].startswith("0 bytes")
+
+
+def test_a_background_part_of_molt_serve_that_dies_is_counted(molt_home: Path) -> None:
+    from molt.serve import Stack
+
+    stack = Stack()
+
+    def plane() -> None:
+        raise RuntimeError("the control plane fell over")
+
+    stack.spawn("control-plane", plane)
+    stack.shutdown(timeout_s=30)
+    rep = StatusReporter(molt_home, "molt-serve", {"stack": stack.fault_status})
+    assert orjson.loads(rep.write().read_bytes())["faults"] == {"control-plane.stopped_with_error": 1}

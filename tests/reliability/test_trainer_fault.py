@@ -9,14 +9,18 @@ gateway's admin API. Faults are injected by wrapping the policy's forward pass (
 micro-batch, after the first one's gradients accumulated) and its adapter save (raise after the
 optimiser step: "disk full"). A crash that kills the trainer outright is a ``BaseException`` raised
 in the same place: it escapes every handler, the thread dies with its claimed samples in memory, and
-a new trainer is started on the same store and adapter directory (what a restart of the process sees).
+a new trainer is started on the same store and adapter directory (what a restart of the process sees);
+and the real thing: a trainer process (``children/trainer_child.py``) SIGKILLed mid-step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -270,3 +274,48 @@ def test_trainer_crash_mid_step_rolls_back_serving_is_untouched_and_a_restart_lo
     # (a) the agent's results never changed and no call failed (every _ask asserted a 200)
     assert answers and all(text == expected[p] for p, text in answers)
     assert {p: _ask(w["url"], p)[0] for p in PROMPTS} == expected
+
+
+CHILD = Path(__file__).parent / "children" / "trainer_child.py"
+
+
+def test_a_trainer_process_sigkilled_mid_step_restarts_without_losing_or_repeating_a_sample(
+        world: dict[str, Any], byte_model_dir: Path) -> None:
+    """The trainer in its own process (as ``molt-trainer`` runs it), SIGKILLed in its second step's
+    backward pass; the gateway's process keeps writing the store it reads."""
+    import queue as queue_mod
+
+    w = world
+    expected = {p: _ask(w["url"], p)[0] for p in PROMPTS}
+    round1 = _round(w)
+    err = (w["tmp"] / "child.err").open("wb")
+    child = subprocess.Popen([sys.executable, str(CHILD), str(w["tmp"] / "store"), w["url"], str(byte_model_dir),
+                              str(w["tmp"] / "adapters")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=err, text=True)
+    lines: queue_mod.Queue[str] = queue_mod.Queue()
+    threading.Thread(target=lambda: [lines.put(x.strip()) for x in child.stdout or ()], daemon=True).start()
+    try:
+        assert lines.get(timeout=600) == "step 1", (w["tmp"] / "child.err").read_text()[-2000:]
+        assert _adapters(w) == {"stub@lora-1"}
+        round2 = _round(w)  # written by this process after the child opened the store
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.wait(600) == -signal.SIGKILL, (w["tmp"] / "child.err").read_text()[-2000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+        err.close()
+    assert lines.empty(), f"the child went on after its fault: {lines.get()}"
+    assert _adapters(w) == {"stub@lora-1"}  # the killed step published nothing
+    assert {p: _ask(w["url"], p)[0] for p in PROMPTS} == expected
+
+    b = _trainer(w, byte_model_dir)  # the restart
+    assert b.step == 1 and b.counters["resumed_versions"] == 1
+    assert b.tick() is not None and b.step == 2 and b.tick() is None
+    assert _adapters(w) == {"stub@lora-1", "stub@lora-2"}
+    versions = policy_versions(w["store"])
+    assert [v["version_id"] for v in versions] == ["stub@lora-1", "stub@lora-2"]
+    trained = [e for v in versions for e in v["parts"]["watermark"]["events"]]
+    assert len(trained) == len(set(trained)) == 16
+    assert [set(v["parts"]["watermark"]["trajectories"]) for v in versions] == [set(round1), set(round2)]

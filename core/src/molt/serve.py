@@ -120,11 +120,10 @@ class Stack:
         faults: dict[str, Any] = {f"{name}.stopped_with_error": n for name, n in self.failures.items()}
         state: dict[str, Any] = {}
         trainer = self.parts.get("trainer")
-        if trainer is not None:
-            c = trainer.counters
-            faults.update({"trainer.crashes": c["crashes"], "trainer.step_failures": c["step_failures"],
-                           "trainer.publish_failures": trainer.publisher.counters["publish_failures"]})
-            state.update({"trainer.steps": trainer.step, "trainer.pending_samples": len(trainer.pending)})
+        if trainer is not None:  # molt_trainer's OnlineTrainer (core never imports it)
+            got = trainer.fault_status()
+            faults.update(got["faults"])
+            state.update(got["state"])
         return {"faults": faults, "state": state}
 
     def shutdown(self, timeout_s: float = 30.0) -> None:

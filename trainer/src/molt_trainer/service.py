@@ -117,6 +117,8 @@ class StoreSource:
     def read(self, since: datetime | None) -> list[Trajectory]:
         from molt.store.query import sql_str
 
+        for name in ("events", "rewards"):  # what another process (the capture process) wrote since
+            self.store.table(name).checkout_latest()
         clauses = []
         if since is not None:
             clauses.append(f"ts >= timestamp '{since.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'")
@@ -166,7 +168,10 @@ class GatewayLatencyProbe:
 
 
 class OnlineTrainer:
-    """The online RL loop over a :class:`Source`, a :class:`Policy` and a :class:`Publisher`."""
+    """The online RL loop over a :class:`Source`, a :class:`Policy` and a :class:`Publisher`.
+
+    With ``resume`` (the default) a trainer whose publisher has a store continues where the last one
+    stopped (see :meth:`resume`); ``resume=False`` starts from step 0 whatever is registered."""
 
     def __init__(self, policy: Policy, publisher: Publisher, source: Source, settings: TrainerSettings | None = None,
                  *, base_version: str | None = None, latency_probe: Callable[[], float | None] | None = None,
@@ -353,6 +358,13 @@ class OnlineTrainer:
         if self.history:
             out.update({f"last/{k}": v for k, v in self.history[-1].items()})
         return out
+
+    def fault_status(self) -> dict[str, dict[str, Any]]:
+        """Fault counters and backlog for ``molt doctor`` (a ``molt.gateway.metrics`` status source)."""
+        return {"faults": {"trainer.crashes": self.counters["crashes"],
+                           "trainer.step_failures": self.counters["step_failures"],
+                           "trainer.publish_failures": self.publisher.counters["publish_failures"]},
+                "state": {"trainer.steps": self.step, "trainer.pending_samples": len(self.pending)}}
 
     def render_metrics(self) -> str:
         """The metrics in Prometheus text format (``molt_trainer_*`` gauges)."""
