@@ -13,6 +13,11 @@ It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_tr
 child dies, records are counted as dropped and the gateway keeps serving. Durability is the child
 Recorder's: a record is acknowledged once its spool has it.
 
+The child runs for as long as the gateway, appending small batches all the while, so it keeps its
+memory flat: LanceDB's caches get a writer's bounds (each append is a new table version, and the
+metadata cache otherwise fills with the manifests of superseded versions), and glibc's allocator
+is told to return the large buffers compaction allocates (see :func:`bound_native_heap`).
+
 Example::
 
     rec = CaptureProcess(store_uri="~/.molt/store", spool_dir="~/.molt/spool", governance="default")
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import logging
 import os
 import select
@@ -44,12 +50,15 @@ from molt.capture.recorder import RecorderStats
 from molt.gateway.capture import CallRecord, Capture
 from molt.gateway.router import Decision, VersionSpec
 
-__all__ = ["CaptureProcess", "call_from_wire", "call_to_wire", "main"]
+__all__ = ["CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main"]
 
 log = logging.getLogger("molt.gateway")
 
 _CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", b"F", b"S", b"Q"
 _LEN = struct.Struct("<I")
+# The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
+# needs the current version's metadata and some index pages, not a reader's caches.
+WRITER_CACHE_BYTES = {"index_cache_bytes": 32 << 20, "metadata_cache_bytes": 16 << 20}
 
 
 # ------------------------------------------------------------------------------------------ wire
@@ -122,6 +131,35 @@ def _frame(kind: bytes, payload: bytes) -> bytes:
 # ------------------------------------------------------------------------------------------ child
 
 
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # mallopt parameters (glibc's malloc.h)
+
+
+def bound_native_heap() -> bool:
+    """Keep glibc's heap from growing with the store (Linux with glibc; a no-op elsewhere).
+
+    Compaction rewrites the events table's open fragment (every fragment under LanceDB's target of
+    about a million rows), so its buffers grow with the table. glibc raises its mmap threshold to the
+    largest buffer freed (up to 32 MiB), after which such buffers come from the heap, and each of
+    LanceDB's threads gets an arena of its own: freed, they stayed in the process as fragments
+    (about 20 KB per request in a soak of ``molt serve``, a line that did not level off). A fixed
+    threshold sends large buffers to mmap, which returns them to the system when freed, and two
+    arenas bound the rest. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment win.
+    Returns whether the settings were applied.
+    """
+    if not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = True
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        ok &= mallopt(_M_MMAP_THRESHOLD, 128 << 10) == 1
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        ok &= mallopt(_M_ARENA_MAX, 2) == 1
+    return ok
+
+
 def _read_exact(stream: Any, n: int) -> bytes | None:
     buf = b""
     while len(buf) < n:
@@ -149,8 +187,9 @@ def main() -> None:
     # Recording is background work: when cores are short, serving goes first and capture catches up.
     with contextlib.suppress(OSError):
         os.nice(int(config.get("nice", 10)))
+    bound_native_heap()  # before LanceDB starts its threads
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    store = Store.open(config["store_uri"], storage_options=config.get("storage_options"))
+    store = Store.open(config["store_uri"], storage_options=config.get("storage_options"), **WRITER_CACHE_BYTES)
     sink: Any = store
     kwargs: dict[str, Any] = {}
     governance = config.get("governance")
