@@ -87,3 +87,37 @@ def test_close_does_not_wait_out_its_timeout_on_a_sink_that_hangs_or_fails(tmp_p
     finally:
         rec2.close()
     assert len(set(got)) == 20
+
+
+def test_close_retries_a_sink_that_failed_and_has_recovered_since(tmp_path: Path) -> None:
+    """A sink that was down and came back while the Recorder waits out its retry backoff: close() tries
+    it again at once and delivers everything, instead of leaving it to a next start that may not come."""
+    import time
+
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import Recorder
+
+    class _Recovering(_HungSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.down = True
+            self.got: list[str] = []
+
+        def write_batch(self, batch) -> None:  # type: ignore[no-untyped-def]
+            self.calls += 1
+            if self.down:
+                raise ConnectionRefusedError("store unreachable")
+            self.got.extend(row.event_id for row in batch.events)
+
+    sink = _Recovering()
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", retry_max_s=60.0)
+    tid = rec.new_trajectory()
+    for i in range(20):
+        rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=f"m{i}")))
+    assert rec.flush(timeout=30)
+    deadline = time.monotonic() + 30
+    while sink.calls < 4 and time.monotonic() < deadline:  # failed 4 times: the next retry is ≥ 0.4 s away
+        time.sleep(0.01)
+    sink.down = False  # the store is back
+    assert rec.close(timeout=10)
+    assert len(set(sink.got)) == 20

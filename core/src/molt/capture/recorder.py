@@ -210,6 +210,8 @@ class Recorder:
         # what it would deliver is durable in the spool and goes out on the next start.
         self._sink_call_since: float | None = None
         self._sink_failing = False
+        self._sink_attempts = 0  # sink writes finished (delivered or failed)
+        self._retry_now = False  # close(): cut the current retry backoff short, once
         self._writer_done = threading.Event()
         self._writer = threading.Thread(target=self._write_loop, name=f"{name}-spool-writer", daemon=True)
         self._writer.start()
@@ -517,11 +519,13 @@ class Recorder:
                     self.sink.write_batch(batch)
                     self._sink_call_since = None
                     self._sink_failing = False
+                    self._sink_attempts += 1
                     if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
                         return
                 except Exception as exc:
                     self._sink_call_since = None
                     self._sink_failing = True
+                    self._sink_attempts += 1
                     self._sink_errors += 1
                     self._last_error = f"sink write failed: {exc!r}"
                     log.warning("Molt sink write failed (will retry in %.2fs): %r", backoff, exc)
@@ -531,9 +535,10 @@ class Recorder:
                     # each retry re-reads and decodes the pending batch, so with the sink down an unguarded
                     # wait turned every recorded call into a retry on the agent's GIL. close() still wakes it.
                     retry_at = time.monotonic() + backoff
-                    while not self._closed and (left := retry_at - time.monotonic()) > 0:
+                    while not (self._closed or self._retry_now) and (left := retry_at - time.monotonic()) > 0:
                         self._deliver_wake.wait(left)
                         self._deliver_wake.clear()
+                    self._retry_now = False
                     if self._closed:
                         return
                     backoff = min(backoff * 2, self.retry_max_s)
@@ -597,10 +602,22 @@ class Recorder:
         return self._sink_failing or (since is not None and time.monotonic() - since > self._HUNG_SINK_S)
 
     def _deliver_while_healthy(self, deadline: float) -> None:
-        """Wait until the spool is delivered, the deadline passes, or the sink fails or hangs."""
+        """Wait until the spool is delivered, the deadline passes, or the sink hangs, or fails again.
+
+        A sink that failed earlier gets one more try now (its retry backoff is cut short): it may have
+        recovered since, and then everything is delivered before the process goes.
+        """
+        attempts = self._sink_attempts
+        if self._sink_failing:
+            self._retry_now = True
         self._deliver_wake.set()
         with self._cond:
-            while not self._all_delivered() and not self._sink_unhealthy():
+            while not self._all_delivered():
+                since = self._sink_call_since
+                if since is not None and time.monotonic() - since > self._HUNG_SINK_S:
+                    return  # hung in a call
+                if self._sink_failing and self._sink_attempts > attempts:
+                    return  # tried again since close() began, and failed again
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
