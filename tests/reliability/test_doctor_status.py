@@ -24,8 +24,9 @@ from molt.backends import StubBackend
 from molt.capture import Recorder
 from molt.cli import run
 from molt.gateway import Gateway, GatewayConfig, create_app
-from molt.gateway.metrics import StatusReporter, gateway_status, read_status
+from molt.gateway.metrics import gateway_status
 from molt.governance.access import KeyRing
+from molt.status import StatusReporter, read_status
 from molt.store import Store
 
 W = {"authorization": "Bearer sk-acme-writer"}

@@ -37,10 +37,10 @@ from molt.backends import StubBackend
 from molt.capture import Recorder
 from molt.cli import run
 from molt.gateway import Gateway, GatewayConfig, create_app
-from molt.gateway.metrics import StatusReporter
 from molt.governance import GovernancePipeline, GovernancePolicy, GovernedSink, Principal, TrainingQueue
 from molt.governance.access import KeyRing, Role
 from molt.serve import Stack
+from molt.status import StatusReporter
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
 from molt_trainer.policy import LoraSettings, Policy

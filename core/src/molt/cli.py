@@ -328,7 +328,7 @@ def doctor(store: StoreOpt = None) -> None:
 
 def _status_rows(t: Table) -> None:
     """What running (or stopped) Molt processes last reported: their fault counters and backlog."""
-    from molt.gateway.metrics import read_status
+    from molt.status import read_status
 
     reports = read_status(molt_home())
     if not reports:

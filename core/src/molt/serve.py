@@ -21,7 +21,7 @@ its own admin key for tenant ``default``: created on the first start, stored has
 Faults counted while serving (store write failures and the spool backlog, quarantined records,
 backend failures, a background part that stopped with an error, trainer crashes) are written every
 ``STATUS_INTERVAL_S`` seconds to ``$MOLT_HOME/status/molt-serve-<pid>.json``, which ``molt doctor``
-shows (:class:`molt.gateway.metrics.StatusReporter`).
+shows (:class:`molt.status.StatusReporter`).
 
 Ctrl-C (SIGINT) or SIGTERM stops serving, stops the control plane and the trainer, then closes the
 capture process (every acknowledged event reaches the store) and the store.
@@ -360,7 +360,8 @@ def serve_command(
     stack.status["vLLM"] = (f"supervised at {server.base_url}" if server is not None
                             else f"upstream {upstream_url}" if backend == "vllm" else "not used")
     rows.extend(stack.status.items())
-    from molt.gateway.metrics import StatusReporter, gateway_status
+    from molt.gateway.metrics import gateway_status
+    from molt.status import StatusReporter
 
     reporter = StatusReporter(home, "molt-serve", {"gateway": lambda: gateway_status(gw), "stack": stack.fault_status},
                               interval_s=STATUS_INTERVAL_S).start()

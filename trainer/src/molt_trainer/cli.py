@@ -10,7 +10,8 @@
 ``serve`` reads eligible trajectories through the governance training queue (``--governance`` +
 ``--tenant``; ``--ungoverned`` reads the store directly, for development), trains when enough fresh
 samples are there and serving latency is within its SLO, and publishes each adapter through the
-gateway's admin API as a canary. Metrics go to ``--metrics-file`` (Prometheus text) after each tick.
+gateway's admin API as a canary. Metrics go to ``--metrics-file`` (Prometheus text) after each tick; its
+fault counters to ``$MOLT_HOME/status/``, where ``molt doctor`` shows them.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    from molt.backends.model import molt_home
+    from molt.status import StatusReporter
     from molt.store import Store
     from molt_trainer.algos import AlgoSettings
     from molt_trainer.policy import LoraSettings, Policy
@@ -105,10 +108,15 @@ def _serve(args: argparse.Namespace) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    while not stop.is_set():
-        trainer.run(stop, max_steps=(trainer.step + 1) if args.max_steps is None else args.max_steps)
-        if args.metrics_file:
-            Path(args.metrics_file).write_text(trainer.render_metrics())
-        if args.max_steps is not None and trainer.step >= args.max_steps:
-            break
-    store.close()
+    # its crashes, failed steps and publishes, for `molt doctor` ($MOLT_HOME/status/molt-trainer-<pid>.json)
+    reporter = StatusReporter(molt_home(), "molt-trainer", {"trainer": trainer.fault_status}).start()
+    try:
+        while not stop.is_set():
+            trainer.run(stop, max_steps=(trainer.step + 1) if args.max_steps is None else args.max_steps)
+            if args.metrics_file:
+                Path(args.metrics_file).write_text(trainer.render_metrics())
+            if args.max_steps is not None and trainer.step >= args.max_steps:
+                break
+    finally:
+        reporter.close()
+        store.close()

@@ -360,7 +360,7 @@ class OnlineTrainer:
         return out
 
     def fault_status(self) -> dict[str, dict[str, Any]]:
-        """Fault counters and backlog for ``molt doctor`` (a ``molt.gateway.metrics`` status source)."""
+        """Fault counters and backlog for ``molt doctor`` (a :data:`molt.status.StatusSource`)."""
         return {"faults": {"trainer.crashes": self.counters["crashes"],
                            "trainer.step_failures": self.counters["step_failures"],
                            "trainer.publish_failures": self.publisher.counters["publish_failures"]},
