@@ -31,7 +31,7 @@ WARMUP_APPENDS = 300  # the writer's metadata cache fills (16 MiB is ~300 versio
 MEASURED_APPENDS = 800
 CALLS_PER_APPEND = 4  # a busy gateway hands the child a few calls per batch
 # Bytes per append after warm-up: the old child grew about 110 KB (metadata cache of 128 MiB still
-# filling, heap fragments), the bounded one about 8 KB (LanceDB's own state, the Recorder's bounded
+# filling, heap fragments), the bounded one a few KB (LanceDB's own state, the Recorder's bounded
 # sets of recent ids and chain heads).
 MAX_GROWTH_PER_APPEND = 30_000
 

@@ -57,8 +57,10 @@ log = logging.getLogger("molt.gateway")
 _CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", b"F", b"S", b"Q"
 _LEN = struct.Struct("<I")
 # The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
-# needs the current version's metadata and some index pages, not a reader's caches.
-WRITER_CACHE_BYTES = {"index_cache_bytes": 32 << 20, "metadata_cache_bytes": 16 << 20}
+# needs the current version's metadata and a few index pages, not a reader's caches. Both caches
+# fill with entries of superseded versions (compaction rewrites the indices), about 57 KB of
+# metadata and 1–2 KB of index state per append, so their bounds are what the child settles at.
+WRITER_CACHE_BYTES = {"index_cache_bytes": 4 << 20, "metadata_cache_bytes": 16 << 20}
 
 
 # ------------------------------------------------------------------------------------------ wire

@@ -63,7 +63,7 @@ class Store:
             256 MiB / 128 MiB). LanceDB's own defaults are 6 GiB and 1 GiB, and the metadata cache fills
             with the metadata of every appended version (about 57 KB each), superseded ones included,
             so a long-running writer grows until it reaches the bound. A process that mostly writes
-            needs far less: the gateway's capture process uses 32 MiB / 16 MiB.
+            needs far less: the gateway's capture process uses 4 MiB / 16 MiB.
     """
 
     def __init__(
