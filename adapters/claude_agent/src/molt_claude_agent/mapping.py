@@ -57,13 +57,18 @@ class HookMapper:
 
     def _turn_key(self, session: str, t_ns: int) -> tuple[str, str, int]:
         key = self._turn.get(session)
-        if key is None or self.spans.resolve(key) is None:
-            key = self._open_turn(session, t_ns, prompt=None)
+        if key is None or key not in self.spans:
+            # No turn open: hooks attached mid-session, or the agent went on after Stop (a Stop hook
+            # that blocked), which continues the stopped turn's trajectory.
+            last = self.spans.resolve(key) if key is not None else None
+            key = self._open_turn(session, t_ns, prompt=None, trajectory_id=last[1] if last else None)
         return key
 
-    def _open_turn(self, session: str, t_ns: int, prompt: Any) -> tuple[str, str, int]:
+    def _open_turn(
+        self, session: str, t_ns: int, prompt: Any, trajectory_id: str | None = None
+    ) -> tuple[str, str, int]:
         key = ("turn", session, next(self._turns))
-        self.spans.open(key, None, t_ns, prompt=prompt)
+        self.spans.open(key, None, t_ns, trajectory_id=trajectory_id, prompt=prompt)
         self._turn[session] = key
         return key
 
@@ -161,7 +166,7 @@ class HookMapper:
         session = str(data.get("session_id") or "")
         key = ("tool", session, data.get("tool_use_id") or tool_use_id)
         if key not in self.spans:  # no PreToolUse seen: the SDK's duration stands in for the start
-            start = t_ns - int(float(data.get("duration_ms") or 0) * 1e6)
+            start = t_ns - _duration_ns(data.get("duration_ms"))
             self.pre_tool(data, tool_use_id, start)
         sp = self.spans.close(key)
         assert sp is not None
@@ -175,7 +180,11 @@ class HookMapper:
             EventKind.TOOL_CALL,
             name=d["tool"],
             outcome=outcome,
-            action=ToolCall(tool_name=d["tool"], call_id=d["call_id"], arguments=self.capture.payload(d["args"])),
+            action=ToolCall(
+                tool_name=d["tool"],
+                call_id=None if d["call_id"] is None else str(d["call_id"]),  # the CLI's JSON: any type
+                arguments=self.capture.payload(d["args"]),
+            ),
         )
 
     # ------------------------------------------------------------------ sub-agents
@@ -232,6 +241,15 @@ class HookMapper:
                 **fields,
             )
         )
+
+
+def _duration_ns(ms: Any) -> int:
+    """The SDK's ``duration_ms`` in nanoseconds; 0 when it is not a sane duration (up to a day)."""
+    try:
+        v = float(ms or 0)
+    except (TypeError, ValueError):
+        return 0
+    return int(v * 1e6) if 0 <= v <= 86_400_000 else 0
 
 
 _HANDLERS = {

@@ -149,8 +149,10 @@ class MoltMiddleware:
 
 def _trajectory_key(ctx: Any) -> tuple[Any, str | None]:
     meta = ctx.meta if isinstance(ctx.meta, dict) else (ctx.params or {}).get("_meta") or {}
-    if meta.get("io.molt/trajectory"):
-        return ("molt", str(meta["io.molt/trajectory"])), meta.get("io.molt/parent")
+    tid = meta.get("io.molt/trajectory")
+    if _is_id(tid):  # a client's malformed id is ignored, not allowed to cost the event
+        parent = meta.get("io.molt/parent")
+        return ("molt", tid), parent if _is_id(parent) else None
     tp = meta.get("traceparent")
     if isinstance(tp, str) and tp.count("-") >= 3:
         return ("trace", tp.split("-")[1]), None
@@ -164,6 +166,11 @@ def _trajectory_key(ctx: Any) -> tuple[Any, str | None]:
         return ("conn", _token(conn)), None  # handshake-era: one Connection per client
     # 2026-07-28+ over stdio or in memory: a Connection per request, but one lifespan per client
     return ("conn", _token(ctx.lifespan_context)), None
+
+
+def _is_id(v: Any) -> bool:
+    """Whether ``v`` can be an ATDP id (a trajectory or event id)."""
+    return isinstance(v, str) and 0 < len(v) <= 128 and "\x00" not in v and v.isprintable()
 
 
 def _token(obj: Any) -> Any:
@@ -286,7 +293,10 @@ def _plain(result: Any) -> Any:
         return result
     dump = getattr(result, "model_dump", None)
     if callable(dump):
-        return dump(by_alias=True, mode="json", exclude_none=True)
+        try:
+            return dump(by_alias=True, mode="json", exclude_none=True)
+        except Exception:  # not JSON-safe (lone surrogates, odd objects): bound_payload cleans it later
+            return dump(by_alias=True, exclude_none=True)
     return result
 
 

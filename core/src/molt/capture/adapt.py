@@ -255,7 +255,9 @@ class _Bounder:
                     out[MARKER_KEY] = "truncated"
                     out["$molt_omitted_keys"] = len(v) - self.max_items
                     break
-                key = k if isinstance(k, str) else str(k)
+                key = k if isinstance(k, str) else _unfailing(str, k)
+                if self.sanitize:
+                    key = key.encode("utf-8", "replace").decode("utf-8")
                 out[key] = self(item, depth + 1)
             return out
         if isinstance(v, list | tuple | set | frozenset | collections.deque):
@@ -267,8 +269,25 @@ class _Bounder:
         dumped = _to_plain(v)
         if dumped is not v:
             return self(dumped, depth)
-        text = repr(v)
+        text = _unfailing(repr, v)
         return text if len(text) <= self.max_str else _truncate_str(text, self.max_str)
+
+
+def _unfailing(fn: Callable[[Any], str], v: Any) -> str:
+    """``fn(v)``, or a placeholder when the object's ``__str__``/``__repr__`` raises."""
+    try:
+        return fn(v)
+    except Exception:
+        return f"<unprintable {type(v).__name__}>"
+
+
+def _clip(s: Any, limit: int) -> Any:
+    """A string cut to ``limit`` characters, ending in a digest of the whole so that distinct long
+    values stay distinct; anything else unchanged."""
+    if not isinstance(s, str) or len(s) <= limit:
+        return s
+    digest = hashlib.sha256(s.encode("utf-8", "replace")).hexdigest()[:16]
+    return f"{s[: limit - 18]}…~{digest}"
 
 
 def _to_plain(v: Any) -> Any:
@@ -708,11 +727,13 @@ class Capture:
             if start_ns is not None
             else _dt.datetime.now(_dt.UTC)
         )
+        # A framework's long label or session id is clipped to ATDP's bounds rather than cost the event.
         return Event(
             event_id=event_id or new_id(),
             trajectory_id=trajectory_id,
             parent_id=parent_id,
-            session_id=fields.pop("session_id", self.session_id),
+            session_id=_clip(fields.pop("session_id", self.session_id), 256),
+            name=_clip(fields.pop("name", None), 512),
             kind=kind,
             timestamp=ts,
             metadata=Metadata(**{k: v for k, v in md.items() if v is not None}),
