@@ -128,6 +128,10 @@ class Recorder:
         max_spool_bytes: on-disk bound for undelivered records (default 1 GiB).
         batch_size: most records per spool write and per sink write (default 4,096; 1 – 100,000).
         flush_interval_s: how long the writer waits to gather a batch (default 2 ms).
+        deliver_interval_s: least time between two sink writes (default 0: deliver as soon as spooled).
+            What is spooled meanwhile goes out in one larger write — into LanceDB, each write is a table
+            version, and versions cost memory, compaction and disk. ``flush(deliver=True)`` and
+            :meth:`close` do not wait for it.
         max_record_bytes: the size cap of one serialized event (default 1 MiB); larger ones are
             quarantined with the reason, not delivered to the store.
         strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
@@ -148,6 +152,7 @@ class Recorder:
         flush_interval_s: float = 0.002,
         max_record_bytes: int = MAX_RECORD_BYTES,
         retry_max_s: float = 5.0,
+        deliver_interval_s: float = 0.0,
         strict: bool = False,
         name: str = "molt",
         pipeline: CaptureHook | None = None,
@@ -166,6 +171,11 @@ class Recorder:
         self.flush_interval_s = flush_interval_s
         self.max_record_bytes = max_record_bytes
         self.retry_max_s = retry_max_s
+        if not 0.0 <= deliver_interval_s <= 60.0:
+            raise ValueError(f"deliver_interval_s must be between 0 and 60 seconds, got {deliver_interval_s}.")
+        self.deliver_interval_s = deliver_interval_s
+        self._deliver_urgent = threading.Event()  # flush(deliver=True) / close(): skip the delivery interval
+        self._last_delivery = 0.0
         # Segments no larger than the bound, so a small max_spool_bytes (an edge device, a test) is accepted.
         self._spool = Spool(Path(spool_dir).expanduser(), fsync=fsync, max_bytes=max_spool_bytes,
                             segment_bytes=max(4096, min(64 << 20, max_spool_bytes)))
@@ -275,6 +285,7 @@ class Recorder:
         with self._cond:
             while self._handled < target or (deliver and not self._all_delivered()):
                 if deliver:
+                    self._deliver_urgent.set()
                     self._deliver_wake.set()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -508,7 +519,13 @@ class Recorder:
             while True:
                 start, end = self._spool.cursor, self._spool.end()
                 if start >= end:
+                    self._deliver_urgent.clear()
                     break
+                if self.deliver_interval_s and not self._closed and not self._deliver_urgent.is_set():
+                    left = self._last_delivery + self.deliver_interval_s - time.monotonic()
+                    if left > 0:  # gather: what arrives meanwhile goes in this write
+                        self._deliver_urgent.wait(left)
+                        continue
                 frames, pos = self._spool.read(start, end, max_frames=self.batch_size)
                 if not frames:
                     break
@@ -520,6 +537,7 @@ class Recorder:
                     self._sink_call_since = None
                     self._sink_failing = False
                     self._sink_attempts += 1
+                    self._last_delivery = time.monotonic()
                     if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
                         return
                 except Exception as exc:
@@ -581,6 +599,7 @@ class Recorder:
         self._wake.set()
         self._writer.join(max(0.0, deadline - time.monotonic()) + 0.1)
         self._writer_done.set()
+        self._deliver_urgent.set()
         self._deliver_wake.set()
         # a deliverer stuck in a sink call is not waited for: it is abandoned below
         self._deliverer.join(0.02 if self._sink_unhealthy() else max(0.0, deadline - time.monotonic()) + 0.1)
@@ -610,6 +629,7 @@ class Recorder:
         attempts = self._sink_attempts
         if self._sink_failing:
             self._retry_now = True
+        self._deliver_urgent.set()
         self._deliver_wake.set()
         with self._cond:
             while not self._all_delivered():

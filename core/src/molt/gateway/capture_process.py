@@ -201,7 +201,10 @@ def main() -> None:
         kwargs["pipeline"] = (GovernancePipeline() if governance == "default"
                               else GovernancePipeline.from_file(governance, strict=False))
         sink = GovernedSink(store)
+    # Appends gathered for a quarter of a second: at gateway rates a write per spooled batch made ~30
+    # LanceDB versions a second, and memory, compaction and disk all grow with versions.
     rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
+                   deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
                    name="molt-gateway-capture", **kwargs)
     capture = Capture(rec)
     # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
