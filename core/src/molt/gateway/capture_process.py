@@ -148,7 +148,12 @@ def bound_native_heap() -> bool:
     arenas bound the rest. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment win.
     Returns whether the settings were applied.
     """
-    if not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"):
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+    except (ValueError, OSError):  # not glibc (musl has no such name)
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
