@@ -136,3 +136,20 @@ def test_unknown_table_and_unopenable_store(store, tmp_path) -> None:  # type: i
     blocker.write_text("not a directory")
     with pytest.raises((StoreError, OSError)):
         Store.open(blocker / "store")
+
+
+def test_a_long_lived_handle_sees_what_another_process_wrote(tmp_path, event_factory) -> None:  # type: ignore[no-untyped-def]
+    """``molt serve``: the control plane and console read through a handle opened at start, the capture
+    process writes through its own. LanceDB's default handle never looks for newer versions."""
+    reader = Store.open(tmp_path / "store", auto_compact=False)
+    assert reader.count("events") == 0 and reader.trajectory_ids() == []
+    writer = Store.open(tmp_path / "store", auto_compact=False)
+    rec = Recorder(writer, spool_dir=tmp_path / "spool")
+    tid = rec.new_trajectory()
+    rec.record(event_factory(tid, 0))
+    assert rec.flush(timeout=30, deliver=True)
+    rec.close()
+    assert reader.count("events") == 1
+    assert reader.trajectory_ids() == [tid] and reader.verify(tid).ok
+    with pytest.raises(ValueError, match="read_consistency_s"):
+        Store.open(tmp_path / "store", read_consistency_s=-1)

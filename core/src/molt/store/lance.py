@@ -64,6 +64,11 @@ class Store:
             with the metadata of every appended version (about 57 KB each), superseded ones included,
             so a long-running writer grows until it reaches the bound. A process that mostly writes
             needs far less: the gateway's capture process uses 4 MiB / 16 MiB.
+        read_consistency_s: how stale a read may be with respect to what *other* handles wrote (other
+            processes: ``molt serve``'s capture process, a trainer, the CLI). Default: 0 for a local
+            store (every read checks for a newer table version: a file lookup), 1 s on object storage.
+            LanceDB's own default never checks, so a long-lived handle — the control plane's, the
+            console's — kept reading the version it opened.
     """
 
     def __init__(
@@ -77,18 +82,24 @@ class Store:
         auto_compact: bool = True,
         index_cache_bytes: int = 256 << 20,
         metadata_cache_bytes: int = 128 << 20,
+        read_consistency_s: float | None = None,
     ):
         if not 1 <= compact_every <= 10_000:
             raise ValueError(f"compact_every must be between 1 and 10,000, got {compact_every}.")
         self.uri = str(uri)
         is_remote = "://" in self.uri and not self.uri.startswith("file://")
+        if read_consistency_s is None:
+            read_consistency_s = 1.0 if is_remote else 0.0
+        if read_consistency_s < 0:
+            raise ValueError(f"read_consistency_s must be ≥ 0, got {read_consistency_s}.")
         if not is_remote:
             self.uri = str(Path(self.uri).expanduser())
             Path(self.uri).mkdir(parents=True, exist_ok=True)
         try:
             session = lancedb.Session(index_cache_size_bytes=index_cache_bytes,
                                       metadata_cache_size_bytes=metadata_cache_bytes)
-            self._db = lancedb.connect(self.uri, storage_options=storage_options or None, session=session)
+            self._db = lancedb.connect(self.uri, storage_options=storage_options or None, session=session,
+                                       read_consistency_interval=timedelta(seconds=read_consistency_s))
             existing = set(self._db.list_tables().tables)
             self._tables = {}
             for name, schema in TABLES.items():
