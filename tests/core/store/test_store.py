@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pyarrow.parquet as pq
@@ -149,7 +150,17 @@ def test_a_long_lived_handle_sees_what_another_process_wrote(tmp_path, event_fac
     rec.record(event_factory(tid, 0))
     assert rec.flush(timeout=30, deliver=True)
     rec.close()
+    deadline = time.monotonic() + 10  # visible within the store's read_consistency_s (1 s)
+    while reader.count("events") == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert reader.count("events") == 1
     assert reader.trajectory_ids() == [tid] and reader.verify(tid).ok
+    strict = Store.open(tmp_path / "store", auto_compact=False, read_consistency_s=0)
+    before = strict.count("events")
+    rec = Recorder(writer, spool_dir=tmp_path / "spool")
+    rec.record(event_factory(tid, 1))
+    assert rec.flush(timeout=30, deliver=True)
+    rec.close()
+    assert strict.count("events") == before + 1  # 0: every read sees the latest version at once
     with pytest.raises(ValueError, match="read_consistency_s"):
         Store.open(tmp_path / "store", read_consistency_s=-1)

@@ -65,10 +65,10 @@ class Store:
             so a long-running writer grows until it reaches the bound. A process that mostly writes
             needs far less: the gateway's capture process uses 4 MiB / 16 MiB.
         read_consistency_s: how stale a read may be with respect to what *other* handles wrote (other
-            processes: ``molt serve``'s capture process, a trainer, the CLI). Default: 0 for a local
-            store (every read checks for a newer table version: a file lookup), 1 s on object storage.
-            LanceDB's own default never checks, so a long-lived handle — the control plane's, the
-            console's — kept reading the version it opened.
+            processes: ``molt serve``'s capture process, a trainer, the CLI); default 1 s. LanceDB's own
+            default never checks, so a long-lived handle — the control plane's, the console's — kept
+            reading the version it opened. 0 checks on every read, which lists the table's versions:
+            with an hour of versions kept (3,000 here) that added 14 ms to a 3 ms query.
     """
 
     def __init__(
@@ -89,7 +89,7 @@ class Store:
         self.uri = str(uri)
         is_remote = "://" in self.uri and not self.uri.startswith("file://")
         if read_consistency_s is None:
-            read_consistency_s = 1.0 if is_remote else 0.0
+            read_consistency_s = 1.0
         if read_consistency_s < 0:
             raise ValueError(f"read_consistency_s must be ≥ 0, got {read_consistency_s}.")
         if not is_remote:
