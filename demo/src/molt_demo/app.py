@@ -42,7 +42,9 @@ import io
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -714,11 +716,19 @@ def demo_command(
     console.print(f"[bold]molt demo[/bold]: {n_rounds} rounds × {n_per} requests for tenants acme and globex "
                   f"(LangChain agent → Molt gateway → scripted support-desk model)"
                   + (f", plus {math_per_tenant} molt-math questions each (→ SmolLM2, trained)" if train else ""))
+    # Ctrl-C stops the demo wherever it is. Python's default handler lets asyncio.run() turn SIGINT into a
+    # cancellation of its task, and a cancellation absorbed on the way (the control plane's replays run
+    # inside asyncio.run) let a CI run finish as if never interrupted; a handler of our own is left alone
+    # by asyncio and raises KeyboardInterrupt at once.
+    previous = signal.signal(signal.SIGINT, _interrupt) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         res = (run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out, train=True,
                         math_per_tenant=math_per_tenant, model_dir=model_dir) if train
                else run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out))
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     tbl = Table(title=f"Molt demo — success {res.first_success:.0%} → {res.last_success:.0%} "
@@ -739,6 +749,10 @@ def demo_command(
                     f"plot: {res.png}")
     if res.broken or res.last_success <= res.first_success:
         raise typer.Exit(1)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _pct(x: float | None) -> str:
