@@ -117,8 +117,6 @@ class StoreSource:
     def read(self, since: datetime | None) -> list[Trajectory]:
         from molt.store.query import sql_str
 
-        for name in ("events", "rewards"):  # what another process (the capture process) wrote since
-            self.store.table(name).checkout_latest()
         clauses = []
         if since is not None:
             clauses.append(f"ts >= timestamp '{since.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'")

@@ -10,9 +10,9 @@ A trajectory is handed to a trainer only when, under the policy *now* and as rec
 - no payload was erased, the hash chain verifies, and the minimum-quality rules hold (late rewards
   included).
 
-Events come back as stored — redacted at capture — minus the tenant's ``exclude_fields``. Every read
-first checks out the newest version of the tables it reads, so what another process wrote since (the
-gateway's capture process, under ``molt serve --train``) is seen.
+Events come back as stored — redacted at capture — minus the tenant's ``exclude_fields``. What another
+process wrote (the gateway's capture process, under ``molt serve --train``) is seen within the store's
+``read_consistency_s``.
 
 Example::
 
@@ -27,7 +27,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,16 +43,12 @@ from molt.governance.records import audit_row, ensure_governance_tables, write_a
 from molt.store.lance import Store
 from molt.store.query import Trajectory, sql_str
 from molt.store.scoped import TenantView
-from molt.store.tables import open_all
 
 __all__ = ["TrainingQueue", "TrajectoryVerdict", "eligible_trajectories"]
 
 _IN_CHUNK = 512
 _MAX_REASONS = 20
-#: The tables a verdict is read from.
-_READS = ("events", "rewards", "governance")
 
-log = logging.getLogger("molt.governance.training")
 
 
 @dataclass(frozen=True)
@@ -89,24 +84,11 @@ class TrainingQueue:
                     f"tenants.{own}.training.share_with to list {t!r}.")
         return wanted
 
-    def refresh(self) -> None:
-        """Check out the newest version of the tables the queue reads. A LanceDB table handle keeps
-        reading the version it last saw, so without this a trainer never sees the events another
-        process (the gateway's capture process) wrote after the store was opened."""
-        tables = open_all(self.store)
-        for name in _READS:
-            if name in tables:
-                try:
-                    tables[name].checkout_latest()
-                except Exception as exc:  # the read that follows reports a real problem
-                    log.debug("training queue: refreshing table %s failed: %s", name, exc)
-
     def evaluate(self, *, tenants: Sequence[str] | None = None, since: datetime | None = None,
                  until: datetime | None = None, audit: bool = False
                  ) -> list[tuple[TrajectoryVerdict, Trajectory | None]]:
         """A verdict for every trajectory of ``tenants`` active in ``[since, until)``, with the
         trainable trajectory when eligible. ``audit=True`` records each verdict in the audit log."""
-        self.refresh()
         out: list[tuple[TrajectoryVerdict, Trajectory | None]] = []
         for tenant in self.tenants(tenants):
             out.extend(self._evaluate_tenant(tenant, since, until))
