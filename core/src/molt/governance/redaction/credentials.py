@@ -126,6 +126,8 @@ _KEY_TYPE_RX = (
 )
 #: Lowercase fragments of every key name ``_ASSIGN_RX`` knows; it runs only around them.
 _KEY_HINTS = ("pass", "pwd", "secret", "key", "token")
+# what follows a hint that ends an assignment's key: the rest of the key, a quote, ":" or "="
+_ASSIGN_TAIL = re.compile(r"[\w-]*[\"']?\s*[:=]")
 
 
 def _find_all(s: str, sub: str) -> list[int]:
@@ -173,7 +175,8 @@ class PasswordDetector:
         low = text.lower()
         if len(low) != len(text):
             low = text
-        starts = sorted({k for key in _KEY_HINTS for k in _find_all(low, key)})
+        # the hints that can start an assignment's key (the rest of the key, then ":" or "=")
+        starts = sorted({k for key in _KEY_HINTS for k in _find_all(low, key) if _ASSIGN_TAIL.match(low, k)})
         end = 0
         for k in starts:  # the assignment regex runs only around the words that name a secret
             if k < end:

@@ -227,6 +227,7 @@ class EntityDetector:
         )  # fmt: skip
         self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word, extra_types)
         self._info: dict[str, tuple[str, bool, bool, float]] = {}
+        self._word_facts: dict[str, tuple[int, str, str, bool, bool, float, bool, bool, bool]] = {}
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self._name_words = _NAME_WORDS | _lorem_words()
@@ -239,6 +240,9 @@ class EntityDetector:
                     if n > multi.get(head, 0):
                         multi[head] = min(n, 5)
         self._multi_first = multi
+        #: Every folded word the lowercase promotion could act on (a name, a place, the first word
+        #: of a place of several words): other words are passed over with one set lookup.
+        self._promotable = _promotable(lx, multi)
         #: Last words of job titles ("engineer", "coordinator"), from Faker's job list: a line of a
         #: signature that ends with one is the person's title, not their company.
         self._job_words = _job_words()
@@ -426,14 +430,15 @@ class EntityDetector:
         chars = None
         prev = ""
         skip_to = -1
+        promotable = self._promotable
         for i, (_s, e, w) in enumerate(words):
             if i < skip_to:
                 continue
             if text[e : e + 1] in ("'", "’"):
                 prev = w
                 continue  # "don't", "i'll": contractions, not names
-            f = self._lookup(w)[0]
-            if f in _KEYWORDS:
+            f = fold(w)
+            if f not in promotable or f in _KEYWORDS:
                 prev = f
                 continue
             span = self._multiword_place(words, i, f, prev)
@@ -541,20 +546,33 @@ class EntityDetector:
     def _words(self, text: str, s: int, e: int) -> list[_W]:
         out = []
         pos = s
+        facts = self._word_facts
         for raw in text[s:e].split():
             i = text.index(raw, pos)
             pos = i + len(raw)
-            conn = raw[0].islower() or raw == "&"
-            word = raw
-            possessive = not conn and len(word) > 2 and word[-2] in "'’" and word[-1] in "sS"
-            if possessive:
-                word = word[:-2]
-            f, first, last, z = self._lookup(word.rstrip("."))
-            common = z >= 3.0 and not ((first or last) and z < 6.0)
-            out.append(_W(i, i + len(word), word, f, first, last, z, conn, common))
+            known = facts.get(raw)
+            if known is None:
+                known = self._facts(raw)
+            n, word, f, first, last, z, conn, common, possessive = known
+            out.append(_W(i, i + n, word, f, first, last, z, conn, common))
             if possessive:  # "Cynthia Vasala's Cautionary Tales": the name ends at the possessive
-                out.append(_W(i + len(word), i + len(raw), "'s", "'s", False, False, 0.0, True, False))
+                out.append(_W(i + n, i + len(raw), "'s", "'s", False, False, 0.0, True, False))
         return out
+
+    def _facts(self, raw: str) -> tuple[int, str, str, bool, bool, float, bool, bool, bool]:
+        """What the lexicons say about one word of a run, kept per word (no text around it)."""
+        conn = raw[0].islower() or raw == "&"
+        word = raw
+        possessive = not conn and len(word) > 2 and word[-2] in "'’" and word[-1] in "sS"
+        if possessive:
+            word = word[:-2]
+        f, first, last, z = self._lookup(word.rstrip("."))
+        common = z >= 3.0 and not ((first or last) and z < 6.0)
+        facts = self._word_facts
+        if len(facts) > 200_000:
+            facts.clear()
+        known = facts[raw] = (len(word), word, f, first, last, z, conn, common, possessive)
+        return known
 
     def _run_memoised(self, text: str, s: int, e: int, out: list[Span]) -> None:
         """:meth:`_run`, memoised on the run and the words around it: agent traffic repeats the same
@@ -814,6 +832,19 @@ class EntityDetector:
             out.append(Span(start, end, "LOCATION", 0.55, name))
             return
         out.append(Span(start, end, "PERSON", 0.55, name))
+
+
+_promotable_cache: list[tuple[Lexicon, frozenset[str]]] = []
+
+
+def _promotable(lx: Lexicon, multi: dict[str, int]) -> frozenset[str]:
+    """Names, places and first words of multi-word places, built once per lexicon."""
+    for known, found in _promotable_cache:
+        if known is lx:
+            return found
+    found = lx.first_names | lx.last_names | lx.cities | lx.regions | lx.countries | frozenset(multi)
+    _promotable_cache[:] = [(lx, found)]
+    return found
 
 
 def _prefixes(phrase: str) -> list[str]:

@@ -89,6 +89,39 @@ class RedactionReport(BaseModel):
         return bool(self.spans)
 
 
+_RECORD_FIELDS = frozenset(RedactedSpan.model_fields)
+_new_record = RedactedSpan.__new__
+_set = object.__setattr__
+
+
+def _record(field: str, sp: Span, mode: str) -> RedactedSpan:
+    """A :class:`RedactedSpan` from checked values (what ``model_construct`` does, without its
+    per-field alias and default handling: every field is given)."""
+    rec = _new_record(RedactedSpan)
+    _set(
+        rec,
+        "__dict__",
+        {
+            "field": field, "start": sp.start, "end": sp.end, "entity_type": sp.entity_type,
+            "detector": sp.detector, "score": round(sp.score, 3), "mode": mode,
+        },
+    )  # fmt: skip
+    _set(rec, "__pydantic_fields_set__", set(_RECORD_FIELDS))
+    _set(rec, "__pydantic_extra__", None)
+    _set(rec, "__pydantic_private__", None)
+    return rec
+
+
+def _path(node: Any) -> str:
+    """The field path of a leaf, from its ``(parent, key)`` chain: ``action.arguments.items[2]``."""
+    parts: list[str] = []
+    while isinstance(node, tuple):
+        node, key = node
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    parts.append(node)
+    return "".join(reversed(parts))
+
+
 class _Walker:
     """Walks a dumped payload in two passes: collect every string leaf (parsing strings that hold
     JSON), then detect on all of them at once (:meth:`Redactor.detect_many`) and write the redacted
@@ -100,23 +133,31 @@ class _Walker:
         self.records: list[RedactedSpan] = []
         self.fields = 0
         # (holder, slot, path, value, secret entity or None), in walk order
-        self.leaves: list[tuple[Any, Any, str, str, str | None]] = []
+        self.leaves: list[tuple[Any, Any, Any, str, str | None]] = []
         self.json_strings: list[tuple[Any, Any, Any]] = []
 
-    def collect(self, value: Any, path: str, key: str | None, holder: Any, slot: Any) -> None:
+    def collect(self, value: Any, path: Any, key: str | None, holder: Any, slot: Any) -> None:
+        """Collect the string leaves under ``value``. ``path`` is a string or a ``(parent, key)``
+        chain, turned into a string only for the leaves that get a span."""
         if isinstance(value, str):
             if value:
                 self._text(value, path, key, holder, slot)
         elif isinstance(value, dict):
             for k, v in value.items():
-                if k in _SKIP_KEYS and not isinstance(v, (dict, list)):
-                    continue
-                self.collect(v, f"{path}.{k}", k, value, k)
+                if isinstance(v, str):
+                    if v and k not in _SKIP_KEYS:
+                        self._text(v, (path, k), k, value, k)
+                elif isinstance(v, (dict, list)):
+                    self.collect(v, (path, k), k, value, k)
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                self.collect(v, f"{path}[{i}]", key, value, i)
+                if isinstance(v, str):
+                    if v:
+                        self._text(v, (path, i), key, value, i)
+                elif isinstance(v, (dict, list)):
+                    self.collect(v, (path, i), key, value, i)
 
-    def _text(self, value: str, path: str, key: str | None, holder: Any, slot: Any) -> None:
+    def _text(self, value: str, path: Any, key: str | None, holder: Any, slot: Any) -> None:
         self.fields += 1
         stripped = value.lstrip()
         if stripped[:1] in ("{", "[") and len(stripped) > 1:
@@ -147,13 +188,9 @@ class _Walker:
                 k += 1
             if not spans:
                 continue
+            field = path if isinstance(path, str) else _path(path)
             for sp in spans:  # built from checked values, so constructed without re-validation
-                self.records.append(
-                    RedactedSpan.model_construct(
-                        field=path, start=sp.start, end=sp.end, entity_type=sp.entity_type,
-                        detector=sp.detector, score=round(sp.score, 3), mode=policy.mode_for(sp.entity_type).value,
-                    )
-                )  # fmt: skip
+                self.records.append(_record(field, sp, policy.mode_for(sp.entity_type).value))
             holder[slot] = self.redactor.apply(value, spans, self.state)
         for holder, slot, parsed in reversed(self.json_strings):  # inner JSON strings first
             if holder is not None:

@@ -321,8 +321,12 @@ class SsnDetector:
         )  # fmt: skip
 
     def detect(self, text: str) -> list[Span]:
-        """SSN spans."""
-        return self._dashed.detect(text) + self._bare.detect(text)
+        """SSN spans (nine bare digits only looked for when a cue is in the text)."""
+        out = self._dashed.detect(text)
+        low = text.lower()
+        if "ssn" in low or "ss#" in low or "social" in low:
+            out += self._bare.detect(text)
+        return out
 
 
 def _iban_candidates(text: str) -> list[Span]:
