@@ -90,7 +90,7 @@ _MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
 # --- tokens of one line, for the small parsers ---
 _TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}[A-Za-z]?\b\.?|\d+|[^\s\w]")
 # --- parts after a street, each tried with .match at the current position ---
-_SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n[\s>*•,-]*|\.?[ \t]+)?")
+_SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n(?:[\s>*•,-]|\?+[ \t])*|\.?[ \t]+)?")
 _PART_UNIT = re.compile(
     r"(?:(?i:apt|apartment|suite|ste|unit|flat|studio|room|rm|floor|fl|bldg|building|puerta|piso|esc|escalera|porta"
     r"|andar|etage|étage)\.?[ ]*#?[ ]*[\w-]{1,6}\b"
@@ -106,6 +106,8 @@ _PART_PLACE = re.compile(
     r"u|y|i|e|and|of|the)[ ])*[^\W\d_][\w'’.-]*){0,4}"
 )
 _POSTCODE_AT_EOL = re.compile(r"[^\n]{0,24}?[ ,]\d{4,6}(?:-\d{4})?[ \t]*(?:\n|$)")
+# a line that is a place name, a postcode after it or not: group 1 is the name
+_PLACE_LINE = re.compile(r"([^\W\d_][^\n\d,]{0,40}?)(?:[ ,]+\d{4,6}(?:-\d{4})?)?[ \t]*(?:\n|$)")
 _HOUSE_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?\b\.?(?![.,]?\d)")
 _SHIP = re.compile(r"(?:USNS|USNV|USS|USCGC|PSC|CMR|Unit)[ ][^\n]{1,40}$")
 _CROSS = re.compile(r"\.?[ ]+and[ ]+")
@@ -418,6 +420,8 @@ class AddressFinder:
             if p >= n:
                 break
             newline = text.count("\n", e, p)
+            if newline == 2 and lines < 4 and self._place_line(text, p):
+                newline = 1  # a blank line before the last line, a place ("\n\n Greece 79976")
             if newline > 1 or (newline and lines >= 4):
                 break
             end, kind = self._part(text, p, lowercase, after_newline=bool(newline))
@@ -427,6 +431,11 @@ class AddressFinder:
             parts.append((p, end, kind))
             e = end
         return e
+
+    def _place_line(self, text: str, p: int) -> bool:
+        """Whether the line at ``p`` is a known place (a country, a city), a postcode after it or not."""
+        m = _PLACE_LINE.match(text, p)
+        return m is not None and self._is_place(m.group(1).rstrip("."))
 
     def _part(self, text: str, p: int, lowercase: bool, *, after_newline: bool) -> tuple[int, str]:
         """End and kind of the address part at ``p``; the end is ``p`` when none starts there."""
@@ -484,7 +493,7 @@ def _split_lead(text: str, parts: list[tuple[int, int, str]]) -> list[tuple[int,
 
 def _line_starts(text: str, i: int) -> bool:
     j = text.rfind("\n", 0, i)
-    return not text[j + 1 : i].strip(" \t>*•-")
+    return not text[j + 1 : i].strip(" \t>*•?-")
 
 
 def _line_ends(text: str, i: int) -> bool:

@@ -389,7 +389,7 @@ class EntityDetector:
                 return
             start = text.rfind("\n", 0, end) + 1
             line_start = start
-            while start < end and text[start] in " \t>*•-":
+            while start < end and text[start] in " \t>*•?-":
                 start += 1
             m = _LINE_OF_WORDS.fullmatch(text, start, end)
             if m is None:
