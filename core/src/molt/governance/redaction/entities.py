@@ -42,6 +42,12 @@ _WORD = rf"[{_UP}][^\W_]*(?:['’][^\W_]+)*(?:-[^\W_]+)*"
 # No alternation at the start, so the scan for the first capital stays in C.
 _RUN = re.compile(rf"{_WORD}(?:[ \t]{{1,2}}(?:[a-z&][a-z']{{0,4}}[ \t]{{1,2}}){{0,3}}{_WORD})*")
 _FIRM_HEAD = re.compile(rf"({_WORD}), $")
+# a list introduced as people ("our 3 founders: Eklund, Warren and Bailey") is not a firm's name
+_PEOPLE_LIST = re.compile(
+    r"\b(?i:founders|co-founders|cofounders|partners|owners|members|engineers|authors|children|kids|sons"
+    r"|daughters|friends|brothers|sisters|siblings|parents|people|guests|speakers|winners|players)"
+    r"[ ]?(?:were|are|is|was|:)?[ ]?:?[ ]*$"
+)
 _LOWER_CUES = (
     "name is", "name's", "i'm", "this is", "call me", "dear", "hi", "hello", "hey", "thanks", "thank you",
     "mr.", "mrs.", "ms.", "dr.", "ask for", "speak to", "speak with",
@@ -124,6 +130,15 @@ _ORG_POSSESSIONS = frozenset(
      "offices", "office", "factory", "brand", "stores"}
 )  # fmt: skip
 _COUNTRY_AFTER = re.compile(rf"[{_UP}][^\W\d_]+(?:[ ](?:and[ ]|of[ ](?:the[ ])?)?[{_UP}][^\W\d_]+){{0,3}}")
+_AND_BEFORE = re.compile(rf"({_WORD})[ ]and[ ]$")
+_AND_AFTER = re.compile(rf"[ ]and[ ]({_WORD})(?![\w'’-]|[ ]\d)")  # not "Ana and Hraunás 84": two streets
+_ARRIVED_AT = re.compile(r"\b(?i:arrived|arrives|arriving|landed|lands|landing|stopped|stopping|born)[ ]at[ ]+$")
+# verbs whose subject is a person ("Gayane shouted at …", "Xenophon said")
+_PERSON_VERBS = frozenset(
+    {"said", "says", "shouted", "asked", "asks", "told", "tells", "replied", "replies", "answered", "smiled",
+     "laughed", "cried", "whispered", "yelled", "nodded", "wrote", "writes", "thinks", "thought", "feels", "felt",
+     "grew", "married", "lives", "lived", "sings", "sang", "studied", "graduated"}
+)  # fmt: skip
 # verbs that follow a company as their subject ("Canon invested heavily")
 _ORG_VERBS = frozenset(
     {"invested", "acquired", "announced", "launched", "hired", "merged", "partnered", "manufactures", "sells",
@@ -360,7 +375,28 @@ class EntityDetector:
             self._letterhead(source, block_at, out)
         if len(out) >= 2 and ", " in text:
             self._name_list(source, out)
+        if out and " and " in text:
+            self._coordinated(source, out)
         return out
+
+    def _coordinated(self, text: str, out: list[Span]) -> None:
+        """A capitalised word no lexicon knows, joined by "and" to a person, is a person too
+        ("Sigursteinsson and Dean were …", "… directed by Ana Ruiz and starring Bang" is not)."""
+        persons = [s for s in out if s.entity_type == "PERSON"]
+        for p in persons:
+            for m in (
+                _AND_BEFORE.search(text, max(0, p.start - 40), p.start),
+                _AND_AFTER.match(text, p.end),
+            ):
+                if m is None:
+                    continue
+                a, b = m.span(1)
+                if a and (text[a - 1].isalnum() or text[a - 1] in "_'’-@./\\"):
+                    continue
+                f, first, last, z = self._lookup(m.group(1))
+                if z or self._place(f) or any(s.start < b and a < s.end for s in out):
+                    continue
+                out.append(Span(a, b, "PERSON", 0.55, self.name))
 
     def _name_list(self, text: str, out: list[Span]) -> None:
         """The other items of a list of names ("they had 6: natalina, thomas, crystal and omar"):
@@ -652,7 +688,11 @@ class EntityDetector:
         if len(words) == 3 and words[1].f in ("and", "&") and words[0].last and words[2].last:
             self._local.wide = True
             m = _FIRM_HEAD.search(text, max(0, words[0].start - 40), words[0].start)
-            if m is not None and self._lookup(m.group(1))[2]:
+            if (
+                m is not None
+                and self._lookup(m.group(1))[2]
+                and _PEOPLE_LIST.search(text, max(0, m.start(1) - 40), m.start(1)) is None
+            ):
                 if out and out[-1].start == m.start(1):
                     out.pop()
                 out.append(Span(m.start(1), words[2].end, "ORGANIZATION", 0.75, self.name))
@@ -703,6 +743,8 @@ class EntityDetector:
         first, last = words[0], words[-1]
         start, end = first.start, last.end
         n = len(words)
+        if prev == "at" and _ARRIVED_AT.search(text, max(0, start - 24), start) is not None:
+            prev = "in"  # "arrived at Mozirje", "landed at Needham": a place, not a venue or employer
         # "Sunday" split off "Sunday at Acme"; "Hobbits", "Vikings": plurals of words. A month that
         # closes a list of names is a name ("John, Evan and April").
         if (
@@ -821,8 +863,8 @@ class EntityDetector:
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in _PERSON_CUES:
-            if n == 1 and first.z == 0 and nxt_char in ",:!?":
-                out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …"
+            if n == 1 and first.z == 0 and (nxt_char in ",:!?" or nxt in _PERSON_VERBS):
+                out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …", "Gayane shouted"
             return
         if any(w.common for w in words):
             return
