@@ -188,3 +188,36 @@ def test_structured_detectors_in_digit_windows() -> None:
     spans = [(s.entity_type, text[s.start : s.end]) for s in Redactor().detect(text)]
     assert ("PHONE_NUMBER", "06-10446904") in spans and ("PHONE_NUMBER", "001-748-088-2851x818") in spans
     assert ("IBAN_CODE", "GB82 WEST 1234 5698 7654 32") in spans
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # bullets lost to an encoding ("??? ") do not hide a block's lines; a country line after a blank line
+        # ends the block, with its postcode
+        (
+            "??? Rosa Quint\n??? Brightline Analytics\n??? 12 Hochstrasse 96\n??? Suite 4\n??? Graz\n??? Austria 8010",
+            {("ORGANIZATION", "Brightline Analytics"), ("ADDRESS", "Suite 4"), ("ADDRESS", "8010")},
+        ),
+        ("Ana Ruiz\n\n17 Hochstrasse 12\n Apt. 3\n Graz\n\n Austria 8010", {("ADDRESS", "8010")}),
+        # a list introduced as people, not a firm named after three surnames
+        (
+            "The shop is the brainchild of our 3 founders: Kovalev, Lee and Phillips.",
+            {("PERSON", "Kovalev"), ("PERSON", "Lee"), ("PERSON", "Phillips")},
+        ),
+        # the subject of "is a company / the brainchild of", any case
+        ("recargo is the brainchild of two engineers.", {("ORGANIZATION", "recargo")}),
+        ("The team arrived at Mozirje this morning.", {("LOCATION", "Mozirje")}),
+        ("Gayane shouted at the driver.", {("PERSON", "Gayane")}),
+        ("my name is janice beneventi.", {("PERSON", "janice beneventi")}),
+    ],
+)
+def test_general_cues(entities, text: str, expected: set[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    spans = set(found(entities, text))
+    assert expected <= spans, spans
+
+
+def test_a_firm_named_after_surnames_is_still_one() -> None:
+    det = detectors.get("entities")()
+    text = "She signed with Jones, Mitchell and Williams last year."
+    assert ("ORGANIZATION", "Jones, Mitchell and Williams") in found(det, text)

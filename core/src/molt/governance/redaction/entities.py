@@ -133,6 +133,33 @@ _COUNTRY_AFTER = re.compile(rf"[{_UP}][^\W\d_]+(?:[ ](?:and[ ]|of[ ](?:the[ ])?)
 _AND_BEFORE = re.compile(rf"({_WORD})[ ]and[ ]$")
 _AND_AFTER = re.compile(rf"[ ]and[ ]({_WORD})(?![\w'’-]|[ ]\d)")  # not "Ana and Hraunás 84": two streets
 _ARRIVED_AT = re.compile(r"\b(?i:arrived|arrives|arriving|landed|lands|landing|stopped|stopping|born)[ ]at[ ]+$")
+# "X is a company", "X was the brainchild of …": each of these nouns, then the verb phrase before it
+_ORG_KINDS = (
+    "brainchild", "501(c)", "company", "startup", "start-up", "nonprofit", "non-profit", "charity", "firm",
+    "corporation", "manufacturer", "retailer", "brand", "organisation", "organization", "agency", "foundation",
+    "subsidiary", "conglomerate",
+)  # fmt: skip
+_IS_A = re.compile(
+    r"[ ](?:is|was)[ ](?:a|an|the)[ ](?:[\w-]+[ ]){0,2}?(?:"
+    + "|".join(re.escape(k) for k in _ORG_KINDS)
+    + r")(?![a-z-])"
+)  # matched on lowercased text
+# the subject before it: one to five words from the start of a sentence or clause
+_SUBJECT = re.compile(r"(?:^|(?<=[.!?:][ ])|(?<=\n)|(?<=, ))([^\W_][\w&'’.-]*(?:[ ][^\W_][\w&'’.-]*){0,4})$")
+# a list introduced as people: the noun before a colon, then the items after it
+_PEOPLE_NOUNS = frozenset(
+    {"founders", "co-founders", "cofounders", "partners", "owners", "members", "authors", "children", "kids",
+     "sons", "daughters", "friends", "siblings", "guests", "speakers", "winners", "players"}
+)  # fmt: skip
+_PEOPLE_ITEMS = re.compile(
+    r"[ ]+([^\W\d_][\w'’-]*(?:,[ ][^\W\d_][\w'’-]*){0,8},?[ ](?i:and|or)[ ][^\W\d_][\w'’-]*)"
+)
+# "the datamyne office": the words between "the" and the office
+_THE_WORDS = re.compile(r"\bthe[ ]([a-z][\w&'’-]*\.?(?:[ ][a-z][\w&'’-]*\.?){0,3})$")
+_NOT_A_SUBJECT = frozenset(
+    {"he", "she", "it", "they", "we", "i", "you", "this", "that", "there", "what", "which", "who", "the", "a",
+     "an", "my", "our", "his", "her", "their", "its", "your", "one", "each", "every", "here"}
+)  # fmt: skip
 # verbs whose subject is a person ("Gayane shouted at …", "Xenophon said")
 _PERSON_VERBS = frozenset(
     {"said", "says", "shouted", "asked", "asks", "told", "tells", "replied", "replies", "answered", "smiled",
@@ -347,6 +374,8 @@ class EntityDetector:
                         out.append(Span(s, e, "LOCATION" if kind == "place" else "ADDRESS", 0.8, self.name))
                 else:
                     out.append(Span(a.start, a.end, "ADDRESS", 0.8, self.name))
+                    if block_at < 0 and a.start and _line_start(text, a.start):
+                        block_at = a.start  # an address on a line of its own: a letterhead may be above
                 blocked.append((a.start, a.end))
         skip = self._skip
         for m in _RUN.finditer(source):
@@ -377,11 +406,79 @@ class EntityDetector:
             self._name_list(source, out)
         if out and " and " in text:
             self._coordinated(source, out)
+        if " is " in text or " was " in text:
+            self._defined_orgs(text, out)
+        if ":" in text:
+            self._people_lists(text, out)
+        if " office" in text or " headquarters" in text:
+            self._offices(text, out)
         return out
+
+    def _people_lists(self, text: str, out: list[Span]) -> None:
+        """Every item of a list introduced as people ("our 3 founders: Kovalev, Lee and Phillips"),
+        in any case, is a person; an item read as a place or an organisation is overruled."""
+        k = text.find(":")
+        while k > 0:
+            if text[k - 1].isalpha() and _word_before(text, k) in _PEOPLE_NOUNS:
+                m = _PEOPLE_ITEMS.match(text, k + 1)
+                if m is not None:
+                    self._people_items(text, m.start(1), m.end(1), out)
+            k = text.find(":", k + 1)
+
+    def _people_items(self, text: str, a0: int, b0: int, out: list[Span]) -> None:
+        for item in _LIST_ITEM.finditer(text, a0, b0):
+            a, b = item.span()
+            f, _first, _last, z = self._lookup(item.group())
+            if f in ("and", "or") or z >= 4.5:
+                continue
+            if any(s.start < b and a < s.end and (s.start < a or s.end > b) for s in out):
+                continue
+            out.append(Span(a, b, "PERSON", 0.85, self.name))
+
+    def _offices(self, text: str, out: list[Span]) -> None:
+        """"the datamyne office", "the morningstar inc. headquarters" in text without capitals: the
+        words before the office name its organisation when one of them is no frequent English word."""
+        for noun in (" office", " headquarters"):
+            k = text.find(noun)
+            while k >= 0:
+                m = _THE_WORDS.search(text, max(0, k - 60), k)
+                k = text.find(noun, k + 1)
+                if m is None:
+                    continue
+                a, b = m.span(1)
+                if any(s.start < b and a < s.end for s in out):
+                    continue
+                words = [self._lookup(w.rstrip(".")) for w in m.group(1).split(" ")]
+                if any(z < 3.0 and not first for _f, first, _last, z in words):
+                    out.append(Span(a, b, "ORGANIZATION", 0.6, self.name))
+
+    def _defined_orgs(self, text: str, out: list[Span]) -> None:
+        """The subject of "X is a company / a startup / the brainchild of …" is an organisation,
+        in any case ("recargo is the brainchild of …"); it wins over a name read in it."""
+        low = text.lower()
+        if len(low) != len(text):
+            return
+        for word in (" is ", " was "):
+            k = low.find(word)
+            while k >= 0:
+                verb = _IS_A.match(low, k)
+                k = low.find(word, k + 1)
+                if verb is None:
+                    continue
+                m = _SUBJECT.search(text, max(0, verb.start() - 80), verb.start())
+                if m is None:
+                    continue
+                a, b = m.span(1)
+                words = m.group(1).split(" ")
+                if words[0].casefold() in _NOT_A_SUBJECT or all(self._lookup(w)[3] >= 4.0 for w in words):
+                    continue
+                if any(s.start < b and a < s.end and (s.start < a or s.end > b) for s in out):
+                    continue  # crosses a span found otherwise (an address, a longer name)
+                out.append(Span(a, b, "ORGANIZATION", 0.9, self.name))
 
     def _coordinated(self, text: str, out: list[Span]) -> None:
         """A capitalised word no lexicon knows, joined by "and" to a person, is a person too
-        ("Sigursteinsson and Dean were …", "… directed by Ana Ruiz and starring Bang" is not)."""
+        ("Sigursteinsson and Dean were …"); not before a house number ("Ana and Hraunás 84")."""
         persons = [s for s in out if s.entity_type == "PERSON"]
         for p in persons:
             for m in (
@@ -571,9 +668,9 @@ class EntityDetector:
                     continue
                 a, b = m.span(1)
                 if m.group(2) is not None:
-                    _f2, first2, last2, z2 = self._lookup(m.group(2))
-                    if (last2 or first2) and z2 < 5.5:
-                        b = m.end(2)
+                    f2, first2, last2, z2 = self._lookup(m.group(2))
+                    if ((last2 or first2) and z2 < 5.5) or (z2 == 0 and f2 not in _KEYWORDS):
+                        b = m.end(2)  # a known name, or a word English does not use: the surname
                 if not _overlaps(blocked, a, b):  # a strong cue: wins over a shorter run span
                     out.append(Span(a, b, "PERSON", 0.85, self.name))
 
@@ -831,6 +928,11 @@ class EntityDetector:
                 return
         # after "in / from / near …", what is not led by a first name is a place ("in TYSTBERGA")
         if strong and not first.first and not possessive and not any(w.common for w in words):
+            if prev == "from" and n == 1 and not (first.last or first.z or first.text.isupper()):
+                # a word no lexicon knows, not a shouted town: a company ("she is from Redfin"); the
+                # place lexicons hold the world's towns, so an unknown one is the rarer reading
+                out.append(Span(start, end, "ORGANIZATION", 0.55, name))
+                return
             out.append(Span(start, end, "LOCATION", 0.6, name))
             return
         if n == 1 and (first.common or first.f in _STREET_WORDS or (first.text.isupper() and len(first.text) <= 5)):
@@ -863,7 +965,9 @@ class EntityDetector:
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in _PERSON_CUES:
-            if n == 1 and first.z == 0 and (nxt_char in ",:!?" or nxt in _PERSON_VERBS):
+            if n == 1 and first.z == 0 and (
+                nxt_char in ",:!?" or nxt in _PERSON_VERBS or text.startswith((" is from ", " was from "), end)
+            ):
                 out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …", "Gayane shouted"
             return
         if any(w.common for w in words):
@@ -887,6 +991,23 @@ def _promotable(lx: Lexicon, multi: dict[str, int]) -> frozenset[str]:
     found = lx.first_names | lx.last_names | lx.cities | lx.regions | lx.countries | frozenset(multi)
     _promotable_cache[:] = [(lx, found)]
     return found
+
+
+def _word_before(text: str, k: int) -> str:
+    """The folded word that ends at ``k``, skipping a "were" / "are" ("the founders were: …")."""
+    j = k
+    while j > 0 and (text[j - 1].isalpha() or text[j - 1] == "-"):
+        j -= 1
+    word = text[j:k].casefold()
+    if word in ("were", "are") and j > 1 and text[j - 1] == " ":
+        return _word_before(text, j - 1)
+    return word
+
+
+def _line_start(text: str, i: int) -> bool:
+    """Whether only bullets and spaces stand between the line's start and ``i``."""
+    j = text.rfind("\n", 0, i)
+    return j >= 0 and not text[j + 1 : i].strip(" \t>*•?-")
 
 
 def _prefixes(phrase: str) -> list[str]:
