@@ -43,6 +43,11 @@ def test_email_and_url() -> None:
     assert found("url", "see https://www.FunnyTan.co.nz/. Thanks") == [("DOMAIN_NAME", "https://www.FunnyTan.co.nz/")]
     assert found("url", "visit example.com today") == [("DOMAIN_NAME", "example.com")]
     assert found("url", "edit models.py and README.md") == []  # file names are not domains
+    # the scheme regex runs only where a URL can start: each scheme before "://", each "www." in any case
+    text = "x HTTPS://a.example/p and WWW.B.example, ftp://c.example\nsee www.d.example"
+    assert [v for _t, v in found("url", text)] == [
+        "HTTPS://a.example/p", "WWW.B.example", "ftp://c.example", "www.d.example"
+    ]  # fmt: skip
 
 
 def test_ip_addresses() -> None:

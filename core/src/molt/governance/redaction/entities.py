@@ -151,9 +151,7 @@ _PEOPLE_NOUNS = frozenset(
     {"founders", "co-founders", "cofounders", "partners", "owners", "members", "authors", "children", "kids",
      "sons", "daughters", "friends", "siblings", "guests", "speakers", "winners", "players"}
 )  # fmt: skip
-_PEOPLE_ITEMS = re.compile(
-    r"[ ]+([^\W\d_][\w'’-]*(?:,[ ][^\W\d_][\w'’-]*){0,8},?[ ](?i:and|or)[ ][^\W\d_][\w'’-]*)"
-)
+_PEOPLE_ITEMS = re.compile(r"[ ]+([^\W\d_][\w'’-]*(?:,[ ][^\W\d_][\w'’-]*){0,8},?[ ](?i:and|or)[ ][^\W\d_][\w'’-]*)")
 # "the datamyne office": the words between "the" and the office
 _THE_WORDS = re.compile(r"\bthe[ ]([a-z][\w&'’-]*\.?(?:[ ][a-z][\w&'’-]*\.?){0,3})$")
 _NOT_A_SUBJECT = frozenset(
@@ -436,8 +434,8 @@ class EntityDetector:
             out.append(Span(a, b, "PERSON", 0.85, self.name))
 
     def _offices(self, text: str, out: list[Span]) -> None:
-        """"the datamyne office", "the morningstar inc. headquarters" in text without capitals: the
-        words before the office name its organisation when one of them is no frequent English word."""
+        """Organisations named as "the datamyne office", "the morningstar inc. headquarters" in text
+        without capitals: the words before the office name one when a word is no frequent English."""
         for noun in (" office", " headquarters"):
             k = text.find(noun)
             while k >= 0:
@@ -490,7 +488,7 @@ class EntityDetector:
                 a, b = m.span(1)
                 if a and (text[a - 1].isalnum() or text[a - 1] in "_'’-@./\\"):
                     continue
-                f, first, last, z = self._lookup(m.group(1))
+                f, _first, _last, z = self._lookup(m.group(1))
                 if z or self._place(f) or any(s.start < b and a < s.end for s in out):
                     continue
                 out.append(Span(a, b, "PERSON", 0.55, self.name))
@@ -965,8 +963,10 @@ class EntityDetector:
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in _PERSON_CUES:
-            if n == 1 and first.z == 0 and (
-                nxt_char in ",:!?" or nxt in _PERSON_VERBS or text.startswith((" is from ", " was from "), end)
+            if (
+                n == 1
+                and first.z == 0
+                and (nxt_char in ",:!?" or nxt in _PERSON_VERBS or text.startswith((" is from ", " was from "), end))
             ):
                 out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …", "Gayane shouted"
             return

@@ -77,7 +77,7 @@ class RegexDetector:
         if self.min_digits is None:
             matches = self.rx.finditer(text)
         else:
-            matches = _windows(text, self.rx, digit_clusters(text), self.min_digits, before=self.before)
+            matches = _windows(text, self.rx, clusters_with(text, self.min_digits), self.min_digits, before=self.before)
         for m in matches:
             start, end = m.span(self.group)
             if start < 0 or start == end:
@@ -99,6 +99,21 @@ class RegexDetector:
 _CLUSTER = re.compile(r"\d(?:[\d().+/-]|[ ](?=[\d(+]))+")  # two characters or more
 _NOT_DIGITS = str.maketrans("", "", " ().+/-")
 _last_scan: tuple[str, list[tuple[int, int, int]]] = ("", [])
+_span = re.Match.span
+_last_min: tuple[str, dict[int, list[tuple[int, int, int]]]] = ("", {})
+
+
+def clusters_with(text: str, min_digits: int) -> list[tuple[int, int, int]]:
+    """The :func:`digit_clusters` of ``text`` that hold at least ``min_digits`` digits (kept per
+    text like the scan, so each detector does not walk every cluster again)."""
+    clusters = digit_clusters(text)
+    last = _last_min
+    if last[0] is not text:  # pragma: no cover - digit_clusters just set it for this text
+        return [c for c in clusters if c[2] >= min_digits]
+    found = last[1].get(min_digits)
+    if found is None:
+        found = last[1][min_digits] = [c for c in clusters if c[2] >= min_digits]
+    return found
 
 
 def digit_clusters(text: str) -> list[tuple[int, int, int]]:
@@ -108,11 +123,15 @@ def digit_clusters(text: str) -> list[tuple[int, int, int]]:
     The result for the last text is kept (one slot, replaced atomically), so the detectors of one
     :class:`~molt.governance.redaction.redactor.Redactor` share a single scan.
     """
-    global _last_scan
+    global _last_scan, _last_min
     last = _last_scan
     if last[0] is text:
         return last[1]
-    out = [(m.start(), m.end(), len(m.group().translate(_NOT_DIGITS))) for m in _CLUSTER.finditer(text)]
+    _last_min = (text, {})
+    out = [
+        (a, b, b - a if b - a < 4 else len(text[a:b].translate(_NOT_DIGITS)))
+        for a, b in map(_span, _CLUSTER.finditer(text))
+    ]
     _last_scan = (text, out)
     return out
 
@@ -194,6 +213,28 @@ _DOMAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 _TRAILING = ".,;:!?)]}'\""
 
 
+def _url_starts(text: str) -> list[int]:
+    """Sorted offsets where :data:`_URL_SCHEME` can match: a scheme before each ``://`` (the
+    earliest that spells one), each ``www.`` (any case)."""
+    starts = []
+    k = text.find("://")
+    while k >= 0:
+        for n in (5, 4, 3):
+            if k >= n and text[k - n : k].lower() in ("https", "http", "ftp"):
+                starts.append(k - n)
+                break
+        k = text.find("://", k + 3)
+    low = text.lower()
+    if len(low) != len(text):  # a few characters lowercase to two: offsets would shift
+        return [m.start() for m in _URL_SCHEME.finditer(text)]
+    if "www." in low:
+        k = low.find("www.")
+        while k >= 0:
+            starts.append(k)
+            k = low.find("www.", k + 1)
+    return sorted(starts)
+
+
 class UrlDetector:
     """Web addresses with a scheme or ``www.`` (any TLD), and bare domains with a common TLD."""
 
@@ -205,8 +246,14 @@ class UrlDetector:
         """URL and domain spans, trailing sentence punctuation excluded."""
         out: list[Span] = []
         if "://" in text or "www." in text or "WWW." in text:
-            for m in _URL_SCHEME.finditer(text):
-                self._add(text, m.start(), m.end(), out)
+            last = 0
+            for start in _url_starts(text):  # the regex runs only where a URL can start
+                if start < last:
+                    continue
+                m = _URL_SCHEME.match(text, start)
+                if m is not None:
+                    self._add(text, m.start(), m.end(), out)
+                    last = m.end()
         covered = [(s.start, s.end) for s in out]
         last = 0
         for m in _DOT_TLD.finditer(text):
@@ -268,7 +315,7 @@ class IpDetector:
         """IPv4 and IPv6 addresses."""
         out = []
         if "." in text:  # only the clusters with three dots can hold a dotted quad
-            quads = [c for c in digit_clusters(text) if c[2] >= 4 and text.count(".", c[0], c[1]) >= 3]
+            quads = [c for c in clusters_with(text, 4) if text.count(".", c[0], c[1]) >= 3]
             if quads:
                 v4 = self._v4
                 for m in _windows(text, v4.rx, quads, 4):
@@ -404,20 +451,23 @@ class PhoneDetector:
     def detect(self, text: str) -> list[Span]:
         """Phone number spans."""
         out = []
-        for m in _windows(text, _PHONE, digit_clusters(text), 6, before=2):
+        for m in _windows(text, _PHONE, clusters_with(text, 6), 6, before=2):
             start, end = m.span()
             value = m.group(0).rstrip(" .-")
             end = start + len(value)
             digits, separated = _phone_digits(value)
+            # the cheap rejections first; the cue (a regex around the candidate) only when it decides
+            if not 6 <= digits <= 15 or _DATEISH.match(value):
+                continue
+            if value.count(".") == 3 and " " not in value and "-" not in value:
+                continue  # dotted quad: an IP address or a version number
+            if not separated and digits < 10:
+                continue
             cue = (
                 _PHONE_CUE.search(text, max(0, start - 40), start) is not None
                 or _PHONE_CUE.match(text, end + 1, end + 12) is not None  # "…-Fax", "… mobile"
             )
-            if not (7 if not cue else 6) <= digits <= 15 or _DATEISH.match(value):
-                continue
-            if value.count(".") == 3 and " " not in value and "-" not in value:
-                continue  # dotted quad: an IP address or a version number
-            if not separated and not (digits >= 10 and cue):
+            if (digits == 6 and not cue) or (not separated and not cue):
                 continue
             groups = re.split(r"[ .-]", value)
             if " " in value and not cue and value[0] not in "+(0" and len(groups) > 2 and max(map(len, groups)) < 3:
