@@ -53,6 +53,7 @@ _LOWER_CUES = (
     "mr.", "mrs.", "ms.", "dr.", "ask for", "speak to", "speak with",
 )  # fmt: skip
 _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
+_LOWER_CUE_RXS = tuple(re.compile(re.escape(cue) + r"(?=[ ,:]+[a-z])") for cue in _LOWER_CUES)
 # a line made only of capitalised words ("Northern Reflections", "Berkery Noyes Mandasoft")
 _LINE_OF_WORDS = re.compile(rf"{_WORD}(?:[ ]{_WORD}){{0,5}}")
 _ZIP_HINTS = ("zip", "Zip", "ZIP", "ostcode", "OSTCODE", "ostal", "OSTAL", "ost code", "OST CODE")
@@ -651,14 +652,12 @@ class EntityDetector:
         low = text.lower()
         if len(low) != len(text):  # a few capitals lowercase to two characters; offsets would shift
             return
-        for cue in _LOWER_CUES:
-            k = low.find(cue)
-            while k >= 0:
+        for cue_rx in _LOWER_CUE_RXS:  # each a literal, so the scan for it stays in C
+            for c in cue_rx.finditer(low):
+                k = c.start()
                 if k and low[k - 1].isalpha():
-                    k = low.find(cue, k + 1)
                     continue
-                m = _LOWER_NAME.match(text, k + len(cue))
-                k = low.find(cue, k + 1)
+                m = _LOWER_NAME.match(text, c.end())
                 if m is None:
                     continue
                 f, first, last, z = self._lookup(m.group(1))

@@ -90,6 +90,8 @@ class RedactionReport(BaseModel):
 
 
 _RECORD_FIELDS = frozenset(RedactedSpan.model_fields)
+# what a string that holds JSON starts with, leading whitespace included (any str.isspace character)
+_JSON_OR_SPACE = frozenset("{[") | frozenset(chr(c) for c in range(0x3000 + 1) if chr(c).isspace())
 _new_record = RedactedSpan.__new__
 _set = object.__setattr__
 
@@ -159,8 +161,7 @@ class _Walker:
 
     def _text(self, value: str, path: Any, key: str | None, holder: Any, slot: Any) -> None:
         self.fields += 1
-        stripped = value.lstrip()
-        if stripped[:1] in ("{", "[") and len(stripped) > 1:
+        if value[0] in _JSON_OR_SPACE and value.lstrip()[:1] in ("{", "[") and len(value.lstrip()) > 1:
             try:
                 parsed = orjson.loads(value)
             except orjson.JSONDecodeError:

@@ -179,12 +179,16 @@ class Redactor:
             found: list[list[Span]] = [[] for _ in batch]
             for sp in self.detect(joined):
                 j = bisect_right(bases, sp.start) - 1
-                start = sp.start
-                while j < len(batch) and start < sp.end:  # a span never crosses a blank line; clip if it does
+                start, end = sp.start, sp.end
+                base = bases[j]
+                if end <= base + len(batch[j]):  # inside one text (a span never crosses a blank line)
+                    found[j].append(Span(start - base, end - base, sp.entity_type, sp.score, sp.detector))
+                    continue
+                while j < len(batch) and start < end:  # clip one that does
                     base, n = bases[j], len(batch[j])
-                    a, b = max(start, base), min(sp.end, base + n)
+                    a, b = max(start, base), min(end, base + n)
                     if b > a:
-                        found[j].append(sp._replace(start=a - base, end=b - base))
+                        found[j].append(Span(a - base, b - base, sp.entity_type, sp.score, sp.detector))
                     j += 1
                     start = base + n + len(_SEPARATOR)
             for i, spans in zip(todo, found, strict=True):
