@@ -221,3 +221,13 @@ def test_a_firm_named_after_surnames_is_still_one() -> None:
     det = detectors.get("entities")()
     text = "She signed with Jones, Mitchell and Williams last year."
     assert ("ORGANIZATION", "Jones, Mitchell and Williams") in found(det, text)
+
+
+def test_run_memo_keeps_rules_that_look_past_its_key() -> None:
+    # "arrived at X" looks two words back, beyond the run memo's key (the run and the words next to it)
+    det = detectors.get("entities")()
+    first = "Yesterday the crew worked at Mozirje this morning."
+    second = "Yesterday the crew arrived at Mozirje this morning."
+    fresh = found(detectors.get("entities")(), second)
+    found(det, first)
+    assert found(det, second) == fresh and ("LOCATION", "Mozirje") in fresh

@@ -837,8 +837,10 @@ class EntityDetector:
         first, last = words[0], words[-1]
         start, end = first.start, last.end
         n = len(words)
-        if prev == "at" and _ARRIVED_AT.search(text, max(0, start - 24), start) is not None:
-            prev = "in"  # "arrived at Mozirje", "landed at Needham": a place, not a venue or employer
+        if prev == "at":
+            self._local.wide = True  # looks two words back, beyond the run memo's key
+            if _ARRIVED_AT.search(text, max(0, start - 24), start) is not None:
+                prev = "in"  # "arrived at Mozirje", "landed at Needham": a place, not a venue or employer
         # "Sunday" split off "Sunday at Acme"; "Hobbits", "Vikings": plurals of words. A month that
         # closes a list of names is a name ("John, Evan and April").
         if (
@@ -962,6 +964,8 @@ class EntityDetector:
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in _PERSON_CUES:
+            if n == 1 and first.z == 0 and nxt in ("is", "was"):
+                self._local.wide = True  # " is from " looks past the next word, beyond the memo's key
             if (
                 n == 1
                 and first.z == 0
