@@ -231,3 +231,15 @@ def test_run_memo_keeps_rules_that_look_past_its_key() -> None:
     fresh = found(detectors.get("entities")(), second)
     found(det, first)
     assert found(det, second) == fresh and ("LOCATION", "Mozirje") in fresh
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bot: What's the name on the account? User: ",  # transcript speakers are roles
+        "bot: what's the name on the account? user: ",
+        "can i please speak to your boss?",  # after a possessive, a word is a noun
+    ],
+)
+def test_roles_and_possessed_nouns_are_not_people(entities, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert found(entities, text) == []

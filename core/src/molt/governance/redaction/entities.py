@@ -221,6 +221,11 @@ _KEYWORDS = frozenset(
     {"iban", "ssn", "cvv", "cvc", "pin", "otp", "dob", "api", "url", "id", "ip", "email", "atm", "zip", "postal",
      "postcode"}
 )  # fmt: skip
+_POSSESSIVE_DETERMINERS = frozenset({"my", "your", "his", "her", "its", "our", "their", "this", "these", "those"})
+# the speakers of a transcript ("Bot: …", "User: …"): roles, not people
+_ROLES = frozenset(
+    {"bot", "chatbot", "user", "assistant", "system", "agent", "customer", "human", "operator", "moderator", "admin"}
+)
 _CONTRACTION = re.compile(r"['’](?:m|re|ve|ll|d|t)$|^I['’]", re.IGNORECASE)
 # never an entity alone: months and weekdays are dates ("in March"), not places or people
 _DATE_WORDS = frozenset(
@@ -543,7 +548,7 @@ class EntityDetector:
         would take it (a letter, a month, frequent English that is neither a name nor a place:
         "The", "Please"), 2 when only a company verb after it would ("Deloitte invested"), else 0."""
         low = word.casefold()
-        if len(word) == 1 or low in _DATE_WORDS or low in _KEYWORDS or _CONTRACTION.search(word):
+        if len(word) == 1 or low in _DATE_WORDS or low in _KEYWORDS or low in _ROLES or _CONTRACTION.search(word):
             return 1
         if word.isupper():
             return 0  # acronyms: "at BBC"
@@ -576,7 +581,7 @@ class EntityDetector:
             span = self._multiword_place(words, i, f, prev)
             if span:
                 promote_to = i + span
-            elif self._promotes(w, prev):
+            elif prev not in _POSSESSIVE_DETERMINERS and self._promotes(w, prev):  # not "your boss"
                 promote_to = i + 1
                 if i + 1 < len(words) and self._surname_after(text, words[i], words[i + 1]):
                     promote_to = i + 2
@@ -629,7 +634,7 @@ class EntityDetector:
     def _promotes(self, word: str, prev: str) -> bool:
         """Whether a lowercase word counts as a capitalised name or place candidate."""
         f, first, last, z = self._lookup(word)
-        if f in _KEYWORDS:
+        if f in _KEYWORDS or f in _ROLES:
             return False
         lx = self.lex
         return bool(
