@@ -204,7 +204,7 @@ class AddressFinder:
             if _is_num(t) and not t.key.endswith(("st", "nd", "rd", "th")):
                 if j > i:
                     # words then a number: "Vila Miguel Tavares 1160" (after a house number only)
-                    if numbers and toks[i].text[0].isupper() and self._part_ends(toks, j + 1):
+                    if numbers and (lowercase or toks[i].text[0].isupper()) and self._part_ends(toks, j + 1):
                         return t.end
                     if _morph(toks[j - 1].key) or toks[j - 1].key in _POST_TYPES:
                         return t.end
