@@ -42,7 +42,6 @@ _SKIP_KEYS = frozenset(
 )  # fmt: skip
 _SKIP_PATHS = frozenset({("action", "tokens"), ("action", "sampling")})
 _PAYLOAD_ORDER = ("observation", "hidden", "action", "outcome")
-_PAYLOAD = frozenset(_PAYLOAD_ORDER)
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {}
 
 
@@ -215,7 +214,9 @@ def redact_event(
     policy = redactor.policy
     walker = _Walker(redactor)
     # only the payload is walked, so only the payload is dumped (the envelope stays as it is)
-    dumped = event.model_dump(mode="json", include=_PAYLOAD)
+    dumped = {
+        f: _adapter(f).dump_python(v, mode="json") for f in _PAYLOAD_ORDER if (v := getattr(event, f)) is not None
+    }
     try:
         for field in _PAYLOAD_ORDER:
             value = dumped.get(field)
