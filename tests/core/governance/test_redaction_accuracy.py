@@ -47,16 +47,16 @@ def test_structured_types_recall(scores: dict[str, Scores]) -> None:
 
 
 def test_all_types_issue_target(scores: dict[str, Scores]) -> None:
-    # issue 3: all in-scope types together, recall ≥ 0.90 and precision ≥ 0.85 (reached: P 0.896, R 0.902)
+    # issue 3: all in-scope types together, recall ≥ 0.90 and precision ≥ 0.85 (reached: P 0.897, R 0.905)
     full = scores["all"].micro(IN_SCOPE)
     assert full.recall >= 0.90, full.recall
     assert full.precision >= 0.85, full.precision
 
 
 def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
-    # the figures this build reaches (held-out P 0.835 R 0.878, all P 0.896 R 0.902), less a hair
+    # the figures this build reaches (held-out P 0.836 R 0.881, all P 0.897 R 0.905), less a hair
     held = scores["held"].micro(IN_SCOPE)
-    assert held.recall >= 0.87 and held.precision >= 0.83
+    assert held.recall >= 0.875 and held.precision >= 0.83
     full = scores["all"].micro(IN_SCOPE)
     assert full.recall >= 0.90 and full.precision >= 0.89
 
@@ -65,7 +65,7 @@ def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> Non
     held = scores["held"].by_type
     floors = {  # (precision, recall) reached on the held-out templates, less a hair
         "PERSON": (0.86, 0.89),
-        "ADDRESS": (0.72, 0.82),  # P was 0.716: "street, Town" now splits the town off (the dev split's convention)
+        "ADDRESS": (0.72, 0.835),  # P was 0.716: "street, Town" now splits the town off (the dev split's convention)
         "LOCATION": (0.75, 0.93),
         "ORGANIZATION": (0.83, 0.65),
     }
@@ -76,7 +76,7 @@ def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> Non
 @pytest.mark.xfail(
     strict=True,
     reason="issue 3 target (recall ≥ 0.90, precision ≥ 0.85) not reached on held-out templates: "
-    "P 0.835, R 0.878 (all sentences: P 0.896, R 0.902)",
+    "P 0.836, R 0.881 (all sentences: P 0.897, R 0.905)",
 )
 def test_all_types_issue_target_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].micro(IN_SCOPE)
