@@ -563,11 +563,13 @@ class EntityDetector:
         """``text`` with lexicon names and places capitalised (same length), for all-lowercase input.
         A place of several words ("united arab emirates") is promoted word by word when it follows a
         place cue or holds a word that is not frequent English."""
+        promotable = self._promotable
+        if text.isascii() and promotable.isdisjoint(_LOWER_WORD.findall(text.lower())):
+            return text  # no word any lexicon holds (ASCII words fold to their lowercase): nothing to do
         words = [(m.start(), m.end(), m.group()) for m in _LOWER_WORD.finditer(text)]
         chars = None
         prev = ""
         skip_to = -1
-        promotable = self._promotable
         for i, (_s, e, w) in enumerate(words):
             if i < skip_to:
                 continue
