@@ -82,6 +82,40 @@ def test_compaction_keeps_fragments_bounded_under_continuous_ingest(store, molt_
     rec.close()
 
 
+def test_compaction_leaves_full_fragments_alone(molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
+    """Compaction merges small fragments up to ``fragment_rows`` and then leaves them: a run after a few
+    more appends rewrites only the new rows and the one partly filled fragment, however large the table
+    (LanceDB's optimize() merges towards 1M rows, so each run rewrote the whole table)."""
+    s = Store.open(molt_home / "frag", auto_compact=False, fragment_rows=1024)
+    rec = Recorder(s, spool_dir=molt_home / "spool-frag")
+    tid = rec.new_trajectory()
+    seq = 0
+    for _ in range(12):  # 12 appends of 400 events
+        for _ in range(400):
+            rec.record(event_factory(tid, seq))
+            seq += 1
+        assert rec.flush(deliver=True)
+    before = s.fragment_count()
+    first = s.compact(keep_versions_s=0)["events"]
+    frags = s.table("events").to_lance().get_fragments()
+    rows = [f.count_rows() for f in frags]
+    full = {f.fragment_id for f in frags if f.count_rows() >= 1024}
+    assert first["fragments_compacted"] == before >= 12 and sum(rows) == 4800
+    assert sum(r >= 1024 for r in rows) >= 3, rows
+    for _ in range(2):  # two more small appends
+        for _ in range(50):
+            rec.record(event_factory(tid, seq))
+            seq += 1
+        assert rec.flush(deliver=True)
+    added = s.fragment_count() - len(rows)
+    second = s.compact(keep_versions_s=0)["events"]
+    assert second["fragments_compacted"] <= added + 1, second  # the new ones and at most one partly filled
+    assert full <= {f.fragment_id for f in s.table("events").to_lance().get_fragments()}  # not rewritten
+    assert s.count() == 4900 and s.verify(tid).ok
+    rec.close()
+    s.close()
+
+
 def test_scheduled_compaction_runs_in_the_background(molt_home, event_factory) -> None:  # type: ignore[no-untyped-def]
     s = Store.open(molt_home / "bg", compact_every=5)
     rec = Recorder(s, spool_dir=molt_home / "spool-bg")

@@ -21,7 +21,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -58,6 +57,11 @@ class Store:
         compact_interval_s: …or after this many seconds with appends pending (default 60).
         keep_versions_s: LanceDB versions older than this are cleaned up at compaction (default
             3,600 s; 0 keeps only the latest, which the erasure job uses).
+        fragment_rows: compaction merges small fragments into fragments of about this many rows
+            (default 32,768; at least 1,024) and leaves fragments of that size alone, so each run
+            rewrites at most about this many rows however large the table is. LanceDB's
+            ``optimize()`` merges towards 1M rows: until a table has that many, every run rewrote all
+            of it (quadratic ingest cost, and a writer's memory growing with the table).
         auto_compact: compact on a background thread (default True); otherwise call :meth:`compact`.
         index_cache_bytes / metadata_cache_bytes: bounds of LanceDB's in-process caches (default
             256 MiB / 128 MiB). LanceDB's own defaults are 6 GiB and 1 GiB, and the metadata cache fills
@@ -79,6 +83,7 @@ class Store:
         compact_every: int = 64,
         compact_interval_s: float = 60.0,
         keep_versions_s: float = 3600.0,
+        fragment_rows: int = 32_768,
         auto_compact: bool = True,
         index_cache_bytes: int = 256 << 20,
         metadata_cache_bytes: int = 128 << 20,
@@ -86,6 +91,8 @@ class Store:
     ):
         if not 1 <= compact_every <= 10_000:
             raise ValueError(f"compact_every must be between 1 and 10,000, got {compact_every}.")
+        if fragment_rows < 1024:
+            raise ValueError(f"fragment_rows must be at least 1,024, got {fragment_rows}.")
         self.uri = str(uri)
         is_remote = "://" in self.uri and not self.uri.startswith("file://")
         if read_consistency_s is None:
@@ -113,6 +120,9 @@ class Store:
         self.compact_every = compact_every
         self.compact_interval_s = compact_interval_s
         self.keep_versions_s = keep_versions_s
+        self.fragment_rows = fragment_rows
+        self._index_cache_bytes = index_cache_bytes
+        self._metadata_cache_bytes = metadata_cache_bytes
         self._write_lock = threading.Lock()
         self._appends_since_compact = 0
         self._last_compact = time.monotonic()
@@ -373,13 +383,25 @@ class Store:
                 if tbl.count_rows() == 0:
                     continue
                 self._ensure_indices(name, tbl)
-                with warnings.catch_warnings():
-                    # keep == 0 is deliberate (erasure, tests): LanceDB warns that it drops every
-                    # older version, which is the point; this store is the table's only writer.
-                    warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
-                    tbl.optimize(cleanup_older_than=timedelta(seconds=keep), delete_unverified=keep == 0)
-                stats[name] = {"version": tbl.version, "fragments": _fragment_count(tbl)}
+                stats[name] = self._optimize(tbl, keep)
         return stats
+
+    def _optimize(self, tbl: Any, keep_s: float) -> dict[str, Any]:
+        """What LanceDB's ``optimize()`` does — compact fragments, fold new rows into the indices, clean
+        up versions older than ``keep_s`` — with compaction bounded by :attr:`fragment_rows`, through
+        the Lance dataset API (pylance, the Lance release this LanceDB embeds), as LanceDB's own
+        ``compact_files`` does; ``optimize()`` has no fragment-size option."""
+        ds = tbl.to_lance(index_cache_size_bytes=self._index_cache_bytes,
+                          metadata_cache_size_bytes=self._metadata_cache_bytes)
+        done = ds.optimize.compact_files(target_rows_per_fragment=self.fragment_rows, materialize_deletions=True)
+        ds.optimize.optimize_indices()
+        # keep_s == 0 is deliberate (erasure, tests): every older version goes; delete_unverified also
+        # removes files of failed writes younger than Lance's 7-day safety window.
+        ds.cleanup_old_versions(older_than=timedelta(seconds=keep_s), delete_unverified=keep_s == 0,
+                                error_if_tagged_old_versions=False)
+        tbl.checkout_latest()
+        return {"version": tbl.version, "fragments": _fragment_count(tbl),
+                "fragments_compacted": done.fragments_removed}
 
     def _ensure_indices(self, name: str, tbl: Any) -> None:
         wanted = {"events": ["trajectory_id", "event_id", "tenant_id"],
