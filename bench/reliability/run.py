@@ -34,7 +34,8 @@ Sections (each one a group of rows in the table; the harness is shared with ``te
 7. **Load and soak** — ``molt serve --backend stub`` with tenant keys and capture on, a closed-loop
    load of 16 connections: throughput, p50/p99, error rate, and the RSS of the serving process and of
    its capture child after warm-up, at the end and at the peak, with the growth after warm-up in MiB
-   per 1,000 requests.
+   per 1,000 requests. The load's sessions are never ended (orphaned runs): the gateway runs with
+   ``--session-idle-s 60`` so it forgets them within the warm-up.
 """
 
 from __future__ import annotations
@@ -644,6 +645,9 @@ def _pytest_counts(paths: list[str]) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------ 7 load, soak
 
 
+SESSION_IDLE_S = 60.0
+
+
 def load_soak(work: Path, soak_s: float, concurrency: int) -> tuple[list[Row], dict[str, Any]]:
     import psutil
 
@@ -654,8 +658,12 @@ def load_soak(work: Path, soak_s: float, concurrency: int) -> tuple[list[Row], d
     port = relharness.free_port()
     env = {**os.environ, "MOLT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     logf = open(work / "soak-server.log", "wb")  # noqa: SIM115
+    # Orphaned runs (the load's sessions are never ended) are forgotten after SESSION_IDLE_S: shorter than
+    # the warm-up, so the state levels off before the slope is measured (the default, 1,800 s, levels
+    # off at rate × 1,800 s, or max_sessions entries, whichever is less).
     proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
-                             "--keys", str(keys), "--log-level", "warning"], env=env, stdout=logf,
+                             "--keys", str(keys), "--log-level", "warning",
+                             "--session-idle-s", str(min(SESSION_IDLE_S, 0.1 * soak_s))], env=env, stdout=logf,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     # (seconds, requests so far, serving process MiB, capture child MiB): per process, so a leak in

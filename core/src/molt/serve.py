@@ -277,6 +277,10 @@ def serve_command(
         help="Build and write events in a separate process (keeps recording off the serving core).")] = True,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 8 << 20,
     backend_timeout: Annotated[float, typer.Option(help="Seconds allowed for a backend answer / chunk.")] = 120.0,
+    max_sessions: Annotated[int, typer.Option(
+        min=100, help="Sessions / trajectories / answers remembered for linking calls.")] = 200_000,
+    session_idle_s: Annotated[float, typer.Option(
+        min=1, help="Seconds an unused session, trajectory or answer is remembered (orphaned runs go).")] = 1800.0,
     max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
     console: Annotated[bool, typer.Option(help="Serve the web console at /console.")] = True,
@@ -306,7 +310,8 @@ def serve_command(
                     f"--keys keys.toml (see molt.governance.access) or bind 127.0.0.1.", fg="red", err=True)
     be = make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
                       max_model_len=max_model_len, timeout_s=backend_timeout)
-    config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout)
+    config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
+                           max_sessions=max_sessions, session_idle_s=session_idle_s)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
                                      capture_process=capture_process, governance=governance)
     # One store object for the console, the control plane and the trainer: what one writes (a

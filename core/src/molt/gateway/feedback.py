@@ -143,9 +143,14 @@ class Feedback:
         from molt.store.query import sql_str
 
         st = self.gw.sessions.trajectory(p.tenant_id, tid)
-        if st is not None:
+        if st is not None and not st.calls_truncated:
             return list(st.calls)
         rows = self._store_rows(f"trajectory_id = {sql_str(tid)}")
+        if st is not None:  # earlier calls fell out of memory: the store's, then what it has not got yet
+            stored = [r["event_id"] for r in sorted(rows, key=lambda r: r["seq"]) if r["kind"] == "model_call"
+                      and r["tenant_id"] == p.tenant_id]
+            have = set(stored)
+            return stored + [e for e in st.calls if e not in have]
         if not rows:
             raise NotFound(f"No trajectory {tid!r} is known to this gateway or its store.", trajectory_id=tid)
         if any(r["tenant_id"] != p.tenant_id for r in rows):
@@ -190,7 +195,8 @@ class Feedback:
             st = self.gw.sessions.session(p.tenant_id, body.session_id)
             if st is None:
                 raise NotFound(f"No open session {body.session_id!r} of tenant {p.tenant_id!r} on this gateway.")
-            tid, calls = st.trajectory_id, list(st.calls)
+            tid = st.trajectory_id
+            calls = self._trajectory_calls(p, tid) if st.calls_truncated else list(st.calls)
         else:
             tid = body.trajectory_id or ""
             calls = self._trajectory_calls(p, tid)

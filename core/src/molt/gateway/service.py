@@ -56,6 +56,8 @@ class GatewayConfig(BaseModel):
     - ``health_interval_s``: seconds between backend health checks; 0 turns them off (default 5).
     - ``failover``: retry once on another backend when one is down (default on).
     - ``max_sessions``: sessions / trajectories / answers remembered for linking calls (default 200,000).
+    - ``session_idle_s``: …each forgotten when not used for this long (default 1,800 s; ``None``: only
+      ``max_sessions`` bounds them). Runs that never end (orphaned) are evicted by it.
     - ``harness_timeout_s``: time a harness that does I/O (memory retrieval) may take per request; past
       it the request is served with the version's static harness and the fallback counted (default 2 s).
     """
@@ -67,6 +69,7 @@ class GatewayConfig(BaseModel):
     health_interval_s: float = Field(default=5.0, ge=0)
     failover: bool = True
     max_sessions: int = Field(default=200_000, ge=100)
+    session_idle_s: float | None = Field(default=1800.0, gt=0)
     harness_timeout_s: float = Field(default=2.0, gt=0, le=600)
 
 
@@ -155,7 +158,7 @@ class Gateway:
         self.store = store
         self.metrics = Metrics()
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
-        self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions)
+        self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.started_at = time.time()
         self._health_task: asyncio.Task[None] | None = None
 

@@ -19,7 +19,8 @@ longer remembers simply starts a new chain of calls, and its events still carry 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -35,24 +36,53 @@ V = TypeVar("V")
 
 
 class _LRU(Generic[K, V]):
-    def __init__(self, limit: int):
+    """A map bounded by size and by idle time: ``put`` evicts the least recently used entries past
+    ``limit`` and those not used for ``idle_s`` seconds (both from the front of the access order, so
+    eviction is O(1) per entry)."""
+
+    def __init__(self, limit: int, idle_s: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.limit = limit
-        self.data: OrderedDict[K, V] = OrderedDict()
+        self.idle_s = idle_s
+        self.clock = clock
+        self.data: OrderedDict[K, tuple[V, float]] = OrderedDict()
 
     def get(self, key: K) -> V | None:
-        v = self.data.get(key)
-        if v is not None:
-            self.data.move_to_end(key)
-        return v
+        hit = self.data.get(key)
+        if hit is None:
+            return None
+        now = self.clock()
+        if self.idle_s is not None and now - hit[1] > self.idle_s:
+            del self.data[key]  # idle past the window: as if already evicted
+            return None
+        self.data[key] = (hit[0], now)
+        self.data.move_to_end(key)
+        return hit[0]
 
     def put(self, key: K, value: V) -> None:
-        self.data[key] = value
+        now = self.clock()
+        self.data[key] = (value, now)
         self.data.move_to_end(key)
         if len(self.data) > self.limit:
             self.data.popitem(last=False)
+        if self.idle_s is not None:
+            cutoff = now - self.idle_s
+            while self.data:
+                oldest = next(iter(self.data.values()))
+                if oldest[1] >= cutoff:
+                    break
+                self.data.popitem(last=False)
 
     def pop(self, key: K) -> V | None:
-        return self.data.pop(key, None)
+        hit = self.data.pop(key, None)
+        return None if hit is None else hit[0]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+#: Model-call event ids a trajectory keeps in memory (the newest): rewarding a longer trajectory's
+#: earlier calls reads them from the store.
+MAX_CALLS_KEPT = 256
 
 
 @dataclass(slots=True)
@@ -65,8 +95,16 @@ class TrajectoryState:
     route_key: str
     fresh: bool = True
     last_event_id: str | None = None
-    calls: list[str] = field(default_factory=list)
+    #: The newest model-call event ids, oldest first (at most :data:`MAX_CALLS_KEPT`).
+    calls: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_CALLS_KEPT))
+    #: Model calls the trajectory had through this gateway (``len(calls)`` until the deque is full).
+    n_calls: int = 0
     ended: bool = False
+
+    @property
+    def calls_truncated(self) -> bool:
+        """Whether earlier calls fell out of :attr:`calls` (the store has them all)."""
+        return self.n_calls > len(self.calls)
 
 
 @dataclass(slots=True)
@@ -124,15 +162,22 @@ class Sessions:
         new_id: makes trajectory ids (the Recorder's ``new_trajectory``, so fresh chains skip a
             store lookup).
         max_entries: bound of each LRU map (default 200,000).
+        idle_s: entries not used for this many seconds are forgotten (default 1,800; ``None``: only
+            the size bound). An agent run that never ends its trajectory (a crashed client, a
+            framework that never says it is done) is orphaned: without an idle bound its state stays
+            until the maps are full, so the gateway's memory grows for as long as that takes.
+        clock: monotonic seconds (tests).
     """
 
-    def __init__(self, new_id: Callable[[], str], *, max_entries: int = 200_000):
+    def __init__(self, new_id: Callable[[], str], *, max_entries: int = 200_000, idle_s: float | None = 1800.0,
+                 clock: Callable[[], float] = time.monotonic):
         self._new_id = new_id
-        self._answers: _LRU[bytes, CallRef] = _LRU(max_entries)
-        self._by_tid: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries)
-        self._owner: _LRU[str, str] = _LRU(max_entries)  # trajectory id -> tenant, for ownership checks
-        self._by_session: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries)
-        self._by_event: _LRU[str, TrajectoryState] = _LRU(max_entries)
+        self._answers: _LRU[bytes, CallRef] = _LRU(max_entries, idle_s, clock)
+        self._by_tid: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries, idle_s, clock)
+        # trajectory id -> tenant, for ownership checks
+        self._owner: _LRU[str, str] = _LRU(max_entries, idle_s, clock)
+        self._by_session: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries, idle_s, clock)
+        self._by_event: _LRU[str, TrajectoryState] = _LRU(max_entries, idle_s, clock)
 
     def _new_state(self, tenant: str, session: str | None, tid: str | None = None) -> TrajectoryState:
         fresh = tid is None
@@ -198,6 +243,7 @@ class Sessions:
             self._by_event.put(eid, state)
         if event_ids:
             state.calls.append(event_ids[0])
+            state.n_calls += 1
             state.last_event_id = event_ids[0]
         state.fresh = False
 
