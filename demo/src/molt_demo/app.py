@@ -85,12 +85,14 @@ class LangChainModel:
     """
 
     def __init__(self, base_url: str, api_key: str, *, agent: str, task: str, trajectory_id: str,
-                 model: str = MODEL):
+                 model: str = MODEL, session_id: str | None = None):
         from langchain_openai import ChatOpenAI
 
+        headers = {"x-molt-agent": agent, "x-molt-task": task, "x-molt-trajectory": trajectory_id}
+        if session_id is not None:  # the gateway routes a session, not the trajectory, when it has one
+            headers["x-molt-session"] = session_id
         self.llm = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_retries=0, timeout=60,
-                              default_headers={"x-molt-agent": agent, "x-molt-task": task,
-                                               "x-molt-trajectory": trajectory_id})
+                              default_headers=headers)
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **sampling: Any) -> Any:
         from langchain_core.messages import convert_to_messages
@@ -215,6 +217,8 @@ class DemoResult:
     png: Path
     seconds: float
     training: dict[str, Any] | None = None
+    #: Requests the gateway served with the static harness because memory retrieval was too slow or failed.
+    harness_fallbacks: int = 0
 
 
 @dataclass
@@ -397,7 +401,7 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
     report = out_dir / "molt-demo-report.html"
     _plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken, training)
     result = DemoResult(rounds_out, decisions, fixes, first, last, verified, broken, report, png,
-                        time.perf_counter() - t_start, training)
+                        time.perf_counter() - t_start, training, gw.harness_fallbacks)
     (out_dir / "molt-demo-result.json").write_bytes(orjson.dumps(
         {k: (str(v) if isinstance(v, Path) else v) for k, v in result.__dict__.items()}, option=orjson.OPT_INDENT_2))
     store.close()
@@ -432,12 +436,16 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
                 _post_reward(base, TENANT_KEYS[tenant], tid, 0.0, "user_correction", text)
             pending_corrections = []
             per: dict[str, RoundStats] = {t: RoundStats(rnd, t) for t in TENANT_KEYS}
-            for tk in _round_traffic(rnd, per_tenant) + _math_traffic(rnd, math_per_tenant):
+            for i, tk in enumerate(_round_traffic(rnd, per_tenant) + _math_traffic(rnd, math_per_tenant)):
                 tid = new_id()
                 ag = AGENTS.get(tk.agent)
                 math = tk.agent not in (AGENT, LEGACY_AGENT)
+                # A session id of the demo's own: the canary split (a hash of the session key) is the same in
+                # every run, as the traffic is, so the report is reproducible. Keyed by the random trajectory
+                # id, how many requests a canary got each round, and the round it could be promoted, varied.
                 model = LangChainModel(base + "/v1", TENANT_KEYS[tk.tenant], agent=tk.agent, task=tk.task,
-                                       trajectory_id=tid, **({"model": _math().MATH_MODEL} if math else {}))
+                                       trajectory_id=tid, session_id=f"demo-{rnd + 1}-{i}",
+                                       **({"model": _math().MATH_MODEL} if math else {}))
                 answer = ag.fn(tk.input, model, tools)
                 try:
                     (ag.verifier if math else _check)(answer, VerifyContext(input=tk.input, trajectory_id=tid,

@@ -3,9 +3,11 @@ canary → promotion or automatic rollback, every step in the decision log.
 
 One :meth:`ControlPlane.run_cycle` for one tenant's agent:
 
-1. **Canaries first.** A version in canary is compared with the live one on the window: a delta
-   below ``-canary_tolerance`` aborts it (automatic rollback); ``canary_min`` rewarded trajectories
-   with a delta at or above zero promote it. Either way the cycle ends there (one change at a time).
+1. **Canaries first.** A version in canary is compared with the live one on the window, task for
+   task (each task's canary success rate against the live version's on that task, so a canary is not
+   judged by which tasks its few runs happened to draw): a delta below ``-canary_tolerance``, or a
+   pooled rate significantly below the live one, aborts it (automatic rollback); ``canary_min``
+   rewarded trajectories otherwise promote it. Either way the cycle ends there (one change at a time).
 2. **Signals** (:mod:`molt.control.signals`) over the newest ``window`` trajectories.
 3. **Candidates**: a rollback when the live version — promoted inside the window — does worse than
    the one before it (:func:`~molt.control.diagnose.rollback_candidate`); and for every failure
@@ -318,9 +320,10 @@ class ControlPlane:
             k0 = sum(e.success for e in theirs)
             rate = k1 / len(mine)
             base = k0 / len(theirs) if theirs else rate
-            delta = rate - base
+            delta = _stratified_delta(mine, theirs) if theirs else 0.0
             _, hi = newcombe_diff(k1, len(mine), k0, len(theirs)) if theirs else (0.0, 1.0)
-            rec.actions.append(f"canary {c.version_id}: {rate:.2f} vs live {base:.2f} on {len(mine)}/{len(theirs)}")
+            rec.actions.append(f"canary {c.version_id}: {rate:.2f} vs live {base:.2f} on {len(mine)}/{len(theirs)}"
+                               f", {delta:+.2f} task for task")
             # Abort when the canary is significantly worse, or worse beyond the tolerance on a full sample;
             # a couple of unlucky runs are not evidence.
             if hi < 0 or (len(mine) >= s.canary_min and delta < -s.canary_tolerance):
@@ -556,6 +559,29 @@ class ControlPlane:
             v = self.registry.canary(v.version_id, s.canary_weight, actor=self.actor, reason=rec.reason)
             rec.actions.append(f"canary {v.version_id} at {s.canary_weight:.0%}")
         return v
+
+
+def _stratified_delta(mine: Sequence[Episode], theirs: Sequence[Episode]) -> float:
+    """The canary's success rate minus the live version's, compared task by task: the mean over the
+    canary's runs of (its task's canary rate − that task's live rate), over tasks both saw. A canary's
+    few runs rarely get the live version's mix of tasks, and a pooled difference then measures the mix
+    (a canary that drew the tasks nothing solves looks worse however good it is). With no task in
+    common, the pooled difference."""
+    live: dict[str | None, list[bool]] = {}
+    for e in theirs:
+        live.setdefault(e.task, []).append(bool(e.success))
+    total = weight = 0.0
+    canary: dict[str | None, list[bool]] = {}
+    for e in mine:
+        canary.setdefault(e.task, []).append(bool(e.success))
+    for task, runs in canary.items():
+        base = live.get(task)
+        if base:
+            total += len(runs) * (sum(runs) / len(runs) - sum(base) / len(base))
+            weight += len(runs)
+    if not weight:
+        return sum(bool(e.success) for e in mine) / len(mine) - sum(bool(e.success) for e in theirs) / len(theirs)
+    return total / weight
 
 
 def _brief(ev: Evaluation) -> dict[str, Any]:
