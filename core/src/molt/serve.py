@@ -281,6 +281,8 @@ def serve_command(
         min=100, help="Sessions / trajectories / answers remembered for linking calls.")] = 200_000,
     session_idle_s: Annotated[float, typer.Option(
         min=1, help="Seconds an unused session, trajectory or answer is remembered (orphaned runs go).")] = 1800.0,
+    dedupe_ids: Annotated[int, typer.Option(
+        min=1000, help="Event ids the capture remembers to drop a retried record of the same event.")] = 200_000,
     max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
     console: Annotated[bool, typer.Option(help="Serve the web console at /console.")] = True,
@@ -313,7 +315,7 @@ def serve_command(
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
                            max_sessions=max_sessions, session_idle_s=session_idle_s)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
-                                     capture_process=capture_process, governance=governance)
+                                     capture_process=capture_process, governance=governance, dedupe_ids=dedupe_ids)
     # One store object for the console, the control plane and the trainer: what one writes (a
     # rollback, a new version) the others read at once; the console also checks out what the capture
     # process wrote.

@@ -137,6 +137,25 @@ def test_duplicate_records_are_stored_once(molt_home) -> None:  # type: ignore[n
     rec.close()
 
 
+def test_dedupe_window_is_bounded_by_dedupe_ids(molt_home) -> None:  # type: ignore[no-untyped-def]
+    """The ids kept to drop retries are the newest ``dedupe_ids``: memory stops growing there, and a
+    retry of a recent event is still dropped."""
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool", dedupe_ids=1000)
+    tid = rec.new_trajectory()
+    events = [_ev(tid, f"e{i}") for i in range(1500)]
+    for ev in events:
+        rec.record(ev)
+    assert rec.flush(deliver=True)
+    assert len(rec._recent) == 1000
+    rec.record(events[-10])  # retried
+    assert rec.flush(deliver=True)
+    assert rec.stats.duplicates == 1 and len(sink.trajectory_events(tid)) == 1500
+    rec.close()
+    with pytest.raises(ValueError, match="dedupe_ids"):
+        Recorder(sink, spool_dir=molt_home / "spool2", dedupe_ids=10)
+
+
 def test_close_returns_quickly_when_the_sink_hangs(molt_home) -> None:  # type: ignore[no-untyped-def]
     sink = BlockingSink()
     rec = Recorder(sink, spool_dir=molt_home / "spool")

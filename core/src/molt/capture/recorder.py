@@ -134,6 +134,9 @@ class Recorder:
             :meth:`close` do not wait for it.
         max_record_bytes: the size cap of one serialized event (default 1 MiB); larger ones are
             quarantined with the reason, not delivered to the store.
+        dedupe_ids: event ids remembered (the newest) so that a retried ``record()`` of an event is
+            dropped before sealing (default 200,000; at least 1,000). Memory grows with them, about
+            150 bytes an id, until the bound is reached.
         strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
         pipeline: a :class:`~molt.capture.CaptureHook` run on the writer thread before sealing (the
             governance pipeline); ``None`` (default) seals events as recorded. A hook that raises or
@@ -153,6 +156,7 @@ class Recorder:
         max_record_bytes: int = MAX_RECORD_BYTES,
         retry_max_s: float = 5.0,
         deliver_interval_s: float = 0.0,
+        dedupe_ids: int = 200_000,
         strict: bool = False,
         name: str = "molt",
         pipeline: CaptureHook | None = None,
@@ -161,6 +165,8 @@ class Recorder:
             raise ValueError(f"max_queue must be between 1 and 10,000,000, got {max_queue}.")
         if not 1 <= batch_size <= 100_000:
             raise ValueError(f"batch_size must be between 1 and 100,000, got {batch_size}.")
+        if dedupe_ids < 1000:
+            raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
         if spool_dir is None:
             spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
         self.sink = sink
@@ -205,7 +211,7 @@ class Recorder:
         # Event ids seen recently: a retried record() of the same event is dropped before sealing, so
         # the chain never gets a duplicate (at-least-once in, exactly-once in the store).
         self._recent: OrderedDict[str, None] = OrderedDict()
-        self._max_recent = 200_000
+        self._max_recent = dedupe_ids
         self._duplicates = 0
         self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._max_heads = 200_000

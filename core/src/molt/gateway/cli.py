@@ -74,14 +74,15 @@ def make_backend(kind: str, *, model: str | None = None, upstream_url: str | Non
 def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None = None, record: bool = True,
                   home: Path | None = None, store_uri: str | None = None, keys: str | None = None,
                   config: GatewayConfig | None = None, capture_process: bool = True,
-                  governance: str | None = None) -> tuple[Gateway, Any, Any]:
+                  governance: str | None = None, dedupe_ids: int = 200_000) -> tuple[Gateway, Any, Any]:
     """A gateway over ``backend`` recording into the store (unless ``record`` is off).
 
     With ``capture_process`` (the default) events are built, governed and written by a child
     process (:class:`~molt.gateway.capture_process.CaptureProcess`), otherwise by a Recorder in
     this process. ``governance`` is ``None``, ``"default"`` or a policy file. Returns
     ``(gateway, recorder, store)``; the caller closes the recorder, then the store, after the
-    gateway. ``model`` is the public model name (default: the backend's model name).
+    gateway. ``model`` is the public model name (default: the backend's model name). ``dedupe_ids``:
+    the Recorder's (event ids remembered to drop retried records).
     """
     backends = backend if isinstance(backend, list) else [backend]
     home = home or Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
@@ -91,7 +92,7 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
         from molt.gateway.capture_process import CaptureProcess
 
         uri = str(store_uri or home / "store")
-        recorder = CaptureProcess(uri, home / "spool", governance=governance)
+        recorder = CaptureProcess(uri, home / "spool", governance=governance, dedupe_ids=dedupe_ids)
         from molt.store import Store
 
         store = Store.open(uri, auto_compact=False)  # read side: reward lookups for forgotten calls
@@ -108,7 +109,7 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
             pipeline_kw["pipeline"] = (GovernancePipeline() if governance == "default"
                                        else GovernancePipeline.from_file(governance))
             sink = GovernedSink(store)
-        recorder = Recorder(sink, spool_dir=home / "spool", name="molt-gateway", **pipeline_kw)
+        recorder = Recorder(sink, spool_dir=home / "spool", name="molt-gateway", dedupe_ids=dedupe_ids, **pipeline_kw)
     keyring = None
     if keys:
         from molt.governance.access import KeyRing
