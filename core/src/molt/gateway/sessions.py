@@ -12,8 +12,9 @@ the user's next turn) are what happened in between. Explicit ids take precedence
    trajectory, until it is ended;
 3. otherwise the prefix match above, or a new trajectory.
 
-All state is in bounded LRU maps on the event loop's thread (no locks); a trajectory the gateway no
-longer remembers simply starts a new chain of calls, and its events still carry their ids.
+All state is in LRU maps on the event loop's thread (no locks), bounded in size and in idle time (runs
+that never end are forgotten); a trajectory the gateway no longer remembers simply starts a new chain of
+calls, and its events still carry their ids.
 """
 
 from __future__ import annotations
