@@ -85,7 +85,7 @@ def test_no_sink_keeps_events_in_the_spool_for_the_next_recorder(molt_home) -> N
 def test_full_queue_drops_and_counts_but_never_blocks(molt_home) -> None:  # type: ignore[no-untyped-def]
     rec = Recorder(MemorySink(), spool_dir=molt_home / "spool", max_queue=5)
     gate = threading.Event()
-    real = rec._write_batch  # noqa: SLF001
+    real = rec._write_batch
     rec._write_batch = lambda items: (gate.wait(60), real(items))[1]  # type: ignore[method-assign]  # a stuck disk
     tid = rec.new_trajectory()
     results: list[bool] = []

@@ -108,7 +108,7 @@ def clusters_with(text: str, min_digits: int) -> list[tuple[int, int, int]]:
     text like the scan, so each detector does not walk every cluster again)."""
     clusters = digit_clusters(text)
     last = _last_min
-    if last[0] is not text:  # pragma: no cover - digit_clusters just set it for this text
+    if last[0] is not text:  # another thread's text took the slot in between: filter without keeping
         return [c for c in clusters if c[2] >= min_digits]
     found = last[1].get(min_digits)
     if found is None:
