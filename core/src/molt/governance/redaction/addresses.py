@@ -80,9 +80,12 @@ _UNITS = _wordset("apt apartment suite ste unit flat room rm floor fl bldg build
 _CONNECTORS = _wordset("de da do dos das del della di du la le van von der den y e al el u nad am an im i")
 
 # --- candidate regexes (each starts with a digit or a rare literal) ---
-# a house number after a separator, then a word: group 1 is the number
+# a house number after a separator (or at the start of the text), then a word: group 1 is the
+# number. The separator test is a lookbehind after the first digit, so the pattern starts with a
+# digit and the scan for one stays in C; :func:`_house_numbers` steps past each match's separator.
 _NUMBER_WORD = re.compile(
-    r"(?:^|[\s(>\"“'])(\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?),?[ ]+(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
+    r"(\d(?<![^\s(>\"“'][\s\S])\d{0,4}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?),?[ ]+"
+    r"(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
 )
 # a number after a space, not part of a longer number: checked for a street word before it
 _WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?\b(?![.,:/-]?\d)")
@@ -138,6 +141,19 @@ def _tokens(text: str, a: int, b: int) -> list[_T]:
     return [
         _T(m.start(), m.end(), w, w.rstrip(".").casefold()) for m in _TOK.finditer(text, a, b) for w in (m.group(),)
     ]
+
+
+def _house_numbers(text: str) -> list[tuple[int, int]]:
+    """``(number start, match end)`` of each :data:`_NUMBER_WORD` match, as if its separator were
+    consumed: matches do not overlap, and the separator of the next one lies at or after the end
+    of the last (a search resumes one past the end, because the separator precedes the digit)."""
+    out = []
+    search = _NUMBER_WORD.search
+    m = search(text)
+    while m is not None:
+        out.append((m.start(), m.end()))
+        m = search(text, m.end() + 1)
+    return out
 
 
 def _is_num(t: _T) -> bool:
@@ -283,8 +299,7 @@ class AddressFinder:
         """Non-overlapping addresses, sorted. ``lowercase`` also takes all-lowercase street names."""
         cands: list[tuple[int, int]] = []
         prefixes = _STREET_PREFIXES
-        for m in _NUMBER_WORD.finditer(text):
-            s, e = m.start(1), m.end()
+        for s, e in _house_numbers(text):
             if s >= 2 and text[s - 2].isdigit():
                 continue  # a group inside a longer number ("032 696 10 69")
             c = text[e]
