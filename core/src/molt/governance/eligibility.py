@@ -53,12 +53,14 @@ def event_reasons(event: Event, training: TrainingSettings, *, redacted_types: I
         reasons.append(f"classification: {c.value} data is not trainable (allowed: {allowed})")
     if event.kind in training.exclude_kinds:
         reasons.append(f"kind: {event.kind.value} events are excluded")
-    for name in dict.fromkeys(tool_names(event)):
-        if training.tool_excluded(name):
-            reasons.append(f"tool: calls to {name!r} are excluded")
-    found = sorted(set(redacted_types) & training.exclude_if_redacted)
-    if found:
-        reasons.append(f"redaction: the event held {', '.join(found)}")
+    if training.exclude_tools:  # (this runs per event at capture: skip what no rule can match)
+        for name in dict.fromkeys(tool_names(event)):
+            if training.tool_excluded(name):
+                reasons.append(f"tool: calls to {name!r} are excluded")
+    if training.exclude_if_redacted:
+        found = sorted(training.exclude_if_redacted.intersection(redacted_types))
+        if found:
+            reasons.append(f"redaction: the event held {', '.join(found)}")
     return reasons
 
 

@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -89,28 +89,31 @@ class RedactionReport(BaseModel):
 
 
 _RECORD_FIELDS = frozenset(RedactedSpan.model_fields)
+_REPORT_FIELDS = frozenset(RedactionReport.model_fields)
 # what a string that holds JSON starts with, leading whitespace included (any str.isspace character)
 _JSON_OR_SPACE = frozenset("{[") | frozenset(chr(c) for c in range(0x3000 + 1) if chr(c).isspace())
-_new_record = RedactedSpan.__new__
 _set = object.__setattr__
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _constructed(model: type[_M], fields: frozenset[str], **values: Any) -> _M:
+    """``model`` from checked values, one for every field (what ``model_construct`` does, without
+    its per-field alias and default handling). The walker builds its records and the report from
+    values whose types it knows, so validating them again would only cost time."""
+    obj = model.__new__(model)
+    _set(obj, "__dict__", values)
+    _set(obj, "__pydantic_fields_set__", set(fields))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
 
 
 def _record(field: str, sp: Span, mode: str) -> RedactedSpan:
-    """A :class:`RedactedSpan` from checked values (what ``model_construct`` does, without its
-    per-field alias and default handling: every field is given)."""
-    rec = _new_record(RedactedSpan)
-    _set(
-        rec,
-        "__dict__",
-        {
-            "field": field, "start": sp.start, "end": sp.end, "entity_type": sp.entity_type,
-            "detector": sp.detector, "score": round(sp.score, 3), "mode": mode,
-        },
+    """A :class:`RedactedSpan` from checked values (see :func:`_constructed`)."""
+    return _constructed(
+        RedactedSpan, _RECORD_FIELDS, field=field, start=sp.start, end=sp.end, entity_type=sp.entity_type,
+        detector=sp.detector, score=round(sp.score, 3), mode=mode,
     )  # fmt: skip
-    _set(rec, "__pydantic_fields_set__", set(_RECORD_FIELDS))
-    _set(rec, "__pydantic_extra__", None)
-    _set(rec, "__pydantic_private__", None)
-    return rec
 
 
 def _path(node: Any) -> str:
@@ -243,7 +246,9 @@ def redact_event(
     counts: dict[str, int] = {}
     for r in walker.records:
         counts[r.entity_type] = counts.get(r.entity_type, 0) + 1
-    report = RedactionReport(
+    report = _constructed(
+        RedactionReport,
+        _REPORT_FIELDS,
         event_id=event.event_id,
         trajectory_id=event.trajectory_id,
         policy=policy_name or policy.name,

@@ -1,0 +1,52 @@
+"""The redaction hot path's shortcuts give exactly what the slow path gives.
+
+Each shortcut (an object built without re-validation, a scan that starts from a digit, a detector
+skipped by a screen) is checked here against the long way round, on inputs where only the long way
+would find something.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from molt.atdp import Event, EventKind, Message, Observation, Outcome, ToolCall, new_id
+from molt.governance.redaction import Redactor, redact_event
+from molt.governance.redaction.addresses import _house_numbers
+from molt.governance.redaction.event import RedactedSpan, RedactionReport
+
+
+def _event() -> Event:
+    return Event(
+        trajectory_id=new_id(),
+        kind=EventKind.TOOL_CALL,
+        observation=Observation(messages=[Message(role="user", content="I'm Ana Lima, ana@example.org.")]),
+        action=ToolCall(tool_name="crm.update", arguments={"note": "call +1 415 555 0100", "n": 3}),
+        outcome=Outcome(output={"address": "221B Baker Street, London NW1 6XE"}),
+    )
+
+
+def test_report_and_records_equal_validated_ones() -> None:
+    _, report = redact_event(_event(), redactor=Redactor(cache_size=0))
+    assert report.spans
+    again = RedactionReport.model_validate(report.model_dump())
+    assert again == report
+    assert again.model_fields_set == report.model_fields_set
+    for span in report.spans:
+        assert RedactedSpan.model_validate(span.model_dump()) == span
+        assert span.model_fields_set == set(RedactedSpan.model_fields)
+
+
+# the pattern _house_numbers replaced: it consumed the separator before the number
+_OLD_NUMBER_WORD = re.compile(
+    r"(?:^|[\s(>\"“'])(\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?),?[ ]+(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
+)
+
+
+def test_house_number_scan_matches_the_separator_led_pattern() -> None:
+    rng = random.Random(3)
+    alphabet = "0123456789     ,-/(>\"“'\n\tabcsthndrAZé٣x"
+    texts = ["12 34 Main St", "12a 34 Main", "1 2 3 Road", "(5 Elm) 7th Ave", "x 9 rue Victor", "2025-01-03 10 days"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
+    for text in texts:
+        assert _house_numbers(text) == [(m.start(1), m.end()) for m in _OLD_NUMBER_WORD.finditer(text)], text
