@@ -50,3 +50,17 @@ def test_house_number_scan_matches_the_separator_led_pattern() -> None:
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
     for text in texts:
         assert _house_numbers(text) == [(m.start(1), m.end()) for m in _OLD_NUMBER_WORD.finditer(text)], text
+
+
+def _found(text: str) -> list[tuple[str, str]]:
+    return [(s.entity_type, text[s.start : s.end]) for s in Redactor(cache_size=0).detect(text)]
+
+
+def test_screens_keep_what_only_the_screened_scan_finds() -> None:
+    # a military address: only the APO/FPO/DPO scan finds it (the "PO " screen must let it through)
+    text = "Ship it to USNS Miller\nFPO AE 09316 please."
+    assert ("ADDRESS", "USNS Miller\nFPO AE 09316") in _found(text)
+    # a lowercase name in cased text: only a cue scan finds it (the cue's literal screen)
+    assert ("PERSON", "john") in _found("Hello there. My name is john and I need help.")
+    # a brand-shaped word with a digit (the digit test runs only on words that are not all letters)
+    assert _found("Then Zyntra9 shipped it.") == [("ORGANIZATION", "Zyntra9")]  # without it: PERSON

@@ -90,6 +90,7 @@ _NUMBER_WORD = re.compile(
 # a number after a space, not part of a longer number: checked for a street word before it
 _WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?\b(?![.,:/-]?\d)")
 _MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
+_MILITARY_HINT = "PO "  # in every _MILITARY match: one substring test skips its scan
 # --- tokens of one line, for the small parsers ---
 _TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}[A-Za-z]?\b\.?|\d+|[^\s\w]")
 # --- parts after a street, each tried with .match at the current position ---
@@ -320,10 +321,11 @@ class AddressFinder:
             start = self._street_backward(text, num, m.end(), lowercase)
             if start >= 0:
                 cands.append((start, m.end()))
-        for m in _MILITARY.finditer(text):
-            line = text.rfind("\n", 0, m.start())
-            ship = _SHIP.search(text, max(0, line - 60), line) if line > 0 else None
-            cands.append((ship.start() if ship is not None else m.start(), m.end()))
+        if _MILITARY_HINT in text:
+            for m in _MILITARY.finditer(text):
+                line = text.rfind("\n", 0, m.start())
+                ship = _SHIP.search(text, max(0, line - 60), line) if line > 0 else None
+                cands.append((ship.start() if ship is not None else m.start(), m.end()))
         k = text.find("orner of ")
         while k > 0:
             p = k + 9

@@ -53,7 +53,8 @@ _LOWER_CUES = (
     "mr.", "mrs.", "ms.", "dr.", "ask for", "speak to", "speak with",
 )  # fmt: skip
 _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
-_LOWER_CUE_RXS = tuple(re.compile(re.escape(cue) + r"(?=[ ,:]+[a-z])") for cue in _LOWER_CUES)
+# (cue, its regex): the literal cue is tested first, since a text holds few of them
+_LOWER_CUE_RXS = tuple((cue, re.compile(re.escape(cue) + r"(?=[ ,:]+[a-z])")) for cue in _LOWER_CUES)
 # a line made only of capitalised words ("Northern Reflections", "Berkery Noyes Mandasoft")
 _LINE_OF_WORDS = re.compile(rf"{_WORD}(?:[ ]{_WORD}){{0,5}}")
 _ZIP_HINTS = ("zip", "Zip", "ZIP", "ostcode", "OSTCODE", "ostal", "OSTAL", "ost code", "OST CODE")
@@ -351,7 +352,7 @@ class EntityDetector:
         t = w.text
         if _CAMEL.search(t) and not t.startswith(("Mc", "Mac", "O'", "De", "Di", "La", "Le", "Van", "Von")):
             return True
-        if any(c.isdigit() for c in t):
+        if not t.isalpha() and any(c.isdigit() for c in t):  # (no character is both)
             return True
         return not (w.first or w.last) and w.z == 0 and self._compound(w.f)
 
@@ -659,7 +660,9 @@ class EntityDetector:
         low = text.lower()
         if len(low) != len(text):  # a few capitals lowercase to two characters; offsets would shift
             return
-        for cue_rx in _LOWER_CUE_RXS:  # each a literal, so the scan for it stays in C
+        for cue, cue_rx in _LOWER_CUE_RXS:  # each a literal, so the scan for it stays in C
+            if cue not in low:
+                continue
             for c in cue_rx.finditer(low):
                 k = c.start()
                 if k and low[k - 1].isalpha():
