@@ -650,7 +650,7 @@ SESSION_IDLE_S = 60.0
 DEDUPE_IDS = 10_000
 
 
-def load_soak(work: Path, soak_s: float, concurrency: int) -> tuple[list[Row], dict[str, Any]]:
+def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tuple[list[Row], dict[str, Any]]:
     import psutil
 
     home = work / "soak-home"
@@ -659,7 +659,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int) -> tuple[list[Row], d
     keys.write_text('[[keys]]\nkey = "sk-load"\ntenant = "acme"\nrole = "agent_writer"\n')
     port = relharness.free_port()
     env = {**os.environ, "MOLT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    logf = open(work / "soak-server.log", "wb")  # noqa: SIM115
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    logf = open(log_path, "wb")  # noqa: SIM115 -- kept beside the JSON: the server's side of any error
     # Bounded state is sized to fill within the warm-up, so a slope after it is growth, not a cache
     # filling: orphaned runs (the load's sessions are never ended) are forgotten after SESSION_IDLE_S
     # (default 1,800 s: the maps level off at rate × 1,800 s or max_sessions entries, ~350 B each),
@@ -709,7 +710,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int) -> tuple[list[Row], d
         (s, f"requests, {concurrency} connections, {soak_s:.0f} s (molt serve, stub, keys, capture on)",
          f"{n:,}", ""),
         (s, "throughput", f"{n / res['elapsed']:.0f} req/s", ""),
-        (s, "latency p50 / p99", f"{pct(lat, 0.5) * 1000:.1f} / {pct(lat, 0.99) * 1000:.1f} ms", ""),
+        (s, "latency p50 / p99 / max", f"{pct(lat, 0.5) * 1000:.1f} / {pct(lat, 0.99) * 1000:.1f} / "
+         f"{max(lat, default=0) * 1000:.0f} ms", ""),
         (s, "error rate (non-200 or connection errors)", f"{errors / max(1, n + errors):.4%} ({errors})"
          + "".join(f"; {k} × {v}" for k, v in sorted(res["why"].items())), "0"),
     ]
@@ -737,7 +739,7 @@ def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"molt serve exited with {proc.returncode}; see soak-server.log")
+            raise RuntimeError(f"molt serve exited with {proc.returncode}; see its log")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url + "/health", headers={"authorization": "Bearer sk-load"}, timeout=2).status_code == 200:
                 return
@@ -815,7 +817,7 @@ def main() -> None:
             ("4", "fuzz", lambda: fuzz(work, 10 if q else 100, 150 if q else 2000)),
             ("5", "tenants", lambda: tenants(work, 2 if q else 10)),
             ("6", "tamper", lambda: tamper(work, 10 if q else 50, 300 if q else 5000)),
-            ("7", "soak", lambda: load_soak(work, soak_s, args.concurrency)),
+            ("7", "soak", lambda: load_soak(work, soak_s, args.concurrency, args.json.parent / "soak-server.log")),
         ]
         for key, name, fn in steps:
             if key not in args.only:

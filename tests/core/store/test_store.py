@@ -198,3 +198,26 @@ def test_a_long_lived_handle_sees_what_another_process_wrote(tmp_path, event_fac
     assert strict.count("events") == before + 1  # 0: every read sees the latest version at once
     with pytest.raises(ValueError, match="read_consistency_s"):
         Store.open(tmp_path / "store", read_consistency_s=-1)
+
+
+def test_a_follower_settles_at_its_metadata_cache_bound(tmp_path, event_factory) -> None:  # type: ignore[no-untyped-def]
+    """A long-lived reader of a table another handle keeps appending to (``molt serve``'s read side)
+    opens a new version on almost every read, and LanceDB keeps each one's metadata until the cache's
+    bound: with the default bound that memory climbs for hours, with a follower's it levels off."""
+    writer = Store.open(tmp_path / "store", auto_compact=False)
+    bound = 512 << 10
+    follower = Store.open(tmp_path / "store", auto_compact=False, metadata_cache_bytes=bound, read_consistency_s=0)
+    default = Store.open(tmp_path / "store", auto_compact=False, read_consistency_s=0)
+    rec = Recorder(writer, spool_dir=tmp_path / "spool")
+    tid = rec.new_trajectory()
+    held = []
+    for i in range(60):  # 60 versions, each read by both
+        rec.record(event_factory(tid, i))
+        assert rec.flush(timeout=30, deliver=True)
+        for s in (follower, default):
+            assert s.count("events") == i + 1 and len(s.trajectory(tid).events) == i + 1
+        held.append(follower.cache_bytes())
+    rec.close()
+    assert max(held) <= bound * 1.1, held  # LanceDB's bound is approximate (entries are weighed as added)
+    assert held[-1] - held[29] <= bound * 0.1  # level over the second half
+    assert default.cache_bytes() > 2 * held[-1]  # the same reads under the default bound kept everything

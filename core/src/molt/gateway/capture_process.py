@@ -58,9 +58,11 @@ _CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", 
 _LEN = struct.Struct("<I")
 # The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
 # needs the current version's metadata and a few index pages, not a reader's caches. Both caches
-# fill with entries of superseded versions (compaction rewrites the indices), about 57 KB of
-# metadata and 1–2 KB of index state per append, so their bounds are what the child settles at.
-WRITER_CACHE_BYTES = {"index_cache_bytes": 4 << 20, "metadata_cache_bytes": 16 << 20}
+# fill with entries of superseded versions (compaction rewrites the indices), tens of KB of
+# metadata and 1–2 KB of index state per append, so their bounds are what the child settles at:
+# this, and molt.store's FOLLOWER_METADATA_CACHE_BYTES (4 MiB; it was 16, which a 10-minute soak
+# was still filling).
+WRITER_INDEX_CACHE_BYTES = 4 << 20
 
 
 # ------------------------------------------------------------------------------------------ wire
@@ -183,7 +185,7 @@ def main() -> None:
     import sys
 
     from molt.capture import Recorder
-    from molt.store import Store
+    from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
 
     config = orjson.loads(sys.argv[1])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -196,7 +198,8 @@ def main() -> None:
         os.nice(int(config.get("nice", 10)))
     bound_native_heap()  # before LanceDB starts its threads
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    store = Store.open(config["store_uri"], storage_options=config.get("storage_options"), **WRITER_CACHE_BYTES)
+    store = Store.open(config["store_uri"], storage_options=config.get("storage_options"),
+                       index_cache_bytes=WRITER_INDEX_CACHE_BYTES, metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
     sink: Any = store
     kwargs: dict[str, Any] = {}
     governance = config.get("governance")

@@ -1,9 +1,10 @@
 """The LanceDB store: events, late rewards, quarantine, memories, skills and policy versions."""
 
-from molt.store.lance import Store
+from molt.store.lance import FOLLOWER_METADATA_CACHE_BYTES, Store
 from molt.store.query import Trajectory, TrajectorySummary, sql_str
 
 __all__ = [
+    "FOLLOWER_METADATA_CACHE_BYTES",
     "Store",
     "Trajectory",
     "TrajectorySummary",

@@ -39,12 +39,20 @@ from molt.errors import NotFound, StoreError
 from molt.store.query import Trajectory, TrajectorySummary, sql_str, summarize
 from molt.store.schemas import EVENTS, INDEX_COLUMNS, QUARANTINE, REWARDS, TABLES
 
-__all__ = ["Store"]
+__all__ = ["FOLLOWER_METADATA_CACHE_BYTES", "Store"]
 
 log = logging.getLogger("molt.store")
 
 _SEALED_COLUMNS = ["event_id", "seq", "envelope", "payload", "payload_salt", "chain"]
 _IN_CHUNK = 512  # ids per "IN (…)" filter
+
+#: Metadata cache bound for a long-lived process whose tables another process keeps appending to
+#: (``molt serve``'s read side, the capture process). LanceDB keeps the metadata of every version a
+#: handle has opened until the bound, and a reader that follows a busy writer opens a new version on
+#: almost every read (tens of KB each; a few a second under load), so its memory climbs by the bound's
+#: size — slowly: 128 MiB took hours and looked like a leak. Superseded versions are never read
+#: again; the current one's manifest and file metadata fit in a few MiB at millions of rows.
+FOLLOWER_METADATA_CACHE_BYTES = 4 << 20
 
 
 class Store:
@@ -105,6 +113,7 @@ class Store:
         try:
             session = lancedb.Session(index_cache_size_bytes=index_cache_bytes,
                                       metadata_cache_size_bytes=metadata_cache_bytes)
+            self._session = session
             self._db = lancedb.connect(self.uri, storage_options=storage_options or None, session=session,
                                        read_consistency_interval=timedelta(seconds=read_consistency_s))
             existing = set(self._db.list_tables().tables)
@@ -433,6 +442,10 @@ class Store:
     def fragment_count(self, name: str = "events") -> int:
         """How many data fragments a table has (compaction keeps this bounded)."""
         return _fragment_count(self.table(name))
+
+    def cache_bytes(self) -> int:
+        """Bytes held by this store's LanceDB caches (index + metadata), at most the sum of their bounds."""
+        return int(self._session.size_bytes)
 
     def close(self) -> None:
         """Stop the compaction thread."""
