@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from molt.gateway import sessions as sessions_mod
+from molt.gateway.router import Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Sessions
 
 from .conftest import Served
@@ -73,6 +74,39 @@ def test_without_an_idle_window_only_the_size_bound_holds() -> None:
         clock.t += 100
         _turn(s, f"run-{i}", "0")
     assert len(s._by_session) == 100 and s.session("acme", "run-499") is not None
+
+
+def test_the_routers_first_seen_times_follow_the_same_window() -> None:
+    """Plain session keys (not UUIDv7) get a first-seen time that pins them to a routing generation:
+    the router forgets an idle one like the gateway forgets its session, so endless new runs level off
+    at rate × window instead of growing to the size bound; a busy key keeps its time, and its version."""
+    wall, idle = Clock(), Clock()
+    wall.t = 1000.0
+    router = Router(RoutingTable.single("m", VersionSpec(version="base", backends=("b0",))), max_sessions=1_000_000,
+                    idle_s=30, clock=wall, idle_clock=idle)
+    assert router.route("m", "busy").version.version == "base"
+    wall.t += 1
+    router.add_version("m", VersionSpec(version="canary", backends=("b0",)), weight=1.0, weights={"base": 0.0})
+    sizes = []
+    for i in range(3000):  # a new run every 0.1 s that never comes back; "busy" routed every 10 s
+        idle.t += 0.1
+        wall.t += 0.1
+        router.started_at(f"run-{i}")
+        if i % 100 == 0:
+            assert router.route("m", "busy").version.version == "base"  # still pinned to its generation
+        if i % 500 == 499:
+            sizes.append(len(router._first_seen))
+    assert all(300 <= n <= 302 for n in sizes), sizes  # 30 s of 10 runs a second, plus "busy"
+    assert router.started_at("busy") == 1000.0
+    idle.t += 31  # "busy" goes quiet past the window: when it comes back it is a new session
+    wall.t += 31
+    assert router.route("m", "busy").version.version == "canary" and router.started_at("busy") == wall.t
+
+
+def test_the_gateway_gives_its_router_the_session_window(served: Served) -> None:
+    cfg = served.gateway.config
+    assert served.gateway.router._first_seen.idle_s == cfg.session_idle_s is not None
+    assert served.gateway.router._first_seen.limit == cfg.max_sessions
 
 
 def test_a_long_trajectory_keeps_its_newest_calls_and_rewards_reach_all(served: Served,

@@ -34,13 +34,13 @@ import itertools
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from molt.errors import BackendUnavailable, ModelNotFound
+from molt.gateway.sessions import IdleLRU
 from molt.harness import HarnessSpec
 
 __all__ = ["Decision", "Generation", "Router", "RoutingTable", "VersionSpec", "choose", "scope_key", "session_start"]
@@ -238,15 +238,18 @@ class Router:
     Args:
         table: the initial routing table.
         max_sessions: first-seen times kept for non-UUIDv7 session keys (default 1,000,000).
-        clock: the time source (tests pass a fake one).
+        idle_s: …each forgotten when the key has not been routed for this long (default ``None``:
+            only ``max_sessions`` bounds them; the gateway passes its ``session_idle_s``). A key that
+            comes back after that counts as a new session, as it does for the gateway's sessions.
+        clock: the wall-clock time source of first-seen times (tests pass a fake one).
+        idle_clock: the monotonic time source of ``idle_s``.
     """
 
-    def __init__(self, table: RoutingTable, *, max_sessions: int = 1_000_000,
-                 clock: Callable[[], float] | None = None):
+    def __init__(self, table: RoutingTable, *, max_sessions: int = 1_000_000, idle_s: float | None = None,
+                 clock: Callable[[], float] | None = None, idle_clock: Callable[[], float] = time.monotonic):
         self._table = table
         self._health: dict[str, bool] = {b: True for b in table.backends()}
-        self._first_seen: OrderedDict[str, float] = OrderedDict()
-        self._max_sessions = max_sessions
+        self._first_seen: IdleLRU[str, float] = IdleLRU(max_sessions, idle_s, idle_clock)
         self._clock = clock or time.time
         self._lock = threading.Lock()
 
@@ -264,9 +267,8 @@ class Router:
             return t
         seen = self._first_seen.get(key)
         if seen is None:
-            seen = self._first_seen[key] = self._clock()
-            if len(self._first_seen) > self._max_sessions:
-                self._first_seen.popitem(last=False)
+            seen = self._clock()
+            self._first_seen.put(key, seen)
         return seen
 
     def route(self, model: str, session_key: str, *, exclude: Iterable[str] = ()) -> Decision:

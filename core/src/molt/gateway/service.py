@@ -143,7 +143,9 @@ class Gateway:
         unknown = table.backends() - set(self.backends)
         if unknown:
             raise ValueError(f"The routing table names backends {sorted(unknown)} that were not given.")
-        self.router = Router(table)
+        self.config = config or GatewayConfig()
+        # Plain (non-UUIDv7) session keys' first-seen times are forgotten like the sessions themselves.
+        self.router = Router(table, max_sessions=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.recorder = recorder
         # A CaptureProcess builds events in its own process; an in-process Recorder gets a Capture.
         self.capture: Any = None
@@ -154,7 +156,6 @@ class Gateway:
         self._static_harness = StaticHarness()
         #: Requests served with the static harness because the harness took over ``harness_timeout_s``.
         self.harness_fallbacks = 0
-        self.config = config or GatewayConfig()
         self.store = store
         self.metrics = Metrics()
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id

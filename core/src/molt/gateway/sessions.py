@@ -30,13 +30,13 @@ import orjson
 
 from molt.backends.chat_format import text_content
 
-__all__ = ["CallRef", "Resolution", "Sessions", "TrajectoryState", "normalize_arguments"]
+__all__ = ["CallRef", "IdleLRU", "Resolution", "Sessions", "TrajectoryState", "normalize_arguments"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _LRU(Generic[K, V]):
+class IdleLRU(Generic[K, V]):
     """A map bounded by size and by idle time: ``put`` evicts the least recently used entries past
     ``limit`` and those not used for ``idle_s`` seconds (both from the front of the access order, so
     eviction is O(1) per entry)."""
@@ -173,12 +173,12 @@ class Sessions:
     def __init__(self, new_id: Callable[[], str], *, max_entries: int = 200_000, idle_s: float | None = 1800.0,
                  clock: Callable[[], float] = time.monotonic):
         self._new_id = new_id
-        self._answers: _LRU[bytes, CallRef] = _LRU(max_entries, idle_s, clock)
-        self._by_tid: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries, idle_s, clock)
+        self._answers: IdleLRU[bytes, CallRef] = IdleLRU(max_entries, idle_s, clock)
+        self._by_tid: IdleLRU[tuple[str, str], TrajectoryState] = IdleLRU(max_entries, idle_s, clock)
         # trajectory id -> tenant, for ownership checks
-        self._owner: _LRU[str, str] = _LRU(max_entries, idle_s, clock)
-        self._by_session: _LRU[tuple[str, str], TrajectoryState] = _LRU(max_entries, idle_s, clock)
-        self._by_event: _LRU[str, TrajectoryState] = _LRU(max_entries, idle_s, clock)
+        self._owner: IdleLRU[str, str] = IdleLRU(max_entries, idle_s, clock)
+        self._by_session: IdleLRU[tuple[str, str], TrajectoryState] = IdleLRU(max_entries, idle_s, clock)
+        self._by_event: IdleLRU[str, TrajectoryState] = IdleLRU(max_entries, idle_s, clock)
 
     def _new_state(self, tenant: str, session: str | None, tid: str | None = None) -> TrajectoryState:
         fresh = tid is None
