@@ -73,3 +73,39 @@ def test_a_harness_past_its_budget_or_raising_is_replaced_by_the_static_one() ->
     with TestClient(create_app(broken)) as c:
         assert _ask(c, "hello") == "echo: hello"
     assert broken.harness_fallbacks == 1
+
+
+def test_recorder_stats_are_asked_off_the_event_loop(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """/health and /metrics ask the recorder for its counters; a capture process answers behind the
+    records queued before the question, seconds when it is busy. Here the counters only come once a chat
+    completion has been answered: asked on the event loop, that completion could never be served."""
+    from molt.capture import Recorder
+
+    answered = threading.Event()
+
+    class SlowStats(Recorder):
+        waited_out = 0
+
+        @property
+        def stats(self) -> Any:
+            if not answered.wait(10):
+                SlowStats.waited_out += 1
+            return super().stats
+
+    from molt.governance.access import KeyRing
+
+    rec = SlowStats(None, spool_dir=tmp_path / "spool", fsync="never")
+    keys = KeyRing.from_mapping({"sk-acme-writer": ("acme", "agent_writer"), "sk-acme-reader": ("acme", "reader")})
+    gw = Gateway([StubBackend()], recorder=rec, keyring=keys, config=GatewayConfig(health_interval_s=0))
+    with TestClient(create_app(gw)) as c, ThreadPoolExecutor(2) as pool:
+        for path in ("/health", "/metrics"):
+            answered.clear()
+            pending = pool.submit(c.get, path, headers={"authorization": "Bearer sk-acme-reader"})
+            time.sleep(0.2)  # the counters are being asked for
+            assert _ask(c, "hello") == "echo: hello"
+            answered.set()
+            r = pending.result()
+            assert r.status_code == 200
+            assert "recorder" in r.json() if path == "/health" else "molt_recorder_" in r.text
+    assert SlowStats.waited_out == 0
+    rec.close()

@@ -44,6 +44,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from molt.backends import openai_wire as wire
@@ -312,14 +313,21 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     # ---------------------------------------------------------------- operations
 
+    async def _recorder_stats() -> Any:
+        """The recorder's counters, or None. A capture process answers behind the records queued
+        before the question (seconds when it is busy): asked on a worker thread, so the event loop
+        keeps serving (``stats`` is a property: even ``hasattr`` on the instance would ask)."""
+        if gw.recorder is None or not hasattr(type(gw.recorder), "stats"):
+            return None
+        return await run_in_threadpool(lambda: gw.recorder.stats)
+
     @route("/health", "GET")
     async def health(request: Request) -> Response:
         auth(request)
         backends = gw.router.health()
         ok = any(backends.values())
         out: dict[str, Any] = {"status": "ok" if ok else "degraded", "backends": backends}
-        if gw.recorder is not None and hasattr(gw.recorder, "stats"):
-            s = gw.recorder.stats
+        if (s := await _recorder_stats()) is not None:
             out["recorder"] = {"enqueued": s.enqueued, "acknowledged": s.acknowledged, "delivered": s.delivered,
                                "dropped": s.dropped_queue_full + s.dropped_spool_full}
         return _json(out, 200 if ok else 503)
@@ -330,8 +338,8 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         gauges: list[tuple[str, str, dict[str, str], float]] = [
             ("molt_gateway_backend_up", "Whether a backend passes its health check.", {"backend": b}, float(ok))
             for b, ok in gw.router.health().items()]
-        if gw.recorder is not None and hasattr(gw.recorder, "stats"):
-            for k, v in gw.recorder.stats.as_dict().items():
+        if (s := await _recorder_stats()) is not None:
+            for k, v in s.as_dict().items():
                 if isinstance(v, int):
                     gauges.append(("molt_recorder_" + k, f"Recorder counter {k}.", {}, float(v)))
         if gw.capture is not None:

@@ -124,7 +124,7 @@ def gateway_status(gw: Any) -> dict[str, dict[str, Any]]:
     state: dict[str, Any] = {"gateway.requests": sum(m.requests.values())}
     if gw.capture is not None:
         faults["gateway.capture_failures"] = gw.capture.failed
-    if gw.recorder is not None and hasattr(gw.recorder, "stats"):
+    if gw.recorder is not None and hasattr(type(gw.recorder), "stats"):
         s = gw.recorder.stats
         faults.update({"recorder.sink_errors": s.sink_errors, "recorder.writer_errors": s.writer_errors,
                        "recorder.dropped": s.dropped_queue_full + s.dropped_spool_full,
