@@ -923,8 +923,8 @@ class EntityDetector:
                 out.append(Span(start, end, "ORGANIZATION", 0.65, name))
                 return
         if not first.first and text.startswith(", ", end):
-            after = _COUNTRY_AFTER.match(text, end + 2)
-            if after is not None and any(self._place(fold(p)) == "country" for p in _prefixes(after.group())):
+            country = _COUNTRY_AFTER.match(text, end + 2)
+            if country is not None and any(self._place(fold(p)) == "country" for p in _prefixes(country.group())):
                 out.append(Span(start, end, "LOCATION", 0.65, name))  # "Sobeslav, Czech Republic"
                 return
         # places: the whole segment is a known city or region
