@@ -656,7 +656,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     home = work / "soak-home"
     home.mkdir(parents=True, exist_ok=True)
     keys = home / "keys.toml"
-    keys.write_text('[[keys]]\nkey = "sk-load"\ntenant = "acme"\nrole = "agent_writer"\n')
+    keys.write_text('[[keys]]\nkey = "sk-load"\ntenant = "acme"\nrole = "agent_writer"\n'
+                    '[[keys]]\nkey = "sk-load-reader"\ntenant = "acme"\nrole = "reader"\n')
     port = relharness.free_port()
     env = {**os.environ, "MOLT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -690,6 +691,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
             rss.append((time.monotonic(), done, own / 2**20, children / 2**20))
 
         res = asyncio.run(_load(url, soak_s, concurrency, sample))
+        server_lag = _server_loop_lag(url)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -712,6 +714,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
         (s, "throughput", f"{n / res['elapsed']:.0f} req/s", ""),
         (s, "latency p50 / p99 / max", f"{pct(lat, 0.5) * 1000:.1f} / {pct(lat, 0.99) * 1000:.1f} / "
          f"{max(lat, default=0) * 1000:.0f} ms", ""),
+        (s, "event loop's longest lag: serving process / load generator",
+         f"{server_lag * 1000:.0f} / {res['lag_max'] * 1000:.0f} ms", ""),
         (s, "error rate (non-200 or connection errors)", f"{errors / max(1, n + errors):.4%} ({errors})"
          + "".join(f"; {k} × {v}" for k, v in sorted(res["why"].items())), "0"),
     ]
@@ -722,6 +726,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
                      f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {slope:+.2f} MiB per 1k requests",
                      "flat"))
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
+                  "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
                   "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss}
 
 
@@ -731,6 +736,17 @@ def _slope(xs: list[int], ys: list[float]) -> float:
         return 0.0
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def _server_loop_lag(url: str) -> float:
+    """The gateway's ``molt_gateway_event_loop_lag_max_seconds``: the longest it served nothing."""
+    import httpx
+
+    text = httpx.get(url + "/metrics", headers={"authorization": "Bearer sk-load-reader"}, timeout=30).text
+    for line in text.splitlines():
+        if line.startswith("molt_gateway_event_loop_lag_max_seconds "):
+            return float(line.split()[1])
+    raise RuntimeError("the gateway's /metrics has no event-loop lag")
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -781,10 +797,22 @@ async def _load(url: str, seconds: float, concurrency: int, sample: Callable[[in
             await asyncio.sleep(1.0)
         sample(len(lat) + errors)
 
+    lag_max = 0.0
+
+    async def lagger() -> None:
+        # The load generator's own stalls: a late client looks like a slow server (and idles its
+        # connections past the server's keep-alive), so the two lags are reported side by side.
+        nonlocal lag_max
+        loop = asyncio.get_running_loop()
+        while time.monotonic() < stop:
+            t = loop.time()
+            await asyncio.sleep(0.1)
+            lag_max = max(lag_max, loop.time() - t - 0.1)
+
     t0 = time.monotonic()
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency)) as client:
-        await asyncio.gather(sampler(), *(worker(k, client) for k in range(concurrency)))
-    return {"lat": lat, "errors": errors, "why": why, "elapsed": time.monotonic() - t0}
+        await asyncio.gather(sampler(), lagger(), *(worker(k, client) for k in range(concurrency)))
+    return {"lat": lat, "errors": errors, "why": why, "elapsed": time.monotonic() - t0, "lag_max": lag_max}
 
 
 # ------------------------------------------------------------------------------------------ main

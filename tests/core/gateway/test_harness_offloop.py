@@ -109,3 +109,22 @@ def test_recorder_stats_are_asked_off_the_event_loop(tmp_path) -> None:  # type:
             assert "recorder" in r.json() if path == "/health" else "molt_recorder_" in r.text
     assert SlowStats.waited_out == 0
     rec.close()
+
+
+def test_the_lag_monitor_sees_a_handler_that_holds_the_event_loop() -> None:
+    """A harness that is not marked blocking runs on the event loop: its 0.5 s sleep holds every other
+    request for that long, and the gateway's lag monitor reports it (metrics and ``molt doctor``)."""
+    from molt.gateway.metrics import gateway_status
+
+    class OnTheLoop(_Harness):
+        blocking = False
+
+    gw = _gateway(OnTheLoop(sleep_s=0.5), harness_timeout_s=60)
+    with TestClient(create_app(gw)) as c:
+        assert _ask(c, "hello") == "echo: hello +memory"
+        time.sleep(0.3)  # the monitor's next tick measures the stall
+        lag = gw.metrics.loop_lag_max
+        assert 0.4 <= lag < 5, lag
+    assert gateway_status(gw)["state"]["gateway.event_loop_lag_max_s"] == round(lag, 4)
+    assert f"molt_gateway_event_loop_lag_max_seconds {lag:.6f}" in gw.metrics.render()
+    assert gw.metrics.loop_lag.total >= 3  # it ticks while nothing holds the loop too

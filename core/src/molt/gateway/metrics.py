@@ -43,6 +43,18 @@ class _Histogram:
         self.sum += v
         self.total += 1
 
+    def lines(self, name: str, **labels: str) -> list[str]:
+        """The exposition lines of this histogram (cumulative buckets, sum, count)."""
+        inner = "".join(f'{k}="{_escape(v)}",' for k, v in labels.items())
+        out, acc = [], 0
+        for le, c in zip(BUCKETS, self.counts, strict=False):
+            acc += c
+            out.append(f'{name}_bucket{{{inner}le="{le}"}} {acc}')
+        out.append(f'{name}_bucket{{{inner}le="+Inf"}} {self.total}')
+        out.append(f"{name}_sum{_labels(**labels)} {self.sum:.6f}")
+        out.append(f"{name}_count{_labels(**labels)} {self.total}")
+        return out
+
 
 class Metrics:
     """The gateway's counters; :meth:`render` writes them out."""
@@ -55,6 +67,15 @@ class Metrics:
         self.failovers = 0
         self.stream_errors = 0
         self.inflight = 0
+        #: How late the event loop ran a timer (:meth:`Gateway.start`'s lag monitor): while it is
+        #: late, no request is served. The largest since start, and its histogram.
+        self.loop_lag = _Histogram()
+        self.loop_lag_max = 0.0
+
+    def observe_loop_lag(self, seconds: float) -> None:
+        """Record one measurement of the event loop's lag."""
+        self.loop_lag.observe(seconds)
+        self.loop_lag_max = max(self.loop_lag_max, seconds)
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
         """Count a finished request and its latency."""
@@ -80,13 +101,10 @@ class Metrics:
         out += ["# HELP molt_gateway_request_duration_seconds Request latency inside the gateway.",
                 "# TYPE molt_gateway_request_duration_seconds histogram"]
         for ep, h in sorted(self.latency.items()):
-            acc = 0
-            for le, c in zip(BUCKETS, h.counts, strict=False):
-                acc += c
-                out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="{le}"}} {acc}')
-            out.append(f'molt_gateway_request_duration_seconds_bucket{{endpoint="{_escape(ep)}",le="+Inf"}} {h.total}')
-            out.append(f"molt_gateway_request_duration_seconds_sum{_labels(endpoint=ep)} {h.sum:.6f}")
-            out.append(f"molt_gateway_request_duration_seconds_count{_labels(endpoint=ep)} {h.total}")
+            out += h.lines("molt_gateway_request_duration_seconds", endpoint=ep)
+        out += ["# HELP molt_gateway_event_loop_lag_seconds How late the event loop ran a 0.1 s timer.",
+                "# TYPE molt_gateway_event_loop_lag_seconds histogram", *self.loop_lag.lines(
+                    "molt_gateway_event_loop_lag_seconds")]
         out += ["# HELP molt_gateway_backend_requests_total Backend calls, by backend, policy version and outcome.",
                 "# TYPE molt_gateway_backend_requests_total counter"]
         for (b, v, o), n in sorted(self.backend_requests.items()):
@@ -100,6 +118,9 @@ class Metrics:
                 "# HELP molt_gateway_stream_errors_total Streams cut short by a backend failure.",
                 "# TYPE molt_gateway_stream_errors_total counter",
                 f"molt_gateway_stream_errors_total {self.stream_errors}",
+                "# HELP molt_gateway_event_loop_lag_max_seconds The longest the event loop was late (serving nothing).",
+                "# TYPE molt_gateway_event_loop_lag_max_seconds gauge",
+                f"molt_gateway_event_loop_lag_max_seconds {self.loop_lag_max:.6f}",
                 "# HELP molt_gateway_inflight_requests Requests being served now.",
                 "# TYPE molt_gateway_inflight_requests gauge", f"molt_gateway_inflight_requests {self.inflight}"]
         seen: set[str] = set()
@@ -121,7 +142,8 @@ def gateway_status(gw: Any) -> dict[str, dict[str, Any]]:
         "gateway.backend_failures": sum(n for (_, _, o), n in m.backend_requests.items() if o in _BACKEND_FAILURES),
         "gateway.failovers": m.failovers, "gateway.stream_errors": m.stream_errors,
         "gateway.harness_fallbacks": getattr(gw, "harness_fallbacks", 0)}
-    state: dict[str, Any] = {"gateway.requests": sum(m.requests.values())}
+    state: dict[str, Any] = {"gateway.requests": sum(m.requests.values()),
+                             "gateway.event_loop_lag_max_s": round(m.loop_lag_max, 4)}
     if gw.capture is not None:
         faults["gateway.capture_failures"] = gw.capture.failed
     if gw.recorder is not None and hasattr(type(gw.recorder), "stats"):

@@ -43,6 +43,8 @@ from molt.store.query import sql_str
 __all__ = ["Call", "Gateway", "GatewayConfig"]
 
 log = logging.getLogger("molt.gateway")
+#: The event-loop lag monitor's timer (seconds).
+LAG_TICK_S = 0.1
 
 _OPEN = Principal(tenant_id="default", role=Role.ADMIN, key_name="open-gateway")
 
@@ -162,22 +164,26 @@ class Gateway:
         self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.started_at = time.time()
         self._health_task: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start every backend and the health-check loop."""
+        """Start every backend, the health-check loop and the event-loop lag monitor."""
         await asyncio.gather(*(b.start() for b in self.backends.values()))
         if self.config.health_interval_s > 0 and self._health_task is None:
             self._health_task = asyncio.create_task(self._health_loop(), name="molt-health")
+        if self._lag_task is None:
+            self._lag_task = asyncio.create_task(self._lag_loop(), name="molt-loop-lag")
 
     async def aclose(self) -> None:
         """Stop the health loop and close the backends (the owner closes the Recorder)."""
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
-            self._health_task = None
+        for task in (self._health_task, self._lag_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._health_task = self._lag_task = None
         for b in self.backends.values():
             try:
                 await b.aclose()
@@ -195,6 +201,15 @@ class Gateway:
         for name, ok in await asyncio.gather(*(one(n, b) for n, b in self.backends.items())):
             self.router.set_health(name, ok)
         return self.router.health()
+
+    async def _lag_loop(self) -> None:
+        """How late the loop runs a 0.1 s timer: time in which it served nothing (a handler or a
+        library holding the loop or the GIL). ``molt_gateway_event_loop_lag_*`` and ``molt doctor``."""
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(LAG_TICK_S)
+            self.metrics.observe_loop_lag(max(0.0, loop.time() - t - LAG_TICK_S))
 
     async def _health_loop(self) -> None:
         while True:
