@@ -722,12 +722,24 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     for col, who in ((2, "serving process"), (3, "capture child")):
         peak = max(r[col] for r in rss)
         slope = _slope([r[1] for r in warm], [r[col] for r in warm]) * 1000
-        rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up",
-                     f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {slope:+.2f} MiB per 1k requests",
-                     "flat"))
+        # Levelling off: the median RSS of the last tenth of the soak against that of the tenth around
+        # the middle of the measured part (medians: the child's compaction peaks last seconds).
+        mid, end = _window(warm, col, 0.5), _window(warm, col, 1.0)
+        rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
+                     f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {slope:+.2f} MiB per 1k requests; "
+                     f"{end - mid:+.1f} MiB ({mid:.0f} → {end:.0f}, medians)", "flat"))
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
                   "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
                   "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss}
+
+
+def _window(samples: list[tuple[float, int, float, float]], col: int, at: float) -> float:
+    """Median of column ``col`` over the tenth of ``samples`` that ends at fraction ``at`` of them
+    (1.0: the last tenth; 0.5: the tenth ending in the middle)."""
+    n = len(samples)
+    hi = max(1, round(at * n))
+    lo = max(0, hi - max(1, n // 10))
+    return statistics.median(r[col] for r in samples[lo:hi])
 
 
 def _slope(xs: list[int], ys: list[float]) -> float:
