@@ -352,6 +352,10 @@ def _status_rows(t: Table) -> None:
                                          f"{state.get('recorder.pending_in_queue', 0):,} events queued")
         if faults and state.get("recorder.last_error"):
             t.add_row("  last error", str(state["recorder.last_error"]))
+        lag = state.get("gateway.event_loop_lag_max_s")
+        if isinstance(lag, int | float):  # the longest the gateway served nothing
+            ms = f"{lag * 1000:,.0f} ms"
+            t.add_row("  event loop lag, max", f"[red]{ms}[/red]" if lag >= 1 else ms)
 
 
 # ---------------------------------------------------------------------------------------- mounts

@@ -177,7 +177,7 @@ class Gateway:
             self._lag_task = asyncio.create_task(self._lag_loop(), name="molt-loop-lag")
 
     async def aclose(self) -> None:
-        """Stop the health loop and close the backends (the owner closes the Recorder)."""
+        """Stop the health loop and the lag monitor, close the backends (the owner closes the Recorder)."""
         for task in (self._health_task, self._lag_task):
             if task is not None:
                 task.cancel()
