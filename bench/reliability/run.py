@@ -32,11 +32,13 @@ Sections (each one a group of rows in the table; the harness is shared with ``te
    every sealed column, deletions, reorderings), and the existing byte-level erasure and chain test
    files run as they are.
 7. **Load and soak** — ``molt serve --backend stub`` with tenant keys and capture on, a closed-loop
-   load of 16 connections: throughput, p50/p99, error rate, and the RSS of the serving process and of
-   its capture child after warm-up, at the end and at the peak, with the growth after warm-up in MiB
-   per 1,000 requests. The load's sessions are never ended (orphaned runs): the gateway runs with
-   ``--session-idle-s 60 --dedupe-ids 10000 --evolve-every 60`` so that its bounded state fills
-   within the warm-up and control-plane cycles run during the measured part.
+   load of 16 connections: throughput, p50/p99/max, error rate, the longest event-loop lag of the
+   gateway (its ``/metrics``) and of the load generator (a late client looks like a slow server), and
+   the RSS of the serving process and of its capture child after warm-up, at the end and at the peak,
+   with the growth after warm-up in MiB per 1,000 requests and over the measured part's second half.
+   The load's sessions are never ended (orphaned runs): the gateway runs with ``--session-idle-s 60
+   --dedupe-ids 10000 --evolve-every 60`` so that its bounded state fills within the warm-up and
+   control-plane cycles run during the measured part. The server's log is kept beside the JSON.
 """
 
 from __future__ import annotations
