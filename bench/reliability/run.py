@@ -680,7 +680,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     # one is not hidden by the other
     rss: list[tuple[float, int, float, float]] = []
     try:
-        _wait(url, proc)
+        _wait(url, proc, log_path)
         server = psutil.Process(proc.pid)
 
         def sample(done: int) -> None:
@@ -724,8 +724,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     for col, who in ((2, "serving process"), (3, "capture child")):
         peak = max(r[col] for r in rss)
         slope = _slope([r[1] for r in warm], [r[col] for r in warm]) * 1000
-        # Levelling off: the median RSS of the last tenth of the soak against that of the tenth around
-        # the middle of the measured part (medians: the child's compaction peaks last seconds).
+        # Levelling off: the median RSS of the last tenth of the measured part against that of the tenth
+        # ending at its middle (medians: the child's compaction peaks last seconds).
         mid, end = _window(warm, col, 0.5), _window(warm, col, 1.0)
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
                      f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {slope:+.2f} MiB per 1k requests; "
@@ -763,18 +763,18 @@ def _server_loop_lag(url: str) -> float:
     raise RuntimeError("the gateway's /metrics has no event-loop lag")
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
     import httpx
 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"molt serve exited with {proc.returncode}; see its log")
+            raise RuntimeError(f"molt serve exited with {proc.returncode}; see {log_path}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url + "/health", headers={"authorization": "Bearer sk-load"}, timeout=2).status_code == 200:
                 return
         time.sleep(0.1)
-    raise RuntimeError("molt serve did not come up")
+    raise RuntimeError(f"molt serve did not come up within 120 s; see {log_path}")
 
 
 async def _load(url: str, seconds: float, concurrency: int, sample: Callable[[int], None]) -> dict[str, Any]:
