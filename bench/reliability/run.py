@@ -55,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -655,6 +656,8 @@ DEDUPE_IDS = 10_000
 def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tuple[list[Row], dict[str, Any]]:
     import psutil
 
+    from molt.store import FOLLOWER_CACHES
+
     home = work / "soak-home"
     home.mkdir(parents=True, exist_ok=True)
     keys = home / "keys.toml"
@@ -679,9 +682,21 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     # (seconds, requests so far, serving process MiB, capture child MiB): per process, so a leak in
     # one is not hidden by the other
     rss: list[tuple[float, int, float, float]] = []
+    # (seconds, MiB held by the serving process's LanceDB caches), from its /metrics every 10 s on a
+    # thread of its own (the answer can take seconds while the capture process is busy)
+    caches: list[tuple[float, float]] = []
+    done_polling = threading.Event()
+
+    def poll_caches() -> None:
+        while not done_polling.wait(10.0):
+            with contextlib.suppress(Exception):  # a missed sample is a gap, not an error of the soak
+                caches.append((time.monotonic(), _server_gauge(url, "molt_store_cache_bytes") / 2**20))
+
+    poller = threading.Thread(target=poll_caches, daemon=True)
     try:
         _wait(url, proc, log_path)
         server = psutil.Process(proc.pid)
+        poller.start()
 
         def sample(done: int) -> None:
             own = children = 0
@@ -693,8 +708,10 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
             rss.append((time.monotonic(), done, own / 2**20, children / 2**20))
 
         res = asyncio.run(_load(url, soak_s, concurrency, sample))
-        server_lag = _server_loop_lag(url)
+        done_polling.set()
+        server_lag = _server_gauge(url, "molt_gateway_event_loop_lag_max_seconds")
     finally:
+        done_polling.set()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -730,9 +747,25 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
                      f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {slope:+.2f} MiB per 1k requests; "
                      f"{end - mid:+.1f} MiB ({mid:.0f} → {end:.0f}, medians)", "flat"))
+    # The serving process's LanceDB caches are bounded (molt.store.FOLLOWER_CACHES): growth that is
+    # theirs levels off at the bound; what remains after subtracting them is the rest of the process.
+    warm_caches = [c for c in caches if c[0] >= warm[0][0]]
+    if len(warm_caches) >= 2:
+        def at(t: float) -> float:  # the serving process's RSS at the sample nearest t
+            return min(warm, key=lambda r: abs(r[0] - t))[2]
+        net = [at(t) - c for t, c in warm_caches]
+        half = len(warm_caches) // 2
+        rows += [
+            (s, "serving process's LanceDB caches after warm-up → end (bound)",
+             f"{warm_caches[0][1]:.1f} → {warm_caches[-1][1]:.1f} MiB "
+             f"({sum(FOLLOWER_CACHES.values()) / 2**20:.0f})", "≤ bound"),
+            (s, "serving process RSS less its LanceDB caches: after warm-up → end; over its second half",
+             f"{net[0]:.0f} → {net[-1]:.0f} MiB; {statistics.median(net[half:]) - statistics.median(net[:half]):+.1f} "
+             f"MiB (median of each half)", "flat")]
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
                   "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
-                  "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss}
+                  "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss,
+                  "serving_cache_mb": caches}
 
 
 def _window(samples: list[tuple[float, int, float, float]], col: int, at: float) -> float:
@@ -752,15 +785,16 @@ def _slope(xs: list[int], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
-def _server_loop_lag(url: str) -> float:
-    """The gateway's ``molt_gateway_event_loop_lag_max_seconds``: the longest it served nothing."""
+def _server_gauge(url: str, name: str) -> float:
+    """One unlabelled sample of the gateway's ``/metrics``, e.g. ``molt_gateway_event_loop_lag_max_seconds``
+    (the longest it served nothing) or ``molt_store_cache_bytes``."""
     import httpx
 
     text = httpx.get(url + "/metrics", headers={"authorization": "Bearer sk-load-reader"}, timeout=30).text
     for line in text.splitlines():
-        if line.startswith("molt_gateway_event_loop_lag_max_seconds "):
+        if line.startswith(name + " "):
             return float(line.split()[1])
-    raise RuntimeError("the gateway's /metrics has no event-loop lag")
+    raise RuntimeError(f"the gateway's /metrics has no {name}")
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:

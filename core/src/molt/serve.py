@@ -298,7 +298,7 @@ def serve_command(
     import uvicorn
 
     from molt.gateway.app import create_app
-    from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
+    from molt.store import FOLLOWER_CACHES, Store
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     err = Console(stderr=True)
@@ -319,8 +319,7 @@ def serve_command(
     # One store object for the console, the control plane and the trainer: what one writes (a
     # rollback, a new version) the others read at once; the console also checks out what the capture
     # process wrote.
-    shared = st if st is not None else Store.open(store or home / "store", auto_compact=False,
-                                                  metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
+    shared = st if st is not None else Store.open(store or home / "store", auto_compact=False, **FOLLOWER_CACHES)
     app = create_app(gw)
     base = f"http://{host}:{port}"
     public = gw.router.models()[0]

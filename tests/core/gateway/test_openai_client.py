@@ -141,6 +141,9 @@ def test_models_health_and_metrics(served: Served) -> None:
     assert 'molt_gateway_backend_up{backend="stub"} 1' in m.text
     assert "molt_recorder_enqueued" in m.text
     assert "# TYPE molt_gateway_request_duration_seconds histogram" in m.text
+    # the gateway process's LanceDB caches (bounded; a soak subtracts them from its RSS)
+    cached = [float(line.split()[1]) for line in m.text.splitlines() if line.startswith("molt_store_cache_bytes ")]
+    assert len(cached) == 1 and 0 < cached[0] <= served.store.cache_bytes() * 2, cached
 
 
 def test_session_header_groups_calls_and_user_field_is_a_fallback(served: Served) -> None:

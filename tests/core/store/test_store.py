@@ -221,3 +221,31 @@ def test_a_follower_settles_at_its_metadata_cache_bound(tmp_path, event_factory)
     assert max(held) <= bound * 1.1, held  # LanceDB's bound is approximate (entries are weighed as added)
     assert held[-1] - held[29] <= bound * 0.1  # level over the second half
     assert default.cache_bytes() > 2 * held[-1]  # the same reads under the default bound kept everything
+
+
+def test_a_follower_settles_at_its_index_cache_bound(tmp_path, event_factory) -> None:  # type: ignore[no-untyped-def]
+    """Each compaction by the writer gives the indices a new version; a follower's cached pages of the
+    old one are never read again. Under LanceDB's 256 MiB default they pile up; under a follower's
+    bound they are evicted. (Both followers have the same metadata bound, so the difference is the
+    index cache.)"""
+    writer = Store.open(tmp_path / "store", auto_compact=False)
+    meta, index = 256 << 10, 256 << 10
+    follower = Store.open(tmp_path / "store", auto_compact=False, read_consistency_s=0,
+                          metadata_cache_bytes=meta, index_cache_bytes=index)
+    default = Store.open(tmp_path / "store", auto_compact=False, read_consistency_s=0, metadata_cache_bytes=meta)
+    rec = Recorder(writer, spool_dir=tmp_path / "spool")
+    tids = [rec.new_trajectory() for _ in range(3)]
+    held = []
+    for i in range(30):  # 30 compactions, each followed by reads by id (the BTREE index) in both
+        for tid in tids:
+            for j in range(20):
+                rec.record(event_factory(tid, 20 * i + j))
+        assert rec.flush(timeout=30, deliver=True)
+        writer.compact()
+        for s in (follower, default):
+            assert [len(s.trajectory(t).events) for t in tids] == [20 * (i + 1)] * 3
+        held.append(follower.cache_bytes())
+    rec.close()
+    assert ("trajectory_id",) in {tuple(ix.columns) for ix in writer.table("events").list_indices()}
+    assert max(held) <= (meta + index) * 1.1, held
+    assert default.cache_bytes() > 2 * held[-1]  # the same reads under the default index bound kept everything

@@ -345,6 +345,9 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         if gw.capture is not None:
             gauges.append(("molt_gateway_capture_failures", "Calls whose events could not be built.", {},
                            float(gw.capture.failed)))
+        if gw.store is not None and hasattr(gw.store, "cache_bytes"):  # LanceDB caches of this process
+            gauges.append(("molt_store_cache_bytes", "Bytes held by the gateway process's LanceDB caches "
+                           "(index + metadata; bounded).", {}, float(gw.store.cache_bytes())))
         return Response(gw.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # ---------------------------------------------------------------- feedback

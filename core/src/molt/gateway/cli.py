@@ -93,16 +93,16 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
 
         uri = str(store_uri or home / "store")
         recorder = CaptureProcess(uri, home / "spool", governance=governance, dedupe_ids=dedupe_ids)
-        from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
+        from molt.store import FOLLOWER_CACHES, Store
 
         # read side (reward lookups for forgotten calls; molt serve's console and control plane):
         # it follows what the capture process appends
-        store = Store.open(uri, auto_compact=False, metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
+        store = Store.open(uri, auto_compact=False, **FOLLOWER_CACHES)
     elif record:
         from molt.capture import Recorder
-        from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
+        from molt.store import FOLLOWER_CACHES, Store
 
-        store = Store.open(store_uri or home / "store", metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
+        store = Store.open(store_uri or home / "store", **FOLLOWER_CACHES)
         pipeline_kw: dict[str, Any] = {}
         sink: Any = store
         if governance:

@@ -1,9 +1,11 @@
 """The LanceDB store: events, late rewards, quarantine, memories, skills and policy versions."""
 
-from molt.store.lance import FOLLOWER_METADATA_CACHE_BYTES, Store
+from molt.store.lance import FOLLOWER_CACHES, FOLLOWER_INDEX_CACHE_BYTES, FOLLOWER_METADATA_CACHE_BYTES, Store
 from molt.store.query import Trajectory, TrajectorySummary, sql_str
 
 __all__ = [
+    "FOLLOWER_CACHES",
+    "FOLLOWER_INDEX_CACHE_BYTES",
     "FOLLOWER_METADATA_CACHE_BYTES",
     "Store",
     "Trajectory",
