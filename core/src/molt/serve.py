@@ -65,6 +65,13 @@ CONSOLE_KEYS = "console-keys.toml"
 VERSION_POLL_S = 5.0
 #: How often (s) the fault counters are written for ``molt doctor``.
 STATUS_INTERVAL_S = 5.0
+#: How long (s) the server keeps an idle keep-alive connection. uvicorn's default, 5 s, is what httpx
+#: (and so the OpenAI SDK) keeps one on the client side: a client that reuses a connection idle for
+#: just under 5 s can send its request as the server closes it, and gets a reset instead of an answer
+#: (the likely cause of a soak's one ReadError in 390,000 requests: its pool leaves a connection idle
+#: for seconds). The server must keep connections longer than its clients do; 75 s also outlasts the
+#: 60 s idle timeout of common load balancers in front of it.
+KEEP_ALIVE_S = 75
 
 
 def console_keyring(home: Path, *, create: bool) -> tuple[KeyRing | None, str | None]:
@@ -285,6 +292,9 @@ def serve_command(
         min=1000, help="Event ids the capture remembers to drop a retried record of the same event.")] = 200_000,
     max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    keep_alive_s: Annotated[int, typer.Option(
+        min=1, help="Seconds an idle client connection is kept open (longer than clients keep theirs).")
+                            ] = KEEP_ALIVE_S,
     console: Annotated[bool, typer.Option(help="Serve the web console at /console.")] = True,
     evolve_every: Annotated[float, typer.Option(
         "--evolve-every", min=0, help="Run the control plane every SECONDS (0: off).")] = 300.0,
@@ -382,7 +392,8 @@ def serve_command(
     try:
         # uvicorn handles SIGINT / SIGTERM: it stops accepting, finishes in-flight requests (their
         # after-response recording included) and returns here.
-        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False)
+        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False,
+                    timeout_keep_alive=keep_alive_s)
     finally:
         stack.shutdown()
         flushed = recorder.close(timeout=30.0) if recorder is not None else True

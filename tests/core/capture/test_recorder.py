@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from molt.atdp import Event, EventKind, UserMessage
+from molt.atdp.chain import verify_chain
 from molt.capture import MemorySink, Recorder, SinkBatch
 from molt.errors import CaptureError, PayloadTooLarge
 
@@ -154,6 +155,27 @@ def test_dedupe_window_is_bounded_by_dedupe_ids(molt_home) -> None:  # type: ign
     rec.close()
     with pytest.raises(ValueError, match="dedupe_ids"):
         Recorder(sink, spool_dir=molt_home / "spool2", dedupe_ids=10)
+
+
+def test_chain_heads_are_bounded_and_a_forgotten_trajectory_continues_its_chain(molt_home) -> None:  # type: ignore[no-untyped-def]
+    """The Recorder remembers the chain heads of the ``chain_heads`` most recently written trajectories
+    (memory stops growing there); one it forgot gets its head from the sink at its next event, so its
+    chain goes on unbroken."""
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool", chain_heads=100)
+    tids = [rec.new_trajectory() for _ in range(150)]
+    for tid in tids:
+        rec.record(_ev(tid, "first"))
+    assert rec.flush(deliver=True)
+    assert len(rec._heads) == 100 and tids[0] not in rec._heads and tids[-1] in rec._heads
+    rec.record(_ev(tids[0], "second"))
+    assert rec.flush(deliver=True)
+    rec.close()
+    sealed = sink.sealed_events(tids[0])
+    assert [s.seq for s in sealed] == [0, 1] and sealed[1].prev_hash == sealed[0].hash
+    assert verify_chain(tids[0], sealed).ok
+    with pytest.raises(ValueError, match="chain_heads"):
+        Recorder(sink, spool_dir=molt_home / "spool2", chain_heads=10)
 
 
 def test_close_returns_quickly_when_the_sink_hangs(molt_home) -> None:  # type: ignore[no-untyped-def]

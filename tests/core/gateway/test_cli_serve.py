@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +41,16 @@ def test_molt_serve_stub_records_into_the_store(tmp_path: Path) -> None:
                                                                messages=[{"role": "user", "content": "via cli"}])
         assert raw.parse().choices[0].message.content == "echo: via cli"
         tid = raw.headers["x-molt-trajectory"]
+        # An idle keep-alive connection outlives a client's own expiry (httpx: 5 s): with uvicorn's
+        # default the server closed it at 5 s, racing a client that reused it just before.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            req = f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+            sock.sendall(req)
+            first = _response(sock)
+            time.sleep(6)
+            sock.sendall(req)
+            second = _response(sock)
+        assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200"), (first, second)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
@@ -52,6 +63,25 @@ def test_molt_serve_stub_records_into_the_store(tmp_path: Path) -> None:
         assert ev.action.text == "echo: via cli" and ev.metadata.tenant_id == "default"
     finally:
         store.close()
+
+
+def _response(sock: socket.socket) -> bytes:
+    """One HTTP/1.1 response read off ``sock`` (b"" if the server closed the connection)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def test_open_gateway_beyond_loopback_warns(monkeypatch: pytest.MonkeyPatch,

@@ -128,3 +128,25 @@ def test_a_long_trajectory_keeps_its_newest_calls_and_rewards_reach_all(served: 
     r = httpx.post(served.url + "/v1/molt/rewards/last-call", headers=W,
                    json={"trajectory_id": tid, "value": 1.0, "discount": 0.5})
     assert r.json()["event_ids"] == ids[::-1]
+
+
+@pytest.mark.parametrize("capture_process", [False, True])
+def test_the_recorder_remembers_chain_heads_of_as_many_trajectories_as_the_gateway_sessions(
+        tmp_path, capture_process: bool) -> None:  # type: ignore[no-untyped-def]
+    """A trajectory the gateway forgot gets no more calls, so the Recorder (in-process or the capture
+    child) needs its chain head no longer: both bounds are ``max_sessions``."""
+    from molt.backends import StubBackend
+    from molt.gateway import GatewayConfig
+    from molt.gateway.cli import build_gateway
+
+    gw, recorder, store = build_gateway(StubBackend(), home=tmp_path, capture_process=capture_process,
+                                        config=GatewayConfig(max_sessions=500))
+    try:
+        assert gw.config.max_sessions == 500
+        if capture_process:
+            assert b'"chain_heads":500' in recorder._proc.args[-1].encode()
+        else:
+            assert recorder._max_heads == 500
+    finally:
+        recorder.close()
+        store.close()

@@ -137,6 +137,11 @@ class Recorder:
         dedupe_ids: event ids remembered (the newest) so that a retried ``record()`` of an event is
             dropped before sealing (default 200,000; at least 1,000). Memory grows with them, about
             150 bytes an id, until the bound is reached.
+        chain_heads: trajectories whose chain head (last seq and hash) is remembered, the most
+            recently written first (default 200,000; at least 100). A trajectory that was forgotten
+            and gets another event has its head looked up in the sink. About 350 bytes a trajectory
+            until the bound is reached: a gateway passes its ``max_sessions``, the trajectories it can
+            still append to.
         strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
         pipeline: a :class:`~molt.capture.CaptureHook` run on the writer thread before sealing (the
             governance pipeline); ``None`` (default) seals events as recorded. A hook that raises or
@@ -157,6 +162,7 @@ class Recorder:
         retry_max_s: float = 5.0,
         deliver_interval_s: float = 0.0,
         dedupe_ids: int = 200_000,
+        chain_heads: int = 200_000,
         strict: bool = False,
         name: str = "molt",
         pipeline: CaptureHook | None = None,
@@ -167,6 +173,8 @@ class Recorder:
             raise ValueError(f"batch_size must be between 1 and 100,000, got {batch_size}.")
         if dedupe_ids < 1000:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
+        if chain_heads < 100:
+            raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
         if spool_dir is None:
             spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
         self.sink = sink
@@ -214,7 +222,7 @@ class Recorder:
         self._max_recent = dedupe_ids
         self._duplicates = 0
         self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()
-        self._max_heads = 200_000
+        self._max_heads = chain_heads
         self._fresh: set[str] = set()
         self._seed_heads_from_spool()
         self._recovery_end = self._spool.end()  # frames up to here may have been delivered already

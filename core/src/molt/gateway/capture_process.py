@@ -214,6 +214,7 @@ def main() -> None:
     rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
                    deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
                    dedupe_ids=int(config.get("dedupe_ids", 200_000)),
+                   chain_heads=int(config.get("chain_heads", 200_000)),
                    name="molt-gateway-capture", **kwargs)
     capture = Capture(rec)
     # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
@@ -271,19 +272,22 @@ class CaptureProcess:
         max_pending: records held while the pipe is busy before new ones are dropped (default 100,000).
         nice: how much lower the child's CPU priority is (default 10: serving goes first).
         batch_s: how long records may wait to be sent together (default 5 ms; fewer wake-ups).
-        dedupe_ids: the child Recorder's ``dedupe_ids`` (default 200,000).
+        dedupe_ids / chain_heads: the child Recorder's (default 200,000 each).
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
                  *, governance: str | None = None, fsync: str = "always", max_pending: int = 100_000,
                  nice: int = 10, batch_s: float = 0.005, storage_options: dict[str, str] | None = None,
-                 start_timeout_s: float = 60.0, dedupe_ids: int = 200_000):
+                 start_timeout_s: float = 60.0, dedupe_ids: int = 200_000, chain_heads: int = 200_000):
         if dedupe_ids < 1000:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
+        if chain_heads < 100:
+            raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
         config = {"store_uri": str(store_uri or os.path.join(home, "store")),
                   "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
-                  "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids}
+                  "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids,
+                  "chain_heads": chain_heads}
         # A plain subprocess with pipes (not multiprocessing): nothing of the parent is re-imported
         # or pickled, and the child ends by itself when the gateway's end of stdin closes.
         self._proc = subprocess.Popen(

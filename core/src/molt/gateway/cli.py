@@ -82,9 +82,11 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
     this process. ``governance`` is ``None``, ``"default"`` or a policy file. Returns
     ``(gateway, recorder, store)``; the caller closes the recorder, then the store, after the
     gateway. ``model`` is the public model name (default: the backend's model name). ``dedupe_ids``:
-    the Recorder's (event ids remembered to drop retried records).
+    the Recorder's (event ids remembered to drop retried records). The Recorder remembers the chain
+    heads of as many trajectories as the gateway remembers sessions (``config.max_sessions``).
     """
     backends = backend if isinstance(backend, list) else [backend]
+    config = config or GatewayConfig()
     home = home or Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
     recorder: Any = None
     store: Any = None
@@ -92,7 +94,8 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
         from molt.gateway.capture_process import CaptureProcess
 
         uri = str(store_uri or home / "store")
-        recorder = CaptureProcess(uri, home / "spool", governance=governance, dedupe_ids=dedupe_ids)
+        recorder = CaptureProcess(uri, home / "spool", governance=governance, dedupe_ids=dedupe_ids,
+                                  chain_heads=config.max_sessions)
         from molt.store import FOLLOWER_CACHES, Store
 
         # read side (reward lookups for forgotten calls; molt serve's console and control plane):
@@ -111,7 +114,8 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
             pipeline_kw["pipeline"] = (GovernancePipeline() if governance == "default"
                                        else GovernancePipeline.from_file(governance))
             sink = GovernedSink(store)
-        recorder = Recorder(sink, spool_dir=home / "spool", name="molt-gateway", dedupe_ids=dedupe_ids, **pipeline_kw)
+        recorder = Recorder(sink, spool_dir=home / "spool", name="molt-gateway", dedupe_ids=dedupe_ids,
+                            chain_heads=config.max_sessions, **pipeline_kw)
     keyring = None
     if keys:
         from molt.governance.access import KeyRing
