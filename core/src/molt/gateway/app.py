@@ -346,8 +346,11 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             gauges.append(("molt_gateway_capture_failures", "Calls whose events could not be built.", {},
                            float(gw.capture.failed)))
         if gw.store is not None and hasattr(gw.store, "cache_bytes"):  # LanceDB caches of this process
+            # asked on a worker thread like the recorder's counters: a call into LanceDB, which weighs
+            # its caches' entries (the loop must not wait on it)
+            held = await run_in_threadpool(gw.store.cache_bytes)
             gauges.append(("molt_store_cache_bytes", "Bytes held by the gateway process's LanceDB caches "
-                           "(index + metadata; bounded).", {}, float(gw.store.cache_bytes())))
+                           "(index + metadata; bounded).", {}, float(held)))
         return Response(gw.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # ---------------------------------------------------------------- feedback
