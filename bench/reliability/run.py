@@ -713,7 +713,6 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
             rss.append((time.monotonic(), done, own / 2**20, children / 2**20))
 
         res = asyncio.run(_load(url, soak_s, concurrency, sample))
-        done_polling.set()
         server_lag = _server_gauge(url, "molt_gateway_event_loop_lag_max_seconds")
     finally:
         done_polling.set()
@@ -745,13 +744,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     ]
     for col, who in ((2, "serving process"), (3, "capture child")):
         peak = max(r[col] for r in rss)
-        slope = _slope([r[1] for r in warm], [r[col] for r in warm]) * 1000
-        # Levelling off: the median RSS of the last tenth of the measured part against that of the tenth
-        # ending at its middle (medians: the child's compaction peaks last seconds).
-        mid, end = _window(warm, col, 0.5), _window(warm, col, 1.0)
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
-                     f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {slope:+.2f} MiB per 1k requests; "
-                     f"{end - mid:+.1f} MiB ({mid:.0f} → {end:.0f}, medians)", "flat"))
+                     f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {_growth(warm, col)}", "flat"))
     # The serving process's LanceDB caches are bounded (molt.store.FOLLOWER_CACHES): growth that is
     # theirs levels off at the bound. The same figures for its RSS less the caches (the cache sample
     # nearest each RSS sample; they are taken every 10 s and move slowly) show the rest of the process.
@@ -759,19 +753,25 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
         def cache_at(t: float) -> float:
             return min(caches, key=lambda c: abs(c[0] - t))[1]
         net = [(r[0], r[1], r[2] - cache_at(r[0]), r[3]) for r in warm]
-        slope = _slope([r[1] for r in net], [r[2] for r in net]) * 1000
-        mid, end = _window(net, 2, 0.5), _window(net, 2, 1.0)
         rows += [
             (s, "serving process's LanceDB caches after warm-up → end (bound)",
              f"{cache_at(warm[0][0]):.1f} → {cache_at(warm[-1][0]):.1f} MiB "
              f"({sum(FOLLOWER_CACHES.values()) / 2**20:.0f})", "≤ bound"),
             (s, "serving process RSS less its LanceDB caches: after warm-up → end; growth; over its second half",
-             f"{net[0][2]:.0f} → {net[-1][2]:.0f} MiB; {slope:+.2f} MiB per 1k requests; "
-             f"{end - mid:+.1f} MiB ({mid:.0f} → {end:.0f}, medians)", "flat")]
+             f"{net[0][2]:.0f} → {net[-1][2]:.0f} MiB; {_growth(net, 2)}", "flat")]
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
                   "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
                   "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss,
                   "serving_cache_mb": caches}
+
+
+def _growth(samples: list[tuple[float, int, float, float]], col: int) -> str:
+    """Column ``col``'s least-squares slope in MiB per 1,000 requests, and its levelling off: the median
+    of the last tenth of the samples against that of the tenth ending at their middle (medians: the
+    child's compaction peaks last seconds)."""
+    slope = _slope([r[1] for r in samples], [r[col] for r in samples]) * 1000
+    mid, end = _window(samples, col, 0.5), _window(samples, col, 1.0)
+    return f"{slope:+.2f} MiB per 1k requests; {end - mid:+.1f} MiB ({mid:.0f} → {end:.0f}, medians)"
 
 
 def _window(samples: list[tuple[float, int, float, float]], col: int, at: float) -> float:

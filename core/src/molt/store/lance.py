@@ -21,9 +21,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import lancedb
@@ -65,8 +66,8 @@ FOLLOWER_INDEX_CACHE_BYTES = 16 << 20
 
 #: ``Store.open(uri, **FOLLOWER_CACHES)``: both bounds, for a long-lived process that reads tables
 #: another process keeps appending to.
-FOLLOWER_CACHES: dict[str, int] = {"index_cache_bytes": FOLLOWER_INDEX_CACHE_BYTES,
-                                   "metadata_cache_bytes": FOLLOWER_METADATA_CACHE_BYTES}
+FOLLOWER_CACHES: Mapping[str, int] = MappingProxyType({"index_cache_bytes": FOLLOWER_INDEX_CACHE_BYTES,
+                                                       "metadata_cache_bytes": FOLLOWER_METADATA_CACHE_BYTES})
 
 
 class Store:
