@@ -22,6 +22,15 @@ class Result:
 _capsys: pytest.CaptureFixture[str] | None = None
 
 
+
+@pytest.mark.parametrize("args", [["serve", "--capture-recycle", "5"], ["serve", "--max-sessions", "5"],
+                                  ["serve", "--port", "many"]])
+def test_an_invalid_option_value_is_one_usage_line_and_status_2(molt_home: Path, args: list[str]) -> None:
+    r = molt(*args, home=molt_home, check=False)
+    assert r.returncode == 2 and "Invalid value" in r.stderr and args[1] in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 @pytest.fixture(autouse=True)
 def _wide_terminal(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     global _capsys

@@ -412,12 +412,16 @@ def run(argv: list[str] | None = None) -> int:
         rv = app(args, prog_name="molt", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         err_console.print("aborted")
         return 130
-    except click.ClickException as exc:
-        exc.show()
-        return int(exc.exit_code)
+    except (click.ClickException, typer.TyperException) as exc:  # typer ≥ 0.2x raises its own copy of click's
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return int(getattr(exc, "exit_code", 2))
     except (MoltError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         return 2

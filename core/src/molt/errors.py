@@ -11,7 +11,8 @@ Every error Molt raises derives from one root, so callers can catch ``MoltError`
     ├── StoreError                         the LanceDB store cannot be opened, read or written
     │   └── NotFound (KeyError)            an id that is not in the store
     ├── CaptureError                       the Recorder or its spool is unusable (never raised into
-    │                                      agent code unless the Recorder runs in strict mode)
+    │   │                                  agent code unless the Recorder runs in strict mode)
+    │   └── SpoolInUse                     another Recorder holds the spool directory's lock
     ├── GovernanceError                    a governance stage failed
     │   ├── PolicyViolation                a record breaks a tenant's policy
     │   ├── AuthenticationError            no API key, or one that is not known (HTTP 401)
@@ -46,6 +47,7 @@ __all__ = [
     "RegistryError",
     "ReplayError",
     "SchemaVersionError",
+    "SpoolInUse",
     "StoreError",
 ]
 
@@ -141,6 +143,10 @@ class NotFound(StoreError, KeyError):
 
 class CaptureError(MoltError):
     """The Recorder or its spool is unusable."""
+
+
+class SpoolInUse(CaptureError):
+    """Another Recorder (in this process or another) holds the spool directory's lock."""
 
 
 class GovernanceError(MoltError):

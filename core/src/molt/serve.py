@@ -51,6 +51,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from molt.gateway.capture_process import RECYCLE_AFTER
 from molt.gateway.cli import build_gateway, is_loopback, make_backend, tune_process
 from molt.gateway.service import GatewayConfig
 from molt.governance.access import KeyRing, Role, generate_key, hash_key
@@ -72,6 +73,12 @@ STATUS_INTERVAL_S = 5.0
 #: for seconds). The server must keep connections longer than its clients do; 75 s also outlasts the
 #: 60 s idle timeout of common load balancers in front of it.
 KEEP_ALIVE_S = 75
+
+
+def _recycle_count(value: int) -> int:
+    if 0 < value < 1000:
+        raise typer.BadParameter(f"must be 0 (never) or at least 1,000, got {value}.")
+    return value
 
 
 def console_keyring(home: Path, *, create: bool) -> tuple[KeyRing | None, str | None]:
@@ -290,6 +297,10 @@ def serve_command(
         min=1, help="Seconds an unused session, trajectory or answer is remembered (orphaned runs go).")] = 1800.0,
     dedupe_ids: Annotated[int, typer.Option(
         min=1000, help="Event ids the capture remembers to drop a retried record of the same event.")] = 200_000,
+    capture_recycle: Annotated[int, typer.Option(
+        min=0, callback=_recycle_count,
+        help="Replace the capture process with a fresh one after this many records (0: never); it hands "
+             "its spool over, nothing is lost.")] = RECYCLE_AFTER,
     max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
     keep_alive_s: Annotated[int, typer.Option(
@@ -325,7 +336,8 @@ def serve_command(
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
                            max_sessions=max_sessions, session_idle_s=session_idle_s)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
-                                     capture_process=capture_process, governance=governance, dedupe_ids=dedupe_ids)
+                                     capture_process=capture_process, governance=governance, dedupe_ids=dedupe_ids,
+                                     capture_recycle=capture_recycle)
     # One store object for the console, the control plane and the trainer: what one writes (a
     # rollback, a new version) the others read at once; the console also checks out what the capture
     # process wrote.

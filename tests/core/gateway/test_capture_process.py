@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,49 @@ def test_gateway_with_a_capture_process(tmp_path: Path) -> None:
             assert not proc.alive and proc.stats.dropped_queue_full >= 1
     finally:
         proc.close(timeout=5)
+
+
+def _call(tid: str, k: int) -> CallRecord:
+    from molt.atdp.ids import new_id
+    from molt.backends.base import Choice, Result, Usage
+
+    return CallRecord(
+        endpoint="chat.completions", event_ids=[new_id()], trajectory_id=tid, session_id=f"s-{tid}", parent_id=None,
+        tenant_id="acme", agent_id="recycle", public_model="stub", decision=None, started=time.time(),
+        messages=[{"role": "user", "content": f"call {k}"}], sampling={"temperature": 1.0},
+        result=Result(choices=[Choice(index=0, text=f"reply {k}", finish_reason="stop", token_ids=None)],
+                      model="stub", usage=Usage(3, 2)),
+        latency_ms=1.0, key_name="load")
+
+
+def test_a_recycled_capture_process_hands_its_spool_over_with_nothing_lost_or_doubled(tmp_path: Path) -> None:
+    """Every ``recycle_after`` records the child is replaced by a fresh one (its memory stays bounded
+    in a long run). Conversations that span several children keep one unbroken chain each, every call
+    is stored exactly once, and the counters carry over instead of starting again at zero."""
+    calls, n_traj, recycle = 3_600, 40, 1_000
+    proc = CaptureProcess(tmp_path / "store", tmp_path / "spool", fsync="never", recycle_after=recycle)
+    pids = {proc._proc.pid}
+    tids = [proc.new_trajectory() for _ in range(n_traj)]
+    try:
+        for k in range(calls):  # round robin: every conversation has calls in every child
+            proc.submit(_call(tids[k % n_traj], k))
+            pids.add(proc._proc.pid)
+            if k % 500 == 250:  # a request in flight postpones a recycle; it must still come
+                proc.stats  # noqa: B018 - asks the child
+        deadline = time.monotonic() + 60  # the last recycle may wait for the stats request above
+        while proc.recycled < calls // recycle and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.flush(timeout=60, deliver=True)
+        pids.add(proc._proc.pid)
+    finally:
+        assert proc.close(timeout=60)
+    assert proc.recycled == calls // recycle and len(pids) == proc.recycled + 1
+    stats = proc.stats
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        events = store.table("events").to_arrow().select(["event_id", "trajectory_id", "seq"]).to_pylist()
+        assert len(events) == calls and len({e["event_id"] for e in events}) == calls
+        for tid in tids:
+            assert sorted(e["seq"] for e in events if e["trajectory_id"] == tid) == list(range(calls // n_traj))
+            assert store.verify(tid).ok
+    assert stats.enqueued == calls and stats.delivered == calls, stats
+    assert stats.dropped_queue_full == 0 and stats.duplicates == 0 and proc.failed == 0

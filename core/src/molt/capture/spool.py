@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from molt.errors import CaptureError
+from molt.errors import CaptureError, SpoolInUse
 
 __all__ = ["FRAME_EVENT", "FRAME_QUARANTINE", "FRAME_REWARD", "FsyncPolicy", "Spool", "SpoolPosition"]
 
@@ -317,7 +317,7 @@ def _lock_directory(directory: Path) -> Any:
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
-        raise CaptureError(
+        raise SpoolInUse(
             f"The spool {directory} is in use by {holder}; give each Recorder its own spool_dir.") from None
     fh.seek(0)
     fh.truncate()

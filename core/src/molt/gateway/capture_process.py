@@ -13,10 +13,12 @@ It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_tr
 child dies, records are counted as dropped and the gateway keeps serving. Durability is the child
 Recorder's: a record is acknowledged once its spool has it.
 
-The child runs for as long as the gateway, appending small batches all the while, so it keeps its
-memory flat: LanceDB's caches get a writer's bounds (each append is a new table version, and the
-metadata cache otherwise fills with the manifests of superseded versions), and glibc's allocator
-is told to return the large buffers compaction allocates (see :func:`bound_native_heap`).
+The child appends small batches for as long as the gateway runs, so it keeps its memory bounded:
+LanceDB's caches get a writer's bounds (each append is a new table version, and the metadata cache
+otherwise fills with the manifests of superseded versions), glibc's allocator is told to return the
+large buffers compaction allocates (see :func:`bound_native_heap`), and after ``recycle_after``
+records the child is replaced by a fresh one that takes its spool over (what is left grows slowly
+in native code; see :data:`RECYCLE_AFTER`).
 
 Example::
 
@@ -56,6 +58,12 @@ log = logging.getLogger("molt.gateway")
 
 _CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", b"F", b"S", b"Q"
 _LEN = struct.Struct("<I")
+_RECORDS = frozenset((_CALL, _EVENT, _REWARD))  # what counts towards recycling the child
+_FINAL = "final"  # id of the stats a child sends as it exits
+#: RecorderStats fields that count since the Recorder opened (the rest are gauges of the live child):
+#: a recycled child's last values are added to its successors', so the gateway's counters never go back.
+_COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dropped_spool_full", "quarantined",
+             "duplicates", "sink_errors", "writer_errors", "capture_failed")
 # The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
 # needs the current version's metadata and a few index pages, not a reader's caches. Both caches
 # fill with entries of superseded versions (compaction rewrites the indices), tens of KB of
@@ -63,6 +71,12 @@ _LEN = struct.Struct("<I")
 # this, and molt.store's FOLLOWER_METADATA_CACHE_BYTES (4 MiB; it was 16, which a 10-minute soak
 # was still filling).
 WRITER_INDEX_CACHE_BYTES = 4 << 20
+#: Records after which :class:`CaptureProcess` replaces its child with a fresh one. With its caches
+#: and heap bounded the child still grows by ~40 bytes a request in a soak (1 MiB a minute at 350
+#: requests a second), in native allocations on LanceDB's threads that no profile here could attribute
+#: (see bench/reliability/README.md). A fresh child costs a second or two of start-up at low priority;
+#: 100,000 records is ~5 minutes at that load, ~4 MiB of growth between replacements.
+RECYCLE_AFTER = 100_000
 
 
 # ------------------------------------------------------------------------------------------ wire
@@ -185,6 +199,7 @@ def main() -> None:
     import sys
 
     from molt.capture import Recorder
+    from molt.errors import SpoolInUse
     from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
 
     config = orjson.loads(sys.argv[1])
@@ -211,11 +226,21 @@ def main() -> None:
         sink = GovernedSink(store)
     # Appends gathered for a quarter of a second: at gateway rates a write per spooled batch made ~30
     # LanceDB versions a second, and memory, compaction and disk all grow with versions.
-    rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
-                   deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
-                   dedupe_ids=int(config.get("dedupe_ids", 200_000)),
-                   chain_heads=int(config.get("chain_heads", 200_000)),
-                   name="molt-gateway-capture", **kwargs)
+    # A child that replaces a recycled one waits for it to hand over the spool (its lock is released
+    # once everything it was sent is durable there); a first child fails at once on a busy spool.
+    spool_deadline = time.monotonic() + float(config.get("spool_wait_s", 0.0))
+    while True:
+        try:
+            rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
+                           deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
+                           dedupe_ids=int(config.get("dedupe_ids", 200_000)),
+                           chain_heads=int(config.get("chain_heads", 200_000)),
+                           name="molt-gateway-capture", **kwargs)
+            break
+        except SpoolInUse:
+            if time.monotonic() >= spool_deadline:
+                raise
+            time.sleep(0.02)
     capture = Capture(rec)
     # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
     # Recorder keeps that set for its own new_trajectory(); ids made on the gateway side join it.
@@ -254,8 +279,14 @@ def main() -> None:
             except Exception:  # one bad record never stops capture
                 log.exception("The capture process could not handle a %r record.", kind)
     finally:
-        rec.close(timeout=float(config.get("close_timeout", 10.0)))
+        done = rec.close(timeout=float(config.get("close_timeout", 10.0)))
         store.close()
+        # Last words for a parent that recycles this process: its counters, to carry over.
+        final = asdict(rec.stats)
+        final["capture_failed"] = capture.failed
+        with contextlib.suppress(OSError, ValueError):
+            stdout.write(_frame(_STATS, orjson.dumps({"id": _FINAL, "ok": done, "stats": final})))
+            stdout.flush()
 
 
 # ------------------------------------------------------------------------------------------ parent
@@ -273,26 +304,30 @@ class CaptureProcess:
         nice: how much lower the child's CPU priority is (default 10: serving goes first).
         batch_s: how long records may wait to be sent together (default 5 ms; fewer wake-ups).
         dedupe_ids / chain_heads: the child Recorder's (default 200,000 each).
+        recycle_after: replace the child with a fresh one after it was sent this many records
+            (calls, events, rewards; default 100,000; ``0`` never). See :data:`RECYCLE_AFTER`.
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
                  *, governance: str | None = None, fsync: str = "always", max_pending: int = 100_000,
                  nice: int = 10, batch_s: float = 0.005, storage_options: dict[str, str] | None = None,
-                 start_timeout_s: float = 60.0, dedupe_ids: int = 200_000, chain_heads: int = 200_000):
+                 start_timeout_s: float = 60.0, dedupe_ids: int = 200_000, chain_heads: int = 200_000,
+                 recycle_after: int = RECYCLE_AFTER):
         if dedupe_ids < 1000:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
         if chain_heads < 100:
             raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
+        if recycle_after and recycle_after < 1000:
+            raise ValueError(f"recycle_after must be 0 (never) or at least 1,000, got {recycle_after}.")
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
-        config = {"store_uri": str(store_uri or os.path.join(home, "store")),
-                  "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
-                  "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids,
-                  "chain_heads": chain_heads}
-        # A plain subprocess with pipes (not multiprocessing): nothing of the parent is re-imported
-        # or pickled, and the child ends by itself when the gateway's end of stdin closes.
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from molt.gateway.capture_process import main; main()",
-             orjson.dumps(config).decode()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self._config: dict[str, Any] = {
+            "store_uri": str(store_uri or os.path.join(home, "store")),
+            "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
+            "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids,
+            "chain_heads": chain_heads}
+        self.start_timeout_s = start_timeout_s
+        self.recycle_after = recycle_after
+        self._proc = self._spawn(self._config)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._stdin = self._proc.stdin
         self._stdout_fd = self._proc.stdout.fileno()
@@ -306,16 +341,31 @@ class CaptureProcess:
         self._dropped = 0
         self._request_lock = threading.Lock()
         self._last_stats: dict[str, Any] = {}
+        # recycling: records sent to the current child; counters of the children replaced; their reapers
+        self._to_child = 0
+        self.recycled = 0
+        self._carried: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._carried_lock = threading.Lock()
+        self._reapers: list[threading.Thread] = []
         self._sender = threading.Thread(target=self._send_loop, name="molt-capture-sender", daemon=True)
         self._sender.start()
         if not self.flush(timeout=start_timeout_s):
             log.warning("The capture process did not answer within %.0f s; records wait in its pipe.", start_timeout_s)
 
+    @staticmethod
+    def _spawn(config: dict[str, Any]) -> subprocess.Popen[bytes]:
+        # A plain subprocess with pipes (not multiprocessing): nothing of the parent is re-imported
+        # or pickled, and the child ends by itself when the gateway's end of stdin closes.
+        return subprocess.Popen(
+            [sys.executable, "-c", "from molt.gateway.capture_process import main; main()",
+             orjson.dumps(config).decode()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+
     # ------------------------------------------------------------------ the Recorder surface
 
     def _put(self, kind: bytes, payload: bytes) -> bool:
         if self._closed or len(self._pending) >= self.max_pending or self._proc.poll() is not None:
-            self._dropped += 1
+            if kind in _RECORDS:  # a request (stats after close) or a hint is not a lost record
+                self._dropped += 1
             return False
         self._pending.append(_frame(kind, payload))
         # The sender wakes by itself every batch_s; only requests and bursts wake it at once.
@@ -389,6 +439,10 @@ class CaptureProcess:
         s.pop("capture_failed", None)
         base: dict[str, Any] = dict.fromkeys(RecorderStats.__dataclass_fields__, 0)
         base.update({k: v for k, v in s.items() if k in base})
+        with self._carried_lock:  # what the children recycled before this one counted
+            for k in _COUNTERS:
+                if k in base:
+                    base[k] = int(base[k] or 0) + self._carried[k]
         base["dropped_queue_full"] = int(base.get("dropped_queue_full") or 0) + self._dropped
         base["pending_in_queue"] = int(base.get("pending_in_queue") or 0) + len(self._pending)
         if base.get("last_error") == 0:
@@ -398,7 +452,7 @@ class CaptureProcess:
     @property
     def failed(self) -> int:
         """Calls that could not be recorded (dropped here, or failed to build in the child)."""
-        return self._dropped + int(self._last_stats.get("capture_failed") or 0)
+        return self._dropped + self._carried["capture_failed"] + int(self._last_stats.get("capture_failed") or 0)
 
     @property
     def alive(self) -> bool:
@@ -423,6 +477,8 @@ class CaptureProcess:
             self._proc.wait(5)
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+        for reaper in self._reapers:  # a recycled child handed its spool over before this one started
+            reaper.join(timeout)
         return ok
 
     # ------------------------------------------------------------------ sender thread
@@ -435,6 +491,8 @@ class CaptureProcess:
                     return
                 self._wake.wait(self.batch_s)
                 self._wake.clear()
+                if self.recycle_after and self._to_child >= self.recycle_after and not self._closed:
+                    self._recycle()  # postponed by a request in flight, and no traffic since
                 continue
             batch = []
             size = 0
@@ -442,6 +500,10 @@ class CaptureProcess:
                 f = q.popleft()
                 batch.append(f)
                 size += len(f)
+                if self.recycle_after and f[4:5] in _RECORDS:
+                    self._to_child += 1
+                    if self._to_child >= self.recycle_after:
+                        break  # the next records go to the next child
             try:
                 self._stdin.write(b"".join(batch))  # releases the GIL while the pipe drains
                 self._sent += len(batch)
@@ -449,6 +511,77 @@ class CaptureProcess:
                 self._dropped += len(batch)
                 if self._proc.poll() is not None:
                     log.error("The capture process is gone; %d records were dropped.", len(batch))
+                continue
+            if self.recycle_after and self._to_child >= self.recycle_after and not self._closed:
+                self._recycle()
+
+    # ------------------------------------------------------------------ recycling
+
+    def _recycle(self) -> None:
+        """Hand the spool to a fresh child: the old one gets end-of-input, makes what it was sent
+        durable, delivers what the store takes in its close timeout, releases the spool and exits;
+        the new one takes the spool over (delivering what is left there) and gets every record from
+        now on, which wait in its pipe and in ``_pending`` meanwhile. Nothing acknowledged is lost and
+        nothing is written twice: one spool, one owner at a time. Runs on the sender thread, so the
+        order of records is kept; a request waiting for the old child's reply postpones it."""
+        if not self._request_lock.acquire(blocking=False):
+            return
+        try:
+            old = self._proc
+            if old.poll() is not None:
+                return  # a dead child is not replaced here (its records are counted as dropped)
+            try:
+                new = self._spawn({**self._config, "spool_wait_s": self.start_timeout_s})
+            except OSError as exc:
+                log.warning("Could not start a new capture process (the current one goes on): %r", exc)
+                self._to_child = 0
+                return
+            assert new.stdin is not None and new.stdout is not None
+            self._proc, self._stdin, self._stdout_fd, self._reply_buf = new, new.stdin, new.stdout.fileno(), b""
+            self._to_child = 0
+            self.recycled += 1
+        finally:
+            self._request_lock.release()
+        with contextlib.suppress(OSError):
+            assert old.stdin is not None
+            old.stdin.close()
+        reaper = threading.Thread(target=self._reap, args=(old,), name="molt-capture-reaper", daemon=True)
+        reaper.start()
+        self._reapers = [t for t in self._reapers if t.is_alive()] + [reaper]
+
+    def _reap(self, old: subprocess.Popen[bytes]) -> None:
+        """Wait for a recycled child to exit and carry its counters over (from its last words)."""
+        assert old.stdout is not None
+        fd, buf, final = old.stdout.fileno(), b"", None
+        deadline = time.monotonic() + self.start_timeout_s + 60.0
+        try:
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([fd], [], [], 1.0)
+                if ready:
+                    data = os.read(fd, 65536)
+                    if not data:
+                        break
+                    buf += data
+            else:
+                log.error("A recycled capture process did not exit in time; killing it (its spool is intact).")
+                old.kill()
+            old.wait(10)
+        finally:
+            old.stdout.close()
+        while len(buf) >= 4:
+            (n,) = _LEN.unpack_from(buf)
+            body, buf = buf[4:4 + n], buf[4 + n:]
+            if body[:1] == _STATS:
+                reply = orjson.loads(body[1:])
+                if reply.get("id") == _FINAL:
+                    final = reply["stats"]
+        if final is None:
+            log.error("A recycled capture process (exit code %s) sent no counters; they are lost to stats.",
+                      old.returncode)
+            return
+        with self._carried_lock:
+            for k in _COUNTERS:
+                self._carried[k] += int(final.get(k) or 0)
 
     def __enter__(self) -> CaptureProcess:
         return self

@@ -74,7 +74,8 @@ def make_backend(kind: str, *, model: str | None = None, upstream_url: str | Non
 def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None = None, record: bool = True,
                   home: Path | None = None, store_uri: str | None = None, keys: str | None = None,
                   config: GatewayConfig | None = None, capture_process: bool = True,
-                  governance: str | None = None, dedupe_ids: int = 200_000) -> tuple[Gateway, Any, Any]:
+                  governance: str | None = None, dedupe_ids: int = 200_000,
+                  capture_recycle: int | None = None) -> tuple[Gateway, Any, Any]:
     """A gateway over ``backend`` recording into the store (unless ``record`` is off).
 
     With ``capture_process`` (the default) events are built, governed and written by a child
@@ -84,6 +85,8 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
     gateway. ``model`` is the public model name (default: the backend's model name). ``dedupe_ids``:
     the Recorder's (event ids remembered to drop retried records). The Recorder remembers the chain
     heads of as many trajectories as the gateway remembers sessions (``config.max_sessions``).
+    ``capture_recycle``: records after which the capture process is replaced by a fresh one (default
+    :data:`~molt.gateway.capture_process.RECYCLE_AFTER`; 0: never).
     """
     backends = backend if isinstance(backend, list) else [backend]
     config = config or GatewayConfig()
@@ -91,11 +94,12 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
     recorder: Any = None
     store: Any = None
     if record and capture_process:
-        from molt.gateway.capture_process import CaptureProcess
+        from molt.gateway.capture_process import RECYCLE_AFTER, CaptureProcess
 
         uri = str(store_uri or home / "store")
         recorder = CaptureProcess(uri, home / "spool", governance=governance, dedupe_ids=dedupe_ids,
-                                  chain_heads=config.max_sessions)
+                                  chain_heads=config.max_sessions,
+                                  recycle_after=RECYCLE_AFTER if capture_recycle is None else capture_recycle)
         from molt.store import FOLLOWER_CACHES, Store
 
         # read side (reward lookups for forgotten calls; molt serve's console and control plane):
