@@ -178,6 +178,44 @@ def test_chain_heads_are_bounded_and_a_forgotten_trajectory_continues_its_chain(
         Recorder(sink, spool_dir=molt_home / "spool2", chain_heads=10)
 
 
+class LookupDownSink(MemorySink):
+    """Answers chain-head lookups only while ``up``."""
+
+    up = True
+
+    def chain_head(self, trajectory_id: str) -> tuple[int, str] | None:
+        if not self.up:
+            raise ConnectionError("store unreachable")
+        return super().chain_head(trajectory_id)
+
+
+def test_a_forgotten_trajectory_is_not_restarted_at_genesis_while_its_head_cannot_be_looked_up(molt_home) -> None:  # type: ignore[no-untyped-def]
+    """A trajectory whose head the Recorder forgot (or never knew: a new capture process after a
+    recycle) gets an event while the sink cannot answer: sealing it at GENESIS would fork the chain
+    (a second seq 0). It is quarantined whole instead, and the chain goes on once the sink answers."""
+    sink = LookupDownSink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool", chain_heads=100)
+    tids = [rec.new_trajectory() for _ in range(150)]
+    for tid in tids:
+        rec.record(_ev(tid, "first"))
+    assert rec.flush(deliver=True)
+    assert tids[0] not in rec._heads
+    sink.up = False
+    lost = _ev(tids[0], "during the outage")
+    rec.record(lost)
+    assert rec.flush(deliver=True)
+    sink.up = True
+    rec.record(_ev(tids[0], "after"))
+    assert rec.flush(deliver=True)
+    rec.close()
+    sealed = sink.sealed_events(tids[0])
+    assert [s.seq for s in sealed] == [0, 1] and verify_chain(tids[0], sealed).ok
+    assert rec.stats.quarantined == 1
+    (q,) = sink.quarantine
+    assert q["event_id"] == lost.event_id and "could not be looked up" in q["reason"]
+    assert Event.model_validate_json(q["record"]).action.content == "during the outage"  # nothing lost
+
+
 def test_close_returns_quickly_when_the_sink_hangs(molt_home) -> None:  # type: ignore[no-untyped-def]
     sink = BlockingSink()
     rec = Recorder(sink, spool_dir=molt_home / "spool")

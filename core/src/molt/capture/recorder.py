@@ -425,6 +425,8 @@ class Recorder:
                              hash=sealed.hash).encode()
             check_size(body, limit=self.max_record_bytes + 4096, what="event",
                        trajectory_id=tid, event_id=event.event_id)
+        except _HeadUnknown as exc:
+            return self._quarantine_frame(event, "capture", str(exc), record=_raw_record(event)), None
         except MoltError as exc:
             return self._quarantine_frame(event, "capture", str(exc)), None
         except Exception as exc:  # a bug or an unserializable value: quarantine, never raise
@@ -479,6 +481,10 @@ class Recorder:
                 self._sink_errors += 1
                 self._last_error = f"chain head lookup failed: {exc!r}"
                 log.warning("Molt could not look up the chain head of %s: %r", tid, exc)
+                # Sealing at GENESIS would start a second chain (seq 0 again) for a trajectory the
+                # sink may hold: the event is quarantined, whole, instead; the next one asks again.
+                raise _HeadUnknown(f"the chain head of trajectory {tid} could not be looked up ({exc!r}); "
+                                   f"the event was not sealed, so that its chain does not fork") from exc
         return found if found is not None else (-1, GENESIS)
 
     def _prefetch_heads(self, items: list[Any]) -> None:
@@ -663,6 +669,10 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _HeadUnknown(CaptureError):
+    """A trajectory's chain head could not be looked up in the sink (it is unreachable)."""
 
 
 #: Largest record a quarantine frame keeps (the spool reads frames in 16 MiB chunks).
