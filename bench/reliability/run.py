@@ -659,6 +659,7 @@ MAX_SESSIONS = 2_000
 def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tuple[list[Row], dict[str, Any]]:
     import psutil
 
+    from molt.gateway.capture_process import RECYCLE_AFTER
     from molt.store import FOLLOWER_CACHES
 
     home = work / "soak-home"
@@ -714,6 +715,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
 
         res = asyncio.run(_load(url, soak_s, concurrency, sample))
         server_lag = _server_gauge(url, "molt_gateway_event_loop_lag_max_seconds")
+        recycled = int(_server_gauge(url, "molt_capture_recycled"))
     finally:
         done_polling.set()
         with contextlib.suppress(ProcessLookupError):
@@ -746,6 +748,11 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
         peak = max(r[col] for r in rss)
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
                      f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {_growth(warm, col)}", "flat"))
+    # molt serve replaces its capture child every RECYCLE_AFTER records; while the old one hands the
+    # spool over both are alive, so the children's sum peaks for a few seconds at each replacement.
+    rows.append((s, f"capture child replaced by a fresh one (every {RECYCLE_AFTER:,} records); "
+                    f"2-minute medians of the children's RSS after warm-up: lowest – highest",
+                 f"{recycled} times; {_medians_range(warm, 3, 120.0)}", ""))
     # The serving process's LanceDB caches are bounded (molt.store.FOLLOWER_CACHES): growth that is
     # theirs levels off at the bound. The same figures for its RSS less the caches (the cache sample
     # nearest each RSS sample; they are taken every 10 s and move slowly) show the rest of the process.
@@ -762,7 +769,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
                   "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
                   "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss,
-                  "serving_cache_mb": caches}
+                  "serving_cache_mb": caches, "capture_recycled": recycled}
 
 
 def _growth(samples: list[tuple[float, int, float, float]], col: int) -> str:
@@ -772,6 +779,15 @@ def _growth(samples: list[tuple[float, int, float, float]], col: int) -> str:
     slope = _slope([r[1] for r in samples], [r[col] for r in samples]) * 1000
     mid, end = _window(samples, col, 0.5), _window(samples, col, 1.0)
     return f"{slope:+.2f} MiB per 1k requests; {end - mid:+.1f} MiB ({mid:.0f} → {end:.0f}, medians)"
+
+
+def _medians_range(samples: list[tuple[float, int, float, float]], col: int, width_s: float) -> str:
+    """The lowest and highest median of column ``col`` over consecutive windows of ``width_s`` seconds."""
+    windows: dict[int, list[float]] = {}
+    for r in samples:
+        windows.setdefault(int((r[0] - samples[0][0]) // width_s), []).append(r[col])
+    medians = [statistics.median(v) for v in windows.values()]
+    return f"{min(medians):.0f} – {max(medians):.0f} MiB"
 
 
 def _window(samples: list[tuple[float, int, float, float]], col: int, at: float) -> float:

@@ -68,6 +68,8 @@ def test_gateway_with_a_capture_process(tmp_path: Path) -> None:
             assert proc.flush(timeout=30, deliver=True)
             stats = httpx.get(srv.url + "/health", headers=W).json()["recorder"]
             assert stats["delivered"] >= 5 and stats["dropped"] == 0
+            metrics = httpx.get(srv.url + "/metrics", headers={"authorization": "Bearer sk-acme-admin"}).text
+            assert "\nmolt_capture_recycled 0" in metrics and "\nmolt_recorder_delivered " in metrics
 
             store = Store.open(tmp_path / "store", auto_compact=False)
             traj = store.trajectory(tid)

@@ -342,6 +342,9 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             for k, v in s.as_dict().items():
                 if isinstance(v, int):
                     gauges.append(("molt_recorder_" + k, f"Recorder counter {k}.", {}, float(v)))
+        if isinstance(recycled := getattr(gw.recorder, "recycled", None), int):  # a CaptureProcess
+            gauges.append(("molt_capture_recycled", "Capture processes replaced by a fresh one (after "
+                           "recycle_after records).", {}, float(recycled)))
         if gw.capture is not None:
             gauges.append(("molt_gateway_capture_failures", "Calls whose events could not be built.", {},
                            float(gw.capture.failed)))
