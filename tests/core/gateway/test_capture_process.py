@@ -133,3 +133,34 @@ def test_a_recycled_capture_process_hands_its_spool_over_with_nothing_lost_or_do
             assert store.verify(tid).ok
     assert stats.enqueued == calls and stats.delivered == calls, stats
     assert stats.dropped_queue_full == 0 and stats.duplicates == 0 and proc.failed == 0
+
+
+def test_a_replacement_child_waits_for_a_store_that_is_down(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The child is replaced while the store cannot be opened (an object store's outage): the new one
+    keeps trying instead of dying, the records meanwhile wait, and everything lands once it is back."""
+    store_dir, away = tmp_path / "store", tmp_path / "store.away"
+    proc = CaptureProcess(store_dir, tmp_path / "spool", fsync="never", recycle_after=1000)
+    tid = proc.new_trajectory()
+    try:
+        for k in range(999):
+            proc.submit(_call(tid, k))
+        assert proc.flush(timeout=60, deliver=True)
+        store_dir.rename(away)
+        store_dir.write_text("not a store")  # the store is gone: opening it fails
+        proc.submit(_call(tid, 999))  # the 1,000th record: the child is replaced now
+        seen, deadline = "", time.monotonic() + 60
+        while "cannot open the store yet" not in seen and time.monotonic() < deadline:
+            time.sleep(0.2)
+            seen += capfd.readouterr().err
+        assert "cannot open the store yet" in seen and proc.recycled == 1 and proc.alive
+        for k in range(1000, 1500):  # recorded while the store is down
+            proc.submit(_call(tid, k))
+        store_dir.unlink()
+        away.rename(store_dir)
+        assert proc.flush(timeout=120, deliver=True)
+    finally:
+        proc.close(timeout=60)
+    with Store.open(store_dir, auto_compact=False) as store:
+        assert [e.seq for e in store.trajectory(tid).events] == list(range(1500))
+        assert store.verify(tid).ok
+    assert proc.failed == 0 and proc.stats.dropped_queue_full == 0

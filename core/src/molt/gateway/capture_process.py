@@ -193,6 +193,34 @@ def _read_exact(stream: Any, n: int) -> bytes | None:
     return buf
 
 
+#: How long a replacement child keeps trying to open a store that is unreachable (records wait in
+#: its pipe and the parent's queue meanwhile, up to ``max_pending``).
+STORE_RETRY_S = 600.0
+
+
+def _open_store(config: dict[str, Any]) -> Any:
+    """The child's store. A first child fails at once (a wrong path is the user's to fix); one that
+    replaces a recycled child keeps trying, with backoff, for :data:`STORE_RETRY_S` — the store may
+    be down for a while (an object store's outage) and the spool it takes over must not be orphaned."""
+    from molt.errors import StoreError
+    from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
+
+    parent = os.getppid()
+    deadline = time.monotonic() + (STORE_RETRY_S if config.get("spool_wait_s") else 0.0)
+    delay = 0.25
+    while True:
+        try:
+            return Store.open(config["store_uri"], storage_options=config.get("storage_options"),
+                              index_cache_bytes=WRITER_INDEX_CACHE_BYTES,
+                              metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
+        except (StoreError, OSError) as exc:
+            if time.monotonic() >= deadline or os.getppid() != parent:  # out of time, or the gateway is gone
+                raise
+            log.warning("The capture process cannot open the store yet (retrying in %.1f s): %s", delay, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
 def main() -> None:
     """The capture process: frames on stdin, a Recorder (with governance when configured) into the
     store, replies to flush/stats requests on stdout. Ends when stdin closes (the gateway exited)."""
@@ -200,7 +228,6 @@ def main() -> None:
 
     from molt.capture import Recorder
     from molt.errors import SpoolInUse
-    from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
 
     config = orjson.loads(sys.argv[1])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -213,8 +240,7 @@ def main() -> None:
         os.nice(int(config.get("nice", 10)))
     bound_native_heap()  # before LanceDB starts its threads
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    store = Store.open(config["store_uri"], storage_options=config.get("storage_options"),
-                       index_cache_bytes=WRITER_INDEX_CACHE_BYTES, metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
+    store = _open_store(config)
     sink: Any = store
     kwargs: dict[str, Any] = {}
     governance = config.get("governance")
