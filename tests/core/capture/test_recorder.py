@@ -178,6 +178,22 @@ def test_chain_heads_are_bounded_and_a_forgotten_trajectory_continues_its_chain(
         Recorder(sink, spool_dir=molt_home / "spool2", chain_heads=10)
 
 
+def test_trajectories_announced_and_never_used_are_forgotten_past_the_bound(molt_home) -> None:  # type: ignore[no-untyped-def]
+    """``new_trajectory()`` marks an id as a fresh chain (no lookup). Ids announced and never written
+    must not pile up; one forgotten from that set still starts at seq 0 (the lookup finds nothing)."""
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=molt_home / "spool", chain_heads=100)
+    tids = [rec.new_trajectory() for _ in range(1000)]
+    assert len(rec._fresh) == 100 and tids[0] not in rec._fresh and tids[-1] in rec._fresh
+    rec.record(_ev(tids[0], "late first event"))
+    rec.record(_ev(tids[-1], "first event"))
+    assert rec.flush(deliver=True)
+    rec.close()
+    for tid in (tids[0], tids[-1]):
+        sealed = sink.sealed_events(tid)
+        assert [s.seq for s in sealed] == [0] and verify_chain(tid, sealed).ok
+
+
 class LookupDownSink(MemorySink):
     """Answers chain-head lookups only while ``up``."""
 

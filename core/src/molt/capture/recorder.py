@@ -223,7 +223,9 @@ class Recorder:
         self._duplicates = 0
         self._heads: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._max_heads = chain_heads
-        self._fresh: set[str] = set()
+        # Trajectories this Recorder (or its caller) started, not yet written: no lookup for their head.
+        # Bounded like the heads: one announced and never used is forgotten (a lookup then finds nothing).
+        self._fresh = _BoundedIds(chain_heads)
         self._seed_heads_from_spool()
         self._recovery_end = self._spool.end()  # frames up to here may have been delivered already
 
@@ -348,7 +350,7 @@ class Recorder:
                     continue
                 if self.flush_interval_s and len(q) < self.batch_size:
                     time.sleep(self.flush_interval_s)
-            items = []
+            items: list[Any] = []
             while q and len(items) < self.batch_size:
                 items.append(q.popleft())
             try:
@@ -669,6 +671,32 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _BoundedIds:
+    """A set of ids that forgets the oldest past ``limit``. Each operation is one call on an
+    ``OrderedDict`` (atomic under the GIL), so agent threads may add while the writer thread reads."""
+
+    __slots__ = ("_ids", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self.limit = limit
+
+    def add(self, item: str) -> None:
+        self._ids[item] = None
+        if len(self._ids) > self.limit:
+            with contextlib.suppress(KeyError):  # another thread emptied it in between
+                self._ids.popitem(last=False)
+
+    def discard(self, item: str) -> None:
+        self._ids.pop(item, None)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 class _HeadUnknown(CaptureError):

@@ -270,7 +270,7 @@ def main() -> None:
     capture = Capture(rec)
     # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
     # Recorder keeps that set for its own new_trajectory(); ids made on the gateway side join it.
-    fresh: set[str] | None = getattr(rec, "_fresh", None)
+    fresh: Any = getattr(rec, "_fresh", None)
     try:
         while True:
             head = _read_exact(stdin, 4)
