@@ -306,13 +306,15 @@ def main() -> None:
                 log.exception("The capture process could not handle a %r record.", kind)
     finally:
         done = rec.close(timeout=float(config.get("close_timeout", 10.0)))
-        store.close()
-        # Last words for a parent that recycles this process: its counters, to carry over.
+        # Last words for a parent that recycles this process: its counters, to carry over. Sent as
+        # soon as the spool is handed over (before the store's compactor is joined), so the parent
+        # adds them before the next child can answer for its own.
         final = asdict(rec.stats)
         final["capture_failed"] = capture.failed
         with contextlib.suppress(OSError, ValueError):
             stdout.write(_frame(_STATS, orjson.dumps({"id": _FINAL, "ok": done, "stats": final})))
             stdout.flush()
+        store.close()
 
 
 # ------------------------------------------------------------------------------------------ parent
@@ -371,6 +373,8 @@ class CaptureProcess:
         self._to_child = 0
         self.recycled = 0
         self._carried: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        # a replaced child's counters as last seen, until its final ones arrive (by its pid)
+        self._provisional: dict[int, dict[str, int]] = {}
         self._carried_lock = threading.Lock()
         self._reapers: list[threading.Thread] = []
         self._sender = threading.Thread(target=self._send_loop, name="molt-capture-sender", daemon=True)
@@ -465,10 +469,10 @@ class CaptureProcess:
         s.pop("capture_failed", None)
         base: dict[str, Any] = dict.fromkeys(RecorderStats.__dataclass_fields__, 0)
         base.update({k: v for k, v in s.items() if k in base})
-        with self._carried_lock:  # what the children recycled before this one counted
-            for k in _COUNTERS:
-                if k in base:
-                    base[k] = int(base[k] or 0) + self._carried[k]
+        carried = self._carried_counters()  # what the children replaced before this one counted
+        for k in _COUNTERS:
+            if k in base:
+                base[k] = int(base[k] or 0) + carried[k]
         base["dropped_queue_full"] = int(base.get("dropped_queue_full") or 0) + self._dropped
         base["pending_in_queue"] = int(base.get("pending_in_queue") or 0) + len(self._pending)
         if base.get("last_error") == 0:
@@ -478,7 +482,16 @@ class CaptureProcess:
     @property
     def failed(self) -> int:
         """Calls that could not be recorded (dropped here, or failed to build in the child)."""
-        return self._dropped + self._carried["capture_failed"] + int(self._last_stats.get("capture_failed") or 0)
+        return (self._dropped + self._carried_counters()["capture_failed"]
+                + int(self._last_stats.get("capture_failed") or 0))
+
+    def _carried_counters(self) -> dict[str, int]:
+        with self._carried_lock:
+            out = dict(self._carried)
+            for seen in self._provisional.values():
+                for k in _COUNTERS:
+                    out[k] += seen[k]
+            return out
 
     @property
     def alive(self) -> bool:
@@ -564,6 +577,9 @@ class CaptureProcess:
                 return
             assert new.stdin is not None and new.stdout is not None
             self._proc, self._stdin, self._stdout_fd, self._reply_buf = new, new.stdin, new.stdout.fileno(), b""
+            with self._carried_lock:  # the old child's counters count until its final ones replace them
+                self._provisional[old.pid] = {k: int(self._last_stats.get(k) or 0) for k in _COUNTERS}
+                self._last_stats = {}
             self._to_child = 0
             self.recycled += 1
         finally:
@@ -576,38 +592,43 @@ class CaptureProcess:
         self._reapers = [t for t in self._reapers if t.is_alive()] + [reaper]
 
     def _reap(self, old: subprocess.Popen[bytes]) -> None:
-        """Wait for a recycled child to exit and carry its counters over (from its last words)."""
+        """Carry a recycled child's counters over (from its last words, as soon as they come) and wait
+        for it to exit."""
         assert old.stdout is not None
         fd, buf, final = old.stdout.fileno(), b"", None
         deadline = time.monotonic() + self.start_timeout_s + 60.0
         try:
             while time.monotonic() < deadline:
                 ready, _, _ = select.select([fd], [], [], 1.0)
-                if ready:
-                    data = os.read(fd, 65536)
-                    if not data:
-                        break
-                    buf += data
+                if not ready:
+                    continue
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                buf += data
+                while final is None and len(buf) >= 4 and len(buf) >= 4 + _LEN.unpack_from(buf)[0]:
+                    (n,) = _LEN.unpack_from(buf)
+                    body, buf = buf[4:4 + n], buf[4 + n:]
+                    if body[:1] == _STATS and (reply := orjson.loads(body[1:])).get("id") == _FINAL:
+                        final = reply["stats"]
+                        self._settle(old.pid, {k: int(final.get(k) or 0) for k in _COUNTERS})
             else:
                 log.error("A recycled capture process did not exit in time; killing it (its spool is intact).")
                 old.kill()
             old.wait(10)
         finally:
             old.stdout.close()
-        while len(buf) >= 4:
-            (n,) = _LEN.unpack_from(buf)
-            body, buf = buf[4:4 + n], buf[4 + n:]
-            if body[:1] == _STATS:
-                reply = orjson.loads(body[1:])
-                if reply.get("id") == _FINAL:
-                    final = reply["stats"]
         if final is None:
-            log.error("A recycled capture process (exit code %s) sent no counters; they are lost to stats.",
-                      old.returncode)
-            return
+            log.error("A recycled capture process (exit code %s) sent no final counters; its last known "
+                      "ones are kept.", old.returncode)
+            self._settle(old.pid, None)
+
+    def _settle(self, pid: int, final: dict[str, int] | None) -> None:
+        """A replaced child's counters become carried: its final ones, or (none came) its last seen."""
         with self._carried_lock:
-            for k in _COUNTERS:
-                self._carried[k] += int(final.get(k) or 0)
+            seen = self._provisional.pop(pid, None)
+            for k, v in (final or seen or {}).items():
+                self._carried[k] += v
 
     def __enter__(self) -> CaptureProcess:
         return self
