@@ -231,6 +231,10 @@ class Recorder:
 
         self._closed = False
         self._abandoned = False
+        # close() decides to abandon a deliverer stuck in the sink, and the deliverer records a finished
+        # delivery (cursor commit + count), under this lock: never both, so that once close() returns
+        # nothing touches the spool the next Recorder may own, and the counters are final.
+        self._commit_lock = threading.Lock()
         # sink health, for close(): when a sink call started (None: none in flight) and whether the
         # last one failed. Waiting at exit for a sink that hangs or refuses only delays the process:
         # what it would deliver is durable in the spool and goes out on the next start.
@@ -560,8 +564,6 @@ class Recorder:
                     self._sink_failing = False
                     self._sink_attempts += 1
                     self._last_delivery = time.monotonic()
-                    if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
-                        return
                 except Exception as exc:
                     self._sink_call_since = None
                     self._sink_failing = True
@@ -584,18 +586,25 @@ class Recorder:
                     backoff = min(backoff * 2, self.retry_max_s)
                     continue
                 backoff = 0.05
-                try:
-                    self._spool.commit(pos)
-                except Exception as exc:  # disk full: the batch stays undelivered; the retry deduplicates
+                commit_error: Exception | None = None
+                with self._commit_lock:
+                    if self._abandoned:  # close() gave up on us; the next Recorder owns the spool
+                        return
+                    try:
+                        self._spool.commit(pos)
+                    except Exception as exc:
+                        commit_error = exc
+                    else:
+                        self._delivered += len(batch)
+                if commit_error is not None:  # disk full: the batch stays undelivered; the retry deduplicates
                     self._sink_errors += 1
-                    self._last_error = f"spool cursor commit failed: {exc!r}"
-                    log.warning("Molt could not record a delivery in the spool (will retry): %r", exc)
+                    self._last_error = f"spool cursor commit failed: {commit_error!r}"
+                    log.warning("Molt could not record a delivery in the spool (will retry): %r", commit_error)
                     self._redeliver_end = pos if redo is None else max(redo, pos)
                     if self._closed:
                         return
                     self._deliver_wake.wait(self.retry_max_s)
                     continue
-                self._delivered += len(batch)
                 with self._cond:
                     self._cond.notify_all()
             if self._closed and self._writer_done.is_set():
@@ -625,11 +634,12 @@ class Recorder:
         self._deliver_wake.set()
         # a deliverer stuck in a sink call is not waited for: it is abandoned below
         self._deliverer.join(0.02 if self._sink_unhealthy() else max(0.0, deadline - time.monotonic()) + 0.1)
-        done = self._all_delivered()
-        if self._deliverer.is_alive():
-            # stuck in a sink call: let it finish in the background, but it must not touch the
-            # spool again; what it was delivering stays undelivered there for the next Recorder.
-            self._abandoned = True
+        with self._commit_lock:
+            done = self._all_delivered()
+            if self._deliverer.is_alive():
+                # stuck in a sink call: let it finish in the background, but it must not touch the
+                # spool again; what it was delivering stays undelivered there for the next Recorder.
+                self._abandoned = True
         if not self._writer.is_alive():
             self._spool.close()
         _live.discard(self)

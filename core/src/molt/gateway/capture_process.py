@@ -426,7 +426,15 @@ class CaptureProcess:
         self._put(_FRESH, tid.encode())
         return tid
 
+    def _recycle_due(self) -> bool:
+        return bool(self.recycle_after) and self._to_child >= self.recycle_after and not self._closed
+
     def _request(self, kind: bytes, timeout: float, **fields: Any) -> dict[str, Any] | None:
+        # A handover that is due needs this lock between two requests: let the sender take it first,
+        # or frequent requests (a status poll) keep one child for far longer than recycle_after.
+        wait_until = time.monotonic() + 2.0
+        while self._recycle_due() and time.monotonic() < wait_until:
+            time.sleep(0.005)
         with self._request_lock:
             rid = new_id()
             if not self._put(kind, orjson.dumps({"id": rid, "timeout": timeout, **fields})):
@@ -530,7 +538,7 @@ class CaptureProcess:
                     return
                 self._wake.wait(self.batch_s)
                 self._wake.clear()
-                if self.recycle_after and self._to_child >= self.recycle_after and not self._closed:
+                if self._recycle_due():
                     self._recycle()  # postponed by a request in flight, and no traffic since
                 continue
             batch = []
@@ -551,7 +559,7 @@ class CaptureProcess:
                 if self._proc.poll() is not None:
                     log.error("The capture process is gone; %d records were dropped.", len(batch))
                 continue
-            if self.recycle_after and self._to_child >= self.recycle_after and not self._closed:
+            if self._recycle_due():
                 self._recycle()
 
     # ------------------------------------------------------------------ recycling
