@@ -167,3 +167,75 @@ def test_a_replacement_child_waits_for_a_store_that_is_down(tmp_path: Path, capf
         assert [e.seq for e in store.trajectory(tid).events] == list(range(1500))
         assert store.verify(tid).ok
     assert proc.failed == 0 and proc.stats.dropped_queue_full == 0
+
+
+def _hold_spool(spool: Path, seconds: float) -> Any:
+    """A process holding ``spool``'s lock for ``seconds`` (as the capture child of a gateway that was
+    just killed does while it makes its records durable and delivers them), once it has it."""
+    import subprocess
+    import sys
+
+    spool.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from molt.capture.spool import "
+         "_lock_directory; h = _lock_directory(Path(sys.argv[1])); print('held', flush=True); "
+         "time.sleep(float(sys.argv[2]))", str(spool), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_restarted_gateway_waits_for_the_spool_its_crashed_predecessor_still_holds(tmp_path: Path) -> None:
+    """A supervisor restarts ``molt serve`` at once after a crash, while the old capture child still
+    holds the spool (it drains for up to its close timeout once its gateway is gone). The new child
+    waits for the lock instead of dying: otherwise that gateway serves its whole life unrecorded."""
+    holder = _hold_spool(tmp_path / "spool", 3.0)
+    held_since = time.monotonic()
+    try:
+        proc = CaptureProcess(tmp_path / "store", tmp_path / "spool", fsync="never")
+        assert time.monotonic() - held_since >= 2.9  # it came up once the lock was free, not before
+        tid = proc.new_trajectory()
+        try:
+            for k in range(50):
+                proc.submit(_call(tid, k))
+            assert proc.alive and proc.flush(timeout=60, deliver=True)
+        finally:
+            proc.close(timeout=30)
+    finally:
+        holder.kill()
+        holder.wait()
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        assert [e.seq for e in store.trajectory(tid).events] == list(range(50))
+    assert proc.failed == 0 and proc.stats.delivered == 50
+
+
+def test_a_spool_held_for_good_is_a_clear_error_and_the_gateway_goes_on(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two gateways on one spool: the second's child gives up after ``spool_wait_s`` naming the holder;
+    its calls are counted as failed to record, never raised."""
+    holder = _hold_spool(tmp_path / "spool", 60.0)
+    try:
+        proc = CaptureProcess(tmp_path / "store", tmp_path / "spool", fsync="never", spool_wait_s=0.5)
+        try:
+            assert not proc.alive
+            proc.submit(_call(proc.new_trajectory(), 0))
+            assert proc.failed == 1
+        finally:
+            proc.close(timeout=5)
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capfd.readouterr().err  # the child's, naming the holder; then the gateway's
+    assert f"in use by pid {holder.pid}" in err and "Waiting up to 0 s" in err, err
+    assert "exited at start" in caplog.text and "did not answer" not in caplog.text
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"recycle_after": 999}, "recycle_after must be 0"), ({"spool_wait_s": -1.0}, "spool_wait_s must be"),
+    ({"spool_wait_s": float("nan")}, "spool_wait_s must be"), ({"dedupe_ids": 10}, "dedupe_ids must be"),
+    ({"chain_heads": 10}, "chain_heads must be"),
+])
+def test_bad_settings_are_refused_before_a_child_starts(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CaptureProcess(tmp_path / "store", tmp_path / "spool", **kwargs)
+    assert not (tmp_path / "spool").exists()

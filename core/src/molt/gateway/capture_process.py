@@ -196,6 +196,11 @@ def _read_exact(stream: Any, n: int) -> bytes | None:
 #: How long a replacement child keeps trying to open a store that is unreachable (records wait in
 #: its pipe and the parent's queue meanwhile, up to ``max_pending``).
 STORE_RETRY_S = 600.0
+#: How long a first child waits for its spool's lock. A supervisor restarts a crashed ``molt serve``
+#: at once, while the old child still holds the spool: it ends when its gateway's end of the pipe
+#: closes, after making what it was sent durable and delivering for up to its close timeout (10 s).
+#: A child that gave up at once would leave the new gateway serving its whole life unrecorded.
+SPOOL_WAIT_S = 30.0
 
 
 def _open_store(config: dict[str, Any]) -> Any:
@@ -206,7 +211,7 @@ def _open_store(config: dict[str, Any]) -> Any:
     from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
 
     parent = os.getppid()
-    deadline = time.monotonic() + (STORE_RETRY_S if config.get("spool_wait_s") else 0.0)
+    deadline = time.monotonic() + (STORE_RETRY_S if config.get("replacing") else 0.0)
     delay = 0.25
     while True:
         try:
@@ -253,8 +258,11 @@ def main() -> None:
     # Appends gathered for a quarter of a second: at gateway rates a write per spooled batch made ~30
     # LanceDB versions a second, and memory, compaction and disk all grow with versions.
     # A child that replaces a recycled one waits for it to hand over the spool (its lock is released
-    # once everything it was sent is durable there); a first child fails at once on a busy spool.
-    spool_deadline = time.monotonic() + float(config.get("spool_wait_s", 0.0))
+    # once everything it was sent is durable there); a first child waits for the child of a gateway
+    # that died to finish (SPOOL_WAIT_S), then fails naming the holder (two gateways on one spool).
+    spool_wait_s = float(config.get("spool_wait_s", SPOOL_WAIT_S))
+    spool_deadline = time.monotonic() + spool_wait_s
+    warned = False
     while True:
         try:
             rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
@@ -263,9 +271,13 @@ def main() -> None:
                            chain_heads=int(config.get("chain_heads", 200_000)),
                            name="molt-gateway-capture", **kwargs)
             break
-        except SpoolInUse:
+        except SpoolInUse as exc:
             if time.monotonic() >= spool_deadline:
                 raise
+            if not warned and not config.get("replacing"):
+                log.warning("%s Waiting up to %.0f s for it to exit (a gateway that was just stopped?).", exc,
+                            spool_wait_s)
+                warned = True
             time.sleep(0.02)
     capture = Capture(rec)
     # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
@@ -334,25 +346,30 @@ class CaptureProcess:
         dedupe_ids / chain_heads: the child Recorder's (default 200,000 each).
         recycle_after: replace the child with a fresh one after it was sent this many records
             (calls, events, rewards; default 100,000; ``0`` never). See :data:`RECYCLE_AFTER`.
+        spool_wait_s: how long the first child waits for a spool another process holds (default
+            :data:`SPOOL_WAIT_S`: the child of a gateway that just died finishing); then it exits
+            naming the holder, and calls are served unrecorded (counted in :attr:`failed`).
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
                  *, governance: str | None = None, fsync: str = "always", max_pending: int = 100_000,
                  nice: int = 10, batch_s: float = 0.005, storage_options: dict[str, str] | None = None,
                  start_timeout_s: float = 60.0, dedupe_ids: int = 200_000, chain_heads: int = 200_000,
-                 recycle_after: int = RECYCLE_AFTER):
+                 recycle_after: int = RECYCLE_AFTER, spool_wait_s: float = SPOOL_WAIT_S):
         if dedupe_ids < 1000:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
         if chain_heads < 100:
             raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
         if recycle_after and recycle_after < 1000:
             raise ValueError(f"recycle_after must be 0 (never) or at least 1,000, got {recycle_after}.")
+        if not spool_wait_s >= 0:
+            raise ValueError(f"spool_wait_s must be a number of seconds, 0 or more, got {spool_wait_s}.")
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
         self._config: dict[str, Any] = {
             "store_uri": str(store_uri or os.path.join(home, "store")),
             "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
             "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids,
-            "chain_heads": chain_heads}
+            "chain_heads": chain_heads, "spool_wait_s": spool_wait_s}
         self.start_timeout_s = start_timeout_s
         self.recycle_after = recycle_after
         self._proc = self._spawn(self._config)
@@ -380,7 +397,12 @@ class CaptureProcess:
         self._sender = threading.Thread(target=self._send_loop, name="molt-capture-sender", daemon=True)
         self._sender.start()
         if not self.flush(timeout=start_timeout_s):
-            log.warning("The capture process did not answer within %.0f s; records wait in its pipe.", start_timeout_s)
+            if self._proc.poll() is not None:
+                log.error("The capture process exited at start (exit code %s; its error is above): calls are "
+                          "served but not recorded.", self._proc.returncode)
+            else:
+                log.warning("The capture process did not answer within %.0f s; records wait in its pipe.",
+                            start_timeout_s)
 
     @staticmethod
     def _spawn(config: dict[str, Any]) -> subprocess.Popen[bytes]:
@@ -578,7 +600,7 @@ class CaptureProcess:
             if old.poll() is not None:
                 return  # a dead child is not replaced here (its records are counted as dropped)
             try:
-                new = self._spawn({**self._config, "spool_wait_s": self.start_timeout_s})
+                new = self._spawn({**self._config, "spool_wait_s": self.start_timeout_s, "replacing": True})
             except OSError as exc:
                 log.warning("Could not start a new capture process (the current one goes on): %r", exc)
                 self._to_child = 0
