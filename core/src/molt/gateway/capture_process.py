@@ -347,7 +347,7 @@ class CaptureProcess:
         recycle_after: replace the child with a fresh one after it was sent this many records
             (calls, events, rewards; default 100,000; ``0`` never). See :data:`RECYCLE_AFTER`.
         spool_wait_s: how long the first child waits for a spool another process holds (default
-            :data:`SPOOL_WAIT_S`: the child of a gateway that just died finishing); then it exits
+            :data:`SPOOL_WAIT_S`: time for the child of a gateway that just died to finish); then it exits
             naming the holder, and calls are served unrecorded (counted in :attr:`failed`).
     """
 
