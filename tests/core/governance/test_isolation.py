@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -88,8 +87,8 @@ def _memories(rng: random.Random, tenant: str, n: int, start: int) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    tmp = Path(tempfile.mkdtemp(prefix="molt-isolation-"))
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("molt-isolation")  # pytest's: removed with old runs, not left in /tmp
     rng = random.Random(7)
     # the memories table gets a vector column (the control plane will add one; here it is created first)
     schema = MEMORIES.append(pa.field("vector", pa.list_(pa.float32(), DIM)))
