@@ -51,7 +51,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from molt.gateway.capture_process import RECYCLE_AFTER
+from molt.gateway.capture_process import MIN_RECYCLE_AFTER, RECYCLE_AFTER
 from molt.gateway.cli import build_gateway, is_loopback, make_backend, tune_process
 from molt.gateway.service import GatewayConfig
 from molt.governance.access import KeyRing, Role, generate_key, hash_key
@@ -76,8 +76,8 @@ KEEP_ALIVE_S = 75
 
 
 def _recycle_count(value: int) -> int:
-    if 0 < value < 1000:
-        raise typer.BadParameter(f"must be 0 (never) or at least 1,000, got {value}.")
+    if 0 < value < MIN_RECYCLE_AFTER:
+        raise typer.BadParameter(f"must be 0 (never) or at least {MIN_RECYCLE_AFTER:,}, got {value}.")
     return value
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,16 +158,22 @@ def test_dedupe_window_is_bounded_by_dedupe_ids(molt_home) -> None:  # type: ign
         Recorder(sink, spool_dir=molt_home / "spool2", dedupe_ids=10)
 
 
-def test_chain_heads_are_bounded_and_a_forgotten_trajectory_continues_its_chain(molt_home) -> None:  # type: ignore[no-untyped-def]
-    """The Recorder remembers the chain heads of the ``chain_heads`` most recently written trajectories
-    (memory stops growing there); one it forgot gets its head from the sink at its next event, so its
-    chain goes on unbroken."""
-    sink = MemorySink()
+def _past_the_head_bound(sink: MemorySink, molt_home: Path) -> tuple[Recorder, list[str]]:
+    """A Recorder that remembers 100 chain heads, after a first event of 150 trajectories each."""
     rec = Recorder(sink, spool_dir=molt_home / "spool", chain_heads=100)
     tids = [rec.new_trajectory() for _ in range(150)]
     for tid in tids:
         rec.record(_ev(tid, "first"))
     assert rec.flush(deliver=True)
+    return rec, tids
+
+
+def test_chain_heads_are_bounded_and_a_forgotten_trajectory_continues_its_chain(molt_home) -> None:  # type: ignore[no-untyped-def]
+    """The Recorder remembers the chain heads of the ``chain_heads`` most recently written trajectories
+    (memory stops growing there); one it forgot gets its head from the sink at its next event, so its
+    chain goes on unbroken."""
+    sink = MemorySink()
+    rec, tids = _past_the_head_bound(sink, molt_home)
     assert len(rec._heads) == 100 and tids[0] not in rec._heads and tids[-1] in rec._heads
     rec.record(_ev(tids[0], "second"))
     assert rec.flush(deliver=True)
@@ -210,11 +217,7 @@ def test_a_forgotten_trajectory_is_not_restarted_at_genesis_while_its_head_canno
     recycle) gets an event while the sink cannot answer: sealing it at GENESIS would fork the chain
     (a second seq 0). It is quarantined whole instead, and the chain goes on once the sink answers."""
     sink = LookupDownSink()
-    rec = Recorder(sink, spool_dir=molt_home / "spool", chain_heads=100)
-    tids = [rec.new_trajectory() for _ in range(150)]
-    for tid in tids:
-        rec.record(_ev(tid, "first"))
-    assert rec.flush(deliver=True)
+    rec, tids = _past_the_head_bound(sink, molt_home)
     assert tids[0] not in rec._heads
     sink.up = False
     lost = _ev(tids[0], "during the outage")

@@ -77,6 +77,8 @@ WRITER_INDEX_CACHE_BYTES = 4 << 20
 #: (see bench/reliability/README.md). A fresh child costs a second or two of start-up at low priority;
 #: 100,000 records is ~5 minutes at that load, ~4 MiB of growth between replacements.
 RECYCLE_AFTER = 100_000
+#: The smallest ``recycle_after`` other than 0: a child's start-up costs a second or two.
+MIN_RECYCLE_AFTER = 1_000
 
 
 # ------------------------------------------------------------------------------------------ wire
@@ -144,6 +146,18 @@ def call_from_wire(data: bytes) -> CallRecord:
 
 def _frame(kind: bytes, payload: bytes) -> bytes:
     return _LEN.pack(len(payload) + 1) + kind + payload
+
+
+def _split_frames(buf: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The whole frames at the start of ``buf`` as ``(kind, payload)``, and the incomplete rest."""
+    out = []
+    while len(buf) >= 4:
+        (n,) = _LEN.unpack_from(buf)
+        if len(buf) < 4 + n:
+            break
+        out.append((buf[4:5], buf[5:4 + n]))
+        buf = buf[4 + n:]
+    return out, buf
 
 
 # ------------------------------------------------------------------------------------------ child
@@ -360,8 +374,8 @@ class CaptureProcess:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
         if chain_heads < 100:
             raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
-        if recycle_after and recycle_after < 1000:
-            raise ValueError(f"recycle_after must be 0 (never) or at least 1,000, got {recycle_after}.")
+        if recycle_after and recycle_after < MIN_RECYCLE_AFTER:
+            raise ValueError(f"recycle_after must be 0 (never) or at least {MIN_RECYCLE_AFTER:,}, got {recycle_after}.")
         if not spool_wait_s >= 0:
             raise ValueError(f"spool_wait_s must be a number of seconds, 0 or more, got {spool_wait_s}.")
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
@@ -476,13 +490,7 @@ class CaptureProcess:
             data = os.read(self._stdout_fd, 65536)
             if data:
                 self._reply_buf += data
-        out = []
-        while len(self._reply_buf) >= 4:
-            (n,) = _LEN.unpack_from(self._reply_buf)
-            if len(self._reply_buf) < 4 + n:
-                break
-            body, self._reply_buf = self._reply_buf[4:4 + n], self._reply_buf[4 + n:]
-            out.append((body[:1], body[1:]))
+        out, self._reply_buf = _split_frames(self._reply_buf)
         return out
 
     def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
@@ -635,11 +643,11 @@ class CaptureProcess:
                 data = os.read(fd, 65536)
                 if not data:
                     break
-                buf += data
-                while final is None and len(buf) >= 4 and len(buf) >= 4 + _LEN.unpack_from(buf)[0]:
-                    (n,) = _LEN.unpack_from(buf)
-                    body, buf = buf[4:4 + n], buf[4 + n:]
-                    if body[:1] == _STATS and (reply := orjson.loads(body[1:])).get("id") == _FINAL:
+                if final is not None:
+                    continue  # its last words came; wait for it to exit
+                frames, buf = _split_frames(buf + data)
+                for kind, payload in frames:
+                    if kind == _STATS and (reply := orjson.loads(payload)).get("id") == _FINAL:
                         final = reply["stats"]
                         self._settle(old.pid, {k: int(final.get(k) or 0) for k in _COUNTERS})
             else:
