@@ -60,6 +60,17 @@ else
 fi
 say "environments ready in $(_fmt_ds $(($(_now_ds) - t_start)))"
 
+# The compiled (mypyc) build of the redaction detectors, in core/build/native: ~20 s when a detector
+# source changed, nothing otherwise (a stamp of the sources' digests decides). Without it (no C
+# compiler) redaction runs the same Python modules, slower; see molt.governance.redaction.native.
+native_log="$MOLT_ROOT/core/build/native-build.log"
+mkdir -p "$MOLT_ROOT/core/build"
+if "$MOLT_VENV/bin/molt" native build --if-stale >"$native_log" 2>&1; then
+  say "native  redaction detectors compiled and current (molt native status)"
+else
+  say "native  build failed, redaction runs its Python modules: $(tail -n 3 "$native_log")"
+fi
+
 # The web console's browser tests drive Debian's chromium (Playwright with executable_path; never a
 # browser download). Install it once when it is missing and apt can be used (as root, or through
 # passwordless sudo); otherwise say how, and those tests skip with that reason.

@@ -369,6 +369,7 @@ _MOUNTS: list[tuple[str, str]] = [
     ("audit", "molt.governance.cli:audit_command"),
     ("retention", "molt.governance.cli:retention_app"),
     ("policy", "molt.governance.cli:policy_app"),
+    ("native", "molt.governance.cli:native_app"),
     ("serve", "molt.serve:serve_command"),
     ("replay", "molt.replay.cli:app"),
     ("versions", "molt.control.cli:versions_app"),

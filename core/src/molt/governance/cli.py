@@ -10,6 +10,7 @@ engineer) and may act on any tenant — the audit log records which it was. ::
     molt audit --api-key $ACME_ADMIN_KEY --kind quarantine --kind erasure
     molt retention run --operator --policy governance.yaml
     molt policy check governance.yaml
+    molt native build --if-stale     # compile the redaction detectors (molt.governance.redaction.native)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from rich.table import Table
 from molt.errors import GovernanceError, MoltError
 from molt.governance.access import KeyRing, Principal, Role
 
-__all__ = ["audit_command", "erase_command", "policy_app", "retention_app"]
+__all__ = ["audit_command", "erase_command", "native_app", "policy_app", "retention_app"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -253,3 +254,32 @@ def policy_check(path: Annotated[Path, typer.Argument(help="The policy file (YAM
                   " ".join(f"{c.value[:4]}={d}" for c, d in tp.retention.days.items()),
                   tp.redaction_policy.name if tp.redaction.enabled else "off", ",".join(sorted(tr.share_with)))
     console.print(t)
+
+
+native_app = typer.Typer(help="The compiled (mypyc) build of the redaction detectors.", no_args_is_help=True)
+
+
+@native_app.command("build")
+def native_build_command(
+    if_stale: Annotated[bool, typer.Option("--if-stale", help="Do nothing when the build is current.")] = False,
+    opt_level: Annotated[str, typer.Option("--opt-level", help="C optimisation level, 0-3.")] = "3",
+) -> None:
+    """Compile the redaction detectors into core/build/native (or $MOLT_NATIVE_DIR)."""
+    from molt.governance.redaction import native
+
+    if opt_level not in ("0", "1", "2", "3"):
+        raise typer.BadParameter(f"must be 0, 1, 2 or 3, not {opt_level!r}", param_hint="--opt-level")
+    try:
+        root = native.build(if_stale=if_stale, opt_level=opt_level)
+    except native.NativeBuildError as exc:
+        err_console.print(f"[red]error:[/red] native build failed: {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    console.print(f"compiled redaction detectors: {root}", highlight=False)
+
+
+@native_app.command("status")
+def native_status_command() -> None:
+    """Whether this interpreter uses the compiled detectors, and why (not)."""
+    from molt.governance.redaction import native
+
+    console.print_json(data=native.status())

@@ -15,6 +15,12 @@ Example::
     event, report = redact_event(event)
 """
 
+# ruff: noqa: E402  (the imports below must come after activate())
+# First: the compiled detectors, when a current build exists, go in front of the sources (see native).
+from molt.governance.redaction import native as _native
+
+_native.activate(__path__)
+
 from molt.governance.redaction import credentials as _credentials  # noqa: F401  (registers secret detectors)
 from molt.governance.redaction import entities as _entities  # noqa: F401  (registers "entities")
 from molt.governance.redaction import patterns as _patterns  # noqa: F401  (registers pattern detectors)

@@ -183,16 +183,18 @@ class PasswordDetector:
                 continue
             for m in _ASSIGN_RX.finditer(text, max(end, k - 40), min(len(text), k + 260)):
                 end = max(end, m.end())
-                out.append(self._value(m))
+                span = self._value(m)
+                if span is not None:
+                    out.append(span)
         for word in ("password", "passcode", "passphrase", "pin"):
             for k in _find_all(low, word):
-                m = _SAID_RX.match(text, k)
-                if m is not None:
-                    out.append(Span(m.start(1), m.end(1), "PASSWORD", 0.9, self.name))
+                said = _SAID_RX.match(text, k)
+                if said is not None:
+                    out.append(Span(said.start(1), said.end(1), "PASSWORD", 0.9, self.name))
         if "://" in text and "@" in text:
             for m in _URL_CRED_RX.finditer(text):
                 out.append(Span(m.start(1), m.end(1), "PASSWORD", 0.9, self.name))
-        return [s for s in out if s is not None]
+        return out
 
     def _value(self, m: re.Match[str]) -> Span | None:
         group = "v1" if m.group("v1") is not None else "v2" if m.group("v2") is not None else "v3"

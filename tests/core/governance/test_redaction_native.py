@@ -1,0 +1,168 @@
+"""The compiled (mypyc) build of the redaction detectors: used only when current, same spans as Python.
+
+``scripts/setup.sh`` builds it (``molt native build --if-stale``); without a C compiler it is absent
+and redaction runs the Python modules. The rest of the suite runs against whichever is in use, so
+here the other one is run in a subprocess (``MOLT_NATIVE=0``) and the two are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from molt.governance.redaction import Redactor, native
+from molt.governance.redaction.evaluate import load_labelled
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "pii" / "presidio_generated_large.json"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+ABI = native._abi()
+
+# every text of the labelled set and of a sample of the benchmark's agent traffic, each field on its
+# own and the fields of an event joined the way detect_many joins them
+_SPANS = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[2])
+    from bench_redaction import agent_traffic
+    from molt.governance.redaction import Redactor, native
+    from molt.governance.redaction.evaluate import load_labelled
+
+    texts = [r["full_text"] for r in load_labelled(sys.argv[1])]
+    texts += [it.text for it in agent_traffic(150, seed=5)]
+    r = Redactor(cache_size=0)
+    out = [[(s.start, s.end, s.entity_type, round(s.score, 3), s.detector) for s in r.detect(t)] for t in texts]
+    print(json.dumps({"in_use": native.status()["in_use"], "spans": out}))
+    """
+)
+
+
+def _run_spans(env_extra: dict[str, str]) -> dict:
+    env = {**os.environ, **env_extra}
+    done = subprocess.run(
+        [sys.executable, "-c", _SPANS, str(DATA), str(BENCH)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _built() -> bool:
+    return native.probe(native.native_dir()) is None
+
+
+def test_the_compiled_detectors_are_in_use_when_the_build_is_current() -> None:
+    if not _built():
+        why = native.probe(native.native_dir())
+        if os.environ.get("CI"):
+            pytest.fail(f"scripts/setup.sh should have built the compiled detectors: {why}")
+        pytest.skip(f"no compiled build here: {why}")
+    st = native.status()
+    assert st["in_use"], st
+    for name in native.MODULES:
+        assert st["modules"][name].endswith(ABI), st["modules"]
+    # what the redactor really runs is the compiled class
+    entity = next(d for d in Redactor().detectors if d.name == "entities")
+    assert sys.modules[type(entity).__module__].__file__.endswith(ABI)
+
+
+@pytest.mark.skipif(not DATA.is_file(), reason=f"labelled PII data not found at {DATA}")
+def test_compiled_and_python_detectors_find_the_same_spans() -> None:
+    if not _built():
+        pytest.skip(f"no compiled build here: {native.probe(native.native_dir())}")
+    python = _run_spans({"MOLT_NATIVE": "0"})
+    compiled = _run_spans({})
+    assert python["in_use"] is False and compiled["in_use"] is True
+    n = len(load_labelled(str(DATA)))
+    assert len(python["spans"]) == len(compiled["spans"]) == n + 150
+    assert sum(map(len, python["spans"])) > n  # the comparison is over real findings, not empty lists
+    diff = [i for i, (a, b) in enumerate(zip(python["spans"], compiled["spans"], strict=True)) if a != b]
+    assert not diff, f"{len(diff)} texts differ, first {diff[:5]}"
+
+
+def _fake_build(root: Path, *, digests: dict[str, str] | None = None, abi: str = ABI) -> None:
+    """A build directory with a stamp (of the real sources unless ``digests``) and junk modules."""
+    (root / "pkg").mkdir(parents=True)
+    (root / "lib").mkdir()
+    here = Path(native.__file__).parent
+    sources = digests or {m: native._digest(here / f"{m}.py") for m in native.MODULES}
+    for m in native.MODULES:
+        (root / "pkg" / f"{m}{ABI}").write_bytes(b"not a shared object")
+    (root / "stamp.json").write_text(json.dumps({"abi": abi, "sources": sources}))
+
+
+def test_a_build_is_refused_when_a_source_changed_or_it_is_for_another_interpreter(tmp_path: Path) -> None:
+    assert "not built" in (native.probe(tmp_path / "none") or "")
+    stale = {m: "0" * 64 for m in native.MODULES}
+    _fake_build(tmp_path / "stale", digests=stale)
+    assert (native.probe(tmp_path / "stale") or "").startswith("stale: checksums.py changed")
+    _fake_build(tmp_path / "abi", abi=".cpython-39-x86_64-linux-gnu.so")
+    assert "built for" in (native.probe(tmp_path / "abi") or "")
+    _fake_build(tmp_path / "partial")
+    (tmp_path / "partial" / "pkg" / f"entities{ABI}").unlink()
+    assert (native.probe(tmp_path / "partial") or "").startswith("missing entities")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "stamp.json").write_text("{not json")
+    assert "unreadable stamp" in (native.probe(tmp_path / "bad") or "")
+    _fake_build(tmp_path / "current")
+    assert native.probe(tmp_path / "current") is None
+
+
+_ACTIVATE = textwrap.dedent(
+    """
+    import json, warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from molt.governance.redaction import Redactor, native
+    text, _ = Redactor().redact("Write to ana.lima@example.org, Ana Lima, 4111 1111 1111 1111")
+    print(json.dumps({"status": native.status(), "text": text, "warnings": [str(w.message) for w in caught]}))
+    """
+)
+
+
+def _activate(env_extra: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", _ACTIVATE], env={**os.environ, **env_extra},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_a_build_that_does_not_load_falls_back_to_python_with_a_warning(tmp_path: Path) -> None:
+    _fake_build(tmp_path / "junk")  # current stamp, but the "modules" are not shared objects
+    got = _activate({"MOLT_NATIVE_DIR": str(tmp_path / "junk")})
+    assert got["status"]["in_use"] is False
+    assert got["status"]["reason"].startswith("failed to load"), got["status"]
+    assert any("not used" in w for w in got["warnings"]), got["warnings"]
+    assert all(f.endswith(".py") for f in got["status"]["modules"].values()), got["status"]["modules"]
+    assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
+
+
+def test_molt_native_0_runs_the_python_modules(tmp_path: Path) -> None:
+    got = _activate({"MOLT_NATIVE": "0"})
+    assert got["status"]["in_use"] is False and "MOLT_NATIVE=0" in got["status"]["reason"]
+    assert all(f.endswith(".py") for f in got["status"]["modules"].values())
+    assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
+
+
+def test_build_compiles_into_a_fresh_directory_and_the_result_loads(tmp_path: Path) -> None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    if not _built():
+        pytest.skip("the compiled build is not made here (setup.sh failed to build it); nothing to compare")
+    root = native.build(tmp_path / "native", opt_level="0")
+    assert native.probe(root) is None
+    made = (root / "stamp.json").stat().st_mtime_ns
+    assert native.build(root, if_stale=True) == root
+    assert (root / "stamp.json").stat().st_mtime_ns == made  # current: not built again
+    got = _activate({"MOLT_NATIVE_DIR": str(root)})
+    assert got["status"]["in_use"] is True, got["status"]
+    assert all(f.startswith(str(root)) for f in got["status"]["modules"].values())
+    assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
