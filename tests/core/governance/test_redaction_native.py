@@ -152,12 +152,16 @@ def test_molt_native_0_runs_the_python_modules(tmp_path: Path) -> None:
     assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
 
 
-def test_build_compiles_into_a_fresh_directory_and_the_result_loads(tmp_path: Path) -> None:
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler")
+@pytest.fixture(scope="module")
+def fresh_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A build made here, at -O0 (quicker), where the setup's build exists (so a compiler does)."""
     if not _built():
-        pytest.skip("the compiled build is not made here (setup.sh failed to build it); nothing to compare")
-    root = native.build(tmp_path / "native", opt_level="0")
+        pytest.skip(f"no compiled build here ({native.probe(native.native_dir())}): no compiler to test with")
+    return native.build(tmp_path_factory.mktemp("native") / "build", opt_level="0")
+
+
+def test_build_compiles_into_a_fresh_directory_and_the_result_loads(fresh_build: Path) -> None:
+    root = fresh_build
     assert native.probe(root) is None
     made = (root / "stamp.json").stat().st_mtime_ns
     assert native.build(root, if_stale=True) == root
@@ -165,4 +169,19 @@ def test_build_compiles_into_a_fresh_directory_and_the_result_loads(tmp_path: Pa
     got = _activate({"MOLT_NATIVE_DIR": str(root)})
     assert got["status"]["in_use"] is True, got["status"]
     assert all(f.startswith(str(root)) for f in got["status"]["modules"].values())
+    assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
+
+
+def test_a_build_whose_last_module_fails_after_the_others_loaded_falls_back_whole(
+    fresh_build: Path, tmp_path: Path
+) -> None:
+    """The first compiled modules run (and register their detectors) before the last one fails:
+    the fallback must undo that, or the sources' registrations would collide."""
+    broken = tmp_path / "broken"
+    shutil.copytree(fresh_build, broken)
+    (broken / "pkg" / f"{native.MODULES[-1]}{ABI}").write_bytes(b"not a shared object")
+    got = _activate({"MOLT_NATIVE_DIR": str(broken)})
+    assert got["status"]["in_use"] is False
+    assert got["status"]["reason"].startswith("failed to load"), got["status"]
+    assert all(f.endswith(".py") for f in got["status"]["modules"].values()), got["status"]["modules"]
     assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"

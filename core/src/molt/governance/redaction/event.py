@@ -100,7 +100,7 @@ def _constructed(model: type[_M], fields: frozenset[str], **values: Any) -> _M:
     """``model`` from checked values, one for every field (what ``model_construct`` does, without
     its per-field alias and default handling). The walker builds its records and the report from
     values whose types it knows, so validating them again would only cost time."""
-    obj = model.__new__(model)
+    obj: _M = object.__new__(model)
     _set(obj, "__dict__", values)
     _set(obj, "__pydantic_fields_set__", set(fields))
     _set(obj, "__pydantic_extra__", None)
@@ -195,7 +195,7 @@ class _Walker:
             for sp in spans:  # built from checked values, so constructed without re-validation
                 self.records.append(_record(field, sp, policy.mode_for(sp.entity_type).value))
             holder[slot] = self.redactor.apply(value, spans, self.state)
-        for holder, slot, parsed in reversed(self.json_strings):  # inner JSON strings first
+        for holder, slot, parsed in self.json_strings[::-1]:  # inner JSON strings first
             if holder is not None:
                 holder[slot] = orjson.dumps(parsed).decode()
 

@@ -40,7 +40,7 @@ __all__ = ["MODULES", "NativeBuildError", "activate", "build", "native_dir", "pr
 
 #: The modules compiled, in this package. They import nothing from each other's private names that
 #: mypyc could not see, and nothing outside this list is compiled.
-MODULES = ("checksums", "lexicon", "patterns", "credentials", "addresses", "entities")
+MODULES = ("checksums", "lexicon", "patterns", "credentials", "addresses", "entities", "redactor")
 PACKAGE = "molt.governance.redaction"
 _HERE = Path(__file__).resolve().parent
 _STAMP = "stamp.json"
@@ -119,6 +119,10 @@ def activate(package_path: list[str]) -> bool:
         _decision = (False, why)
         return False
     assert root is not None
+    # base is not compiled and outlives a failed attempt: the detectors registry the modules fill
+    from molt.governance.redaction.base import detectors
+
+    registered = {name: detectors.get(name) for name in detectors.names()}
     pkg, lib = str(root / "pkg"), str(root / "lib")
     package_path.insert(0, pkg)
     added_lib = lib not in sys.path
@@ -133,8 +137,16 @@ def activate(package_path: list[str]) -> bool:
         package_path.remove(pkg)
         if added_lib:
             sys.path.remove(lib)
+        package = sys.modules.get(PACKAGE)
         for name in MODULES:
             sys.modules.pop(f"{PACKAGE}.{name}", None)
+            if package is not None and name in vars(package):
+                delattr(package, name)  # else `from package import name` would hand the compiled one back
+        # what compiled modules registered before one failed goes too, so the sources can register
+        # (the other registries live in compiled modules themselves, and go with them)
+        for name in detectors.names():
+            if registered.get(name) is not detectors.get(name):
+                detectors.unregister(name)
         _decision = (False, f"failed to load ({type(exc).__name__}: {exc})")
         warnings.warn(f"Molt's compiled redaction detectors are not used: {_decision[1]}", RuntimeWarning, stacklevel=2)
         return False

@@ -23,6 +23,13 @@ from molt.governance.redaction.base import DIGIT, Detector, Span, detectors
 from molt.governance.redaction.policy import RedactionPolicy, ReplacementMode, policies
 from molt.registry import Registry
 
+try:  # the compiled build's class options (see native.py); mypy, which makes that build, brings it
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - without mypy there is no compiled build to configure
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[type], type]:  # type: ignore[misc]
+        return lambda cls: cls
+
 __all__ = ["Redactor", "ReplacementState", "redactors", "resolve_overlaps"]
 
 _DIGIT = re.compile(r"\d")
@@ -71,6 +78,7 @@ class ReplacementState:
         return f"<{entity_type}_{n}>"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it may still be subclassed (a custom redactor)
 class Redactor:
     """Redacts text under a :class:`RedactionPolicy` (the ``default`` policy if none is given).
 
@@ -197,9 +205,9 @@ class Redactor:
             if len(cache) > self._cache_size:
                 cache.clear()
             for i in todo:
-                key = keys[i]
-                if key is not None:
-                    cache[key] = out[i]  # type: ignore[assignment]
+                digest = keys[i]
+                if digest is not None:
+                    cache[digest] = out[i]  # type: ignore[assignment]
         return out  # type: ignore[return-value]
 
     def replacement(self, entity_type: str, value: str, state: ReplacementState) -> str:
