@@ -31,14 +31,19 @@ _SPANS = textwrap.dedent(
     import json, sys
     sys.path.insert(0, sys.argv[2])
     from bench_redaction import agent_traffic
-    from molt.governance.redaction import Redactor, native
+    from molt.governance.redaction import Redactor, native, redact_event
     from molt.governance.redaction.evaluate import load_labelled
 
     texts = [r["full_text"] for r in load_labelled(sys.argv[1])]
     texts += [it.text for it in agent_traffic(150, seed=5)]
     r = Redactor(cache_size=0)
     out = [[(s.start, s.end, s.entity_type, round(s.score, 3), s.detector) for s in r.detect(t)] for t in texts]
-    print(json.dumps({"in_use": native.status()["in_use"], "spans": out}))
+    events = []  # and whole events through the walker: redacted payloads and reports
+    for it in agent_traffic(150, seed=5):
+        red, report = redact_event(it.event, redactor=r)
+        payload = red.model_dump(mode="json", include={"observation", "hidden", "action", "outcome"})
+        events.append([payload, report.model_dump(mode="json", exclude={"event_id", "trajectory_id"})])
+    print(json.dumps({"in_use": native.status()["in_use"], "spans": out, "events": events}))
     """
 )
 
@@ -73,7 +78,7 @@ def test_the_compiled_detectors_are_in_use_when_the_build_is_current() -> None:
 
 
 @pytest.mark.skipif(not DATA.is_file(), reason=f"labelled PII data not found at {DATA}")
-def test_compiled_and_python_detectors_find_the_same_spans() -> None:
+def test_compiled_and_python_builds_find_the_same_spans_and_redact_events_alike() -> None:
     if not _built():
         pytest.skip(f"no compiled build here: {native.probe(native.native_dir())}")
     python = _run_spans({"MOLT_NATIVE": "0"})
@@ -84,6 +89,9 @@ def test_compiled_and_python_detectors_find_the_same_spans() -> None:
     assert sum(map(len, python["spans"])) > n  # the comparison is over real findings, not empty lists
     diff = [i for i, (a, b) in enumerate(zip(python["spans"], compiled["spans"], strict=True)) if a != b]
     assert not diff, f"{len(diff)} texts differ, first {diff[:5]}"
+    assert sum(1 for _payload, report in python["events"] if report["spans"]) > 20
+    diff = [i for i, (a, b) in enumerate(zip(python["events"], compiled["events"], strict=True)) if a != b]
+    assert not diff, f"{len(diff)} redacted events differ, first {diff[:5]}"
 
 
 def _fake_build(root: Path, *, digests: dict[str, str] | None = None, abi: str = ABI) -> None:

@@ -40,7 +40,7 @@ __all__ = ["MODULES", "NativeBuildError", "activate", "build", "native_dir", "pr
 
 #: The modules compiled, in this package. They import nothing from each other's private names that
 #: mypyc could not see, and nothing outside this list is compiled.
-MODULES = ("checksums", "lexicon", "patterns", "credentials", "addresses", "entities", "redactor")
+MODULES = ("checksums", "lexicon", "patterns", "credentials", "addresses", "entities", "redactor", "walk")
 PACKAGE = "molt.governance.redaction"
 _HERE = Path(__file__).resolve().parent
 _STAMP = "stamp.json"

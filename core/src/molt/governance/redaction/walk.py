@@ -1,0 +1,133 @@
+"""The walker of :func:`~molt.governance.redaction.event.redact_event`: every string leaf of an
+event's dumped payload, detected on in one pass and written back redacted.
+
+Part of the compiled build (:mod:`~molt.governance.redaction.native`): it is plain Python over
+dicts, lists and strings, run for every field of every captured event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from molt.governance.redaction.base import Span
+from molt.governance.redaction.credentials import secret_key_type
+from molt.governance.redaction.redactor import Redactor, ReplacementState
+from molt.governance.redaction.report import RedactedSpan, span_record
+
+__all__ = ["PAYLOAD_ORDER", "Walker"]
+
+#: Payload keys whose string values are identifiers or enums, never free text.
+_SKIP_KEYS = frozenset(
+    {
+        "type", "role", "id", "tool_call_id", "call_id", "doc_id", "model", "finish_reason", "tool_name",
+        "tool_version", "index", "operation", "status", "policy_version", "tokenizer", "step_type",
+        "score", "top_k", "confidence", "rating", "retryable",
+    }
+)  # fmt: skip
+_SKIP_PATHS = frozenset({("action", "tokens"), ("action", "sampling")})
+PAYLOAD_ORDER = ("observation", "hidden", "action", "outcome")
+# what a string that holds JSON starts with, leading whitespace included (any str.isspace character)
+_JSON_OR_SPACE = frozenset("{[") | frozenset(chr(c) for c in range(0x3000 + 1) if chr(c).isspace())
+
+
+def _path(node: Any) -> str:
+    """The field path of a leaf, from its ``(parent, key)`` chain: ``action.arguments.items[2]``."""
+    parts: list[str] = []
+    while isinstance(node, tuple):
+        node, key = node
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    parts.append(node)
+    return "".join(reversed(parts))
+
+
+class Walker:
+    """Walks a dumped payload in two passes: collect every string leaf (parsing strings that hold
+    JSON), then detect on all of them at once (:meth:`Redactor.detect_many`) and write the redacted
+    values back in place."""
+
+    def __init__(self, redactor: Redactor):
+        self.redactor = redactor
+        self.state = ReplacementState()
+        self.records: list[RedactedSpan] = []
+        self.fields = 0
+        # (holder, slot, path, value, secret entity or None), in walk order
+        self.leaves: list[tuple[Any, Any, Any, str, str | None]] = []
+        self.json_strings: list[tuple[Any, Any, Any]] = []
+
+    def walk(self, dumped: dict[str, Any]) -> None:
+        """Collect the string leaves of a dumped payload (``{"observation": {...}, ...}``), leaving
+        out identifiers, enums and token traces."""
+        for field in PAYLOAD_ORDER:
+            value = dumped.get(field)
+            if not isinstance(value, dict):
+                continue
+            for key, sub in value.items():
+                if (field, key) in _SKIP_PATHS or (key in _SKIP_KEYS and not isinstance(sub, (dict, list))):
+                    continue
+                self.collect(sub, f"{field}.{key}", key, value, key)
+
+    def collect(self, value: Any, path: Any, key: str | None, holder: Any, slot: Any) -> None:
+        """Collect the string leaves under ``value``. ``path`` is a string or a ``(parent, key)``
+        chain, turned into a string only for the leaves that get a span."""
+        if isinstance(value, str):
+            if value:
+                self._text(value, path, key, holder, slot)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, str):
+                    if v and k not in _SKIP_KEYS:
+                        self._text(v, (path, k), k, value, k)
+                elif isinstance(v, (dict, list)):
+                    self.collect(v, (path, k), k, value, k)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                if isinstance(v, str):
+                    if v:
+                        self._text(v, (path, i), key, value, i)
+                elif isinstance(v, (dict, list)):
+                    self.collect(v, (path, i), key, value, i)
+
+    def _text(self, value: str, path: Any, key: str | None, holder: Any, slot: Any) -> None:
+        self.fields += 1
+        if value[0] in _JSON_OR_SPACE and value.lstrip()[:1] in ("{", "[") and len(value.lstrip()) > 1:
+            try:
+                parsed = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, (dict, list)):
+                self.json_strings.append((holder, slot, parsed))
+                self.collect(parsed, path, None, None, None)
+                return
+        entity = secret_key_type(key) if key else None
+        if entity is not None and (entity not in self.redactor.policy.entities or not value.strip()):
+            entity = None
+        self.leaves.append((holder, slot, path, value, entity))
+
+    def run(self) -> None:
+        """Detect on every collected leaf, replace, and re-serialise the strings that held JSON."""
+        texts = [leaf[3] for leaf in self.leaves if leaf[4] is None]
+        found = self._detect_all(texts)
+        k = 0
+        policy = self.redactor.policy
+        for holder, slot, path, value, entity in self.leaves:
+            if entity is not None:
+                spans = [Span(0, len(value), entity, 1.0, "json_key")]
+            else:
+                spans = found[k]
+                k += 1
+            if not spans:
+                continue
+            field = path if isinstance(path, str) else _path(path)
+            for sp in spans:  # built from checked values, so constructed without re-validation
+                self.records.append(span_record(field, sp, policy.mode_for(sp.entity_type).value))
+            holder[slot] = self.redactor.apply(value, spans, self.state)
+        for holder, slot, parsed in self.json_strings[::-1]:  # inner JSON strings first
+            if holder is not None:
+                holder[slot] = orjson.dumps(parsed).decode()
+
+    def _detect_all(self, texts: list[str]) -> list[list[Span]]:
+        return self.redactor.detect_many(texts) if texts else []
+
+
