@@ -29,6 +29,10 @@ Throughput, single thread, on two text sets, each measured in the same run for M
   governance eligibility module is present, ``redact_event`` + ``eligibility.event_reasons``);
   ``Redactor.redact`` and Presidio on the event's text fields joined by newlines.
 
+Molt runs its compiled detectors (``molt native build``; mypyc) when a current build exists, its
+Python modules otherwise; the first line printed says which. ``MOLT_NATIVE=0`` runs the Python
+modules, for the same tables with the uncompiled build.
+
 Rates are CPU time of this process (``time.process_time``), so other load on a shared core does not
 count against either system; pin the process (``taskset -c 0``) so it is one core. The timed loops
 repeat the same items, so Molt runs there with its per-field memo off (``Redactor(cache_size=0)``);
@@ -56,7 +60,7 @@ from rich.table import Table
 
 from molt.atdp import Event, EventKind, Generation, Message, Observation, Outcome, ToolCall, new_id
 from molt.atdp.models import Passage, RetrievalQuery
-from molt.governance.redaction import OUT_OF_SCOPE_ENTITIES, STRUCTURED_ENTITIES, Redactor, redact_event
+from molt.governance.redaction import OUT_OF_SCOPE_ENTITIES, STRUCTURED_ENTITIES, Redactor, native, redact_event
 from molt.governance.redaction.evaluate import Scores, evaluate, load_labelled, split_by_template
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pii" / "presidio_generated_large.json"
@@ -381,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream", type=int, default=2000, help="distinct typical events in the one-pass row")
     args = ap.parse_args(argv)
     console = Console(width=150)
+    st = native.status()
+    console.print(f"Molt detectors: {'compiled (mypyc)' if st['in_use'] else 'Python modules'} — {st['reason']}")
     records = load_labelled(args.data)
     dev, held = split_by_template(records)
     redactor = Redactor()
