@@ -1,11 +1,18 @@
-"""The compiled build of the redaction detectors (mypyc), and the check that decides whether it is used.
+"""The compiled build of the redaction hot path (mypyc), and the check that decides whether it is used.
 
-The detectors are the hot path of governance: every string of every captured event goes through
-them. Their modules (:data:`MODULES`) are ordinary, fully typed Python; :func:`build` compiles them
-with `mypyc <https://mypyc.readthedocs.io>`_ (it ships with mypy, the project's type checker) into C
-extensions, about 1.3–1.5× faster on agent traffic, with the same behaviour — the test suite runs
-against whichever build is in use, and ``tests/core/governance/test_redaction_native.py`` checks
-that both give the same spans.
+Detection is the hot path of governance: every string of every captured event goes through the
+detectors, the :class:`~molt.governance.redaction.redactor.Redactor` and the event walker. Their
+modules (:data:`MODULES`) are ordinary, fully typed Python; :func:`build` compiles them with
+`mypyc <https://mypyc.readthedocs.io>`_ (it ships with mypy, the project's type checker) into C
+extensions: redaction + eligibility of typical agent events runs about 1.2× (field memo on) to 1.6×
+(memo off) faster, with the same behaviour — the test suite runs against whichever build is in use,
+and ``tests/core/governance/test_redaction_native.py`` checks that both give the same spans and the
+same redacted events.
+
+What compiling asks of these modules: their annotations are enforced at run time (a ``list[Span]``
+that is handed a ``None`` raises), their classes cannot be monkeypatched, and a class meant to be
+subclassed in Python says so (``@mypyc_attr(allow_interpreted_subclasses=True)`` on ``Redactor``).
+Pydantic models cannot be compiled; they live in modules outside the list (``report``, ``policy``).
 
 The build lives outside the source tree (``core/build/native`` next to ``core/src``, or
 ``MOLT_NATIVE_DIR``), with a stamp of the SHA-256 of every source it was made from. On import,
@@ -38,8 +45,8 @@ from typing import Any
 
 __all__ = ["MODULES", "NativeBuildError", "activate", "build", "native_dir", "probe", "status"]
 
-#: The modules compiled, in this package. They import nothing from each other's private names that
-#: mypyc could not see, and nothing outside this list is compiled.
+#: The modules compiled, in this package, in import order. What they import from outside the list
+#: (pydantic models, the registry) is typed ``Any`` in the build and stays an ordinary Python call.
 MODULES = ("checksums", "lexicon", "patterns", "credentials", "addresses", "entities", "redactor", "walk")
 PACKAGE = "molt.governance.redaction"
 _HERE = Path(__file__).resolve().parent
