@@ -39,7 +39,9 @@ def _adapter(field: str) -> TypeAdapter[Any]:
     """A validator for one payload field of :class:`Event` (built once per field)."""
     adapter = _ADAPTERS.get(field)
     if adapter is None:
-        adapter = _ADAPTERS[field] = TypeAdapter(Event.model_fields[field].annotation)
+        annotation = Event.model_fields[field].annotation
+        assert annotation is not None  # every payload field of Event is annotated
+        adapter = _ADAPTERS[field] = TypeAdapter(annotation)
     return adapter
 
 
