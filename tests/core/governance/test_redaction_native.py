@@ -48,14 +48,18 @@ _SPANS = textwrap.dedent(
 )
 
 
-def _run_spans(env_extra: dict[str, str]) -> dict:
-    env = {**os.environ, **env_extra}
+def _run(script: str, env_extra: dict[str, str], *args: str) -> dict:
+    """``script`` in a fresh interpreter (so the package decides afresh which build to load); its JSON."""
     done = subprocess.run(
-        [sys.executable, "-c", _SPANS, str(DATA), str(BENCH)],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-c", script, *args], env={**os.environ, **env_extra},
+        capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+def _run_spans(env_extra: dict[str, str]) -> dict:
+    return _run(_SPANS, env_extra, str(DATA), str(BENCH))
 
 
 def _built() -> bool:
@@ -135,12 +139,7 @@ _ACTIVATE = textwrap.dedent(
 
 
 def _activate(env_extra: dict[str, str]) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", _ACTIVATE], env={**os.environ, **env_extra},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return _run(_ACTIVATE, env_extra)
 
 
 def test_a_build_that_does_not_load_falls_back_to_python_with_a_warning(tmp_path: Path) -> None:
@@ -153,7 +152,7 @@ def test_a_build_that_does_not_load_falls_back_to_python_with_a_warning(tmp_path
     assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
 
 
-def test_molt_native_0_runs_the_python_modules(tmp_path: Path) -> None:
+def test_molt_native_0_runs_the_python_modules() -> None:
     got = _activate({"MOLT_NATIVE": "0"})
     assert got["status"]["in_use"] is False and "MOLT_NATIVE=0" in got["status"]["reason"]
     assert all(f.endswith(".py") for f in got["status"]["modules"].values())
