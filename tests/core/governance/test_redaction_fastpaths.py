@@ -64,3 +64,22 @@ def test_screens_keep_what_only_the_screened_scan_finds() -> None:
     assert ("PERSON", "john") in _found("Hello there. My name is john and I need help.")
     # a brand-shaped word with a digit (the digit test runs only on words that are not all letters)
     assert _found("Then Zyntra9 shipped it.") == [("ORGANIZATION", "Zyntra9")]  # without it: PERSON
+
+
+def test_lexicon_word_sets_stay_out_of_the_cycle_collector() -> None:
+    """The ~500k lexicon entries are dicts of strings, which CPython's cycle collector does not
+    track; as frozensets every full collection of the host process walked all of them."""
+    import dataclasses
+    import gc
+
+    from molt.governance.redaction.entities import EntityDetector
+    from molt.governance.redaction.lexicon import get_lexicon
+
+    lex = get_lexicon()
+    sets = {f.name: getattr(lex, f.name) for f in dataclasses.fields(lex) if f.name != "max_place_len"}
+    sets["promotable"] = EntityDetector(lex)._promotable
+    assert sum(map(len, sets.values())) > 300_000
+    for name, words in sets.items():
+        assert words, name
+        assert not gc.is_tracked(words), f"{name} is tracked by the garbage collector"
+    assert "maria" in lex.first_names and "germany" in lex.countries and "maria" in sets["promotable"]

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors
-from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
+from molt.governance.redaction.lexicon import Lexicon, WordSet, fold, get_lexicon
 
 __all__ = ["EntityDetector"]
 
@@ -565,7 +565,7 @@ class EntityDetector:
         A place of several words ("united arab emirates") is promoted word by word when it follows a
         place cue or holds a word that is not frequent English."""
         promotable = self._promotable
-        if text.isascii() and promotable.isdisjoint(_LOWER_WORD.findall(text.lower())):
+        if text.isascii() and promotable.keys().isdisjoint(_LOWER_WORD.findall(text.lower())):
             return text  # no word any lexicon holds (ASCII words fold to their lowercase): nothing to do
         words = [(m.start(), m.end(), m.group()) for m in _LOWER_WORD.finditer(text)]
         chars = None
@@ -993,15 +993,16 @@ class EntityDetector:
         out.append(Span(start, end, "PERSON", 0.55, name))
 
 
-_promotable_cache: list[tuple[Lexicon, frozenset[str]]] = []
+_promotable_cache: list[tuple[Lexicon, WordSet]] = []
 
 
-def _promotable(lx: Lexicon, multi: dict[str, int]) -> frozenset[str]:
-    """Names, places and first words of multi-word places, built once per lexicon."""
+def _promotable(lx: Lexicon, multi: dict[str, int]) -> WordSet:
+    """Names, places and first words of multi-word places, built once per lexicon (a
+    :data:`~molt.governance.redaction.lexicon.WordSet`, so the garbage collector never walks it)."""
     for known, found in _promotable_cache:
         if known is lx:
             return found
-    found = lx.first_names | lx.last_names | lx.cities | lx.regions | lx.countries | frozenset(multi)
+    found = dict.fromkeys(itertools.chain(lx.first_names, lx.last_names, lx.cities, lx.regions, lx.countries, multi))
     _promotable_cache[:] = [(lx, found)]
     return found
 
