@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from molt.governance.redaction import Redactor, detectors
+from molt.governance.redaction.base import Span
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -177,8 +178,14 @@ def test_detect_many_matches_detect_and_memoises_by_digest() -> None:
     texts = ["Mail ana@example.org", "shipped", "Ana Lima, card 4111 1111 1111 1111", "", "no pii here"]
     r = Redactor()
     assert r.detect_many(texts) == [r.detect(t) for t in texts]
-    assert r._cache and all(isinstance(k, bytes) and len(k) == 16 for k in r._cache)  # digests, never text
+    # keyed by (length, hash), never by the text
+    assert sorted(r._cache) == sorted({(len(t), hash(t)) for t in texts})
+    assert not any(isinstance(x, str) for k in r._cache for x in k)
     assert r.detect_many(texts) == [r.detect(t) for t in texts]  # from the memo
+    # a hit is a hit by key: planting another text's spans under a text's key is what comes back
+    planted = [Span(0, 7, "PERSON", 1.0, "planted")]
+    r._cache[(len("shipped"), hash("shipped"))] = planted
+    assert r.detect_many(["shipped", "no pii here"]) == [planted, []]
     off = Redactor(cache_size=0)
     assert off.detect_many(texts) == [r.detect(t) for t in texts] and not off._cache
 

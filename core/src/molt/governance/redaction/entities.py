@@ -26,11 +26,10 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from hashlib import blake2b
 from typing import NamedTuple
 
 from molt.governance.redaction.addresses import AddressFinder
-from molt.governance.redaction.base import Span, detectors
+from molt.governance.redaction.base import Span, detectors, text_key
 from molt.governance.redaction.lexicon import Lexicon, WordSet, fold, get_lexicon
 
 __all__ = ["EntityDetector"]
@@ -294,7 +293,7 @@ class EntityDetector:
         #: signature that ends with one is the person's title, not their company.
         self._job_words = _job_words()
         self._skip: dict[str, int] = {}
-        self._memo: dict[bytes, tuple[tuple[int, int, str, float], ...]] = {}
+        self._memo: dict[tuple[int, int], tuple[tuple[int, int, str, float], ...]] = {}
         #: Entries kept in the run memo (0 turns it off).
         self.memo_size = _MEMO_SIZE
         # per thread: set by a rule that looked beyond the memo key's context
@@ -716,18 +715,16 @@ class EntityDetector:
 
     def _run_memoised(self, text: str, s: int, e: int, out: list[Span]) -> None:
         """:meth:`_run`, memoised on the run and the words around it: agent traffic repeats the same
-        product names, headings and phrases in the same places. Keys are BLAKE2b digests (no text is
-        kept); a run whose rules looked further than that context is not memoised."""
+        product names, headings and phrases in the same places. Keys are digests
+        (:func:`~molt.governance.redaction.base.text_key`; no text is kept); a run whose rules
+        looked further than that context is not memoised."""
         if not self.memo_size:
             self._run(text, s, e, out)
             return
         prev = _prev_word(text, s)
-        key = blake2b(
-            "\x1f".join(
-                (text[s:e], prev[0], prev[1], "," if prev[2] else "", *_next_word(text, e), text[e : e + 2])
-            ).encode("utf-8", "surrogatepass"),
-            digest_size=16,
-        ).digest()
+        key = text_key(
+            "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", *_next_word(text, e), text[e : e + 2]))
+        )
         memo = self._memo
         hit = memo.get(key)
         if hit is not None:

@@ -16,10 +16,9 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Callable
-from hashlib import blake2b
 
 from molt.errors import GovernanceError, MoltError
-from molt.governance.redaction.base import DIGIT, Detector, Span, detectors
+from molt.governance.redaction.base import DIGIT, Detector, Span, detectors, text_key
 from molt.governance.redaction.policy import RedactionPolicy, ReplacementMode, policies
 from molt.registry import Registry
 
@@ -87,8 +86,9 @@ class Redactor:
     would let personal data through. A detector whose ``requires`` substring (or digit) is absent
     from a text is not called at all.
 
-    ``cache_size`` bounds the memo :meth:`detect_many` keeps (digest of a field's text → spans; no
-    text is stored) and turns the detectors' own memos off when 0 — use 0 to time repeated texts.
+    ``cache_size`` bounds the memo :meth:`detect_many` keeps (digest of a field's text → spans,
+    :func:`~molt.governance.redaction.base.text_key`; no text is stored) and turns the detectors'
+    own memos off when 0 — use 0 to time repeated texts.
     """
 
     def __init__(
@@ -115,11 +115,11 @@ class Redactor:
                     d.memo_size = 0
         #: The policy's :meth:`~RedactionPolicy.fingerprint`, computed once.
         self.fingerprint = self.policy.fingerprint()
-        # detect_many's memo: BLAKE2b digest of a field's text -> its spans. Agent traffic repeats
-        # itself (system prompts, tool descriptions, boilerplate); keys are digests, so no text is
-        # kept. 0 turns it off, and the detectors' own memos with it.
+        # detect_many's memo: text_key of a field's text -> its spans. Agent traffic repeats itself
+        # (system prompts, tool descriptions, boilerplate); keys are digests, so no text is kept.
+        # 0 turns it off, and the detectors' own memos with it.
         self._cache_size = cache_size
-        self._cache: dict[bytes, list[Span]] = {}
+        self._cache: dict[tuple[int, int], list[Span]] = {}
 
     def detect(self, text: str) -> list[Span]:
         """The spans the policy would replace in ``text``: in scope, above ``min_score``, not
@@ -164,11 +164,11 @@ class Redactor:
         """
         out: list[list[Span] | None] = [None] * len(texts)
         todo: list[int] = []
-        keys: list[bytes | None] = [None] * len(texts)
+        keys: list[tuple[int, int] | None] = [None] * len(texts)
         cache = self._cache if self._cache_size else None
         for i, t in enumerate(texts):
             if cache is not None and len(t) <= _CACHE_MAX_TEXT:
-                key = keys[i] = blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                key = keys[i] = text_key(t)
                 hit = cache.get(key)
                 if hit is not None:
                     out[i] = hit
