@@ -87,6 +87,9 @@ _NUMBER_WORD = re.compile(
     r"(\d(?<![^\s(>\"“'][\s\S])\d{0,4}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?),?[ ]+"
     r"(?=[^\W\d_]|\d{1,5}[ ]|\d{1,4}(?:st|nd|rd|th)\b)"
 )
+# the same for ASCII text (str.isascii() is a flag test): a leading [0-9] is a byte-range test in the
+# regex engine's scan, where \d is a Unicode table lookup per character
+_NUMBER_WORD_ASCII = re.compile("([0-9]" + _NUMBER_WORD.pattern.removeprefix("(\\d"))
 # a number after a space, not part of a longer number: checked for a street word before it
 _WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?\b(?![.,:/-]?\d)")
 _MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
@@ -149,7 +152,7 @@ def _house_numbers(text: str) -> list[tuple[int, int]]:
     consumed: matches do not overlap, and the separator of the next one lies at or after the end
     of the last (a search resumes one past the end, because the separator precedes the digit)."""
     out = []
-    search = _NUMBER_WORD.search
+    search = (_NUMBER_WORD_ASCII if text.isascii() else _NUMBER_WORD).search
     m = search(text)
     while m is not None:
         out.append((m.start(), m.end()))

@@ -97,6 +97,9 @@ class RegexDetector:
 #: SSN, phone, IPv4, IBAN) only look at windows around these, so prose without digits costs one
 #: C-level regex scan, and each detector skips clusters with too few digits.
 _CLUSTER = re.compile(r"\d(?:[\d().+/-]|[ ](?=[\d(+]))+")  # two characters or more
+# the same for ASCII text (str.isascii() is a flag test): the engine's scan for a leading [0-9] is a
+# byte-range test, for \d a Unicode table lookup per character
+_CLUSTER_ASCII = re.compile("[0-9]" + _CLUSTER.pattern.removeprefix("\\d"))
 _NOT_DIGITS = str.maketrans("", "", " ().+/-")
 _last_scan: tuple[str, list[tuple[int, int, int]]] = ("", [])
 _span = re.Match.span
@@ -130,7 +133,7 @@ def digit_clusters(text: str) -> list[tuple[int, int, int]]:
     _last_min = (text, {})
     out = [
         (a, b, b - a if b - a < 4 else len(text[a:b].translate(_NOT_DIGITS)))
-        for a, b in map(_span, _CLUSTER.finditer(text))
+        for a, b in map(_span, (_CLUSTER_ASCII if text.isascii() else _CLUSTER).finditer(text))
     ]
     _last_scan = (text, out)
     return out
