@@ -14,6 +14,7 @@ from molt.atdp import Event, EventKind, Message, Observation, Outcome, ToolCall,
 from molt.governance.redaction import Redactor, redact_event
 from molt.governance.redaction.addresses import _house_numbers
 from molt.governance.redaction.event import RedactedSpan, RedactionReport
+from molt.governance.redaction.patterns import _BARE_TLDS
 
 
 def _event() -> Event:
@@ -50,6 +51,44 @@ def test_house_number_scan_matches_the_separator_led_pattern() -> None:
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
     for text in texts:
         assert _house_numbers(text) == [(m.start(1), m.end()) for m in _OLD_NUMBER_WORD.finditer(text)], text
+
+
+def test_digit_cluster_scan_matches_the_unicode_pattern() -> None:
+    from molt.governance.redaction.patterns import _CLUSTER, digit_clusters
+
+    rng = random.Random(5)
+    alphabet = "0123456789   ().+/-abc٣\n"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(20_000)]
+    assert sum(t.isascii() for t in texts) > 5_000 and sum(not t.isascii() for t in texts) > 5_000
+    for text in texts:
+        assert [c[:2] for c in digit_clusters(text)] == [m.span() for m in _CLUSTER.finditer(text)], text
+
+
+# the scan the bare-domain detector replaced: every TLD an alternative of the regex
+_OLD_DOT_TLD = re.compile(rf"\.(?=[A-Za-z][A-Za-z])(?:{_BARE_TLDS})(?![\w@-]|\.\w)", re.IGNORECASE)
+
+
+def test_bare_domain_scan_finds_what_the_tld_alternation_found() -> None:
+    import molt.governance.redaction.patterns as patterns
+
+    rng = random.Random(11)
+    words = ["a", "b1", "com", "co", "uk", "Example", "x-y", "de", "py", "", "COM", "io", "online", "onlinex", "shop"]
+    texts = ["see example.com, models.py and www.shop.de/x.", "mail@host.co.uk or host.co.uk.", "a.com.-b a.com.x"]
+    for _ in range(5_000):
+        parts = [rng.choice(words) for _ in range(rng.randint(1, 5))]
+        seps = [rng.choice([".", ".", " ", "@", "/", "-", ". ", "_"]) for _ in parts]
+        tail = rng.choice(["", ".", "x", "/p"])
+        texts.append("see " + "".join(p + s for p, s in zip(parts, seps, strict=True)) + tail)
+    detector = patterns.UrlDetector()
+    new = [detector.detect(t) for t in texts]
+    old_scan, old_set = patterns._DOT_TLD, patterns._BARE_TLD_SET
+    try:  # the old scan: a dot and a TLD in the regex (its one group the TLD, so the set test passes)
+        patterns._DOT_TLD = re.compile(_OLD_DOT_TLD.pattern.replace("(?:" + _BARE_TLDS, "(" + _BARE_TLDS), re.I)
+        old = [detector.detect(t) for t in texts]
+    finally:
+        patterns._DOT_TLD, patterns._BARE_TLD_SET = old_scan, old_set
+    assert sum(map(len, new)) > 300
+    assert new == old
 
 
 def _found(text: str) -> list[tuple[str, str]]:
