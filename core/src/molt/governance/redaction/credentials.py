@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from molt.governance.redaction.base import Span, detectors
-from molt.governance.redaction.patterns import RegexDetector
+from molt.governance.redaction.patterns import RegexDetector, lowered
 
 __all__ = ["ApiKeyDetector", "PasswordDetector", "PrivateKeyDetector", "secret_key_type"]
 
@@ -69,7 +69,7 @@ def _vendor_hint(text: str) -> bool:
     return ("AC" in text or "SK" in text) and _TWILIO_HINT.search(text) is not None
 
 
-_BEARER_HINTS = ("earer", "EARER", "oken", "OKEN", "asic", "ASIC")
+_BEARER_HINTS = ("earer", "oken", "asic")  # in the lowered text: any case of bearer / token / basic
 _TOKEN_RX = re.compile(rf"(?<![\w-])(?:{_VENDOR_TOKENS})(?![\w-])")
 _BEARER_RX = re.compile(r"\b(?:bearer|token|basic)\s+([A-Za-z0-9._~+/-]{16,}=*)", re.IGNORECASE)
 
@@ -89,7 +89,7 @@ class ApiKeyDetector:
         out: list[Span] = []
         if _vendor_hint(text):
             out += self._vendor.detect(text)
-        if any(p in text for p in _BEARER_HINTS):
+        if any(p in lowered(text) for p in _BEARER_HINTS):
             out += self._bearer.detect(text)
         return out
 
@@ -172,7 +172,7 @@ class PasswordDetector:
     def detect(self, text: str) -> list[Span]:
         """Secret value spans (the value only, never the key that names it)."""
         out: list[Span] = []
-        low = text.lower()
+        low = lowered(text)
         if len(low) != len(text):
             low = text
         # the hints that can start an assignment's key (the rest of the key, then ":" or "=")

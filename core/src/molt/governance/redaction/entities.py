@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors, text_key
-from molt.governance.redaction.lexicon import Lexicon, WordSet, fold, get_lexicon
+from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
+from molt.governance.redaction.patterns import lowered
 
 __all__ = ["EntityDetector"]
 
@@ -56,7 +57,7 @@ _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
 _LOWER_CUE_RXS = tuple((cue, re.compile(re.escape(cue) + r"(?=[ ,:]+[a-z])")) for cue in _LOWER_CUES)
 # a line made only of capitalised words ("Northern Reflections", "Berkery Noyes Mandasoft")
 _LINE_OF_WORDS = re.compile(rf"{_WORD}(?:[ ]{_WORD}){{0,5}}")
-_ZIP_HINTS = ("zip", "Zip", "ZIP", "ostcode", "OSTCODE", "ostal", "OSTAL", "ost code", "OST CODE")
+_ZIP_HINTS = ("zip", "ostcode", "ostal", "ost code")  # in the lowered text: any case
 _ZIP = re.compile(
     r"(?i:\b(?:zip|postal|post)[ ]?code|\bpostcode|\bzip)(?:[ ](?:is|was|of))?[ ]*[:#]?[ ]*"
     r"(\d{5}(?:-\d{4})?|\d{4}|\d{2}-\d{3}|\d{3}[ ]\d{2}|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
@@ -287,7 +288,8 @@ class EntityDetector:
                         multi[head] = min(n, 5)
         self._multi_first = multi
         #: Every folded word the lowercase promotion could act on (a name, a place, the first word
-        #: of a place of several words): other words are passed over with one set lookup.
+        #: of a place of several words): other words are passed over with one lookup. The value
+        #: is the place kind (:meth:`_place`), so a place is one lookup, not three.
         self._promotable = _promotable(lx, multi)
         #: Last words of job titles ("engineer", "coordinator"), from Faker's job list: a line of a
         #: signature that ends with one is the person's title, not their company.
@@ -314,12 +316,7 @@ class EntityDetector:
 
     def _place(self, key: str) -> str:
         """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""
-        lx = self.lex
-        if key in lx.countries:
-            return "country"
-        if key in lx.cities or key in lx.regions:
-            return "city"
-        return ""
+        return self._promotable.get(key) or ""
 
     def _is_place_phrase(self, phrase: str) -> bool:
         f = fold(phrase)
@@ -400,7 +397,7 @@ class EntityDetector:
             self._run_memoised(source, s, e, out)
         if " " in text:
             self._lowercase_names(text, blocked, out)
-        if any(h in text for h in _ZIP_HINTS):
+        if any(h in lowered(text) for h in _ZIP_HINTS):
             for m in _ZIP.finditer(text):  # a postcode named as one is part of an address
                 if not _overlaps(blocked, m.start(1), m.end(1)):
                     out.append(Span(m.start(1), m.end(1), "ADDRESS", 0.8, self.name))
@@ -459,7 +456,7 @@ class EntityDetector:
     def _defined_orgs(self, text: str, out: list[Span]) -> None:
         """The subject of "X is a company / a startup / the brainchild of …" is an organisation,
         in any case ("recargo is the brainchild of …"); it wins over a name read in it."""
-        low = text.lower()
+        low = lowered(text)
         if len(low) != len(text):
             return
         for word in (" is ", " was "):
@@ -638,12 +635,12 @@ class EntityDetector:
         f, first, last, z = self._lookup(word)
         if f in _KEYWORDS or f in _ROLES:
             return False
-        lx = self.lex
+        kind = self._place(f)  # (a country that is also a city passes as a country whenever as a city)
         return bool(
             ((first or last) and z < 4.0)
             or (first and z < 5.6 and f not in self._name_words)  # "john", "marie" but not "will"
-            or (z < 4.0 and (f in lx.cities or f in lx.regions) and len(f) > 3)
-            or (f in lx.countries and (prev in _PLACE_CUES or z < 4.5))
+            or (z < 4.0 and kind == "city" and len(f) > 3)
+            or (kind == "country" and (prev in _PLACE_CUES or z < 4.5))
         )
 
     def _surname_after(self, text: str, word: tuple[int, int, str], nxt: tuple[int, int, str]) -> bool:
@@ -656,7 +653,7 @@ class EntityDetector:
 
     def _lowercase_names(self, text: str, blocked: list[tuple[int, int]], out: list[Span]) -> None:
         """Lowercase names after a strong cue ("my name is john smith"), in cased text or not."""
-        low = text.lower()
+        low = lowered(text)
         if len(low) != len(text):  # a few capitals lowercase to two characters; offsets would shift
             return
         for cue, cue_rx in _LOWER_CUE_RXS:  # each a literal, so the scan for it stays in C
@@ -990,16 +987,19 @@ class EntityDetector:
         out.append(Span(start, end, "PERSON", 0.55, name))
 
 
-_promotable_cache: list[tuple[Lexicon, WordSet]] = []
+_promotable_cache: list[tuple[Lexicon, dict[str, str]]] = []
 
 
-def _promotable(lx: Lexicon, multi: dict[str, int]) -> WordSet:
-    """Names, places and first words of multi-word places, built once per lexicon (a
-    :data:`~molt.governance.redaction.lexicon.WordSet`, so the garbage collector never walks it)."""
+def _promotable(lx: Lexicon, multi: dict[str, int]) -> dict[str, str]:
+    """Names, places and first words of multi-word places → ``"country"``, ``"city"`` (cities and
+    regions) or ``""`` (not a place), built once per lexicon. A dict of strings, so the garbage
+    collector never walks it (see :data:`~molt.governance.redaction.lexicon.WordSet`)."""
     for known, found in _promotable_cache:
         if known is lx:
             return found
-    found = dict.fromkeys(itertools.chain(lx.first_names, lx.last_names, lx.cities, lx.regions, lx.countries, multi))
+    found = dict.fromkeys(itertools.chain(lx.first_names, lx.last_names, multi), "")
+    found.update(dict.fromkeys(itertools.chain(lx.cities, lx.regions), "city"))
+    found.update(dict.fromkeys(lx.countries, "country"))  # a country that is also a city is a country
     _promotable_cache[:] = [(lx, found)]
     return found
 

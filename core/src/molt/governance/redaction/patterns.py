@@ -106,6 +106,22 @@ _span = re.Match.span
 _last_min: tuple[str, dict[int, list[tuple[int, int, int]]]] = ("", {})
 
 
+_last_lower: tuple[str, str] = ("", "")
+
+
+def lowered(text: str) -> str:
+    """``text.lower()``, kept for the last text like the digit scan, so the detectors of one
+    :class:`~molt.governance.redaction.redactor.Redactor` pass lower a text once. Detectors use it
+    for case-insensitive screens (a superset of the cased spellings) and their own lowercase scans."""
+    global _last_lower
+    last = _last_lower
+    if last[0] is text:
+        return last[1]
+    low = text.lower()
+    _last_lower = (text, low)
+    return low
+
+
 def clusters_with(text: str, min_digits: int) -> list[tuple[int, int, int]]:
     """The :func:`digit_clusters` of ``text`` that hold at least ``min_digits`` digits (kept per
     text like the scan, so each detector does not walk every cluster again)."""
@@ -376,7 +392,7 @@ class SsnDetector:
     def detect(self, text: str) -> list[Span]:
         """SSN spans (nine bare digits only looked for when a cue is in the text)."""
         out = self._dashed.detect(text)
-        low = text.lower()
+        low = lowered(text)
         if "ssn" in low or "ss#" in low or "social" in low:
             out += self._bare.detect(text)
         return out
@@ -498,12 +514,9 @@ class UsDriverLicenseDetector(RegexDetector):
 
     def detect(self, text: str) -> list[Span]:
         """Licence numbers, looked for only when a licence cue is in the text."""
-        if not any(cue in text for cue in _DL_CUES):
+        if "DL" not in text and "icen" not in lowered(text):  # any case of "licence" / "license"
             return []
         return super().detect(text)
-
-
-_DL_CUES = ("icense", "icence", "ICENSE", "ICENCE", "DL")
 
 
 _MONTHS = (
