@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from typing import NamedTuple
 
 from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors, text_key
@@ -244,18 +243,27 @@ _QUOTES = " \t'\"“‘’”(["
 _BRAND_END = ("ly", "ify", "io", "hq", "sy", "co", "com", "x", "ix")
 
 
-class _W(NamedTuple):
-    """One word of a run: offsets, surface text, folded key, and what the lexicons say about it."""
+class _W:
+    """One word of a run: offsets, surface text, folded key, and what the lexicons say about it.
 
-    start: int
-    end: int
-    text: str
-    f: str
-    first: bool  # a first name
-    last: bool  # a last name
-    z: float  # English Zipf frequency
-    conn: bool  # a lowercase connector ("van", "of", "and")
-    common: bool  # frequent English (Zipf ≥ 3) that is not (also) a name
+    A plain class, not a NamedTuple: compiled, it is a native class built without a Python call
+    (a NamedTuple's ``__new__`` is interpreted code), and every capitalised run builds a few.
+    """
+
+    __slots__ = ("common", "conn", "end", "f", "first", "last", "start", "text", "z")
+
+    def __init__(
+        self, start: int, end: int, text: str, f: str, first: bool, last: bool, z: float, conn: bool, common: bool
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.text = text
+        self.f = f
+        self.first = first  # a first name
+        self.last = last  # a last name
+        self.z = z  # English Zipf frequency
+        self.conn = conn  # a lowercase connector ("van", "of", "and")
+        self.common = common  # frequent English (Zipf ≥ 3) that is not (also) a name
 
 
 class EntityDetector:

@@ -26,8 +26,8 @@ from pydantic import TypeAdapter
 from molt.atdp.models import Event
 from molt.errors import GovernanceError
 from molt.governance.redaction.redactor import Redactor
-from molt.governance.redaction.report import RedactedSpan, RedactionReport, constructed
-from molt.governance.redaction.walk import PAYLOAD_ORDER, Walker
+from molt.governance.redaction.report import RedactedSpan, RedactionReport
+from molt.governance.redaction.walk import PAYLOAD_ORDER, Walker, constructed
 
 __all__ = ["RedactedSpan", "RedactionReport", "redact_event"]
 
@@ -84,14 +84,16 @@ def redact_event(
     report = constructed(
         RedactionReport,
         _REPORT_FIELDS,
-        event_id=event.event_id,
-        trajectory_id=event.trajectory_id,
-        policy=policy_name or policy.name,
-        policy_fingerprint=redactor.fingerprint,
-        spans=walker.records,
-        counts=counts,
-        fields_scanned=walker.fields,
-        token_trace_dropped=dropped,
+        {
+            "event_id": event.event_id,
+            "trajectory_id": event.trajectory_id,
+            "policy": policy_name or policy.name,
+            "policy_fingerprint": redactor.fingerprint,
+            "spans": walker.records,
+            "counts": counts,
+            "fields_scanned": walker.fields,
+            "token_trace_dropped": dropped,
+        },
     )
     if not walker.records:
         return event, report

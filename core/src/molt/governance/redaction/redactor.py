@@ -120,6 +120,9 @@ class Redactor:
         # 0 turns it off, and the detectors' own memos with it.
         self._cache_size = cache_size
         self._cache: dict[tuple[int, int], list[Span]] = {}
+        # the policy's mode per entity type, and its name, kept as asked for (the policy is frozen)
+        self._modes: dict[str, ReplacementMode] = {}
+        self._mode_names: dict[str, str] = {}
 
     def detect(self, text: str) -> list[Span]:
         """The spans the policy would replace in ``text``: in scope, above ``min_score``, not
@@ -210,9 +213,23 @@ class Redactor:
                     cache[digest] = out[i]  # type: ignore[assignment]
         return out  # type: ignore[return-value]
 
+    def mode_of(self, entity_type: str) -> ReplacementMode:
+        """The policy's replacement mode for ``entity_type``."""
+        mode = self._modes.get(entity_type)
+        if mode is None:
+            mode = self._modes[entity_type] = self.policy.mode_for(entity_type)
+        return mode
+
+    def mode_name(self, entity_type: str) -> str:
+        """:meth:`mode_of` as the plain string a report records."""
+        name = self._mode_names.get(entity_type)
+        if name is None:
+            name = self._mode_names[entity_type] = str(self.mode_of(entity_type).value)
+        return name
+
     def replacement(self, entity_type: str, value: str, state: ReplacementState) -> str:
         """What replaces ``value`` under the policy."""
-        mode = self.policy.mode_for(entity_type)
+        mode = self.mode_of(entity_type)
         if mode == ReplacementMode.PLACEHOLDER:
             return state.placeholder(entity_type, value)
         if mode == ReplacementMode.PSEUDONYM:

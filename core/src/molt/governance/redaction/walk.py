@@ -7,16 +7,17 @@ dicts, lists and strings, run for every field of every captured event.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+from pydantic import BaseModel
 
 from molt.governance.redaction.base import Span
 from molt.governance.redaction.credentials import secret_key_type
 from molt.governance.redaction.redactor import Redactor, ReplacementState
-from molt.governance.redaction.report import RedactedSpan, span_record
+from molt.governance.redaction.report import RedactedSpan
 
-__all__ = ["PAYLOAD_ORDER", "Walker"]
+__all__ = ["PAYLOAD_ORDER", "Walker", "constructed", "span_record"]
 
 #: Payload keys whose string values are identifiers or enums, never free text.
 _SKIP_KEYS = frozenset(
@@ -30,6 +31,37 @@ _SKIP_PATHS = frozenset({("action", "tokens"), ("action", "sampling")})
 PAYLOAD_ORDER = ("observation", "hidden", "action", "outcome")
 # what a string that holds JSON starts with, leading whitespace included (any str.isspace character)
 _JSON_OR_SPACE = frozenset("{[") | frozenset(chr(c) for c in range(0x3000 + 1) if chr(c).isspace())
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_RECORD_FIELDS = frozenset(RedactedSpan.model_fields)
+_ROUNDED: dict[float, float] = {}  # score -> round(score, 3); detectors emit a handful of scores
+
+
+def constructed(model: type[_M], fields: frozenset[str], values: dict[str, Any]) -> _M:
+    """``model`` from checked ``values``, one for every field (what ``model_construct`` does, without
+    its per-field alias and default handling). The walker builds its records and the report from
+    values whose types it knows, so validating them again would only cost time."""
+    obj: _M = object.__new__(model)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+def span_record(field: str, sp: Span, mode: str) -> RedactedSpan:
+    """A :class:`RedactedSpan` from checked values (see :func:`constructed`)."""
+    score = _ROUNDED.get(sp.score)
+    if score is None:  # round() with digits goes through a decimal conversion: ~0.3 µs a call
+        score = round(sp.score, 3)
+        if len(_ROUNDED) < 4096:
+            _ROUNDED[sp.score] = score
+    values: dict[str, Any] = {
+        "field": field, "start": sp.start, "end": sp.end, "entity_type": sp.entity_type,
+        "detector": sp.detector, "score": score, "mode": mode,
+    }  # fmt: skip
+    return constructed(RedactedSpan, _RECORD_FIELDS, values)
 
 
 def _path(node: Any) -> str:
@@ -110,7 +142,7 @@ class Walker:
         texts = [leaf[3] for leaf in self.leaves if leaf[4] is None]
         found = self._detect_all(texts)
         k = 0
-        policy = self.redactor.policy
+        redactor = self.redactor
         for holder, slot, path, value, entity in self.leaves:
             if entity is not None:
                 spans = [Span(0, len(value), entity, 1.0, "json_key")]
@@ -121,8 +153,8 @@ class Walker:
                 continue
             field = path if isinstance(path, str) else _path(path)
             for sp in spans:  # built from checked values, so constructed without re-validation
-                self.records.append(span_record(field, sp, policy.mode_for(sp.entity_type).value))
-            holder[slot] = self.redactor.apply(value, spans, self.state)
+                self.records.append(span_record(field, sp, redactor.mode_name(sp.entity_type)))
+            holder[slot] = redactor.apply(value, spans, self.state)
         for holder, slot, parsed in self.json_strings[::-1]:  # inner JSON strings first
             if holder is not None:
                 holder[slot] = orjson.dumps(parsed).decode()
