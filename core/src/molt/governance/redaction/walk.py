@@ -2,7 +2,9 @@
 event's dumped payload, detected on in one pass and written back redacted.
 
 Part of the compiled build (:mod:`~molt.governance.redaction.native`): it is plain Python over
-dicts, lists and strings, run for every field of every captured event.
+dicts, lists and strings, run for every field of every captured event. It also builds the report's
+records and the report itself (:func:`constructed`): the pydantic models stay in
+:mod:`~molt.governance.redaction.report`, which cannot be compiled, but filling them can be.
 """
 
 from __future__ import annotations
