@@ -41,13 +41,13 @@ the system's own allocations cause while it runs are counted. The timed loops
 repeat the same items, so Molt runs there with its per-field memo off (``Redactor(cache_size=0)``);
 one extra row runs the default redactor once over a stream of distinct events, where the memo only
 helps with fields that really repeat (system prompts, boilerplate): the best of ``--passes`` passes,
-each by a new redactor whose memo starts empty.
+each by a new redactor whose memo starts empty. The typical set also reports how many inserted PII
+values were fully redacted and how many spans fell outside them.
 
 Last, the pause of a full cycle collection (``gc.collect()``) in a fresh process that holds a default
 redactor, as the lexicons are held (dicts of strings, which the collector does not track) and with a
 frozenset copy of every word set alive as well (how they were held before): what every full
-collection of the host process — the agent's — pays for them. The typical set
-also reports how many inserted PII values were fully redacted and how many spans fell outside them.
+collection of the host process — the agent's — pays for them.
 """
 
 from __future__ import annotations
