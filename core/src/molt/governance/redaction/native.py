@@ -4,7 +4,7 @@ Detection is the hot path of governance: every string of every captured event go
 detectors, the :class:`~molt.governance.redaction.redactor.Redactor` and the event walker. Their
 modules (:data:`MODULES`) are ordinary, fully typed Python; :func:`build` compiles them with
 `mypyc <https://mypyc.readthedocs.io>`_ (it ships with mypy, the project's type checker) into C
-extensions: redaction + eligibility of typical agent events runs about 1.2× (field memo on) to 1.6×
+extensions: redaction + eligibility of typical agent events runs about 1.3× (field memo on) to 1.6×
 (memo off) faster, with the same behaviour — the test suite runs against whichever build is in use,
 and ``tests/core/governance/test_redaction_native.py`` checks that both give the same spans and the
 same redacted events.
