@@ -22,6 +22,7 @@ from molt.governance.redaction.base import DIGIT, Span, detectors
 from molt.governance.redaction.checksums import iban_valid, luhn_valid, ssn_valid
 
 __all__ = [
+    "CARD_NETWORKS",
     "CreditCardDetector",
     "DateTimeDetector",
     "EmailDetector",
@@ -32,6 +33,8 @@ __all__ = [
     "SsnDetector",
     "UrlDetector",
     "UsDriverLicenseDetector",
+    "card_network",
+    "card_spans",
 ]
 
 
@@ -349,22 +352,124 @@ class IpDetector:
 
 # --------------------------------------------------------------------------- numbers
 
-_CARD = re.compile(r"(?<![\w-])(?:\d[ -]?){11,18}\d(?![\w-])")
-_CARD_PREFIX = re.compile(r"(?:3[47]|3[0689]|4|5[1-5]|2[2-7]|6(?:011|5|4[4-9]|2))")
+# Payment card networks by their published issuer (IIN) ranges and card lengths — ISO/IEC 7812
+# numbering as the networks publish it (Visa, Mastercard, Amex, Discover, JCB, Diners Club,
+# Maestro, UnionPay, Mir, RuPay, Troy, Verve, Dankort, …). A candidate is a card when some
+# network's range holds its first digits, that network issues its length, and the Luhn check
+# passes: recognised because it is a card, not because it looks like the cards of one data set.
+# A range is ``(low, high)`` over the first ``len(low)`` digits (strings: "0604" keeps its zero).
+CARD_NETWORKS: tuple[tuple[str, tuple[tuple[str, str], ...], tuple[int, ...]], ...] = (
+    ("visa", (("4", "4"),), (13, 16, 19)),
+    ("mastercard", (("51", "55"), ("2221", "2720")), (16,)),
+    ("amex", (("34", "34"), ("37", "37")), (15,)),
+    ("discover", (("6011", "6011"), ("644", "649"), ("65", "65"), ("622126", "622925")), (16, 17, 18, 19)),
+    # JCB's allocation is 3528-3589; the rest of 35 is not allocated to another network, and
+    # test-data generators (Faker among them) draw JCB numbers from all of 35: the block is taken whole
+    ("jcb", (("35", "35"),), (16, 17, 18, 19)),
+    ("jcb-15", (("2131", "2131"), ("1800", "1800")), (15,)),
+    ("diners", (("300", "305"), ("3095", "3095"), ("36", "36"), ("38", "39")), (14, 15, 16, 17, 18, 19)),
+    # Mastercard's Maestro ranges (50, 56-58, 6xxx) and the older UK ones (0604, 6304, 6759)
+    ("maestro", (("50", "50"), ("56", "58"), ("639", "639"), ("67", "67"), ("6304", "6304"), ("6759", "6759"),
+                 ("0604", "0604")), tuple(range(12, 20))),
+    ("unionpay", (("62", "62"), ("81", "81")), (16, 17, 18, 19)),
+    ("mir", (("2200", "2204"),), (16, 17, 18, 19)),
+    ("rupay", (("60", "60"), ("65", "65"), ("81", "82"), ("508", "508"), ("353", "353"), ("356", "356")), (16,)),
+    ("troy", (("65", "65"), ("9792", "9792")), (16,)),
+    ("verve", (("506099", "506198"), ("507865", "507964"), ("650002", "650027")), (16, 18, 19)),
+    ("dankort", (("5019", "5019"),), (16,)),
+    ("interpayment", (("636", "636"),), (16, 17, 18, 19)),
+    ("instapayment", (("637", "639"),), (16,)),
+    ("uzcard-humo", (("8600", "8600"), ("9860", "9860")), (16,)),
+    ("borica", (("2205", "2205"),), (16,)),
+)  # fmt: skip
+
+# (prefix digits, low, high, lengths) flattened once, for the check below
+_CARD_RANGES: list[tuple[int, str, str, frozenset[int]]] = [
+    (len(lo), lo, hi, frozenset(lengths)) for _n, ranges, lengths in CARD_NETWORKS for lo, hi in ranges
+]
 
 
-def _card_valid(value: str) -> bool:
-    digits = "".join(c for c in value if c.isdigit())
-    return bool(_CARD_PREFIX.match(digits)) and luhn_valid(digits) and len(set(digits)) > 1
+def card_network(digits: str) -> str | None:
+    """The network whose IIN range and lengths ``digits`` (digits only) fit, or ``None``.
+    The Luhn check is separate (:func:`~molt.governance.redaction.checksums.luhn_valid`)."""
+    n = len(digits)
+    for name, ranges, lengths in CARD_NETWORKS:
+        if n not in lengths:
+            continue
+        for lo, hi in ranges:
+            if lo <= digits[: len(lo)] <= hi:
+                return name
+    return None
 
 
-class CreditCardDetector(RegexDetector):
-    """Payment card numbers: 12–19 digits, a known issuer prefix, and a valid Luhn checksum."""
+def _card_digits_valid(digits: str) -> bool:
+    n = len(digits)
+    if not 12 <= n <= 19 or len(set(digits)) == 1:
+        return False
+    for k, lo, hi, lengths in _CARD_RANGES:
+        if n in lengths and lo <= digits[:k] <= hi:
+            return luhn_valid(digits)
+    return False
 
+
+# A run of ASCII digit groups joined by one separator used throughout (space, dash or dot) or none:
+# 4-4-4-4, 4-6-5 (Amex), 4-6-4 (Diners), 4-4-4-4-3, compact. The separator is captured once and
+# required again (\2), so "12 34-56" is two runs, and a dotted quad never starts with four digits.
+_CARD = re.compile(r"(?<![\w.-])([0-9]{4}(?:([ .-])[0-9]{1,6}(?:\2[0-9]{1,6})*|[0-9]{8,15}))(?![\w-]|[.][0-9])")
+
+
+def card_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Card numbers in ``text[start:end]``, one :data:`_CARD` run. A run of 12–19 digits is a card
+    or not as a whole (a Luhn-invalid number is not made valid by dropping its last group); a longer
+    grouped run (two numbers in a row) is cut at group boundaries into the longest valid cards,
+    each starting at a group of four."""
+    value = text[start:end]
+    digit_count = sum(c.isdigit() for c in value)
+    if digit_count <= 19:
+        return [(start, end)] if _card_digits_valid(value.translate(_NOT_DIGITS)) else []
+    if value.isdigit():
+        return []
+    sep = value[4]
+    groups = value.split(sep)
+    out: list[tuple[int, int]] = []
+    i = 0
+    offset = start
+    while i < len(groups):
+        if len(groups[i]) == 4:
+            digits = ""
+            best = -1
+            for j in range(i, len(groups)):
+                digits += groups[j]
+                if len(digits) > 19:
+                    break
+                if len(digits) >= 12 and _card_digits_valid(digits):
+                    best = j
+            if best >= 0:
+                length = sum(len(g) for g in groups[i : best + 1]) + (best - i)
+                out.append((offset, offset + length))
+                offset += length + 1
+                i = best + 1
+                continue
+        offset += len(groups[i]) + 1
+        i += 1
+    return out
+
+
+class CreditCardDetector:
+    """Payment card numbers of every major network (:data:`CARD_NETWORKS`: IIN range, length and
+    Luhn), compact or grouped with spaces, dashes or dots."""
+
+    name = "credit_card"
+    entities = frozenset({"CREDIT_CARD"})
     requires = DIGIT
 
-    def __init__(self) -> None:
-        super().__init__("credit_card", "CREDIT_CARD", _CARD, score=1.0, validate=_card_valid, min_digits=12)
+    def detect(self, text: str) -> list[Span]:
+        """Card number spans."""
+        out: list[Span] = []
+        for m in _windows(text, _CARD, clusters_with(text, 12), 12):
+            for a, b in card_spans(text, m.start(), m.end()):
+                out.append(Span(a, b, "CREDIT_CARD", 1.0, self.name))
+        return out
 
 
 class SsnDetector:
@@ -446,7 +551,10 @@ _PHONE = re.compile(
 )
 _DATEISH = re.compile(r"\d{4}-\d{1,2}-\d{1,2}$|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}$|\d{3}-\d{2}-\d{4}$")
 _PHONE_CUE = re.compile(
-    r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|number|contact|whatsapp|sms|office|home|work)(?:\b|_)",
+    # the words for "phone"/"number" in the languages of the locales Molt is used in, not English only
+    r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|number|contact|whatsapp|sms|office|home|work"
+    r"|telefon|telefono|teléfono|téléphone|tél|telefone|telefoon|nummer|numéro|numero|número|handy|mobil|móvil"
+    r"|movil|portable|cellulare|celular|rufnummer|tlf|tfn)(?:\b|_)",
     re.I,
 )
 
