@@ -16,7 +16,7 @@ CORE = ROOT / "core" / "src" / "molt"
 ALLOWED: dict[str, set[str]] = {
     "atdp": set(),
     "store": {"atdp"},
-    "capture": {"atdp"},
+    "capture": {"atdp", "harness"},  # the adapter base applies versions with the gateway's harness code
     "governance": {"atdp", "capture", "store"},
     "harness": {"atdp", "store"},
     "backends": {"atdp", "store", "capture"},

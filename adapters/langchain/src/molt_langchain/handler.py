@@ -17,7 +17,9 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tracers.context import register_configure_hook
 
-from molt.capture.adapt import BlobStore, Capture, CaptureStats, distribution_version
+from molt.capture.adapt import BlobStore, Capture, distribution_version
+from molt.capture.instrumentor import Instrumentor
+from molt.harness import DEFAULT_POLL_S
 
 from .mapping import LangChainMapper
 
@@ -27,15 +29,21 @@ __all__ = ["ENV_VAR", "MoltCallbackHandler", "disable", "enable"]
 ENV_VAR = "MOLT_LANGCHAIN"
 
 _FRAMEWORK_VERSION = distribution_version("langchain-core")
+#: The oldest langchain-core this adapter supports (checked at import and when a handler is attached).
+FRAMEWORK_MIN = "1.0"
 _now = time.time_ns
 
 
-class MoltCallbackHandler(BaseCallbackHandler):
-    """Capture LangChain and LangGraph runs as ATDP events.
+class MoltCallbackHandler(BaseCallbackHandler, Instrumentor):
+    """Capture LangChain and LangGraph runs as ATDP events, and apply the live policy version.
 
     Attach it where callbacks go — ``model.invoke(x, config={"callbacks": [handler]})``,
     ``graph.invoke(x, {"callbacks": [handler]})`` — or capture every run with :func:`enable`.
     One handler may serve any number of concurrent runs.
+
+    With ``versions=``, :meth:`wrap` a chat model: the wrapper applies the live version of
+    ``tenant_id``/``agent_id`` (system prompt, memories, skills, tool rewrites) to every call, and
+    the events carry its id in ``provenance.policy_version``.
 
     Args:
         recorder: the :class:`molt.capture.Recorder` to record to. Without it (and without other
@@ -46,6 +54,8 @@ class MoltCallbackHandler(BaseCallbackHandler):
         max_field_bytes: bound of each payload field (default 192 KiB).
         blob_store: where binary payloads are offloaded (default: dropped with a note).
         strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
+        versions, harness, version_poll_s: the live version to apply (see
+            :class:`molt.capture.instrumentor.Instrumentor`).
 
     Example::
 
@@ -59,6 +69,14 @@ class MoltCallbackHandler(BaseCallbackHandler):
     raise_error = False  # LangChain must never re-raise a Molt error into the agent
     run_inline = True  # async runs call us on the loop: we only queue, so no executor hop is needed
 
+    integration = "molt-langchain"
+    framework = "langchain"
+    framework_dist = "langchain-core"
+    framework_min = FRAMEWORK_MIN
+    framework_below = "2"
+    install = 'pip install "langchain-core>=1.0,<2"'
+    version_hook = "a chat-model wrapper around every model call (MoltCallbackHandler.wrap)"
+
     def __init__(
         self,
         recorder: Any = None,
@@ -71,41 +89,36 @@ class MoltCallbackHandler(BaseCallbackHandler):
         max_field_bytes: int | None = None,
         blob_store: BlobStore | None = None,
         strict: bool = False,
+        versions: Any = None,
+        harness: Any = None,
+        version_poll_s: float = DEFAULT_POLL_S,
     ):
         opts = dict(tenant_id=tenant_id, agent_id=agent_id, task=task, tags=tags, blob_store=blob_store)
-        if recorder is None and not any(opts.values()) and max_field_bytes is None and not strict and capture_chain_io:
-            self._mapper = _shared_mapper()
-        else:
-            cap = Capture(
-                recorder,
-                integration="molt-langchain",
-                framework="langchain",
-                framework_version=_FRAMEWORK_VERSION,
-                strict=strict,
-                **opts,
-                max_field_bytes=max_field_bytes,
-            )  # type: ignore[arg-type]
-            self._mapper = LangChainMapper(cap, capture_chain_io=capture_chain_io)
-        self.capture: Capture = self._mapper.capture
+        shared = (recorder is None and not any(opts.values()) and max_field_bytes is None and not strict
+                  and capture_chain_io and versions is None)
+        Instrumentor.__init__(
+            self,
+            recorder,
+            **opts,
+            max_field_bytes=max_field_bytes,
+            strict=strict,
+            versions=versions,
+            harness=harness,
+            version_poll_s=version_poll_s,
+            capture=_shared_mapper().capture if shared else None,
+        )
+        self._mapper = _shared_mapper() if shared else LangChainMapper(self.capture, capture_chain_io=capture_chain_io)
 
-    # ------------------------------------------------------------------ public helpers
+    def wrap(self, model: Any) -> Any:
+        """``model`` (a ``BaseChatModel``) wrapped so that every call gets the live version applied
+        (see :class:`molt_langchain.model.MoltChatModel`); pass the wrapper where the model went."""
+        from .model import MoltChatModel
 
-    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
-        """Wait until the events of every callback so far are durable (see :meth:`Capture.flush`)."""
-        return self.capture.flush(timeout, deliver=deliver)
-
-    @property
-    def stats(self) -> CaptureStats:
-        """Counters: events recorded, capture errors, spans still open."""
-        return self.capture.stats
+        return MoltChatModel(model=model, molt=self)
 
     # ------------------------------------------------------------------ callbacks (agent thread)
 
-    def _queue(self, fn: Any, *args: Any) -> None:
-        try:
-            self.capture.submit(fn, *args)
-        except Exception as exc:
-            self.capture.fail(exc)
+    _queue = Instrumentor.queue
 
     def on_chat_model_start(
         self,

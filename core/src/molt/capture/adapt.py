@@ -572,17 +572,20 @@ def distribution_version(dist: str) -> str | None:
         return None
 
 
-def require_framework(adapter: str, dist: str, minimum: str, install: str) -> str:
-    """Check at import that framework ``dist`` is installed at ``minimum`` or later; return its version.
+def require_framework(adapter: str, dist: str, minimum: str, install: str, below: str | None = None) -> str:
+    """Check that framework ``dist`` is installed at ``minimum`` or later (and before ``below``, when
+    given); return its version.
 
     Raises :class:`~molt.errors.AdapterError` (an ``ImportError`` would hide the hint) whose note
     tells how to install it, e.g. ``molt-langchain needs langchain-core>=1.0; install it with …``.
     """
     version = distribution_version(dist)
-    if version is None or _vtuple(version) < _vtuple(minimum):
+    spec = f"{dist}>={minimum}" + (f",<{below}" if below else "")
+    if (version is None or _vtuple(version) < _vtuple(minimum)
+            or (below is not None and _vtuple(version) >= _vtuple(below))):
         found = "it is not installed" if version is None else f"found {version}"
-        err = AdapterError(f"{adapter} needs {dist}>={minimum}, but {found}.")
-        err.add_note(f"{adapter} needs {dist}>={minimum}; install it with: {install}")
+        err = AdapterError(f"{adapter} needs {spec}, but {found}.")
+        err.add_note(f"{adapter} needs {spec}; install it with: {install}")
         raise err
     return version
 
@@ -752,6 +755,12 @@ class Capture:
             self._dropped += 1
         else:
             self._events += 1
+
+    def stamp(self, **fields: Any) -> None:
+        """Put ``fields`` (``policy_version``, ``harness_fingerprint``, …) into the provenance of every
+        event built from now on. Submit it (``capture.submit(capture.stamp, …)``) so that it takes
+        effect in callback order: the events of callbacks queued before it keep the old values."""
+        self.provenance = self.provenance.model_copy(update=fields)
 
     def new_trajectory(self) -> str:
         """A fresh trajectory id from the Recorder."""
