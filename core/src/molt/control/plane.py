@@ -21,8 +21,11 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
 5. **Selection**: u = argmax J(u) with J = gain − λ·cost, gain = the replay success delta × cluster
    size; the cheapest *sufficient* candidate (delta ≥ ``sufficient_gain`` and interval above zero)
    wins; with none, the best one clearing the evidence bar (``min_gain``, interval above zero);
-   a weight update only for an answer-failure cluster no context change fixed that recurs across
-   tenants (≥ 2, ``min_cluster`` each) or is large (``min_weight_cluster``); else **no-op**.
+   a weight update only for an answer-failure cluster whose evidence is in (a user correction, or a
+   cycle has passed since its oldest failure: corrections are late) and on which context candidates
+   were generated, replayed and failed, and that recurs across tenants (≥ 2, ``min_cluster`` each)
+   or is large (``min_weight_cluster``); a cluster still waiting is a no-op "waiting for evidence"
+   naming what it waits for; else **no-op**.
 6. **Apply**: a new version (live parts + the change) goes to canary at ``canary_weight`` — or live
    at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
    ``trainer`` hook (``None``: recorded as requested).
@@ -38,6 +41,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -264,7 +268,7 @@ class ControlPlane:
                 rec.candidates.append(entry)
                 passed.append((cand, evidence))
 
-        chosen, why = self._select(passed, candidates, clusters)
+        chosen, why = self._select(passed, candidates, clusters, result.evaluations)
         if chosen is None:
             rec.reason = why
             self.log.append(rec)
@@ -449,7 +453,8 @@ class ControlPlane:
         return self._live_evals[key]
 
     def _select(self, passed: list[tuple[Candidate, dict[str, Any]]], all_candidates: list[Candidate],
-                clusters: dict[str, Cluster]) -> tuple[Candidate | None, str]:
+                clusters: dict[str, Cluster], evaluations: Mapping[str, dict[str, Any]] | None = None,
+                ) -> tuple[Candidate | None, str]:
         s = self.settings
         scored = []
         for cand, ev in passed:
@@ -470,32 +475,97 @@ class ControlPlane:
             cand, delta, ci, j = max(clearing, key=lambda x: x[3])
             return cand, (f"best partial fix: replay {delta:+.0%} on {cand.cluster} "
                           f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), J={j:.1f}")
-        weights = [c for c in all_candidates if c.kind == "weight_update"]
-        pending = self._pending_weight_updates(weights)
-        if pending:
-            return None, (f"weight update for {', '.join(pending)} already requested; waiting for the trainer's "
-                          f"adapter (a new model part) before asking again")
-        for cand in sorted(weights, key=lambda c: -clusters[c.cluster].size if c.cluster in clusters else 0):
-            cl = clusters.get(cand.cluster)
-            if cl is None:
+        # A weight update is the last resort, and only for a cluster whose evidence is in and on which
+        # context changes were generated, replayed and failed (see _weight_evidence); the others wait.
+        weights = sorted((c for c in all_candidates if c.kind == "weight_update" and c.cluster in clusters),
+                         key=lambda c: (-clusters[c.cluster].size, c.cluster))
+        eligible: list[tuple[Candidate, str]] = []
+        waiting: list[str] = []
+        for cand in weights:
+            cl = clusters[cand.cluster]
+            tried, wait = self._weight_evidence(cl, all_candidates, evaluations or {})
+            if wait is not None:
+                waiting.append(wait)
                 continue
             cross = self._cross_tenant(cl)
             cand.payload["tenants_with_pattern"] = cross
             if self._current is not None:  # the weights this request is about (asked once per model)
                 cand.payload["model"] = self._current.parts.model.model_dump(mode="json")
+            # The weights are shared: a gap worth training recurs across tenants or is large.
             if len(cross) >= 2 or cl.size >= s.min_weight_cluster:
-                tried = [c.kind for c in all_candidates if c.cluster == cand.cluster and c.kind != "weight_update"]
-                return cand, (f"capability gap: {cl.size} '{cl.signature}' failures on task {cl.task} "
-                              f"({len(cross)} tenant(s) show it); no context change fixed it in replay "
-                              f"(tried: {', '.join(tried) or 'none'})")
+                eligible.append((cand, f"capability gap: {cl.size} '{cl.signature}' failures on task {cl.task} "
+                                       f"({len(cross)} tenant(s) show it); context changes were replayed on it "
+                                       f"and none fixed it (tried: {', '.join(tried)})"))
+        pending = set(self._pending_weight_updates([c for c, _ in eligible]))
+        fresh = [(c, why) for c, why in eligible if c.cluster not in pending]
+        if fresh:
+            return fresh[0]
+        if pending:
+            return None, (f"weight update for {', '.join(sorted(pending))} already requested; waiting for the "
+                          f"trainer's adapter (a new model part) before asking again")
+        if waiting:
+            best = ""
+            if scored:
+                top = max(scored, key=lambda x: x[1])
+                best = f"; best candidate {top[0].kind} {top[1]:+.0%}, CI low {top[2][0]:+.2f}"
+            return None, "waiting for evidence: " + "; ".join(waiting) + best
         if scored:
             best = max(scored, key=lambda x: x[1])
             return None, (f"no candidate clears the evidence bar (best: {best[0].kind} {best[1]:+.0%}, "
                           f"CI low {best[2][0]:+.2f})")
         return None, "no candidate passed its gates"
 
+    def _weight_evidence(self, cluster: Cluster, all_candidates: list[Candidate],
+                         evaluations: Mapping[str, dict[str, Any]]) -> tuple[list[str], str | None]:
+        """What a weight update for ``cluster`` would rest on: the context candidates replayed on it
+        (kind and replay delta), or — while the evidence is not in — what the cluster waits for.
+
+        An answer failure says only that the answer was wrong; what the agent lacked is said by a user
+        correction (it becomes a memory candidate), and corrections are late: they come after the
+        answer, often after the cycle that first sees the failure. A missing fact whose correction has
+        not arrived looks exactly like a capability gap, so a cluster none of whose failures carries a
+        correction waits until one cycle of this agent has run since its oldest failure: then its users
+        had that cycle's time to correct it. And weights are asked for only when context changes were
+        generated for the cluster, replayed on it and failed (did not clear the bar, or regressed the
+        held-back successes) — a candidate that could not be replayed (safety, replay errors, too
+        little coverage, an agent replay cannot run) is no evidence that context cannot fix it.
+        """
+        if not any(e.corrections for e in cluster.failures):
+            last = self._last_cycle_at()
+            if last is None or all(_utc(e.started_at) >= last for e in cluster.failures):
+                return [], (f"{cluster.key}: a user correction or one more cycle — none of its {cluster.size} "
+                            f"failure(s) carries a correction yet and no earlier cycle has seen them (corrections "
+                            f"arrive late; until then a missing fact looks like a capability gap)")
+        tried: list[str] = []
+        untried: list[str] = []
+        for c in all_candidates:
+            if c.cluster != cluster.key or c.kind in ("weight_update", "rollback"):
+                continue
+            ev = evaluations.get(c.candidate_id) or {}
+            replay, rejected = ev.get("replay") or {}, str(ev.get("rejected") or "")
+            if replay.get("scored") and not rejected.startswith("replay"):
+                d = replay.get("success_delta")
+                tried.append(f"{c.kind} {'n/a' if d is None else f'{d:+.0%}'}"
+                             + (" (regressed held-back successes)" if rejected.startswith("regression") else ""))
+            else:
+                untried.append(f"{c.kind}: {rejected or 'not replayed'}")
+        if not tried:
+            return [], (f"{cluster.key}: a context change replayed on it — "
+                        + (f"none could be replayed ({'; '.join(untried)})" if untried else
+                           "none was generated (no correction, tool error or format requirement to build one "
+                           "from)") + "; weights are asked for only when context changes were tried and failed")
+        return tried, None
+
+    def _last_cycle_at(self) -> Any:
+        """When this agent's previous cycle ran (UTC), or ``None`` before its first."""
+        if self._current is None:
+            return None
+        last = self.log.list(self._current.tenant_id, self._current.agent_id, limit=1)
+        return _utc(last[0].created_at) if last else None
+
     def _pending_weight_updates(self, weights: list[Candidate]) -> list[str]:
-        """Clusters of ``weights`` whose weight update this agent already requested under the live model."""
+        """Clusters of ``weights`` whose weight update this agent already requested under the live model
+        (asked once per model: the trainer's adapter, a new model part, is the answer)."""
         if not weights or self._current is None:
             return []
         live = self._current
@@ -511,7 +581,7 @@ class ControlPlane:
             asked.update(c["cluster"] for c in d.candidates
                          if c.get("kind") == "weight_update" and (c.get("payload") or {}).get("model") == model)
         clusters = {c.cluster for c in weights}
-        return sorted(clusters & asked) if clusters <= asked else []
+        return sorted(clusters & asked)
 
     def _cross_tenant(self, cluster: Cluster) -> list[str]:
         """Tenants whose recent traffic (any agent) of the same task fails with the same signature."""
@@ -582,6 +652,10 @@ def _stratified_delta(mine: Sequence[Episode], theirs: Sequence[Episode]) -> flo
     if not weight:
         return sum(bool(e.success) for e in mine) / len(mine) - sum(bool(e.success) for e in theirs) / len(theirs)
     return total / weight
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _brief(ev: Evaluation) -> dict[str, Any]:
