@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -18,8 +19,9 @@ from molt.store import Store
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path) -> None:
-    """What CI runs: `molt demo --quick` as a user would, to the end, with its report."""
+def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path, demo_truth: Any) -> None:
+    """What CI runs: `molt demo --quick` as a user would, to the end, with its report: no missing fact sent to
+    training, every fix credited from the traffic its version served, library messages in the log only."""
     home, out = tmp_path / "home", tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "molt.cli", "demo", "--quick", "--home", str(home), "--out", str(out)],
@@ -35,8 +37,12 @@ def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path) -> None:
     assert len(live) >= 4
     for f in live:  # a change that went through canary and is live by the last round fixed its cluster
         assert f["after"] is not None and f["after"] > (f["before"] or 0.0), f
+    demo_truth(res, home)
     page = (out / "molt-demo-report.html").read_text()
     assert "Which intervention fixed which failure cluster" in page and "tool_schema_edit" in page
+    assert (out / "molt-demo.log").exists() and 'href="molt-demo.log"' in page
+    terminal = proc.stdout.decode() + proc.stderr.decode()
+    assert "WARNING" not in terminal and "Warning:" not in terminal, terminal[-3000:]
     assert (out / "molt-demo-success.png").stat().st_size > 10_000
     stats = orjson.loads((home / "recorder-stats.json").read_bytes())
     with Store.open(home / "store", auto_compact=False) as store:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -29,7 +30,8 @@ def model_dir() -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, model_dir: Path) -> None:
+def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, model_dir: Path,
+                                                               demo_truth: Any) -> None:
     home, out = tmp_path / "home", tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "molt.cli", "demo", "--train", "--rounds", "6", "--per-tenant", "6",
@@ -68,6 +70,14 @@ def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, m
     assert any(f.get("trainer", {}).get("outcome") == "trained" for f in fix), fix
     page = (out / "molt-demo-report.html").read_text()
     assert "weight_update" in page and "trained adapter" in page
+
+    # The truth of the main job: no missing fact of the support agents went to training, every row of the
+    # fixes table is backed by the traffic its version served, and the model libraries' load reports and
+    # warnings went to the log the report links, not to the terminal.
+    demo_truth(res, home)
+    terminal = proc.stdout.decode() + proc.stderr.decode()
+    assert "LOAD REPORT" not in terminal and "multiple adapters" not in terminal, terminal[-3000:]
+    assert (out / "molt-demo.log").exists() and 'href="molt-demo.log"' in page
 
     # Every stored trajectory's hash chain verifies, from the command line too.
     verify = subprocess.run([sys.executable, "-m", "molt.cli", "verify", "--store", str(home / "store")],

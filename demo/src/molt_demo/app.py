@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import html
 import io
 import logging
@@ -47,6 +48,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -328,7 +330,17 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
 
     ``train``: add the ``molt-math`` agent on SmolLM2 (``model_dir``, default the converted policy model)
     with ``math_per_tenant`` questions per tenant per round, and train its weights when the plane asks.
+    Library messages (model load reports, warnings) go to ``molt-demo.log`` beside the report.
     """
+    t_start = time.perf_counter()
+    out_dir = out_dir or home
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _library_log(out_dir / LIBRARY_LOG):
+        return _run(home, t_start, out_dir, rounds, per_tenant, progress, train, math_per_tenant, model_dir)
+
+
+def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int, progress: bool, train: bool,
+         math_per_tenant: int, model_dir: Path | None) -> DemoResult:
     from molt.capture import Recorder
     from molt.control.memory import MemoryStore, RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
@@ -339,9 +351,6 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
     from molt.governance.access import KeyRing
     from molt.store import Store
 
-    t_start = time.perf_counter()
-    out_dir = out_dir or home
-    out_dir.mkdir(parents=True, exist_ok=True)
     store = Store.open(home / "store", auto_compact=False)
     recorder = Recorder(store, spool_dir=home / "spool", fsync="never", name="molt-demo")
     requests: list[dict[str, Any]] = []
@@ -392,8 +401,9 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
                    "mean_reward": s.reward / s.n if s.n else None,
                    "model_calls_per_success": s.model_calls / s.successes if s.successes else None,
                    "by_task": {k: v[0] / v[1] for k, v in s.by_task.items()}} for s in stats]
-    fixes = _fixes(decisions, stats, requests if trained is None else trained.trainer.requests,
-                   trains=trained is not None)
+    pairs = [(d["tenant"], d["agent"]) for d in decisions]
+    fixes = _fixes(decisions, _served(store, list(dict.fromkeys(pairs))), _parent_of(plane.registry),
+                   requests if trained is None else trained.trainer.requests, trains=trained is not None)
     training = trained.summary(store, plane.registry, stats) if trained is not None else None
     first = _rate([s for s in stats if s.round == 0])
     last = _rate([s for s in stats if s.round == rounds - 1])
@@ -406,6 +416,43 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
         {k: (str(v) if isinstance(v, Path) else v) for k, v in result.__dict__.items()}, option=orjson.OPT_INDENT_2))
     store.close()
     return result
+
+
+#: Where the libraries' own messages go (beside the report): the terminal shows the demo's progress only.
+LIBRARY_LOG = "molt-demo.log"
+
+
+@contextlib.contextmanager
+def _library_log(path: Path) -> Iterator[None]:
+    """Route library messages to ``path`` for the run: log records of every logger (the root's handlers are
+    swapped for the file), Python warnings (peft's "multiple adapters", deprecations), and transformers'
+    logger — which has a stderr handler of its own and does not propagate, so its model LOAD REPORT
+    would reach the terminal — and its progress bars."""
+    handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)
+    hf: Any = None
+    with contextlib.suppress(ImportError):
+        import transformers.utils.logging as hf
+
+        hf.disable_default_handler()
+        hf.enable_propagation()
+        hf.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        root.handlers = saved[0]
+        root.setLevel(saved[1])
+        handler.close()
+        if hf is not None:
+            hf.enable_default_handler()
+            hf.disable_propagation()
+            hf.enable_progress_bar()
 
 
 def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundStats], decisions: list[dict[str, Any]],
@@ -531,36 +578,74 @@ def _verify_all(store: Any) -> tuple[int, int]:
     return ok, bad
 
 
-def _fixes(decisions: list[dict[str, Any]], stats: list[RoundStats], requests: list[dict[str, Any]], *,
-           trains: bool = False) -> list[dict]:
-    """Which intervention fixed which failure cluster: the cluster task's success rate in the round the
-    change was chosen vs the last round."""
-    out = []
-    last_round = max(s.round for s in stats)
+def _served(store: Any, pairs: list[tuple[str, str]]) -> dict[tuple[str, str, str, str], list[int]]:
+    """Successes and runs per (tenant, agent, policy version, task): the version is the one stamped in each
+    trajectory's provenance, i.e. what the gateway served that request with."""
+    from molt.control.signals import episodes
+
+    out: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for tenant, agent in pairs:
+        for e in episodes(store, tenant, agent, limit=1_000_000):
+            if e.success is None or e.policy_version is None or e.task is None:
+                continue
+            k = out[(tenant, agent, e.policy_version, e.task)]
+            k[0] += bool(e.success)
+            k[1] += 1
+    return dict(out)
+
+
+def _fixes(decisions: list[dict[str, Any]], served: dict[tuple[str, str, str, str], list[int]],
+           parent_of: Any, requests: list[dict[str, Any]], *, trains: bool = False) -> list[dict]:
+    """Which intervention fixed which failure cluster, per version.
+
+    A change is credited only with what the traffic it served shows: success on the cluster's task of
+    the requests served under the version it made (``after``) against those served under that version's
+    parent, the version live when it was chosen (``before``) — both read from the version in each
+    trajectory's provenance. The two run side by side while the new version is in canary, so the
+    difference is this change's alone; an intervention that made no version (a weight update only
+    requested) served nothing and is credited with nothing. When the version also carries an earlier
+    intervention on the same task (one in its parent chain), ``overlaps`` names it: ``after`` is then
+    the rate of both together.
+    """
+    out: list[dict[str, Any]] = []
     for d in decisions:
         if d["choice"] in ("noop", "promote") or not d.get("cluster"):
             continue
         task = d["cluster"].split("|", 1)[0] if "|" in d["cluster"] else None
-        def rate(rnd: int, tenant: str = d["tenant"], task: str | None = task) -> float | None:
-            ss = [s for s in stats if s.round == rnd and s.tenant == tenant]
-            if not ss or task is None or task not in ss[0].by_task:
-                return None
-            k, n = ss[0].by_task[task]
-            return k / n
+        version = d["version"] if d["choice"] != "rollback" else None
+        parent = parent_of(version) if version else None
+
+        def rate(v: str | None, d: dict[str, Any] = d, task: str | None = task) -> tuple[float | None, int]:
+            k, n = served.get((d["tenant"], d["agent"], v, task), (0, 0)) if v and task else (0, 0)
+            return (k / n if n else None), n
+
+        (before, n_before), (after, n_after) = rate(parent), rate(version)
         promoted = next((p["round"] + 1 for p in decisions if p["choice"] == "promote" and d["version"]
                          and p["version"] == d["version"]), None)
-        out.append({"tenant": d["tenant"], "cluster": d["cluster"], "intervention": d["choice"],
-                    "round": d["round"] + 1, "live_from": promoted + 1 if promoted else None,
-                    "before": rate(d["round"]), "after": rate(last_round), "version": d["version"],
-                    "what": d["description"]})
+        out.append({"tenant": d["tenant"], "agent": d["agent"], "cluster": d["cluster"], "task": task,
+                    "intervention": d["choice"], "round": d["round"] + 1,
+                    "live_from": promoted + 1 if promoted else None, "version": d["version"], "parent": parent,
+                    "before": before, "n_before": n_before, "after": after, "n_after": n_after,
+                    "overlaps": [], "what": d["description"]})
+    made = {f["version"]: f for f in out if f["version"] and f["intervention"] != "rollback"}
+    for f in out:
+        if not f["version"] or f["intervention"] == "rollback":
+            continue
+        seen, v = {f["version"]}, f["parent"]
+        while v and v not in seen:   # the version's lineage: earlier changes it still carries
+            seen.add(v)
+            o = made.get(v)
+            if o is not None and o["task"] == f["task"]:
+                f["overlaps"].append(f"{o['intervention']} of round {o['round']} ({v})")
+            v = parent_of(v)
     if trains:
         return _train_fixes(out, requests)
     asked = {(r["tenant"], r["task"]): r for r in requests}
     for f in out:
-        r = asked.get((f["tenant"], f["cluster"].split("|", 1)[0]))
+        r = asked.get((f["tenant"], f["task"]))
         if f["intervention"] == "weight_update" and r is not None:
             f["what"] = (f"requested from the trainer ({r['request']}, {r['trajectories']} failing trajectories); "
-                         f"this demo trains nothing, so the cluster still fails")
+                         f"this demo trains nothing, so no traffic was served with it")
     return out
 
 
@@ -572,7 +657,7 @@ def _train_fixes(out: list[dict[str, Any]], requests: list[dict[str, Any]]) -> l
         if r.get("outcome") not in ("deferred", "failed"):  # those were logged as no-ops, not weight updates
             queues[(r["tenant"], r["task"])].append(r)
     for f in out:
-        q = queues.get((f["tenant"], f["cluster"].split("|", 1)[0]))
+        q = queues.get((f["tenant"], f["task"]))
         if f["intervention"] != "weight_update" or not q:
             continue
         r = q.pop(0)
@@ -588,8 +673,21 @@ def _train_fixes(out: list[dict[str, Any]], requests: list[dict[str, Any]]) -> l
             f["what"] = f"requested ({r['request']}); this run's training budget is spent"
         else:
             f["what"] = (f"requested from the trainer ({r['request']}, {r['trajectories']} failing trajectories); "
-                         f"the scripted desk model has no weights to train, so the cluster still fails")
+                         f"the scripted desk model has no weights to train, so no traffic was served with it")
     return out
+
+
+def _parent_of(registry: Any) -> Any:
+    """``version id → its parent's id`` (``None`` for a base version or an unknown id)."""
+    from molt.errors import MoltError
+
+    def parent(version: str) -> str | None:
+        try:
+            return registry.get(version).parent_id
+        except MoltError:
+            return None
+
+    return parent
 
 
 def _plots_and_report(rounds: list[dict[str, Any]], decisions: list[dict[str, Any]], fixes: list[dict[str, Any]],
@@ -643,10 +741,15 @@ def _plots_and_report(rounds: list[dict[str, Any]], decisions: list[dict[str, An
             return f"{x:.0%}"
         return html.escape("-" if x is None else str(x))
 
+    def served(x: float | None, n: int) -> str:
+        return "-" if x is None else f"{x:.0%} of {n}"
+
     fix_rows = "".join(
         f"<tr><td>{cell(f['tenant'])}</td><td>{cell(f['cluster'])}</td><td>{cell(f['intervention'])}</td>"
-        f"<td>{cell(f['round'])}</td><td>{cell(f['before'])}</td><td>{cell(f['after'])}</td>"
-        f"<td>{cell(f['what'])}</td></tr>" for f in fixes)
+        f"<td>{cell(f['round'])}</td><td>{cell(f['version'])}</td><td>{served(f['before'], f['n_before'])}</td>"
+        f"<td>{served(f['after'], f['n_after'])}</td><td>{cell(f['what'])}"
+        + (f"<br><i>overlaps: served together with {cell('; '.join(f['overlaps']))} on this task</i>"
+           if f["overlaps"] else "") + "</td></tr>" for f in fixes)
     dec_rows = "".join(
         f"<tr><td>{d['round'] + 1}</td><td>{cell(d['tenant'])}</td><td>{cell(d['choice'])}</td>"
         f"<td>{cell(d['reason'])}</td><td>{cell(d['version'])}</td></tr>" for d in decisions)
@@ -658,12 +761,17 @@ th{{background:#f3f3f3}}.big{{font-size:20px}}</style>
 </head><body>
 <h1>Molt demo report</h1>
 <p class="big">Task success: <b>{first:.0%}</b> in the first round → <b>{last:.0%}</b> in the last.</p>
-<p>Hash chains verified: {verified} trajectories, {broken} broken.</p>{_training_html(training)}
+<p>Hash chains verified: {verified} trajectories, {broken} broken. Library messages (model load reports,
+warnings): <a href="{LIBRARY_LOG}">{LIBRARY_LOG}</a>.</p>{_training_html(training)}
 <img alt="success per tenant" src="data:image/png;base64,{main_b64}">
 <img alt="reward and cost" src="data:image/png;base64,{side_b64}">
 <h2>Which intervention fixed which failure cluster</h2>
-<table><tr><th>tenant</th><th>failure cluster</th><th>intervention</th><th>chosen in round</th>
-<th>cluster success then</th><th>in the last round</th><th>what</th></tr>{fix_rows}</table>
+<p>Per version: success on the cluster's task of the requests served under the version the intervention made
+(the version in each trajectory's provenance) against those served under its parent, the version live when
+it was chosen. An intervention that made no version (a weight update only requested) served nothing and is
+credited with nothing.</p>
+<table><tr><th>tenant</th><th>failure cluster</th><th>intervention</th><th>chosen in round</th><th>version</th>
+<th>success on the task, served by the parent</th><th>served by this version</th><th>what</th></tr>{fix_rows}</table>
 <h2>Decision log</h2>
 <table><tr><th>round</th><th>tenant</th><th>choice</th><th>why</th><th>version</th></tr>{dec_rows}</table>
 </body></html>"""
@@ -711,7 +819,6 @@ def demo_command(
                                                    "directory (default: converted once into $MOLT_HOME).")] = None,
 ) -> None:
     """Run the end-to-end demo: an agent evolving through Molt, with a report at the end."""
-    logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     n_rounds = rounds or (8 if quick or train else 12)
     n_per = per_tenant or (12 if quick or train else 24)  # --train: the CPU time goes to SmolLM2 instead
@@ -741,12 +848,13 @@ def demo_command(
             shutil.rmtree(tmp, ignore_errors=True)
     tbl = Table(title=f"Molt demo — success {res.first_success:.0%} → {res.last_success:.0%} "
                       f"in {res.seconds:.0f} s")
-    for col in ("tenant", "failure cluster", "intervention", "round", "before", "after"):
+    for col in ("tenant", "failure cluster", "intervention", "round", "version", "parent served", "it served"):
         tbl.add_column(col)
-    for f in res.fixes:
-        tbl.add_row(f["tenant"], f["cluster"], f["intervention"], str(f["round"] or "-"),
-                    "-" if f["before"] is None else f"{f['before']:.0%}",
-                    "-" if f["after"] is None else f"{f['after']:.0%}")
+    for f in res.fixes:  # per version: the task's success under the parent vs under the version it made
+        tbl.add_row(f["tenant"], f["cluster"], f["intervention"], str(f["round"] or "-"), f["version"] or "-",
+                    "-" if f["before"] is None else f"{f['before']:.0%} of {f['n_before']}",
+                    ("-" if f["after"] is None else f"{f['after']:.0%} of {f['n_after']}")
+                    + (" (overlaps)" if f["overlaps"] else ""))
     Console().print(tbl)
     if res.training is not None:
         t = res.training
@@ -754,7 +862,7 @@ def demo_command(
                         f"{_pct(t['success_adapter'])} served by the trained adapter "
                         f"({', '.join(t['adapters']) or 'none'})")
     Console().print(f"chains verified: {res.verified} ok, {res.broken} broken · report: {res.report} · "
-                    f"plot: {res.png}")
+                    f"plot: {res.png} · library messages: {res.report.parent / LIBRARY_LOG}")
     if res.broken or res.last_success <= res.first_success:
         raise typer.Exit(1)
 
