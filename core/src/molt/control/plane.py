@@ -16,8 +16,9 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
 4. **Gates** for each context candidate, cheapest first: safety (memory and skill text pass
    redaction unchanged — generated text holding PII is rejected; every source trajectory belongs to
    the tenant), **replay** on the failing cluster (:func:`molt.replay.evaluate_candidate`: success
-   delta with its 95 % interval), and an offline **regression** suite (held-back successes of the
-   window must not get worse). A candidate whose replay errors is rejected with the error.
+   delta with its 95 % interval; through the agent's ``@molt.replayable`` entry point when it has one,
+   else re-driven from the recording alone, :mod:`molt.replay.generic`), and an offline
+   **regression** suite (held-back successes of the window must not get worse). A candidate whose replay errors is rejected with the error.
 5. **Selection**: u = argmax J(u) with J = gain − λ·cost, gain = the replay success delta × cluster
    size; the cheapest *sufficient* candidate (delta ≥ ``sufficient_gain`` and interval above zero)
    wins; with none, the best one clearing the evidence bar (``min_gain``, interval above zero);
@@ -141,13 +142,17 @@ class ControlPlane:
             the plane canaries a new version with that model part like any other change. ``None``
             (no hook) records the request only.
         base_parts: the parts of an agent's first version when it has none.
+        judge: the judge model's backend for generic replay, asked when neither a verifier nor the
+            user's correction can judge a replayed answer (default: the agent's replay backend, the
+            served model).
     """
 
     def __init__(self, store: Store, backend: BaseBackend | Mapping[str, BaseBackend], *,
                  live_tools: LiveTools | None = None,
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
                  trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
-                 base_parts: PolicyParts | None = None, actor: str = "control-plane"):
+                 base_parts: PolicyParts | None = None, actor: str = "control-plane",
+                 judge: BaseBackend | None = None):
         self.store = store
         self.backend = backend
         self.live_tools = live_tools
@@ -159,6 +164,7 @@ class ControlPlane:
         self.trainer = trainer
         self.base_parts = base_parts
         self.actor = actor
+        self.judge = judge
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
@@ -175,6 +181,10 @@ class ControlPlane:
                 raise InterventionError(f"No replay backend for agent {agent_id!r}; the plane has "
                                         f"{sorted(self.backend)}.") from None
         return self.backend
+
+    def judge_for(self, agent_id: str) -> BaseBackend:
+        """The judge model's backend for ``agent_id``'s generic replays (see ``judge``)."""
+        return self.judge if self.judge is not None else self.backend_for(agent_id)
 
     @property
     def memories(self) -> Any:
@@ -388,9 +398,9 @@ class ControlPlane:
             else:
                 extra_skill.append(Skill(name=cand.payload["name"], instructions=cand.payload["instructions"]))
         parts = cand.parts or live.parts
+        # A registered entry point is the most faithful replay; without one (every gateway- or
+        # adapter-captured agent) the trajectory's recording is re-driven (molt.replay.generic).
         agent = AGENTS.get(live.agent_id) if live.agent_id in AGENTS else None
-        if agent is None:
-            return {"rejected": f"replay: agent {live.agent_id!r} is not registered with @molt.replayable"}
         ov = overrides_for(parts, self.memories if (parts.memory_ids or parts.skill_ids) else None,
                            tenant_id=tenant, extra_memories=extra_mem, extra_skills=extra_skill)
         policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
@@ -398,8 +408,10 @@ class ControlPlane:
             [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
         ev = await evaluate_candidate(self.store, failing, agent, policy, candidate_id=cand.candidate_id,
                                       sample=s.replay_sample, live=self.live_tools, tenant_id=tenant,
-                                      normalization=self.normalization)
+                                      normalization=self.normalization, judge=self.judge_for(live.agent_id))
         out: dict[str, Any] = {"replay": _brief(ev)}
+        out["replay"]["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
+                                 else "generic replay from the recording")
         stale = cluster is not None and cand.kind != "rollback" and any(
             e.policy_version != live.version_id for e in cluster.failures)
         if stale and ev.candidate_success_rate is not None and ev.scored:
@@ -426,7 +438,7 @@ class ControlPlane:
         if held:
             reg = await evaluate_candidate(self.store, held, agent, policy, candidate_id=cand.candidate_id + ":regr",
                                            live=self.live_tools, tenant_id=tenant,
-                                           normalization=self.normalization)
+                                           normalization=self.normalization, judge=self.judge_for(live.agent_id))
             out["regression"] = _brief(reg)
             if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
                     reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance:
@@ -446,7 +458,7 @@ class ControlPlane:
                 self._live_evals[key] = await evaluate_candidate(
                     self.store, failing, agent, policy, candidate_id=f"{live.version_id}:baseline",
                     sample=self.settings.replay_sample, live=self.live_tools, tenant_id=tenant,
-                    normalization=self.normalization)
+                    normalization=self.normalization, judge=self.judge_for(live.agent_id))
             except Exception:
                 log.warning("Replaying the live version on %s failed.", cluster.key, exc_info=True)
                 self._live_evals[key] = None

@@ -283,6 +283,9 @@ class EpisodeResult:
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
+    #: How the episode was re-run: ``agent`` (its ``@molt.replayable`` entry point), ``episode`` (re-driven
+    #: from the recording, :mod:`molt.replay.generic`) or ``step (…why)`` (one model call re-decided).
+    mode: str = "agent"
 
     @property
     def delta(self) -> float | None:
@@ -302,7 +305,7 @@ class EpisodeResult:
             "actions": [a.render() for a in self.actions], "recorded": [a.render() for a in self.recorded],
             "misses": [m.describe() for m in self.misses], "error": self.error,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "latency_s": round(self.latency_s, 6),
+            "latency_s": round(self.latency_s, 6), "mode": self.mode,
         }
 
 

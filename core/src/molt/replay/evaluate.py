@@ -41,6 +41,7 @@ from molt.errors import ReplayError
 from molt.replay.cassette import LiveTools, Normalization
 from molt.replay.decorator import ReplayableAgent
 from molt.replay.episode import EpisodeResult, replay_episode
+from molt.replay.generic import check_tenant, replay_recording
 from molt.replay.load import load_trajectories
 from molt.replay.policy import ReplayPolicy
 from molt.store import Store, sql_str
@@ -128,17 +129,20 @@ class Evaluation:
         return {k: v for k, v in self.__dict__.items() if k != "evidence"}
 
 
-async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent: str | ReplayableAgent,
+async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent: str | ReplayableAgent | None,
                              policy: ReplayPolicy, *, candidate_id: str | None = None, sample: int | None = None,
                              seed: int = 0, verifier: Any = None, live: LiveTools | None = None,
                              normalization: Normalization | None = None, tenant_id: str | None = None,
-                             save: bool = True,
+                             judge: Any = None, save: bool = True,
                              progress: Callable[[EpisodeResult | None], None] | None = None) -> Evaluation:
     """Replay a sample of ``trajectory_ids`` under ``policy`` and estimate the candidate's effect.
 
-    ``sample`` draws that many trajectories (seeded by ``seed``; default all). A trajectory that cannot
-    be replayed (corrupt, partial) is reported as ``invalid`` evidence and left out of the estimate.
-    ``progress`` is called once per trajectory (for progress bars).
+    ``agent`` is the ``@molt.replayable`` entry point, or ``None`` to re-drive each trajectory from its
+    recording alone (:func:`molt.replay.generic.replay_recording`, judged by the verifier, the user's
+    correction, then ``judge`` — a judge model's backend, default the policy's). ``sample`` draws that
+    many trajectories (seeded by ``seed``; default all). A trajectory that cannot be replayed (corrupt,
+    partial, or — with ``tenant_id`` — another tenant's) is reported as ``invalid`` evidence with the
+    reason and left out of the estimate. ``progress`` is called once per trajectory (for progress bars).
     """
     ids = list(dict.fromkeys(trajectory_ids))
     window = len(ids)
@@ -159,7 +163,20 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
             if progress is not None:
                 progress(None)
             continue
-        res = await replay_episode(traj, agent, policy, verifier=verifier, live=live, normalization=normalization)
+        try:
+            if agent is None:
+                res = await replay_recording(traj, policy, verifier=verifier, judge=judge, live=live,
+                                             normalization=normalization, tenant_id=tenant_id)
+            else:
+                check_tenant(traj, tenant_id)
+                res = await replay_episode(traj, agent, policy, verifier=verifier, live=live,
+                                           normalization=normalization)
+        except ReplayError as exc:
+            invalid += 1
+            evidence.append({"trajectory_id": tid, "status": "invalid", "error": str(exc)})
+            if progress is not None:
+                progress(None)
+            continue
         results.append(res)
         evidence.append(res.as_dict())
         if progress is not None:
