@@ -18,7 +18,8 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    the tenant), **replay** on the failing cluster (:func:`molt.replay.evaluate_candidate`: success
    delta with its 95 % interval; through the agent's ``@molt.replayable`` entry point when it has one,
    else re-driven from the recording alone, :mod:`molt.replay.generic`), and an offline
-   **regression** suite (held-back successes of the window must not get worse). A candidate whose replay errors is rejected with the error.
+   **regression** suite (held-back successes of the window must not get worse). A candidate whose
+   replay errors is rejected with the error.
 5. **Selection**: u = argmax J(u) with J = gain − λ·cost, gain = the replay success delta × cluster
    size; the cheapest *sufficient* candidate (delta ≥ ``sufficient_gain`` and interval above zero)
    wins; with none, the best one clearing the evidence bar (``min_gain``, interval above zero);
