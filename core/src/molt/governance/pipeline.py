@@ -178,16 +178,37 @@ class GovernancePipeline:
     def _quarantine(self, ctx: Context, stage: str, reason: str) -> HookResult:
         """Quarantine with the most redacted form of the record that exists (nothing is lost)."""
         note = ""
+        cap = self.limits_for(ctx.original.metadata.tenant_id).quarantine_record_bytes
         try:
             if ctx.redaction is not None:  # redaction ran (or is off for this tenant): keep its output
                 record = ctx.event.model_dump_json().encode()
             else:
-                record = ctx.raw or ctx.original.model_dump_json().encode()
-                note = " [record kept unredacted]"
+                record, note = self._record_before_redaction(ctx, stage, cap)
         except Exception:  # an unserializable value: the reason says what happened
             record, note = None, " [record could not be serialized]"
-        cap = self.limits_for(ctx.original.metadata.tenant_id).quarantine_record_bytes
         if record is not None and len(record) > cap:
             note = f" [record of {len(record):,} bytes not kept: over quarantine_record_bytes={cap:,}]"
             record = None
         return HookResult.quarantine(stage, reason + note, record)
+
+    def _record_before_redaction(self, ctx: Context, stage: str, cap: int) -> tuple[bytes | None, str]:
+        """What a quarantine keeps of a record that redaction has not processed: redacted now by the
+        tenant's redactor when the record failed an earlier stage (too large, unknown tenant); nothing
+        when redaction itself failed or fails again, since unredacted data is never stored where this
+        pipeline redacts; the record as it is only where the pipeline or the tenant does not redact."""
+        raw = ctx.raw or ctx.original.model_dump_json().encode()
+        redact = next((s for s in self.stages if s.name == "redact"), None)
+        tenant = ctx.tenant or self.tenant(ctx.original.metadata.tenant_id)
+        if redact is None or not tenant.redaction.enabled:
+            return raw, " [record kept unredacted: this policy does not redact]"
+        if len(raw) > cap:
+            return None, f" [record of {len(raw):,} bytes not kept: over quarantine_record_bytes={cap:,}]"
+        if stage != "redact":
+            try:
+                from molt.governance.redaction import redact_event
+
+                redacted, _ = redact_event(ctx.original, redactor=redact.redactor(tenant))  # type: ignore[attr-defined]
+                return redacted.model_dump_json().encode(), " [record kept redacted]"
+            except Exception:  # the redaction failure is not this record's reason; keep nothing
+                pass
+        return None, " [record not kept: it could not be redacted, and unredacted data is never stored]"

@@ -34,6 +34,19 @@ PAYLOAD_ORDER = ("observation", "hidden", "action", "outcome")
 # what a string that holds JSON starts with, leading whitespace included (any str.isspace character)
 _JSON_OR_SPACE = frozenset("{[") | frozenset(chr(c) for c in range(0x3000 + 1) if chr(c).isspace())
 
+# orjson re-serialises at most 254 levels (TypeError past that) and orjson.loads accepts 1024: a
+# string nested deeper than this is redacted as the text it is, not walked as JSON (a string with
+# no more brackets than this cannot be deeper, so only such strings pay for the check).
+_MAX_JSON_DEPTH = 250
+
+
+def _serialisable(parsed: Any) -> bool:
+    try:
+        orjson.dumps(parsed)
+    except TypeError:
+        return False
+    return True
+
 
 _M = TypeVar("_M", bound=BaseModel)
 _RECORD_FIELDS = frozenset(RedactedSpan.model_fields)
@@ -130,7 +143,9 @@ class Walker:
                 parsed = orjson.loads(value)
             except orjson.JSONDecodeError:
                 parsed = None
-            if isinstance(parsed, (dict, list)):
+            if isinstance(parsed, (dict, list)) and (
+                value.count("[") + value.count("{") <= _MAX_JSON_DEPTH or _serialisable(parsed)
+            ):
                 self.json_strings.append((holder, slot, parsed))
                 self.collect(parsed, path, None, None, None)
                 return
@@ -163,5 +178,3 @@ class Walker:
 
     def _detect_all(self, texts: list[str]) -> list[list[Span]]:
         return self.redactor.detect_many(texts) if texts else []
-
-
