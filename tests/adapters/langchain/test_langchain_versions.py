@@ -1,0 +1,260 @@
+"""The live policy version applied where a LangChain agent runs (no gateway): the chat-model wrapper
+applies the registry's live version at every model call, maps renamed tools back, stamps the version
+into provenance, and keeps the agent working when the registry is unreachable.
+
+The efficacy test evolves a real LangGraph agent on SmolLM2-135M through this path: a memory the
+control plane's way inserts (a memory row plus a version naming it, promoted) changes its answers on
+fresh traffic, with no restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+pytest.importorskip("langgraph", reason="the agent is a LangGraph agent (pip install molt-langchain[test])")
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
+
+from molt.atdp import EventKind, ToolCall
+from molt.capture import MemorySink, Recorder
+from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.harness import HarnessSpec, ToolRewrite
+from molt.store import Store
+from molt_langchain import MoltCallbackHandler
+
+ROOT = Path(__file__).resolve().parents[3]
+TENANT, AGENT = "harbour", "ferry-desk"
+
+
+class EchoingModel(BaseChatModel):
+    """Calls the first tool it is offered (by the name it is offered), then answers with the system
+    prompt it saw; remembers every call's messages and tools."""
+
+    seen: ClassVar[list[tuple[list[BaseMessage], list[dict[str, Any]]]]] = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "echoing"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(tools=list(tools), **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        tools = kwargs.get("tools") or []
+        self.seen.append((list(messages), tools))
+        if tools and not any(isinstance(m, ToolMessage) for m in messages):
+            name = tools[0]["function"]["name"]
+            msg = AIMessage(content="", tool_calls=[{"id": "c1", "name": name, "args": {"port": "Oslo"}}])
+        else:
+            system = next((str(m.content) for m in messages if isinstance(m, SystemMessage)), "")
+            msg = AIMessage(content=f"answer [{system}]")
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+@tool
+def timetable(port: str) -> str:
+    """Departures from a port."""
+    return f"departures from {port}: 07:40, 12:10"
+
+
+@pytest.fixture()
+def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
+    with Store.open(tmp_path / "store") as store:
+        yield VersionRegistry(store)
+
+
+@pytest.fixture()
+def recorded(tmp_path: Path) -> Iterator[tuple[Recorder, MemorySink]]:
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    yield rec, sink
+    rec.close(timeout=5)
+
+
+def _base(reg: VersionRegistry) -> Any:
+    return reg.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="echoing")))
+
+
+def _wait_for(handler: MoltCallbackHandler, version_id: str) -> None:
+    deadline = time.monotonic() + 10
+    while handler.version_id != version_id and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert handler.version_id == version_id
+
+
+def test_wrapper_applies_the_live_version_and_maps_a_renamed_tool_back(
+        registry: VersionRegistry, recorded: tuple[Recorder, MemorySink]) -> None:
+    rec, sink = recorded
+    base = _base(registry)
+    parts = base.parts.model_copy(update={"harness": HarnessSpec(system_prompt="Always name the port.",
+                                                                 memories=("Pets travel free.",))})
+    rewrite = ToolRewrite(description="Departures by port name.", rename="departures")
+    v2 = registry.create(TENANT, AGENT, parts.with_tools({"timetable": rewrite}), parent=base.version_id)
+    handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT, versions=registry, strict=True)
+    model = EchoingModel()
+    EchoingModel.seen = []
+    agent = create_react_agent(handler.wrap(model), [timetable], prompt="You are the ferry desk.")
+    try:
+        before = agent.invoke({"messages": [HumanMessage("When is the next ferry?")]}, {"callbacks": [handler]})
+        assert before["messages"][-1].content == "answer [You are the ferry desk.]"
+        registry.promote(v2.version_id, actor="test")
+        _wait_for(handler, v2.version_id)
+        after = agent.invoke({"messages": [HumanMessage("When is the next ferry?")]}, {"callbacks": [handler]})
+        assert handler.flush(deliver=True)
+    finally:
+        handler.close()
+    # the model saw the version: the harness's system prompt, memory and renamed, re-described tool ...
+    msgs, tools = EchoingModel.seen[-2]
+    assert isinstance(msgs[0], SystemMessage) and "Always name the port." in str(msgs[0].content)
+    assert "Pets travel free." in str(msgs[0].content)
+    assert [t["function"]["name"] for t in tools] == ["departures"]
+    assert tools[0]["function"]["description"] == "Departures by port name."
+    # ... its call of "departures" reached the agent's own "timetable" tool, whose answer came back
+    assert any(isinstance(m, ToolMessage) and "07:40" in str(m.content) for m in after["messages"])
+    assert "Always name the port." in after["messages"][-1].content
+    # and the agent itself never changed: its tool and prompt are its own
+    assert timetable.name == "timetable" and before["messages"][0].content == "When is the next ferry?"
+    events = [e for t in {e.trajectory_id for e in _all(sink)} for e in sink.trajectory_events(t)]
+    by_version = {e.provenance.policy_version for e in events if e.kind == EventKind.MODEL_CALL}
+    assert by_version == {base.version_id, v2.version_id}
+    tools_after = [e for e in events if e.kind == EventKind.TOOL_CALL and e.provenance.policy_version == v2.version_id]
+    assert tools_after and isinstance(tools_after[0].action, ToolCall)
+    assert tools_after[0].action.tool_name == "timetable"
+    assert all(e.provenance.harness_fingerprint for e in events if e.provenance.policy_version == v2.version_id)
+
+
+def _all(sink: MemorySink) -> list[Any]:
+    return [e for t in {r.x["trajectory_id"] for r in sink.events.values()} for e in sink.trajectory_events(t)]
+
+
+def test_unreachable_registry_never_breaks_the_agent(registry: VersionRegistry,
+                                                     recorded: tuple[Recorder, MemorySink]) -> None:
+    rec, _ = recorded
+    base = _base(registry)
+    v2 = registry.create(TENANT, AGENT, base.parts.model_copy(
+        update={"harness": HarnessSpec(system_prompt="Be brief.")}), parent=base.version_id)
+    registry.promote(v2.version_id, actor="test")
+
+    class GoesDown:
+        down = False
+
+        def live(self, tenant_id: str, agent_id: str) -> Any:
+            if self.down:
+                raise ConnectionError("the store is unreachable")
+            return registry.live(tenant_id, agent_id)
+
+    source = GoesDown()
+    handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT, versions=source, version_poll_s=0.05)
+    agent = create_react_agent(handler.wrap(EchoingModel()), [timetable])
+    try:
+        source.down = True
+        time.sleep(0.3)  # several failed polls
+        assert handler.live is not None and handler.live.errors >= 2
+        out = agent.invoke({"messages": [HumanMessage("Next ferry?")]}, {"callbacks": [handler]})
+    finally:
+        handler.close()
+    assert out["messages"][-1].content == "answer [Be brief.]"  # the last version read still applies
+
+
+def test_without_versions_the_wrapper_changes_nothing(recorded: tuple[Recorder, MemorySink]) -> None:
+    rec, _ = recorded
+    handler = MoltCallbackHandler(rec)
+    EchoingModel.seen = []
+    out = create_react_agent(handler.wrap(EchoingModel()), [timetable], prompt="Own prompt.").invoke(
+        {"messages": [HumanMessage("Next ferry?")]}, {"callbacks": [handler]})
+    assert out["messages"][-1].content == "answer [Own prompt.]"
+    assert [t["function"]["name"] for t in EchoingModel.seen[0][1]] == ["timetable"]
+
+
+# ---------------------------------------------------------------------- efficacy on SmolLM2-135M
+
+FACT = "Nordhavn Ferries' lost-property desk is at Pier 19, open 8am to 4pm."
+QUESTIONS = [
+    "Where is the Nordhavn Ferries lost-property desk?",
+    "I left my bag on a Nordhavn ferry. Where do I pick it up?",
+    "Which pier has the Nordhavn lost-property office?",
+    "Where can I collect items I forgot on a Nordhavn ferry?",
+    "Nordhavn Ferries: where is lost property?",
+    "Where do I find the lost and found for Nordhavn Ferries?",
+]
+SYSTEM = "You are the Nordhavn Ferries customer assistant. Answer in one or two sentences."
+
+
+class LocalChat(BaseChatModel):
+    """The agent's own model: Molt's in-process local backend (SmolLM2-135M), greedy."""
+
+    backend: Any
+
+    @property
+    def _llm_type(self) -> str:
+        return "molt-local"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        from langchain_core.messages import convert_to_openai_messages
+
+        from molt.backends.base import ChatRequest
+
+        req = ChatRequest(model=self.backend.model, messages=convert_to_openai_messages(messages),
+                          temperature=0.0, max_tokens=20)
+        text = asyncio.run(self.backend.chat(req)).choices[0].text
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+
+@pytest.mark.slow
+def test_memory_version_fixes_a_langchain_agent_on_smollm2(tmp_path: Path) -> None:
+    from molt.backends import LocalBackend
+    from molt.backends.model import ensure_policy_model
+    from molt.control.memory import MemoryStore, RetrievalHarness
+
+    home = Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models"))
+    backend = LocalBackend(model_path=ensure_policy_model(home), threads=2)
+    asyncio.run(backend.start())
+    sink = MemorySink()
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    with Store.open(tmp_path / "store") as store:
+        registry, memories = VersionRegistry(store), MemoryStore(store)
+        base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="smollm2")))
+        handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT, versions=registry,
+                                      harness=RetrievalHarness(memories), version_poll_s=1.0)
+        agent = create_react_agent(handler.wrap(LocalChat(backend=backend)), [], prompt=SYSTEM)
+
+        def ask() -> list[bool]:
+            got = []
+            for q in QUESTIONS:
+                out = agent.invoke({"messages": [HumanMessage(q)]}, {"callbacks": [handler]})
+                got.append("19" in str(out["messages"][-1].content))
+            return got
+
+        try:
+            before = ask()
+            # what the control plane's memory insert does (ControlPlane: add_memory, with_memories, promote)
+            mem = memories.add_memory(TENANT, FACT, agent_id=AGENT)
+            fixed = registry.create(TENANT, AGENT, base.parts.with_memories([mem.memory_id]), parent=base.version_id,
+                                    note="memory insert: lost property")
+            registry.promote(fixed.version_id, actor="control-plane")
+            _wait_for(handler, fixed.version_id)
+            after = ask()
+            assert handler.flush(deliver=True)
+        finally:
+            handler.close()
+            rec.close(timeout=5)
+    print(f"\nSmolLM2-135M LangChain agent, adapter path: {sum(before)}/{len(QUESTIONS)} before, "
+          f"{sum(after)}/{len(QUESTIONS)} after the memory version")
+    assert sum(after) >= sum(before) + len(QUESTIONS) // 2, (before, after)
+    gens = [e for e in _all(sink) if e.kind == EventKind.MODEL_CALL]
+    assert len(gens) == 2 * len(QUESTIONS)
+    versions = [e.provenance.policy_version for e in sorted(gens, key=lambda e: e.timestamp)]
+    assert versions == [base.version_id] * len(QUESTIONS) + [fixed.version_id] * len(QUESTIONS)
