@@ -429,6 +429,72 @@ def _eligibility():  # type: ignore[no-untyped-def]
     return event_reasons, TrainingSettings(opt_in=True, require_consent=False)
 
 
+# --------------------------------------------------------------------------- bad input
+
+_PLANTED_EMAIL, _PLANTED_CARD = "jane.doe@example.com", "4111 1111 1111 1111"
+
+
+def bad_inputs() -> list[tuple[str, Event]]:
+    """Hostile payloads, each with an e-mail and a card planted in it, up to the default
+    ``max_event_bytes`` (1 MiB) and past it."""
+    rng = random.Random(5)
+    planted = f" contact {_PLANTED_EMAIL}, card {_PLANTED_CARD} "
+
+    def ev(output: Any) -> Event:
+        return Event(trajectory_id=new_id(), kind=EventKind.TOOL_CALL, metadata={"tenant_id": "acme"},
+                     action=ToolCall(tool_name="fetch", arguments={}), outcome=Outcome(output=output))  # fmt: skip
+
+    nested: Any = {"note": planted}
+    for _ in range(150):
+        nested = [nested]
+    dense = "Anna Smith at 12 Main Street, call +1 415 555 0100, card 4111 1111 1111 1111. "
+    binary = bytes(rng.randrange(256) for _ in range(256_000)).decode("latin-1")
+    cases: list[tuple[str, Event]] = [
+        ("binary: 256 KB of random bytes (latin-1)", ev({"blob": binary + planted})),
+        ("huge: 0.9 MB of PII-dense prose (under max_event_bytes)", ev({"t": (dense * 11_500) + planted})),
+        ("huge: 2 MB (over max_event_bytes)", ev({"t": "lorem ipsum " * 170_000 + planted})),
+        ("deeply nested: 150 levels of JSON", ev(nested)),
+        ("deeply nested: a string of 600-level JSON", ev({"s": "[" * 600 + f'"{planted}"' + "]" * 600})),
+    ]
+    redos = {
+        "digits and spaces": "1 ", "digit-dash": "1-", "at signs": "a@", "local-part dots": "a.",
+        "www.": "www.", "dotted TLDs": "a.co", "colons (IPv6)": "1:", "capitalised words": "Anna ",
+        "street shapes": "12 Main Street ", "IBAN shapes": "DE12 ", "PEM headers": "-----BEGIN ",
+        "password=": "password=", "plus-parens": "+1 (",
+    }  # fmt: skip
+    for name, unit in redos.items():
+        cases.append((f"ReDoS-shaped: {name!r} × ~200 KB", ev({"t": unit * (200_000 // len(unit)) + planted})))
+    return cases
+
+
+def _bad_input_table() -> tuple[Table, float]:
+    """Each hostile payload through the default governance pipeline: outcome, CPU time, and whether
+    the planted PII is absent from what would be stored. Returns the table and the slowest time."""
+    from molt.governance import GovernancePipeline, GovernancePolicy
+
+    pipe = GovernancePipeline(GovernancePolicy())
+    t = Table(title="Bad input through the default governance pipeline (CPU time per event)")
+    for c in ("payload", "JSON bytes", "outcome", "ms", "planted PII in what is stored"):
+        t.add_column(c)
+    worst = 0.0
+    for name, event in bad_inputs():
+        size = len(event.model_dump_json())
+        gc.collect()
+        t0 = time.process_time()
+        result = pipe.process(event)
+        ms = (time.process_time() - t0) * 1e3
+        worst = max(worst, ms)
+        if result.event is not None:
+            stored, outcome = result.event.model_dump_json().encode(), "redacted, accepted"
+        else:
+            stored = result.record or b""
+            kept = "record kept redacted" if result.record else "no record kept"
+            outcome = f"quarantined at {result.stage} ({kept})"
+        leak = _PLANTED_EMAIL.encode() in stored or _PLANTED_CARD.encode() in stored
+        t.add_row(name, f"{size:,}", outcome, f"{ms:,.0f}", "YES" if leak else "no")
+    return t, worst
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -437,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-presidio", action="store_true")
     ap.add_argument("--stream", type=int, default=2000, help="distinct typical events in the one-pass row")
     ap.add_argument("--passes", type=int, default=3, help="one-pass row: best of this many passes")
+    ap.add_argument("--no-bad-input", action="store_true", help="skip the bad-input table")
     ap.add_argument("--second-n", type=int, default=1500, help="records of the second labelled source")
     ap.add_argument("--second-seed", type=int, default=2027)
     args = ap.parse_args(argv)
@@ -560,6 +627,10 @@ def main(argv: list[str] | None = None) -> int:
             t.add_row(label, presidio, f"{pres:,.0f}", "1.0×")
         t.add_section()
     console.print(t)
+    if not args.no_bad_input:
+        table, worst = _bad_input_table()
+        console.print(table)
+        console.print(f"Slowest hostile event: {worst:,.0f} ms of CPU (bounded by max_event_bytes, 1 MiB by default).")
     held, as_sets = _gc_pause()
     console.print(
         f"Full cycle collection in a process holding a redactor: {held:.1f} ms; with its word sets as "
