@@ -134,7 +134,8 @@ def gateway_openapi() -> dict[str, Any]:
             "components": {"schemas": _body_schemas()}}
 
 
-#: Keys of two tenants and every role, used by the auth matrix and the gateway fixtures.
+#: Keys of two tenants and every role (and the platform operator's), used by the auth matrix and the
+#: gateway fixtures.
 KEYS = {
     "sk-acme-admin": ("acme", "admin"),
     "sk-acme-trainer": ("acme", "trainer"),
@@ -142,10 +143,13 @@ KEYS = {
     "sk-acme-writer": ("acme", "agent_writer"),
     "sk-globex-admin": ("globex", "admin"),
     "sk-globex-writer": ("globex", "agent_writer"),
+    "sk-globex-reader": ("globex", "reader"),
+    "sk-platform-operator": ("platform", "operator"),
 }
 
 
-#: The endpoint → permission table of :mod:`molt.gateway.app` (None: any valid key).
+#: The endpoint → permission table of :mod:`molt.gateway.app` (None: any valid key). The shared
+#: serving configuration (the public model ``stub``, its base version, adapters) needs ``operate``.
 ENDPOINTS: list[tuple[str, str, str | None]] = [
     ("POST", "/v1/chat/completions", "write"),
     ("POST", "/v1/completions", "write"),
@@ -159,10 +163,10 @@ ENDPOINTS: list[tuple[str, str, str | None]] = [
     ("POST", "/v1/molt/trajectories/{tid}/end", "write"),
     ("POST", "/v1/molt/sessions/s1/end", "write"),
     ("GET", "/v1/molt/admin/routes", "admin"),
-    ("PUT", "/v1/molt/admin/models/stub/weights", "admin"),
+    ("PUT", "/v1/molt/admin/models/stub/weights", "operate"),
     ("POST", "/v1/molt/admin/versions", "admin"),
-    ("DELETE", "/v1/molt/admin/versions/stub@base", "admin"),
-    ("POST", "/v1/molt/admin/adapters", "admin"),
+    ("DELETE", "/v1/molt/admin/versions/stub@base", "operate"),
+    ("POST", "/v1/molt/admin/adapters", "operate"),
     ("POST", "/v1/molt/admin/health", "admin"),
     ("POST", "/v1/traces", "write"),
 ]

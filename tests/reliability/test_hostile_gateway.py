@@ -13,7 +13,7 @@ import openapi_doc
 import pytest
 from starlette.testclient import TestClient
 
-ADMIN = {"authorization": "Bearer sk-acme-admin"}
+ADMIN = {"authorization": "Bearer sk-platform-operator"}  # the admin routes here change shared routing
 
 
 @pytest.mark.slow

@@ -381,7 +381,7 @@ def serve_command(
     if train:
         if gw.keyring is not None:  # the trainer publishes adapters through the admin API
             trainer_key = generate_key("sk-molt-trainer-")
-            gw.keyring.add(tenant=train_tenant, role=Role.ADMIN, key=trainer_key, name="molt serve trainer")
+            gw.keyring.add(tenant=train_tenant, role=Role.OPERATOR, key=trainer_key, name="molt serve trainer")
         _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public, governance=governance,
                        tenant=train_tenant, home=home)
     else:

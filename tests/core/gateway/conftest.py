@@ -18,8 +18,9 @@ from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 
-KEYS = {"sk-acme-writer": ("acme", "agent_writer"), "sk-acme-admin": ("acme", "admin"),
-        "sk-acme-reader": ("acme", "reader"), "sk-globex-writer": ("globex", "agent_writer")}
+KEYS = {"sk-operator": ("platform", "operator"), "sk-acme-writer": ("acme", "agent_writer"),
+        "sk-acme-admin": ("acme", "admin"), "sk-acme-reader": ("acme", "reader"),
+        "sk-globex-writer": ("globex", "agent_writer")}
 
 
 @dataclass

@@ -15,6 +15,8 @@ from .conftest import Served
 
 W = {"authorization": "Bearer sk-acme-writer"}
 A = {"authorization": "Bearer sk-acme-admin"}
+#: The platform operator: the shared model ``stub``'s versions, weights and adapters are its to change.
+O = {"authorization": "Bearer sk-operator"}
 
 
 def _chat(served: Served, text: str, session: str | None = None, key: str = "sk-acme-writer") -> Any:
@@ -98,11 +100,11 @@ def test_rewards_for_calls_the_gateway_forgot_are_found_in_the_store(served: Ser
 
 
 def test_admin_routes_weights_and_harness_versions(served: Served) -> None:
-    r = httpx.get(served.url + "/v1/molt/admin/routes", headers=A)
+    r = httpx.get(served.url + "/v1/molt/admin/routes", headers=O)
     assert r.json()["current_weights"] == {"stub": {"stub@base": 1.0}}
     spec = {"version": "stub@h1", "backends": ["stub"],
             "harness": {"system_prompt": "Be brief.", "memories": ["The user likes tea."]}}
-    r = httpx.post(served.url + "/v1/molt/admin/versions", headers=A,
+    r = httpx.post(served.url + "/v1/molt/admin/versions", headers=O,
                    json={"model": "stub", "spec": spec, "weight": 1.0, "weights": {"stub@base": 0.0}})
     assert r.status_code == 200, r.text
     raw = _chat(served, "hello")
@@ -112,11 +114,11 @@ def test_admin_routes_weights_and_harness_versions(served: Served) -> None:
     prompt = bytes(ev.action.tokens.prompt_ids).decode()  # what the model saw …
     assert "Be brief." in prompt and "- The user likes tea." in prompt
     assert [m.content for m in ev.observation.messages] == ["hello"]  # … and what the agent sent
-    r = httpx.put(served.url + "/v1/molt/admin/models/stub/weights", headers=A, json={"weights": {"stub@base": 1}})
+    r = httpx.put(served.url + "/v1/molt/admin/models/stub/weights", headers=O, json={"weights": {"stub@base": 1}})
     assert r.json()["current_weights"]["stub"] == {"stub@base": 1.0}
-    r = httpx.delete(served.url + "/v1/molt/admin/versions/stub@h1", headers=A)
+    r = httpx.delete(served.url + "/v1/molt/admin/versions/stub@h1", headers=O)
     assert "stub@h1" not in r.json()["table"]["versions"]
-    r = httpx.post(served.url + "/v1/molt/admin/versions", headers=A,
+    r = httpx.post(served.url + "/v1/molt/admin/versions", headers=O,
                    json={"model": "stub", "spec": {"version": "x", "backends": ["ghost"]}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "spec.backends"
 
@@ -124,7 +126,7 @@ def test_admin_routes_weights_and_harness_versions(served: Served) -> None:
 def test_load_adapter_new_sessions_get_it_old_sessions_stay(served: Served) -> None:
     old = _chat(served, "before the adapter", session="old-session")
     assert old.headers["x-molt-policy-version"] == "stub@base"
-    r = httpx.post(served.url + "/v1/molt/admin/adapters", headers=A,
+    r = httpx.post(served.url + "/v1/molt/admin/adapters", headers=O,
                    json={"model": "stub", "version": "stub@lora-1", "path": "/ckpt/lora-1", "weight": 1.0,
                          "weights": {"stub@base": 0.0}})
     assert r.status_code == 200, r.text
@@ -147,7 +149,7 @@ def test_harness_tool_rename_is_invisible_to_the_agent(served: Served) -> None:
     spec = {"version": "stub@renamed", "backends": ["stub"],
             "harness": {"tool_rewrites": {"get_weather": {"rename": "weather_lookup",
                                                           "description": "Weather by city."}}}}
-    httpx.post(served.url + "/v1/molt/admin/versions", headers=A,
+    httpx.post(served.url + "/v1/molt/admin/versions", headers=O,
                json={"model": "stub", "spec": spec, "weight": 1.0, "weights": {"stub@base": 0.0}})
     raw = served.client().chat.completions.with_raw_response.create(
         model="stub", messages=[{"role": "user", "content": "Oslo"}], tools=[WEATHER_TOOL])

@@ -164,7 +164,8 @@ def test_session_header_groups_calls_and_user_field_is_a_fallback(served: Served
     assert events[1].parent_id == events[0].event_id
     t = client.chat.completions.with_raw_response.create(
         model="stub", messages=[{"role": "user", "content": "x"}], extra_headers={"X-Molt-Trajectory": "traj-given"})
-    assert t.headers["x-molt-trajectory"] == "traj-given"
+    # keys of two tenants: a client-chosen id names the tenant's own namespaced trajectory
+    assert t.headers["x-molt-trajectory"] == served.gateway.namespace.namespaced("acme", "traj-given")
 
 
 def test_tenants_are_isolated_in_linking(served: Served) -> None:

@@ -40,11 +40,13 @@ def test_otlp_export_lands_as_the_tenants_trajectory(serve: Callable[..., Served
     assert httpx.post(url, json=EXPORT, headers={"Authorization": "Bearer sk-acme-reader"}).status_code == 403
     r = httpx.post(url, json=EXPORT, headers={"Authorization": "Bearer sk-acme-writer"})
     assert r.status_code == 200, r.text
-    events = s.events(TRACE)
+    # keys of two tenants: the trace id names acme's own (namespaced) trajectory
+    tid = s.gateway.namespace.namespaced("acme", TRACE)
+    events = s.events(tid)
     assert [e.kind for e in events] == [EventKind.MODEL_CALL, EventKind.TOOL_CALL]
     assert all(e.metadata.tenant_id == "acme" for e in events)
     assert events[1].parent_id == events[0].event_id
     assert events[0].metadata.usage.input_tokens == 7  # type: ignore[union-attr]
     assert events[1].outcome.status == "error"  # type: ignore[union-attr]
-    assert s.store.verify(TRACE).ok
+    assert s.store.verify(tid).ok
     assert s.store.trajectories(tenant="globex") == []

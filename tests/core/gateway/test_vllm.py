@@ -42,7 +42,7 @@ pytestmark = [
 
 MODEL = POLICY_MODEL_NAME
 BASE = f"{MODEL}@base"
-A = {"authorization": "Bearer sk-acme-admin"}
+A = {"authorization": "Bearer sk-operator"}  # loading an adapter is the platform operator's
 
 
 @pytest.fixture(scope="module")

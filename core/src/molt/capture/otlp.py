@@ -12,6 +12,12 @@ exporter at an endpoint serving :class:`OtlpIngest` (see :mod:`molt.capture.otlp
   span has ended (children end, and are exported, first) and a re-sent export is deduplicated by
   the Recorder instead of recorded twice; a span whose parent is remote (another service, per the
   OTLP span flags) is a root;
+- **tenants**: with the caller's tenant (``tenant_id``) and a
+  :class:`~molt.governance.tenancy.TrajectoryNamespace` that is on (more than one tenant), the trace
+  id is resolved within the tenant like every other client-chosen trajectory id (another tenant's
+  trace id names the caller's own namespaced trajectory) and event ids are derived from the resolved
+  trajectory, so one tenant's export never lands in, links to, or deduplicates away another's; an
+  event Molt exported itself (``molt.event``) is re-homed the same way and stamped with the tenant;
 - **errors as outcomes**: status ``ERROR`` (or an ``error.type`` attribute) becomes
   ``outcome.status == "error"`` with the status message, else the recorded exception's message; an
   ended span with status ``UNSET`` or ``OK`` is ``ok``;
@@ -36,8 +42,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +53,7 @@ from molt.atdp.models import Event, Observation, Outcome, OutcomeStatus, Provena
 from molt.atdp.otel import AttributeValue, OtelSpan, span_to_event
 from molt.capture.adapt import Capture, CaptureStats, distribution_version
 from molt.errors import AdapterError
+from molt.governance.tenancy import TrajectoryNamespace
 
 try:
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
@@ -88,6 +93,8 @@ _STATUS = {
     "STATUS_CODE_OK": "OK",
     "STATUS_CODE_ERROR": "ERROR",
 }
+#: Event ids from (trajectory, span id): one derivation, shared with the tenant namespace.
+_IDS = TrajectoryNamespace()
 #: Default cap on one request body (after decompression), in bytes.
 MAX_BODY_BYTES = 32 << 20
 
@@ -117,10 +124,7 @@ class IngestResult:
 
 def event_id_for(trace_id: str, span_id: str) -> str:
     """The event id of span ``span_id`` in trace ``trace_id`` (a UUID derived from both, stable)."""
-    raw = bytearray(hashlib.sha256(f"{trace_id}:{span_id}".encode()).digest()[:16])
-    raw[6] = (raw[6] & 0x0F) | 0x80  # UUID version 8 (custom), RFC 9562
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    return str(uuid.UUID(bytes=bytes(raw)))
+    return _IDS.event_id(trace_id, span_id)
 
 
 # --------------------------------------------------------------------------- decoding
@@ -296,6 +300,8 @@ class OtlpIngest:
             attribute, if any).
         max_field_bytes: bound of each free-form payload field (default 192 KiB).
         strict: raise the first mapping or Recorder error from :meth:`flush` (tests).
+        namespace: resolves trace ids within the caller's tenant (the gateway's; ``None``: trace ids
+            are trajectory ids as given).
         **capture_options: other :class:`~molt.capture.adapt.Capture` options (``blob_store``, ``tags``).
 
     Example::
@@ -305,7 +311,13 @@ class OtlpIngest:
     """
 
     def __init__(
-        self, recorder: Any = None, *, tenant_id: str | None = None, strict: bool = False, **capture_options: Any
+        self,
+        recorder: Any = None,
+        *,
+        tenant_id: str | None = None,
+        strict: bool = False,
+        namespace: TrajectoryNamespace | None = None,
+        **capture_options: Any,
     ):
         self.capture = Capture(
             recorder,
@@ -316,6 +328,7 @@ class OtlpIngest:
             **capture_options,
         )
         self.tenant_id = tenant_id
+        self.namespace = namespace
         self._tags = {str(k): str(v) for k, v in (capture_options.get("tags") or {}).items()}
         self._version = distribution_version("molt-core")
 
@@ -389,12 +402,27 @@ class OtlpIngest:
                 self.capture.fail(exc)
         return IngestResult(accepted, rejected, first)
 
+    def _namespace(self, tenant_id: str | None) -> TrajectoryNamespace | None:
+        ns = self.namespace
+        return ns if tenant_id is not None and ns is not None and ns.enabled else None
+
     def to_event(self, s: IngestSpan, *, tenant_id: str | None = None) -> Event:
         """The ATDP event for one span (see the module docstring for the mapping)."""
         span = s.span
+        ns = self._namespace(tenant_id)
         if isinstance(span.attributes.get("molt.event"), str):
-            return span_to_event(span)  # an event Molt exported itself: exactly as it was
+            ev = span_to_event(span)  # an event Molt exported itself: as it was, in the caller's tenant
+            if tenant_id is None:
+                return ev
+            update: dict[str, Any] = {"metadata": ev.metadata.model_copy(update={"tenant_id": tenant_id})}
+            if ns is not None:
+                tid = ns.resolve(tenant_id, ev.trajectory_id)
+                update.update(trajectory_id=tid, event_id=ns.event_id(tid, ev.event_id), seq=None,
+                              parent_id=ns.event_id(tid, ev.parent_id) if ev.parent_id else None)
+            return ev.model_copy(update=update)
         trace = span.trace_id or "0" * 32
+        if ns is not None:
+            trace = ns.resolve(tenant_id or "", trace)
         parents = None
         if span.parent_span_id and not s.parent_remote:
             parents = {span.parent_span_id: event_id_for(trace, span.parent_span_id)}

@@ -13,12 +13,17 @@ POST /v1/molt/rewards/trajectory         reward a trajectory                    
 POST /v1/molt/rewards/last-call          reward a session's last call (discounted)   write
 POST /v1/molt/trajectories/{id}/end      end a trajectory (optional final reward)    write
 POST /v1/molt/sessions/{id}/end          end a session's current trajectory          write
-GET  /v1/molt/admin/routes               the routing table                           admin
-PUT  /v1/molt/admin/models/{m}/weights   canary weights for new sessions             admin
-POST /v1/molt/admin/versions             register a policy version                   admin
-DELETE /v1/molt/admin/versions/{v}       remove a version (rollback)                 admin
-POST /v1/molt/admin/adapters             hot-load a LoRA adapter as a new version    admin
+GET  /v1/molt/admin/routes               the routing table (a tenant admin: its part)   admin
+PUT  /v1/molt/admin/models/{m}/weights   canary weights for new sessions             admin¹
+POST /v1/molt/admin/versions             register a policy version                   admin¹
+DELETE /v1/molt/admin/versions/{v}       remove a version (rollback)                 admin¹
+POST /v1/molt/admin/adapters             hot-load a LoRA adapter as a new version    operate
+POST /v1/molt/admin/health               check the backends now                      admin
 =======================================  ==========================================  ============
+
+¹ A tenant's admin acts on its own tenant's routing keys (``model#tenant[/agent]``) and versions; the
+shared part (public models, their weights and base versions) needs the platform operator's
+``operate`` (:mod:`molt.gateway.admin_scope`).
 
 Every endpoint takes ``Authorization: Bearer <key>`` when the gateway has a key ring. Errors are
 OpenAI-style JSON objects ``{"error": {"message", "type", "param", "code"}}``, made in one place
@@ -46,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from molt.backends import openai_wire as wire
 from molt.errors import (
@@ -60,8 +66,9 @@ from molt.errors import (
     PermissionDenied,
     RequestTooLarge,
 )
+from molt.gateway.admin_scope import AdminScope
 from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallReward, TrajectoryReward
-from molt.gateway.router import RoutingTable, VersionSpec
+from molt.gateway.router import VersionSpec
 from molt.gateway.service import Gateway
 from molt.governance.access import Action, Principal
 from molt.harness import HarnessSpec
@@ -103,6 +110,16 @@ def _classify(exc: BaseException) -> tuple[int, dict[str, Any]]:
                            "internal_error")
 
 
+def route_template(request: Request) -> str:
+    """The route a request matched, as its template (``/v1/molt/trajectories/{trajectory_id}/end``), or
+    ``unmatched``: what metrics label a request by (a raw path carries ids)."""
+    for r in request.app.router.routes:
+        match, _ = r.matches(request.scope)
+        if match != Match.NONE:
+            return str(getattr(r, "path", "unmatched"))
+    return "unmatched"
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     """Every error leaves as an OpenAI-style JSON object with the right status (the one place)."""
 
@@ -112,7 +129,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             log.error("Unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         gw: Gateway | None = getattr(request.app.state, "gateway", None)
         if gw is not None:
-            gw.metrics.observe(request.url.path, status, 0.0)
+            gw.metrics.observe(route_template(request), status, 0.0)
         return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
 
     async def molt_error(request: Request, exc: Exception) -> Response:
@@ -334,7 +351,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @route("/metrics", "GET")
     async def metrics(request: Request) -> Response:
-        auth(request, Action.READ)
+        reader = AdminScope(auth(request, Action.READ))
         gauges: list[tuple[str, str, dict[str, str], float]] = [
             ("molt_gateway_backend_up", "Whether a backend passes its health check.", {"backend": b}, float(ok))
             for b, ok in gw.router.health().items()]
@@ -354,7 +371,9 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             held = await run_in_threadpool(gw.store.cache_bytes)
             gauges.append(("molt_store_cache_bytes", "Bytes held by the gateway process's LanceDB caches "
                            "(index + metadata; bounded).", {}, float(held)))
-        return Response(gw.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
+        versions = gw.router.table.versions
+        text = gw.metrics.render(gauges, version_visible=lambda v: reader.sees_version(versions.get(v)))
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # ---------------------------------------------------------------- feedback
 
@@ -389,42 +408,50 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
 
     # ---------------------------------------------------------------- admin
 
-    def table_json(t: RoutingTable) -> dict[str, Any]:
-        return {"table": t.model_dump(mode="json"), "health": gw.router.health(),
-                "current_weights": {m: t.current_weights(m) for m in t.models}}
+    # Every admin route reads its caller's AdminScope: the platform operator changes what all tenants
+    # share, a tenant's admin only its own agents' versions and canaries.
+
+    def admin(request: Request) -> AdminScope:
+        return AdminScope.of(auth(request))
+
+    def table_json(scope: AdminScope) -> dict[str, Any]:
+        return scope.table_json(gw.router.table, gw.router.health())
 
     @route("/v1/molt/admin/routes", "GET")
     async def routes(request: Request) -> Response:
-        auth(request, Action.ADMIN)
-        return _json(table_json(gw.router.table))
+        return _json(table_json(admin(request)))
 
     @route("/v1/molt/admin/models/{model_name}/weights", "PUT")
     async def set_weights(request: Request) -> Response:
         model_name = request.path_params["model_name"]
-        auth(request, Action.ADMIN)
+        scope = admin(request)
         body = await _read_model(request, gw, WeightsBody)
-        return _json(table_json(gw.router.set_weights(model_name, body.weights)))
+        gw.router.set_weights(scope.weights_target(gw.router.table, model_name, body.weights), body.weights)
+        return _json(table_json(scope))
 
     @route("/v1/molt/admin/versions", "POST")
     async def add_version(request: Request) -> Response:
-        auth(request, Action.ADMIN)
+        scope = admin(request)
         body = await _read_model(request, gw, VersionBody)
         unknown = set(body.spec.backends) - set(gw.backends)
         if unknown:
             raise InvalidRequest(f"The version names unknown backends {sorted(unknown)}; backends: "
                                  f"{', '.join(sorted(gw.backends))}.", param="spec.backends")
-        return _json(table_json(gw.router.add_version(body.model, body.spec, weight=body.weight,
-                                                      weights=body.weights)))
+        key, spec, weights = scope.version_target(gw.router.table, body.model, body.spec, body.weights)
+        gw.router.add_version(key, spec, weight=body.weight, weights=weights)
+        return _json(table_json(scope))
 
     @route("/v1/molt/admin/versions/{version}", "DELETE")
     async def remove_version(request: Request) -> Response:
-        version = request.path_params["version"]
-        auth(request, Action.ADMIN)
-        return _json(table_json(gw.router.remove_version(version)))
+        scope = admin(request)
+        gw.router.remove_version(scope.removable(gw.router.table, request.path_params["version"]))
+        return _json(table_json(scope))
 
     @route("/v1/molt/admin/adapters", "POST")
     async def load_adapter(request: Request) -> Response:
-        auth(request, Action.ADMIN)
+        scope = admin(request)
+        # The adapter is read from the server's disk into backends every tenant shares.
+        scope.require_operator("Loading a LoRA adapter into the serving backends")
         body = await _read_model(request, gw, AdapterBody)
         t = gw.router.table
         if body.model not in t.models:
@@ -443,11 +470,12 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
         spec = VersionSpec(version=body.version, backends=tuple(targets), upstream_model=body.version,
                            lora_adapter=body.path, model_checkpoint=base.model_checkpoint or base.upstream_model,
                            harness=body.harness if body.harness is not None else base.harness)
-        return _json(table_json(gw.router.add_version(body.model, spec, weight=body.weight, weights=body.weights)))
+        gw.router.add_version(body.model, spec, weight=body.weight, weights=body.weights)
+        return _json(table_json(scope))
 
     @route("/v1/molt/admin/health", "POST")
     async def check_health(request: Request) -> Response:
-        auth(request, Action.ADMIN)
+        admin(request)
         return _json({"backends": await gw.check_health()})
 
     # ---------------------------------------------------------------- OTLP ingest
@@ -465,6 +493,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
                 status, body = _classify(exc)
                 return _json(body, status=status)
 
-        app.router.routes.extend(otlp_routes(OtlpIngest(gw.recorder), authenticate=otlp_tenant))
+        app.router.routes.extend(otlp_routes(OtlpIngest(gw.recorder, namespace=gw.namespace),
+                                             authenticate=otlp_tenant))
 
     return app

@@ -183,11 +183,16 @@ class Feedback:
         ids = self._append([self._ann(p, body, tid, eid, body.value, body.reason)])
         return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [eid]}
 
+    def _resolve(self, p: Principal, trajectory_id: str) -> str:
+        """The trajectory a client's id names within ``p``'s tenant (the rule chat and OTLP use too)."""
+        return self.gw.namespace.resolve(p.tenant_id, trajectory_id)
+
     def reward_trajectory(self, p: Principal, body: TrajectoryReward) -> dict[str, Any]:
         """Reward a whole trajectory."""
-        self._trajectory_calls(p, body.trajectory_id)  # existence and tenant check
-        ids = self._append([self._ann(p, body, body.trajectory_id, None, body.value, body.reason)])
-        return {"annotation_ids": ids, "trajectory_id": body.trajectory_id, "event_ids": []}
+        tid = self._resolve(p, body.trajectory_id)
+        self._trajectory_calls(p, tid)  # existence and tenant check
+        ids = self._append([self._ann(p, body, tid, None, body.value, body.reason)])
+        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": []}
 
     def reward_last_call(self, p: Principal, body: LastCallReward) -> dict[str, Any]:
         """Reward the last call of a session or trajectory (discounted back over earlier calls)."""
@@ -198,7 +203,7 @@ class Feedback:
             tid = st.trajectory_id
             calls = self._trajectory_calls(p, tid) if st.calls_truncated else list(st.calls)
         else:
-            tid = body.trajectory_id or ""
+            tid = self._resolve(p, body.trajectory_id or "")
             calls = self._trajectory_calls(p, tid)
         if not calls:
             raise NotFound(f"The trajectory {tid} has no model call to reward yet.", trajectory_id=tid)
@@ -211,8 +216,11 @@ class Feedback:
         ids = self._append(anns)
         return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [a.event_id for a in anns]}
 
-    def end_trajectory(self, p: Principal, tid: str, body: EndTrajectory) -> dict[str, Any]:
-        """Record the end of a trajectory (and its final reward); its session starts anew."""
+    def end_trajectory(self, p: Principal, tid: str, body: EndTrajectory, *, resolved: bool = False) -> dict[str, Any]:
+        """Record the end of a trajectory (and its final reward); its session starts anew. ``tid`` is the
+        client's id (resolved within its tenant) unless ``resolved``."""
+        if not resolved:
+            tid = self._resolve(p, tid)
         calls = self._trajectory_calls(p, tid)
         st = self.gw.sessions.trajectory(p.tenant_id, tid)
         parent = st.last_event_id if st is not None else (calls[-1] if calls else None)
@@ -238,4 +246,4 @@ class Feedback:
         st = self.gw.sessions.session(p.tenant_id, session_id)
         if st is None:
             raise NotFound(f"No open session {session_id!r} of tenant {p.tenant_id!r} on this gateway.")
-        return self.end_trajectory(p, st.trajectory_id, body)
+        return self.end_trajectory(p, st.trajectory_id, body, resolved=True)

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["Metrics", "gateway_status"]
 
 #: Backend call outcomes that are failures (``ok`` is not).
 _BACKEND_FAILURES = ("error", "timeout", "unavailable", "stream_error")
+
+#: Distinct ``endpoint`` labels kept; any further one counts as ``other``. Endpoints are route
+#: templates (``/v1/molt/trajectories/{trajectory_id}/end``), a few dozen, never raw paths: a raw path
+#: carries ids (one series per id, unbounded, and another tenant's ids readable by any key).
+MAX_ENDPOINTS = 64
 
 #: Request latency buckets, seconds.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -78,7 +83,9 @@ class Metrics:
         self.loop_lag_max = max(self.loop_lag_max, seconds)
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
-        """Count a finished request and its latency."""
+        """Count a finished request and its latency (``endpoint``: the route template)."""
+        if endpoint not in self.latency and len(self.latency) >= MAX_ENDPOINTS:
+            endpoint = "other"
         self.requests[(endpoint, str(status))] += 1
         self.latency[endpoint].observe(seconds)
 
@@ -91,8 +98,12 @@ class Metrics:
         self.tokens[(version, "prompt")] += prompt
         self.tokens[(version, "completion")] += completion
 
-    def render(self, gauges: Iterable[tuple[str, str, dict[str, str], float]] = ()) -> str:
-        """The exposition text. ``gauges`` adds ``(name, help, labels, value)`` samples."""
+    def render(self, gauges: Iterable[tuple[str, str, dict[str, str], float]] = (),
+               version_visible: Callable[[str], bool] | None = None) -> str:
+        """The exposition text. ``gauges`` adds ``(name, help, labels, value)`` samples;
+        ``version_visible`` (the reader's: a tenant sees shared versions and its own) filters the
+        series labelled by policy version."""
+        seen_v = version_visible or (lambda v: True)
         out: list[str] = []
         out += ["# HELP molt_gateway_requests_total Requests served, by endpoint and HTTP status.",
                 "# TYPE molt_gateway_requests_total counter"]
@@ -108,11 +119,13 @@ class Metrics:
         out += ["# HELP molt_gateway_backend_requests_total Backend calls, by backend, policy version and outcome.",
                 "# TYPE molt_gateway_backend_requests_total counter"]
         for (b, v, o), n in sorted(self.backend_requests.items()):
-            out.append(f"molt_gateway_backend_requests_total{_labels(backend=b, version=v, outcome=o)} {n}")
+            if seen_v(v):
+                out.append(f"molt_gateway_backend_requests_total{_labels(backend=b, version=v, outcome=o)} {n}")
         out += ["# HELP molt_gateway_tokens_total Tokens served, by policy version and kind.",
                 "# TYPE molt_gateway_tokens_total counter"]
         for (v, kind), n in sorted(self.tokens.items()):
-            out.append(f"molt_gateway_tokens_total{_labels(version=v, kind=kind)} {n}")
+            if seen_v(v):
+                out.append(f"molt_gateway_tokens_total{_labels(version=v, kind=kind)} {n}")
         out += ["# HELP molt_gateway_failovers_total Requests routed away from their first choice.",
                 "# TYPE molt_gateway_failovers_total counter", f"molt_gateway_failovers_total {self.failovers}",
                 "# HELP molt_gateway_stream_errors_total Streams cut short by a backend failure.",

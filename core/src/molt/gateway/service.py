@@ -30,15 +30,14 @@ from molt.errors import (
     GatewayError,
     InvalidRequest,
     MoltError,
-    NotFound,
 )
 from molt.gateway.capture import CallRecord, Capture, StreamAssembler, reply_message, tool_results
 from molt.gateway.metrics import Metrics
 from molt.gateway.router import Decision, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import KeyRing, Principal, Role
+from molt.governance.tenancy import TrajectoryNamespace, store_tenants
 from molt.harness import Applied, HarnessApplier, StaticHarness
-from molt.store.query import sql_str
 
 __all__ = ["Call", "Gateway", "GatewayConfig"]
 
@@ -46,7 +45,8 @@ log = logging.getLogger("molt.gateway")
 #: The event-loop lag monitor's timer (seconds).
 LAG_TICK_S = 0.1
 
-_OPEN = Principal(tenant_id="default", role=Role.ADMIN, key_name="open-gateway")
+#: The caller of a gateway without keys: its one tenant, and the platform operator too.
+_OPEN = Principal(tenant_id="default", role=Role.OPERATOR, key_name="open-gateway")
 
 
 class GatewayConfig(BaseModel):
@@ -162,6 +162,12 @@ class Gateway:
         self.metrics = Metrics()
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
         self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
+        #: Client-chosen trajectory ids resolved within the caller's tenant: chat, completions,
+        #: feedback and OTLP ingest all use this one instance.
+        self.namespace = TrajectoryNamespace(
+            store_tenants(store) if store is not None else None,
+            multi_tenant=keyring.multi_tenant if keyring is not None else (lambda: False),
+            max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.started_at = time.time()
         self._health_task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
@@ -240,6 +246,7 @@ class Gateway:
         trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         res = self.sessions.resolve(principal.tenant_id, req.messages, session_id=session, trajectory_id=trajectory)
         st = res.state
+        self.namespace.claim(principal.tenant_id, st.trajectory_id)
         decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
         rec = CallRecord(endpoint="chat.completions", event_ids=[new_id() for _ in range(req.n)],
                          trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=res.parent_id,
@@ -269,6 +276,7 @@ class Gateway:
         if st is None or st.ended:
             res = self.sessions.resolve(principal.tenant_id, [], session_id=session, trajectory_id=trajectory)
             st = res.state
+        self.namespace.claim(principal.tenant_id, st.trajectory_id)
         parent = st.last_event_id
         decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
         rec = CallRecord(endpoint="completions", event_ids=[new_id() for _ in range(req.n)],
@@ -286,28 +294,14 @@ class Gateway:
         return call
 
     def _own_trajectory(self, tenant: str, trajectory_id: str | None) -> str | None:
-        """``trajectory_id`` when the caller's tenant may append to it: one this gateway or the store
-        knows as another tenant's is a 404 (a key never writes into, or learns about, a foreign chain).
-        When the store cannot be asked, the call is served under a fresh trajectory instead (fail open
-        for the agent, closed for the data)."""
-        if trajectory_id is not None and "\x00" in trajectory_id:
+        """The trajectory a client-chosen id names within the caller's tenant
+        (:meth:`~molt.governance.tenancy.TrajectoryNamespace.resolve`: another tenant's id, or one not
+        seen yet, names the caller's own namespaced trajectory, never the foreign chain)."""
+        if trajectory_id is None:
+            return None
+        if "\x00" in trajectory_id:
             raise InvalidRequest("A trajectory id may not contain NUL characters.", param="x-molt-trajectory")
-        if trajectory_id is None or self.sessions.trajectory(tenant, trajectory_id) is not None:
-            return trajectory_id
-        owner = self.sessions.owner(trajectory_id)
-        if owner is None and self.store is not None:
-            try:
-                rows = (self.store.table("events").search().where(f"trajectory_id = {sql_str(trajectory_id)}")
-                        .select(["tenant_id"]).limit(None).to_arrow().column("tenant_id").to_pylist())
-            except Exception:
-                log.warning("Cannot check the owner of trajectory %r; serving under a fresh one.", trajectory_id,
-                            exc_info=True)
-                return None
-            foreign = {t for t in rows if t != tenant}
-            owner = next(iter(foreign)) if foreign else None
-        if owner is not None and owner != tenant:
-            raise NotFound(f"No trajectory {trajectory_id!r} of tenant {tenant!r}.", trajectory_id=trajectory_id)
-        return trajectory_id
+        return self.namespace.resolve(tenant, trajectory_id)
 
     def _headers(self, call: Call) -> None:
         rec = call.record

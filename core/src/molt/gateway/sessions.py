@@ -175,8 +175,6 @@ class Sessions:
         self._new_id = new_id
         self._answers: IdleLRU[bytes, CallRef] = IdleLRU(max_entries, idle_s, clock)
         self._by_tid: IdleLRU[tuple[str, str], TrajectoryState] = IdleLRU(max_entries, idle_s, clock)
-        # trajectory id -> tenant, for ownership checks
-        self._owner: IdleLRU[str, str] = IdleLRU(max_entries, idle_s, clock)
         self._by_session: IdleLRU[tuple[str, str], TrajectoryState] = IdleLRU(max_entries, idle_s, clock)
         self._by_event: IdleLRU[str, TrajectoryState] = IdleLRU(max_entries, idle_s, clock)
 
@@ -186,7 +184,6 @@ class Sessions:
         st = TrajectoryState(trajectory_id=tid, tenant_id=tenant, session_id=session,
                              route_key=session or tid, fresh=fresh)
         self._by_tid.put((tenant, tid), st)
-        self._owner.put(tid, tenant)
         if session is not None:
             self._by_session.put((tenant, session), st)
         return st
@@ -252,10 +249,6 @@ class Sessions:
         """The trajectory of a model-call event of ``tenant`` (if remembered)."""
         st = self._by_event.get(event_id)
         return st if st is not None and st.tenant_id == tenant else None
-
-    def owner(self, trajectory_id: str) -> str | None:
-        """The tenant of a trajectory this gateway remembers (any tenant), else ``None``."""
-        return self._owner.get(trajectory_id)
 
     def trajectory(self, tenant: str, trajectory_id: str) -> TrajectoryState | None:
         """A remembered trajectory of ``tenant``."""

@@ -6,11 +6,18 @@ SHA-256 digests. Roles and what they allow:
 ============  ==========================================================
 role          allowed actions
 ============  ==========================================================
-admin         everything for its tenant, including audit, erasure, versions
+operator      the platform: shared serving configuration (public models' routes and weights,
+              base versions, LoRA adapters loaded into shared backends), plus everything an
+              admin may do for the operator's own tenant
+admin         everything for its tenant, including audit, erasure, and its own agents'
+              policy versions and canaries — never the serving configuration other tenants share
 trainer       read, export, train (read eligible data, register adapters)
 reader        read (trajectories, rewards, signals)
 agent_writer  write (record events, send model calls through the gateway, rewards)
 ============  ==========================================================
+
+Every action but ``operate`` acts on the key's own tenant only; ``operate`` is the one action on
+what all tenants share, so a tenant's admin key cannot change another tenant's serving.
 
 A key file (TOML) looks like::
 
@@ -44,6 +51,7 @@ __all__ = ["Action", "KeyRing", "Principal", "Role", "generate_key", "hash_key"]
 class Role(StrEnum):
     """What a key may do for its tenant."""
 
+    OPERATOR = "operator"
     ADMIN = "admin"
     TRAINER = "trainer"
     READER = "reader"
@@ -58,10 +66,13 @@ class Action(StrEnum):
     EXPORT = "export"
     TRAIN = "train"
     ADMIN = "admin"
+    #: Change what every tenant shares (routes and weights of public models, base versions, adapters).
+    OPERATE = "operate"
 
 
 _ALLOWED: dict[Role, frozenset[Action]] = {
-    Role.ADMIN: frozenset(Action),
+    Role.OPERATOR: frozenset(Action),
+    Role.ADMIN: frozenset(Action) - {Action.OPERATE},
     Role.TRAINER: frozenset({Action.READ, Action.EXPORT, Action.TRAIN}),
     Role.READER: frozenset({Action.READ}),
     Role.AGENT_WRITER: frozenset({Action.WRITE}),
@@ -104,7 +115,8 @@ class Principal:
         if missing:
             raise PermissionDenied(
                 f"The role {self.role.value!r} may not {', '.join(sorted(m.value for m in missing))}; "
-                f"use a key with a role that may (admin has every permission).")
+                f"use a key with a role that may (admin has every permission for its tenant; changing the "
+                f"serving configuration all tenants share needs the platform operator's key).")
         return self
 
 
@@ -177,6 +189,17 @@ class KeyRing:
     def tenants(self) -> set[str]:
         """Tenants that have at least one key."""
         return {p.tenant_id for p in self._by_digest.values()}
+
+    def multi_tenant(self) -> bool:
+        """Whether the keys name more than one tenant (then client-chosen trajectory ids are
+        namespaced per tenant: :mod:`molt.governance.tenancy`)."""
+        first: str | None = None
+        for p in self._by_digest.values():
+            if first is None:
+                first = p.tenant_id
+            elif p.tenant_id != first:
+                return True
+        return False
 
     def __len__(self) -> int:
         return len(self._by_digest)
