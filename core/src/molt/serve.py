@@ -404,8 +404,11 @@ def serve_command(
     try:
         # uvicorn handles SIGINT / SIGTERM: it stops accepting, finishes in-flight requests (their
         # after-response recording included) and returns here.
+        # HeaderTimeoutProtocol: uvicorn's protocol plus a header read timeout (slow-header clients).
+        from molt.gateway.http import HeaderTimeoutProtocol
+
         uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False,
-                    timeout_keep_alive=keep_alive_s)
+                    timeout_keep_alive=keep_alive_s, http=HeaderTimeoutProtocol)
     finally:
         stack.shutdown()
         flushed = recorder.close(timeout=30.0) if recorder is not None else True

@@ -17,6 +17,7 @@ otherwise each request is a trajectory of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from typing import Any
@@ -37,29 +38,36 @@ from molt.atdp import (
 from molt.capture.adapt import (
     BlobStore,
     Capture,
-    CaptureStats,
     bound_payload,
-    distribution_version,
     error_outcome,
 )
+from molt.capture.instrumentor import Instrumentor
+from molt.harness import DEFAULT_POLL_S
 
 __all__ = ["RECORDED_METHODS", "MoltMiddleware"]
 
 #: The MCP methods recorded by default.
 RECORDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 
-_FRAMEWORK_VERSION = distribution_version("mcp")
+#: The oldest mcp this adapter supports (checked at import and when the middleware is built).
+FRAMEWORK_MIN = "2.0"
 _now = time.time_ns
 _MAX_CONTENTS = 100
 _TOKEN = "io.molt/connection"
 _TOKEN_ATTR = "_molt_connection_token"
 
 
-class MoltMiddleware:
-    """Record an MCP server's tool calls, resource reads and prompt fetches as ATDP events.
+class MoltMiddleware(Instrumentor):
+    """Record an MCP server's tool calls, resource reads and prompt fetches as ATDP events, and apply
+    the live policy version's tool rewrites to what clients see.
 
     Register it on the server: ``MCPServer(..., middleware=[MoltMiddleware(recorder)])`` or
     ``server.middleware.append(MoltMiddleware(recorder))`` (low-level ``Server`` too).
+
+    With ``versions=``, ``tools/list`` answers carry the live version's tool rewrites (description,
+    parameters, name) of ``tenant_id``/``agent_id``, and a ``tools/call`` of a renamed tool reaches the
+    server's own tool; the events carry the version in ``provenance.policy_version``. A version's
+    system prompt, memories and skills have no place in MCP (the server never sees the prompt).
 
     Args:
         recorder: the :class:`molt.capture.Recorder` (default: the process default Recorder).
@@ -69,7 +77,17 @@ class MoltMiddleware:
         max_field_bytes: bound of each payload field (default 192 KiB).
         blob_store: where binary contents (images, blobs) are offloaded (default: dropped with a note).
         strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
+        versions, harness, version_poll_s: the live version to apply (see
+            :class:`molt.capture.instrumentor.Instrumentor`).
     """
+
+    integration = "molt-mcp"
+    framework = "mcp"
+    framework_dist = "mcp"
+    framework_min = FRAMEWORK_MIN
+    framework_below = "3"
+    install = 'pip install "mcp>=2.0,<3"'
+    version_hook = "tools/list (tool descriptions, parameters and names rewritten; renamed calls mapped back)"
 
     def __init__(
         self,
@@ -84,26 +102,34 @@ class MoltMiddleware:
         max_field_bytes: int | None = None,
         blob_store: BlobStore | None = None,
         strict: bool = False,
+        versions: Any = None,
+        harness: Any = None,
+        version_poll_s: float = DEFAULT_POLL_S,
     ):
         self.server_name = server_name or "mcp"
         self.methods = frozenset(methods)
-        self.capture = Capture(
+        super().__init__(
             recorder,
-            integration="molt-mcp",
-            framework="mcp",
-            framework_version=_FRAMEWORK_VERSION,
             tenant_id=tenant_id,
             agent_id=agent_id,
             task=task,
             tags={"mcp_server": self.server_name, **(tags or {})},
+            max_field_bytes=max_field_bytes,
             blob_store=blob_store,
             strict=strict,
-            max_field_bytes=max_field_bytes,
+            versions=versions,
+            harness=harness,
+            version_poll_s=version_poll_s,
         )
         self._mapper = _Mapper(self.capture, self.server_name)
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         """The middleware hook: ``(ctx, call_next) -> result``."""
+        if self.live is not None and ctx.request_id is not None:
+            if ctx.method == "tools/list":
+                return self._rewritten_list(await call_next(ctx))
+            if ctx.method == "tools/call":
+                ctx = self._mapped_call(ctx)
         if ctx.request_id is None or ctx.method not in self.methods:
             return await call_next(ctx)
         t0 = _now()
@@ -120,31 +146,63 @@ class MoltMiddleware:
         self._queue(key, parent, ctx, t0, result, None)
         return result
 
-    def _queue(self, key: Any, parent: Any, ctx: Any, t0: int, result: Any, exc: BaseException | None) -> None:
+    # ------------------------------------------------------------------ the live version (event loop)
+
+    def _rewritten_list(self, result: Any) -> Any:
+        """A ``tools/list`` result with the live version's tool rewrites, by the gateway's harness code
+        (MCP tools go through it as OpenAI function tools); the result untouched if anything fails."""
         try:
-            self.capture.submit(
-                self._mapper.request,
-                key,
-                parent,
-                ctx.method,
-                ctx.params,
-                ctx.request_id,
-                t0,
-                _now(),
-                result,
-                exc,
-            )
-        except Exception as err:
-            self.capture.fail(err)
+            listed = _plain(result)
+            tools = listed.get("tools") if isinstance(listed, dict) else None
+            if not isinstance(tools, list):
+                return result
+            as_functions = [{"type": "function", "function": {
+                "name": t.get("name"), "description": t.get("description"), "parameters": t.get("inputSchema")}}
+                for t in tools]
+            applied = self.apply_version([], as_functions)
+            if applied.fingerprint is None or applied.tools is None:
+                return result
+            out = []
+            for mcp_tool, fn_tool in zip(tools, applied.tools, strict=True):
+                fn = fn_tool["function"]
+                out.append({**mcp_tool, "name": fn["name"], "description": fn.get("description"),
+                            "inputSchema": fn.get("parameters")})
+            return {**listed, "tools": out}
+        except Exception as exc:
+            self.capture.fail(exc)
+            return result
 
-    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
-        """Wait until captured events are durable (see :meth:`molt.capture.adapt.Capture.flush`)."""
-        return self.capture.flush(timeout, deliver=deliver)
+    def _mapped_call(self, ctx: Any) -> Any:
+        """``ctx`` with a renamed tool's name mapped back to the server's own (and the version stamped)."""
+        try:
+            self.apply_version([], None)  # stamps the version into the events of this call
+            params = ctx.params if isinstance(ctx.params, dict) else None
+            current = self.live.current if self.live is not None else None
+            spec = getattr(current, "harness", None)
+            if params is None or spec is None or not spec.tool_rewrites:
+                return ctx
+            back = {rw.rename: name for name, rw in spec.tool_rewrites.items() if rw.rename}
+            name = params.get("name")
+            if name not in back:
+                return ctx
+            return dataclasses.replace(ctx, params={**params, "name": back[name]})
+        except Exception as exc:
+            self.capture.fail(exc)
+            return ctx
 
-    @property
-    def stats(self) -> CaptureStats:
-        """Counters: events recorded, capture errors."""
-        return self.capture.stats
+    def _queue(self, key: Any, parent: Any, ctx: Any, t0: int, result: Any, exc: BaseException | None) -> None:
+        self.queue(
+            self._mapper.request,
+            key,
+            parent,
+            ctx.method,
+            ctx.params,
+            ctx.request_id,
+            t0,
+            _now(),
+            result,
+            exc,
+        )
 
 
 def _trajectory_key(ctx: Any) -> tuple[Any, str | None]:

@@ -290,10 +290,24 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
+class _FormTooLarge(ValueError):
+    """A form body over :data:`_MAX_FORM_BYTES` (answered 413)."""
+
+
 async def _form(request: Request) -> dict[str, str]:
-    body = await request.body()
-    if len(body) > _MAX_FORM_BYTES:
-        raise ValueError("The form is too large.")
+    """The form fields, reading at most :data:`_MAX_FORM_BYTES` (a larger body is refused as it
+    arrives, never held in memory)."""
+    too_large = _FormTooLarge(f"The form is over {_MAX_FORM_BYTES:,} bytes; a console form is a few hundred.")
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > _MAX_FORM_BYTES):
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > _MAX_FORM_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    body = b"".join(chunks)
     return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
 
 
@@ -335,6 +349,8 @@ def create_console_app(store: Store, keyrings: KeyRing | Sequence[KeyRing] | Con
                 return fail(request, caller, 403, "Forbidden", exc.message)
             except NotFound as exc:
                 return fail(request, caller, 404, "Not found", exc.message)
+            except _FormTooLarge as exc:
+                return fail(request, caller, 413, "Too large", str(exc))
             except (MoltError, ValueError) as exc:
                 log.warning("console: %s %s failed: %s", request.method, request.url.path, exc)
                 return fail(request, caller, 400, "Bad request", str(exc))
@@ -350,7 +366,10 @@ def create_console_app(store: Store, keyrings: KeyRing | Sequence[KeyRing] | Con
         return con.render("login", None, next=_next(request.query_params.get("next"), con.base), error=None)
 
     async def login(request: Request) -> Response:
-        form = await _form(request)
+        try:
+            form = await _form(request)
+        except _FormTooLarge as exc:
+            return fail(request, None, 413, "Too large", str(exc))
         nxt = _next(form.get("next"), con.base)
         try:
             token, _ = con.auth.login(form.get("api_key", "").strip())
@@ -365,7 +384,10 @@ def create_console_app(store: Store, keyrings: KeyRing | Sequence[KeyRing] | Con
     async def logout(request: Request) -> Response:
         token = request.cookies.get(COOKIE)
         s = con.auth.session(token)
-        form = await _form(request)
+        try:
+            form = await _form(request)
+        except _FormTooLarge as exc:
+            return fail(request, None, 413, "Too large", str(exc))
         if s is not None and _same(form.get("csrf", ""), s.csrf):
             con.auth.logout(token)
         resp = RedirectResponse(f"{con.base}/login", 303)
