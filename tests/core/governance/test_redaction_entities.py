@@ -250,3 +250,17 @@ def test_run_memo_keeps_rules_that_look_past_its_key() -> None:
 )
 def test_roles_and_possessed_nouns_are_not_people(entities, text: str) -> None:  # type: ignore[no-untyped-def]
     assert found(entities, text) == []
+
+
+def test_a_postcode_named_as_one_is_redacted_in_the_languages_and_formats_of_its_postal_system() -> None:
+    from molt.governance.redaction import Redactor
+
+    r = Redactor(cache_size=0)
+    for text, code in [
+        ("Die PLZ: 10115, bitte", "10115"), ("zip code 94103-1234", "94103-1234"),
+        ("code postal 75001", "75001"), ("CEP 01310-100", "01310-100"), ("postcode 1012 AB", "1012 AB"),
+        ("PIN code 560001", "560001"), ("kod pocztowy 00-950", "00-950"), ("código postal 28013", "28013"),
+    ]:  # fmt: skip
+        redacted, spans = r.redact(text)
+        assert code not in redacted and any(s.entity_type == "ADDRESS" for s in spans), (text, redacted)
+    assert r.redact("the cap is 12345 units")[0] == "the cap is 12345 units"  # "cap" the word is no cue

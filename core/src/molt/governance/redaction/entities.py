@@ -57,10 +57,17 @@ _LOWER_NAME = re.compile(r"[ ,:]+([a-z][a-z'’-]+)(?:[ ]([a-z][a-z'’-]+))?")
 _LOWER_CUE_RXS = tuple((cue, re.compile(re.escape(cue) + r"(?=[ ,:]+[a-z])")) for cue in _LOWER_CUES)
 # a line made only of capitalised words ("Northern Reflections", "Berkery Noyes Mandasoft")
 _LINE_OF_WORDS = re.compile(rf"{_WORD}(?:[ ]{_WORD}){{0,5}}")
-_ZIP_HINTS = ("zip", "ostcode", "ostal", "ost code")  # in the lowered text: any case
+# A postcode named as one, in the languages of the locales Molt is used in (ZIP, postcode, PLZ,
+# code postal, código postal, CAP, CEP, PIN code, kod pocztowy), in the formats of the postal
+# systems that use them: US ZIP(+4), 4- to 6-digit codes, Polish 00-000, Swedish/Czech 000 00,
+# Brazilian 00000-000, Dutch 0000 AA, British and Canadian alphanumeric codes.
+_ZIP_HINTS = ("zip", "ostcode", "ostal", "ost code", "plz", "postleitzahl", "cap", "cep", "pin", "pocztowy")
 _ZIP = re.compile(
-    r"(?i:\b(?:zip|postal|post)[ ]?code|\bpostcode|\bzip)(?:[ ](?:is|was|of))?[ ]*[:#]?[ ]*"
-    r"(\d{5}(?:-\d{4})?|\d{4}|\d{2}-\d{3}|\d{3}[ ]\d{2}|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
+    r"(?:(?i:\b(?:zip|postal|post)[ ]?code|\bpostcode|\bzip|\bplz|\bpostleitzahl|\bcode[ ]postal|\bc[óo]digo[ ]postal"
+    r"|\bpin[ ]?code|\bkod[ ]pocztowy)|\bCAP\b|\bCEP\b)"  # CAP, CEP in capitals only ("cap" is a word)
+    r"(?:[ ](?:is|was|of|ist|est|es|é|è))?[ ]*[:#]?[ ]*"
+    r"(\d{5}-\d{3}(?![\w-])|\d{5}(?:-\d{4})?|\d{6}|\d{4}[ ]?[A-Z]{2}(?![\w-])|\d{4}|\d{2}-\d{3}|\d{3}[ ]\d{2}"
+    r"|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
     r"(?![\w-])"
 )
 # between two names of a list: ", word, word and " (items are single words)
