@@ -1,6 +1,8 @@
 """Capture benchmark: Recorder caller cost, sustained ingest into LanceDB, read by id at scale.
 
-Prints three tables, each with a reference measured in the same run:
+Prints three tables, each with a reference measured in the same run. Capture alone: the Recorders
+here run without the governance pipeline (``pipeline=None``); ``bench/bench_governance.py`` measures
+the default, governed Recorder (caller cost, writer throughput, governed ingest).
 
 1. ``record()`` caller-side cost p50/p99 — the time the agent's thread spends per event — next to
    the standard library's ``logging.QueueHandler`` (what most tracing SDKs do on the caller thread)
@@ -93,7 +95,9 @@ def caller_cost(n: int, tmp: Path) -> Table:
         rows.append((name, "paced" if paced else "burst", pct(samples, 0.5), pct(samples, 0.99)))
 
     for paced in (False, True):
-        rec = Recorder(None, spool_dir=tmp / f"spool-{paced}", max_queue=10 * n)
+        # capture alone, as these rows always measured it: bench_governance.py measures the governance
+        # pipeline a Recorder runs by default, beside this
+        rec = Recorder(None, spool_dir=tmp / f"spool-{paced}", max_queue=10 * n, pipeline=None)
         measure("molt Recorder.record()", rec.record, paced)
         rec.close(timeout=30)
 
@@ -124,7 +128,7 @@ def caller_cost(n: int, tmp: Path) -> Table:
 def ingest(n: int, tmp: Path, naive_n: int) -> Table:
     events = make_events(n, 1000, seed=2)
     store = Store.open(tmp / "ingest-store", auto_compact=True)
-    rec = Recorder(store, spool_dir=tmp / "ingest-spool", max_queue=n + 1, batch_size=8192)
+    rec = Recorder(store, spool_dir=tmp / "ingest-spool", max_queue=n + 1, batch_size=8192, pipeline=None)
     t0 = time.perf_counter()
     for ev in events:
         rec.record(ev)

@@ -134,7 +134,8 @@ def test_a_failing_applier_sends_the_request_untouched(registry: VersionRegistry
 
 def _recorded(tmp_path: Path, name: str = "spool") -> tuple[Recorder, MemorySink]:
     sink = MemorySink()
-    return Recorder(sink, spool_dir=tmp_path / name, fsync="never", flush_interval_s=0.0), sink
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    return Recorder(sink, spool_dir=tmp_path / name, fsync="never", flush_interval_s=0.0, pipeline=None), sink
 
 
 def test_instrumentor_stamps_the_applied_version_into_provenance(registry: VersionRegistry, tmp_path: Path) -> None:

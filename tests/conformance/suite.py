@@ -185,7 +185,8 @@ def capture_run(
     ``mode`` is ``sync``, ``async`` or ``stream``. The run happens inside :func:`block_network`.
     """
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(sink, spool_dir=tmp / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     handle = suite.make_capture(rec, strict=strict)
     try:
         with block_network() as attempts:
@@ -527,7 +528,8 @@ class AdapterConformanceSuite:
         results: dict[str, Any] = {}
         errors: list[BaseException] = []
         sink = MemorySink()
-        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+        # raw capture: what the adapter maps, value by value (governance would redact some of it)
+        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
         handle = self.make_capture(rec, strict=True)
         barrier = threading.Barrier(2)
 
@@ -561,7 +563,8 @@ class AdapterConformanceSuite:
         """
         self._skip_unless("async_")
         sink = MemorySink()
-        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+        # raw capture: what the adapter maps, value by value (governance would redact some of it)
+        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
         handle = self.make_capture(rec, strict=True)
 
         async def both() -> list[Any]:
@@ -612,7 +615,8 @@ class AdapterConformanceSuite:
 
         for patch in (("submit",), ("event", "record")):
             sink = MemorySink()
-            rec = Recorder(sink, spool_dir=tmp_path / f"spool-{patch[0]}", fsync="never")
+            # raw capture: what the adapter maps, value by value (governance would redact some of it)
+            rec = Recorder(sink, spool_dir=tmp_path / f"spool-{patch[0]}", fsync="never", pipeline=None)
             handle = self.make_capture(rec, strict=False)
             try:
                 with monkeypatch.context() as m:

@@ -41,7 +41,8 @@ class _Server(ServerThread):
 
 @pytest.fixture
 def ingest(tmp_path: Path) -> Iterator[OtlpIngest]:
-    rec = Recorder(MemorySink(), spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # the span → event mapping, checked value by value: raw capture (governance would redact "Paris")
+    rec = Recorder(MemorySink(), spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     yield OtlpIngest(rec, strict=True)
     rec.close(timeout=5)
 

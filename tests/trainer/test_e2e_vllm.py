@@ -53,7 +53,8 @@ def test_trainer_publishes_into_running_vllm_and_served_version_advances(policy_
         pid = server._proc.pid if server._proc else None
         backend = VLLMBackend("vllm-0", server=server, model=MODEL, tokenizer_path=policy_model_dir)
         store = Store.open(tmp_path / "store", auto_compact=False)
-        rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never")
+        # StoreSource below is the ungoverned read (--train-on-ungoverned-data): recorded raw to match
+        rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", pipeline=None)
         table = RoutingTable.single(MODEL, VersionSpec(version=BASE, backends=("vllm-0",)))
         gw = Gateway([backend], table, recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
                      config=GatewayConfig(health_interval_s=0, backend_timeout_s=300))

@@ -46,7 +46,9 @@ def test_success_on_heldout_prompts_rises_through_the_full_loop(policy_model_dir
     torch.set_num_threads(1)  # two shared cores: one thread each for serving and training avoids oversubscription
     backend = LocalBackend("local-0", model_path=policy_model_dir, model=MODEL, threads=1, max_new_tokens=3)
     store = Store.open(tmp_path / "store", auto_compact=False)
-    rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never")
+    # StoreSource below is the ungoverned read (--train-on-ungoverned-data): recorded raw to match, so the
+    # token traces are the model's own (redaction drops them from a generation it changes)
+    rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", pipeline=None)
     table = RoutingTable.single(MODEL, VersionSpec(version=BASE, backends=("local-0",)))
     gw = Gateway([backend], table, recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
                  config=GatewayConfig(health_interval_s=0, backend_timeout_s=300))

@@ -206,14 +206,25 @@ def trajectories_import(
     store: StoreOpt = None,
     api_key: KeyOpt = None,
     operator: OperatorOpt = False,
+    no_governance: Annotated[bool, typer.Option(
+        "--no-governance", help="Store the events exactly as exported, WITHOUT the governance pipeline "
+                                "(no redaction; never trained on).")] = False,
 ) -> None:
-    """Import an export: chains re-verified, tenant taken from the hashed records, all or nothing."""
+    """Import an export: chains re-verified, tenant taken from the hashed records, all or nothing;
+    governed by the default policy (events it would redact are stored with their payload erased and
+    the redacted record quarantined)."""
     from molt.capture.importer import import_parquet
 
     reader = open_reader(store, api_key, operator, action="write")
-    report = import_parquet(open_store(store), source, tenant_id=getattr(reader, "tenant_id", None))
+    if no_governance:
+        err_console.print("[bold red]Importing WITHOUT governance (--no-governance): events are stored as "
+                          "exported, PII included.[/bold red]")
+    report = import_parquet(open_store(store), source, tenant_id=getattr(reader, "tenant_id", None),
+                            pipeline=None if no_governance else "default")
+    erased = (f"; {report.erased:,} held what the policy redacts: stored with the payload erased, the redacted "
+              f"record in quarantine" if report.erased else "")
     console.print(f"Imported {report.imported:,} events of {report.trajectories:,} trajectories from {source} "
-                  f"({report.duplicates:,} already in the store).")
+                  f"({report.duplicates:,} already in the store{erased}).")
 
 
 # ---------------------------------------------------------------------------------- reward, verify
@@ -347,6 +358,10 @@ def _status_rows(t: Table) -> None:
         for name, value in sorted(faults.items()):
             t.add_row(f"  {name}", f"[red]{value:,}[/red]" if isinstance(value, int | float) else f"[red]{value}[/red]")
         state = st.get("state") or {}
+        governance = state.get("governance")
+        if isinstance(governance, str):  # off is shown in red: raw data, PII included, is being stored
+            t.add_row("  governance", f"[bold red]{governance}[/bold red]" if governance.startswith("OFF")
+                      else governance)
         if "recorder.spool_pending_bytes" in state:
             t.add_row("  spool backlog", f"{state['recorder.spool_pending_bytes']:,} bytes, "
                                          f"{state.get('recorder.pending_in_queue', 0):,} events queued")

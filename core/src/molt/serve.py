@@ -3,14 +3,17 @@
 What starts, in one process (plus the capture child and, with ``--vllm``, a supervised vLLM server):
 
 - the OpenAI-compatible **gateway** (``/v1``), recording every call into the LanceDB **store** under
-  ``$MOLT_HOME`` through the capture process, with the **governance** pipeline on that path when
-  ``--governance`` names a policy (or ``default``);
+  ``$MOLT_HOME`` through the capture process, with the **governance** pipeline on that path: the
+  built-in policy unless ``--governance`` names a policy file, so PII is redacted before anything is
+  spooled or stored; ``--no-governance`` turns it off (the banner and ``molt doctor`` say so in red);
 - the **web console** at ``/console`` (:mod:`molt.console`), tenant-scoped by the API key it is
   opened with;
 - the **control plane** every ``--evolve-every`` seconds (``molt.control.plane.run_scheduled``) when
   it is installed;
-- the online **trainer** (``molt_trainer``) with ``--train`` when it is installed; it publishes each
-  adapter to this gateway as a canary;
+- the online **trainer** (``molt_trainer``) with ``--train`` when it is installed; it reads only what
+  the governance training queue finds eligible (``--no-governance --train`` refuses to start unless
+  ``--train-on-ungoverned-data`` says to read the store as recorded), and publishes each adapter to
+  this gateway as a canary;
 - a supervised **vLLM** server with ``--vllm`` (same as ``--backend vllm`` without ``--upstream-url``).
 
 Keys: ``--keys`` (or ``$MOLT_KEYS``) is the tenant key file for the gateway and the console. Without
@@ -162,6 +165,11 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
     except (ImportError, AttributeError):
         stack.status["versions"] = "in the store (no gateway binding installed: the gateway serves its base route)"
         return registry
+    if isinstance(gateway.harness, importlib.import_module("molt.harness").StaticHarness):
+        # A version holds the plane's memories and skills by id: the gateway retrieves them per request
+        # (without this it would serve their harness text only, never an inserted memory).
+        memory = importlib.import_module("molt.control.memory")
+        gateway.harness = memory.RetrievalHarness(memory.MemoryStore(store))
     try:
         bound = binding.sync()
     except Exception:  # serve the base route rather than not at all; the next change rebinds
@@ -224,7 +232,7 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
 
 
 def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str | None, model: str,
-                   governance: str | None, tenant: str, home: Path) -> None:
+                   governance: str | None, ungoverned: bool, tenant: str, home: Path) -> None:
     # The trainer is an optional distribution that core never imports statically; the composition
     # root loads it by name, like the cli's mounted commands.
     try:
@@ -234,14 +242,18 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
     except ImportError as exc:
         stack.status["trainer"] = f"not installed ({exc.name}); pip install molt-trainer"
         return
-    if governance:
+    note = ""
+    if ungoverned:  # --train-on-ungoverned-data: the caller asked for the store as recorded
+        source = service.StoreSource(store, tenant=tenant)
+    else:
         from molt.governance import Principal, TrainingQueue, load_policy_file
 
-        policy = load_policy_file(None if governance == "default" else governance)
+        policy = load_policy_file(governance)
         queue = TrainingQueue(store, policy, Principal(tenant, Role.TRAINER))
         source = service.GovernedSource(queue)
-    else:
-        source = service.StoreSource(store, tenant=tenant)
+        if not policy.for_tenant(tenant).training.opt_in:
+            note = (f"; tenant {tenant} has not opted in under policy {policy.name!r}, so nothing is eligible "
+                    f"yet: give --governance a policy file with training.opt_in: true")
     settings = service.TrainerSettings()
     publisher = publish.Publisher(model=model, out_dir=home / "adapters", store=store, tenant_id=tenant,
                                   targets=[publish.GatewayTarget(gateway_url, admin_key, model, weight=0.1)])
@@ -254,8 +266,9 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
         trainer.run(stack.stop)
 
     stack.spawn("trainer", run)
-    stack.status["trainer"] = (f"on, tenant {tenant}, {'governed' if governance else 'ungoverned'} data, "
-                               f"adapters in {home / 'adapters'}")
+    stack.status["trainer"] = (f"on, tenant {tenant}, " + ("[red]UNGOVERNED data (--train-on-ungoverned-data)[/red]"
+                                                            if ungoverned else "governed, eligible data only")
+                               + f", adapters in {home / 'adapters'}{note}")
 
 
 async def _to_console(request: Any) -> Any:
@@ -285,8 +298,12 @@ def serve_command(
     keys: Annotated[str | None, typer.Option(help="TOML file of tenant API keys (default $MOLT_KEYS).")] = None,
     store: Annotated[str | None, typer.Option("--store", help="Store URI (default $MOLT_HOME/store).")] = None,
     record: Annotated[bool, typer.Option(help="Record every call into the store.")] = True,
-    governance: Annotated[str | None, typer.Option(
-        help="Governance policy for recorded events: 'default' or a policy file (default: none).")] = None,
+    governance: Annotated[str, typer.Option(
+        help="Governance policy for recorded events and training: 'default' (the built-in policy) or a "
+             "policy file.")] = "default",
+    no_governance: Annotated[bool, typer.Option(
+        "--no-governance", help="Record WITHOUT governance: calls are stored as made, PII included, and "
+                                "--train refuses them.")] = False,
     capture_process: Annotated[bool, typer.Option(
         help="Build and write events in a separate process (keeps recording off the serving core).")] = True,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 8 << 20,
@@ -312,6 +329,10 @@ def serve_command(
     train: Annotated[bool, typer.Option(help="Run the online trainer (needs molt-trainer).")] = False,
     train_tenant: Annotated[str, typer.Option(help="--train: the tenant whose trajectories train the policy.")
                             ] = "default",
+    train_on_ungoverned_data: Annotated[bool, typer.Option(
+        "--train-on-ungoverned-data",
+        help="--train: read trajectories straight from the store, unredacted and without eligibility checks "
+             "(development only).")] = False,
     vllm: Annotated[bool, typer.Option(
         help="Serve through a supervised vLLM server (the .venv-vllm environment); same as --backend vllm.")] = False,
 ) -> None:
@@ -327,6 +348,17 @@ def serve_command(
     keys = keys or os.environ.get("MOLT_KEYS") or None
     if vllm:
         backend = "vllm"
+    policy: str | None = None if no_governance else governance
+    if train and policy is None and not train_on_ungoverned_data:
+        # before anything starts: training must never read raw data by accident
+        typer.secho("molt serve: --train with --no-governance would train on ungoverned data (stored as recorded, "
+                    "PII included, no eligibility checks), so training was not started. Drop --no-governance "
+                    "to record and train on governed data, or add --train-on-ungoverned-data to train on the "
+                    "store as it is.", fg="red", err=True)
+        raise typer.Exit(2)
+    if record and policy is None:
+        typer.secho("WARNING: governance is OFF (--no-governance): every call is stored as made, PII included. "
+                    "Drop --no-governance to redact before anything is stored.", fg="red", err=True)
     if not keys and not is_loopback(host):
         typer.secho(f"WARNING: the gateway listens on {host}, beyond this machine, WITHOUT API keys: anyone who "
                     f"can reach it can use the model and write training data as tenant 'default'. Pass "
@@ -336,7 +368,7 @@ def serve_command(
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
                            max_sessions=max_sessions, session_idle_s=session_idle_s)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
-                                     capture_process=capture_process, governance=governance, dedupe_ids=dedupe_ids,
+                                     capture_process=capture_process, governance=policy, dedupe_ids=dedupe_ids,
                                      capture_recycle=capture_recycle)
     # One store object for the console, the control plane and the trainer: what one writes (a
     # rollback, a new version) the others read at once; the console also checks out what the capture
@@ -347,7 +379,8 @@ def serve_command(
     public = gw.router.models()[0]
     rows: list[tuple[str, str]] = [("gateway", f"{base}/v1  ({backend} backend, model {public!r})"),
                                    ("store", shared.uri),
-                                   ("recording", ("on, governance " + (governance or "off")) if recorder else "off")]
+                                   ("recording", "off" if not recorder else f"on, governance {policy}" if policy
+                                    else "[bold red]on, governance OFF (--no-governance): PII is stored[/bold red]")]
     stack = Stack()
     new_key = None
     registry = _bind_versions(stack, shared, gw, public)
@@ -382,8 +415,8 @@ def serve_command(
         if gw.keyring is not None:  # the trainer publishes adapters through the admin API
             trainer_key = generate_key("sk-molt-trainer-")
             gw.keyring.add(tenant=train_tenant, role=Role.OPERATOR, key=trainer_key, name="molt serve trainer")
-        _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public, governance=governance,
-                       tenant=train_tenant, home=home)
+        _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public, governance=policy,
+                       ungoverned=train_on_ungoverned_data, tenant=train_tenant, home=home)
     else:
         stack.status["trainer"] = "off (--train to run it)"
     stack.status["vLLM"] = (f"supervised at {server.base_url}" if server is not None
@@ -392,7 +425,9 @@ def serve_command(
     from molt.gateway.metrics import gateway_status
     from molt.status import StatusReporter
 
-    reporter = StatusReporter(home, "molt-serve", {"gateway": lambda: gateway_status(gw), "stack": stack.fault_status},
+    governed = {"state": {"governance": (policy or "OFF (--no-governance)") if recorder else "not recording"}}
+    reporter = StatusReporter(home, "molt-serve", {"gateway": lambda: gateway_status(gw), "stack": stack.fault_status,
+                                                   "governance": lambda: governed},
                               interval_s=STATUS_INTERVAL_S).start()
     rows.append(("status", f"{reporter.path} (molt doctor shows it)"))
     tune_process()
@@ -400,7 +435,8 @@ def serve_command(
     if new_key:  # on a line of its own, never wrapped, so it can be copied
         typer.echo(f"console admin key (shown once): {new_key}", err=True)
     typer.echo(f"molt gateway: {backend} backend, model {public!r}, {base}/v1 "
-               f"(recording {'on' if recorder else 'off'}, {'API keys' if keys else 'open, loopback'})", err=True)
+               f"(recording {'on' if recorder else 'off'}, governance {policy or 'OFF'}, "
+               f"{'API keys' if keys else 'open, loopback'})", err=True)
     try:
         # uvicorn handles SIGINT / SIGTERM: it stops accepting, finishes in-flight requests (their
         # after-response recording included) and returns here.

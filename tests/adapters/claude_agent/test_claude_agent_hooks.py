@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture
 def hooks(tmp_path: Path) -> Any:
-    rec = Recorder(MemorySink(), spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(MemorySink(), spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     h = MoltClaudeHooks(rec, strict=True)
     yield h
     rec.close(timeout=5)

@@ -107,7 +107,8 @@ def _check_store(sink: MemorySink) -> None:
 
 def _listener(tmp_path: Path) -> tuple[MemorySink, Recorder, MoltEventListener]:
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     return sink, rec, MoltEventListener(rec, tenant_id="acme")
 
 

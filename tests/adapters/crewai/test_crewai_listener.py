@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def listener(tmp_path: Path) -> Iterator[MoltEventListener]:
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     lst = MoltEventListener(rec, tenant_id="acme", strict=True)
     lst.sink_ = sink  # type: ignore[attr-defined]
     yield lst

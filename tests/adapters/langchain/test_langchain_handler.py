@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def rec(tmp_path: Path) -> Any:
     sink = MemorySink()
-    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     r.sink_ = sink  # type: ignore[attr-defined]
     yield r
     r.close()

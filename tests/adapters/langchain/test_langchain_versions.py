@@ -78,7 +78,8 @@ def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
 @pytest.fixture()
 def recorded(tmp_path: Path) -> Iterator[tuple[Recorder, MemorySink]]:
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     yield rec, sink
     rec.close(timeout=5)
 
@@ -223,7 +224,8 @@ def test_memory_version_fixes_a_langchain_agent_on_smollm2(tmp_path: Path) -> No
     backend = LocalBackend(model_path=ensure_policy_model(home), threads=2)
     asyncio.run(backend.start())
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     with Store.open(tmp_path / "store") as store:
         registry, memories = VersionRegistry(store), MemoryStore(store)
         base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="smollm2")))

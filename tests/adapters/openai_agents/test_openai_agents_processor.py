@@ -40,7 +40,8 @@ def srv() -> Iterator[Any]:
 @pytest.fixture
 def proc(tmp_path: Path) -> Iterator[MoltTracingProcessor]:
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    # raw capture: what the adapter maps, value by value (governance would redact some of it)
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
     p = MoltTracingProcessor(rec, tenant_id="acme", strict=True)
     p.sink_ = sink  # type: ignore[attr-defined]
     set_trace_processors([p])

@@ -70,7 +70,9 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
               **config: Any) -> Served:
         n = len(stack)
         store = Store.open(tmp_path / f"store{n}", auto_compact=False)
-        rec = Recorder(store, spool_dir=tmp_path / f"spool{n}", fsync="never")
+        # raw capture: these tests check what the gateway records value by value (token traces included,
+        # which redaction drops when it changes a generation); governed serving: test_governance_default.py
+        rec = Recorder(store, spool_dir=tmp_path / f"spool{n}", fsync="never", pipeline=None)
         config.setdefault("health_interval_s", 0)
         gw = Gateway(backends or [StubBackend()], table, recorder=rec, store=store,
                      keyring=KeyRing.from_mapping(KEYS) if keys else None, config=GatewayConfig(**config))

@@ -34,8 +34,11 @@ MARKERS = [b"lilac-octopus-marker-%d" % i for i in range(1, 8)]
 KEEP = b"violet-walrus-survivor"
 # Redaction off: this is about erasure, and the markers must reach the store verbatim whatever the
 # detectors think of them.
+# unknown_tenants: quarantine, so that a record naming no tenant is quarantined (under use_defaults it
+# would be the anonymous tenant's)
 POLICY = GovernancePolicy.model_validate({"defaults": {"training": {"opt_in": True, "require_consent": False},
-                                                       "redaction": {"enabled": False}}})
+                                                       "redaction": {"enabled": False}},
+                                          "unknown_tenants": "quarantine", "tenants": {"acme": {}, "globex": {}}})
 
 
 def grep(root: Path, needle: bytes) -> list[str]:

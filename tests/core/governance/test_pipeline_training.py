@@ -75,7 +75,7 @@ def world(store: Store, molt_home: Path) -> dict[str, Any]:
     rec.reward(RewardAnnotation(trajectory_id="good", value=1.0, source="human_label"))
     assert rec.flush(deliver=True)
     rec.close()
-    with Recorder(store, spool_dir=molt_home / "plain") as plain:  # captured around the pipeline
+    with Recorder(store, spool_dir=molt_home / "plain", pipeline=None) as plain:  # captured around the pipeline
         plain.record(_msg("ungoverned", "a"))
         plain.record(_msg("ungoverned", "b"))
         assert plain.flush(deliver=True)

@@ -3,12 +3,14 @@
 ::
 
     molt-trainer serve --gateway http://127.0.0.1:8000 --admin-key sk-admin --model smollm2-135m-instruct \\
-        --governance governance.yaml --tenant acme [--latency-slo-ms 2000] [--min-samples 16]
+        [--governance governance.yaml --tenant acme] [--latency-slo-ms 2000] [--min-samples 16]
     molt-trainer algos          # the registered advantage estimators and policy losses (verl names)
     molt-trainer ray-config     # the verl main_ppo overrides for the Ray scale-out path
 
-``serve`` reads eligible trajectories through the governance training queue (``--governance`` +
-``--tenant``; ``--ungoverned`` reads the store directly, for development), trains when enough fresh
+``serve`` reads eligible trajectories through the governance training queue (``--governance``, the
+built-in policy by default, and ``--tenant``, ``default`` by default): events recorded without
+governance have no decision and are never read. ``--train-on-ungoverned-data`` reads the store as
+recorded instead (unredacted, no eligibility checks; development only). It trains when enough fresh
 samples are there and serving latency is within its SLO, and publishes each adapter through the
 gateway's admin API as a canary. Metrics go to ``--metrics-file`` (Prometheus text) after each tick; its
 fault counters to ``$MOLT_HOME/status/``, where ``molt doctor`` shows them.
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -34,9 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True, help="public model name the adapters are versions of")
     s.add_argument("--base-version", default=None, help="the version serving now (default <model>@base)")
     s.add_argument("--model-path", default=None, help="HF model directory (default: the SmolLM2 policy)")
-    s.add_argument("--governance", default=None, help="governance policy file (the training queue)")
-    s.add_argument("--tenant", default=None, help="the trainer's tenant (with --governance)")
-    s.add_argument("--ungoverned", action="store_true", help="read the store directly (development only)")
+    s.add_argument("--governance", default="default",
+                   help="governance policy file of the training queue ('default': the built-in policy)")
+    s.add_argument("--tenant", default=None, help="the trainer's tenant, whose eligible data it reads (default: "
+                                                  "'default'; with --train-on-ungoverned-data: every tenant)")
+    s.add_argument("--train-on-ungoverned-data", action="store_true",
+                   help="read trajectories straight from the store, unredacted and without eligibility checks "
+                        "(development only)")
     s.add_argument("--out", default="adapters", help="where adapter directories are written")
     s.add_argument("--advantage", default="grpo", help="verl advantage estimator (grpo, rloo, reinforce_plus_plus)")
     s.add_argument("--policy-loss", default="vanilla", help="verl policy loss (vanilla, bypass_mode)")
@@ -86,16 +91,23 @@ def _serve(args: argparse.Namespace) -> None:
     from molt_trainer.service import GatewayLatencyProbe, GovernedSource, OnlineTrainer, StoreSource, TrainerSettings
 
     store = Store.open(args.store)
-    if args.ungoverned:
+    if args.train_on_ungoverned_data:
+        logging.getLogger("molt_trainer").warning(
+            "molt-trainer serve: --train-on-ungoverned-data: training on the store as recorded, unredacted and "
+            "without eligibility checks.")
         source: GovernedSource | StoreSource = StoreSource(store, tenant=args.tenant)
     else:
-        if not (args.governance and args.tenant):
-            sys.exit("molt-trainer serve: give --governance POLICY --tenant TENANT (the training queue), or "
-                     "--ungoverned to read the store directly in development.")
         from molt.governance import Principal, Role, TrainingQueue, load_policy_file
+        from molt.governance.policy import ANONYMOUS_TENANT
 
-        queue = TrainingQueue(store, load_policy_file(args.governance), Principal(args.tenant, Role.TRAINER))
+        args.tenant = args.tenant or ANONYMOUS_TENANT
+        policy = load_policy_file(args.governance)
+        queue = TrainingQueue(store, policy, Principal(args.tenant, Role.TRAINER))
         source = GovernedSource(queue)
+        if not policy.for_tenant(args.tenant).training.opt_in:
+            logging.getLogger("molt_trainer").warning(
+                "molt-trainer serve: tenant %r has not opted in to training under policy %r, so no trajectory is "
+                "eligible: give --governance a policy file with training.opt_in: true.", args.tenant, policy.name)
     settings = TrainerSettings(algo=AlgoSettings(advantage=args.advantage, policy_loss=args.policy_loss,
                                                  kl_coef=args.kl_coef),
                                lora=LoraSettings(rank=args.rank, lr=args.lr), min_samples=args.min_samples,
@@ -109,7 +121,10 @@ def _serve(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     # its crashes, failed steps and publishes, for `molt doctor` ($MOLT_HOME/status/molt-trainer-<pid>.json)
-    reporter = StatusReporter(molt_home(), "molt-trainer", {"trainer": trainer.fault_status}).start()
+    governed = {"state": {"governance": "OFF (--train-on-ungoverned-data)" if args.train_on_ungoverned_data
+                          else args.governance}}
+    reporter = StatusReporter(molt_home(), "molt-trainer", {"trainer": trainer.fault_status,
+                                                            "governance": lambda: governed}).start()
     try:
         while not stop.is_set():
             trainer.run(stop, max_steps=(trainer.step + 1) if args.max_steps is None else args.max_steps)

@@ -3,7 +3,9 @@
 Governance (redaction, classification, eligibility, retention tagging) must change an event *before*
 it is sealed into the hash chain, and must never run on the agent's thread. So the Recorder takes an
 optional :class:`CaptureHook`; ``molt.governance`` provides one (``GovernancePipeline``). Capture
-only knows this small protocol and never imports governance.
+only knows this small protocol: the one place it names governance is the Recorder's default
+(``pipeline="default"``), which it imports by name when a Recorder is built, so that recording is
+governed unless a caller turns it off.
 
 For each event the hook returns a :class:`HookResult`:
 
@@ -15,6 +17,10 @@ For each event the hook returns a :class:`HookResult`:
 
 A hook that raises fails closed: the Recorder quarantines the event with the error as the reason.
 The agent never sees the error either way.
+
+A hook may also say where its annotations go: the Recorder delivers to ``hook.sink_for(sink)`` when
+the hook has that method (the governance pipeline wraps a store so that decisions are stored with
+their events), so passing the hook is the one call that attaches both.
 """
 
 from __future__ import annotations

@@ -13,9 +13,13 @@ nothing:
   with its row number; ids are data, never used to build a path;
 - with a tenant (a tenant key), every row must belong to that tenant.
 
-Imported events are stored sealed, exactly as exported (chains keep verifying); they are not put in
-the training queue — that is fed by the governance pipeline at capture. Late rewards are not part of
-the Parquet export and so not imported.
+Governance runs on the import as on capture (the default policy unless ``pipeline=`` names another,
+or ``None`` turns it off): each new event goes through the pipeline, and its decision is stored with
+it. Events are stored sealed as exported, so chains keep verifying; an event the pipeline would change
+(it found PII to redact) or quarantine is stored with its payload erased (envelope and chain kept,
+as :mod:`molt.governance.erasure` leaves them), and the redacted record goes to the quarantine with
+the reason — nothing unredacted is stored, nothing is lost silently. An export of a governed store
+imports unchanged. Late rewards are not part of the Parquet export and so not imported.
 
 Example::
 
@@ -27,14 +31,16 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from molt.atdp.chain import SealedEvent, unseal, verify_chain
+from molt.atdp.models import PAYLOAD_FIELDS, Event
 from molt.atdp.validate import MAX_RECORD_BYTES
-from molt.capture.recorder import index_fields
+from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeline
 from molt.capture.sinks import SealedRow, SinkBatch
 from molt.errors import MoltError
 
@@ -54,6 +60,8 @@ class ImportReport:
     imported: int = 0
     duplicates: int = 0
     trajectories: int = 0
+    #: imported with the payload erased: the pipeline redacted (or quarantined) it; the record is in quarantine
+    erased: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -85,7 +93,8 @@ def _open_rows(path: Path, batch_rows: int) -> Any:
 
 
 def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str | None = None,
-                   max_record_bytes: int = MAX_RECORD_BYTES, batch_rows: int = 4096) -> ImportReport:
+                   max_record_bytes: int = MAX_RECORD_BYTES, batch_rows: int = 4096,
+                   pipeline: Any = DEFAULT_PIPELINE) -> ImportReport:
     """Import the events of a Parquet trajectory export into ``store`` (see the module docstring).
 
     Args:
@@ -94,6 +103,8 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
         tenant_id: when given, every row must belong to this tenant (a tenant key's import).
         max_record_bytes: the largest envelope + payload a row may have (the capture limit by default).
         batch_rows: rows read and written at a time.
+        pipeline: the governance pipeline (``"default"``: the built-in policy; ``None``: off, events are
+            stored exactly as exported).
 
     Returns the :class:`ImportReport`. Raises :class:`~molt.errors.MoltError` listing the problems when
     any row is refused; nothing is written then.
@@ -130,6 +141,7 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
                                             salt=salt, digest=parts[0], prev_hash=parts[1], hash=parts[2]))
     report.rows = n
     new_rows: list[SealedRow] = []
+    new_events: list[Event] = []
     for tid, rows in by_traj.items():
         stored = {s.event_id: s for s in store.sealed_events(tid)}
         fresh = []
@@ -158,12 +170,40 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
                 continue
             new_rows.append(SealedRow(x=index_fields(event, r.seq), envelope=r.envelope, payload=r.payload,
                                       salt=r.salt, digest=r.digest, prev_hash=r.prev_hash, hash=r.hash))
+            new_events.append(event)
         report.trajectories += 1
     if problems:
         more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
         raise MoltError(f"Nothing imported from {path}: {len(problems)} problem(s){more}:\n  "
                         + "\n  ".join(problems[:_SHOWN]))
-    for i in range(0, len(new_rows), batch_rows):
-        store.write_batch(SinkBatch(events=new_rows[i:i + batch_rows], redelivery=True))
+    hook = resolve_pipeline(pipeline)
+    quarantine: list[dict[str, Any]] = []
+    if hook is not None:
+        new_rows = [_govern(hook, row, ev, quarantine, report) for row, ev in zip(new_rows, new_events, strict=True)]
+    sink_for = getattr(hook, "sink_for", None)
+    sink = sink_for(store) if sink_for is not None else store  # decisions are stored with their events
+    for i in range(0, max(len(new_rows), len(quarantine)), batch_rows):
+        sink.write_batch(SinkBatch(events=new_rows[i:i + batch_rows], quarantine=quarantine[i:i + batch_rows],
+                                   redelivery=True))
     report.imported = len(new_rows)
     return report
+
+
+def _govern(hook: Any, row: SealedRow, event: Event, quarantine: list[dict[str, Any]],
+            report: ImportReport) -> SealedRow:
+    """``row`` with the pipeline's decision; its payload erased when the pipeline would change or reject it."""
+    res = hook.process(event)
+    if res.event is not None and all(getattr(res.event, f) == getattr(event, f) for f in PAYLOAD_FIELDS):
+        return row._replace(x={**row.x, "annotations": res.annotations})
+    report.erased += 1
+    if res.event is not None:
+        reason, stage = "redacted on import: the sealed payload held what the policy redacts", "import"
+        record = res.event.model_dump_json().encode()
+    else:
+        reason, stage, record = res.reason or "rejected by the pipeline", res.stage or "import", res.record
+    quarantine.append({"stage": stage, "reason": f"{reason}; stored with its payload erased"[:2000],
+                       "ts_us": int(time.time() * 1_000_000), "event_id": event.event_id,
+                       "trajectory_id": event.trajectory_id, "tenant_id": event.metadata.tenant_id,
+                       "kind": event.kind.value, **({"record": record.decode("utf-8", "replace")} if record else {})})
+    x = {**row.x, "annotations": res.annotations} if res.event is not None else row.x  # what was redacted
+    return row._replace(x=x, payload=None, salt=None)

@@ -17,13 +17,20 @@ is delivered when a Recorder next opens the same spool. Backpressure is bounded:
 queue (``max_queue``) or the spool (``max_spool_bytes``) is full, records are dropped and counted in
 :attr:`Recorder.stats`, never blocking the caller.
 
+Governance is on by default: every event goes through the built-in governance policy (redaction,
+classification, eligibility, retention; ``molt.governance``) on the writer thread before it is
+sealed, so neither the spool nor the store ever holds what it redacts, and each event's decision is
+stored with it. ``pipeline=`` takes a policy of your own (``GovernancePipeline.from_file(...)``);
+``pipeline=None`` records events as they are, PII included — such events have no decision, so the
+training queue never hands them to a trainer.
+
 Example::
 
     from molt.capture import Recorder
     from molt.store import Store
 
     store = Store.open("~/.molt/store")
-    with Recorder(store, spool_dir="~/.molt/spool") as rec:
+    with Recorder(store, spool_dir="~/.molt/spool") as rec:   # governed by the default policy
         tid = rec.new_trajectory()
         rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE,
                          action=UserMessage(content="hi")))
@@ -64,9 +71,15 @@ from molt.capture.spool import (
 )
 from molt.errors import CaptureError, MoltError, ProtocolError
 
-__all__ = ["Recorder", "RecorderStats", "index_fields"]
+__all__ = ["DEFAULT_PIPELINE", "Recorder", "RecorderStats", "index_fields", "resolve_pipeline"]
 
 log = logging.getLogger("molt.capture")
+
+#: ``Recorder(pipeline=...)``'s default: the governance pipeline of the built-in policy. Capture knows
+#: only the hook protocol, so the pipeline is imported by name when a Recorder is built.
+DEFAULT_PIPELINE = "default"
+_DEFAULT_PIPELINE_CLASS = ("molt.governance.pipeline", "GovernancePipeline")
+_warned_ungoverned = False
 
 
 @dataclass(frozen=True)
@@ -143,9 +156,12 @@ class Recorder:
             until the bound is reached: a gateway passes its ``max_sessions``, the trajectories it can
             still append to.
         strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
-        pipeline: a :class:`~molt.capture.CaptureHook` run on the writer thread before sealing (the
-            governance pipeline); ``None`` (default) seals events as recorded. A hook that raises or
-            rejects an event quarantines it; the caller never sees either.
+        pipeline: the :class:`~molt.capture.CaptureHook` run on the writer thread before sealing:
+            ``"default"`` (default) is the governance pipeline of the built-in policy, or pass a
+            ``GovernancePipeline`` of your own; ``None`` turns governance off (events are stored as
+            recorded, PII included, and never trained on). A hook that raises or rejects an event
+            quarantines it; the caller never sees either. When the hook has ``sink_for`` the Recorder
+            delivers to ``pipeline.sink_for(sink)``: a store gets the governance decisions too.
     """
 
     def __init__(
@@ -165,7 +181,7 @@ class Recorder:
         chain_heads: int = 200_000,
         strict: bool = False,
         name: str = "molt",
-        pipeline: CaptureHook | None = None,
+        pipeline: CaptureHook | str | None = DEFAULT_PIPELINE,
     ):
         if not 1 <= max_queue <= 10_000_000:
             raise ValueError(f"max_queue must be between 1 and 10,000,000, got {max_queue}.")
@@ -177,8 +193,12 @@ class Recorder:
             raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
         if spool_dir is None:
             spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
-        self.sink = sink
-        self.pipeline = pipeline
+        hook = resolve_pipeline(pipeline)
+        sink_for = getattr(hook, "sink_for", None)
+        # one argument attaches the hook and where its decisions go: a store left bare would silently
+        # drop them
+        self.sink = sink_for(sink) if sink_for is not None else sink
+        self.pipeline = hook
         self.strict = strict
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -681,6 +701,26 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def resolve_pipeline(pipeline: CaptureHook | str | None) -> CaptureHook | None:
+    """The hook a recording path runs: ``"default"`` builds the built-in governance pipeline, ``None``
+    (governance off) is logged once as a warning, a hook is returned as it is."""
+    global _warned_ungoverned
+    if pipeline is None:
+        if not _warned_ungoverned:
+            _warned_ungoverned = True
+            log.warning("Molt is recording WITHOUT governance (pipeline=None): events are stored as recorded, "
+                        "PII included, and never trained on. Leave pipeline at its default to redact them.")
+        return None
+    if isinstance(pipeline, str):
+        if pipeline != DEFAULT_PIPELINE:
+            raise ValueError(f"pipeline must be a CaptureHook, {DEFAULT_PIPELINE!r} or None, got {pipeline!r}.")
+        import importlib
+
+        module, cls = _DEFAULT_PIPELINE_CLASS
+        return getattr(importlib.import_module(module), cls)()
+    return pipeline
 
 
 class _BoundedIds:

@@ -260,15 +260,12 @@ def main() -> None:
     bound_native_heap()  # before LanceDB starts its threads
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     store = _open_store(config)
-    sink: Any = store
-    kwargs: dict[str, Any] = {}
+    pipeline: Any = None
     governance = config.get("governance")
-    if governance:
-        from molt.governance import GovernancePipeline, GovernedSink
+    if governance:  # the Recorder stores each decision with its event (GovernancePipeline.sink_for)
+        from molt.governance import GovernancePipeline
 
-        kwargs["pipeline"] = (GovernancePipeline() if governance == "default"
-                              else GovernancePipeline.from_file(governance, strict=False))
-        sink = GovernedSink(store)
+        pipeline = GovernancePipeline.from_file(governance, strict=False)
     # Appends gathered for a quarter of a second: at gateway rates a write per spooled batch made ~30
     # LanceDB versions a second, and memory, compaction and disk all grow with versions.
     # A child that replaces a recycled one waits for it to hand over the spool (its lock is released
@@ -279,11 +276,11 @@ def main() -> None:
     warned = False
     while True:
         try:
-            rec = Recorder(sink, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
+            rec = Recorder(store, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
                            deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
                            dedupe_ids=int(config.get("dedupe_ids", 200_000)),
                            chain_heads=int(config.get("chain_heads", 200_000)),
-                           name="molt-gateway-capture", **kwargs)
+                           name="molt-gateway-capture", pipeline=pipeline)
             break
         except SpoolInUse as exc:
             if time.monotonic() >= spool_deadline:
@@ -352,7 +349,8 @@ class CaptureProcess:
     Args:
         store_uri: the store (default ``$MOLT_HOME/store``).
         spool_dir: the child Recorder's spool (default ``$MOLT_HOME/spool``).
-        governance: ``None`` (off), ``"default"`` (the built-in policy) or a policy file path.
+        governance: ``"default"`` (the built-in policy, the default), a policy file path, or ``None``
+            (off: calls are stored as made, PII included, and never trained on).
         fsync: the spool's fsync policy (default ``"always"``).
         max_pending: records held while the pipe is busy before new ones are dropped (default 100,000).
         nice: how much lower the child's CPU priority is (default 10: serving goes first).
@@ -366,7 +364,7 @@ class CaptureProcess:
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
-                 *, governance: str | None = None, fsync: str = "always", max_pending: int = 100_000,
+                 *, governance: str | None = "default", fsync: str = "always", max_pending: int = 100_000,
                  nice: int = 10, batch_s: float = 0.005, storage_options: dict[str, str] | None = None,
                  start_timeout_s: float = 60.0, dedupe_ids: int = 200_000, chain_heads: int = 200_000,
                  recycle_after: int = RECYCLE_AFTER, spool_wait_s: float = SPOOL_WAIT_S):

@@ -74,13 +74,13 @@ def make_backend(kind: str, *, model: str | None = None, upstream_url: str | Non
 def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None = None, record: bool = True,
                   home: Path | None = None, store_uri: str | None = None, keys: str | None = None,
                   config: GatewayConfig | None = None, capture_process: bool = True,
-                  governance: str | None = None, dedupe_ids: int = 200_000,
+                  governance: str | None = "default", dedupe_ids: int = 200_000,
                   capture_recycle: int | None = None) -> tuple[Gateway, Any, Any]:
     """A gateway over ``backend`` recording into the store (unless ``record`` is off).
 
     With ``capture_process`` (the default) events are built, governed and written by a child
     process (:class:`~molt.gateway.capture_process.CaptureProcess`), otherwise by a Recorder in
-    this process. ``governance`` is ``None``, ``"default"`` or a policy file. Returns
+    this process. ``governance`` is ``"default"`` (the built-in policy), a policy file, or ``None`` (off). Returns
     ``(gateway, recorder, store)``; the caller closes the recorder, then the store, after the
     gateway. ``model`` is the public model name (default: the backend's model name). ``dedupe_ids``:
     the Recorder's (event ids remembered to drop retried records). The Recorder remembers the chain
@@ -110,16 +110,13 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
         from molt.store import FOLLOWER_CACHES, Store
 
         store = Store.open(store_uri or home / "store", **FOLLOWER_CACHES)
-        pipeline_kw: dict[str, Any] = {}
-        sink: Any = store
-        if governance:
-            from molt.governance import GovernancePipeline, GovernedSink
+        pipeline: Any = None
+        if governance:  # the Recorder stores each decision with its event (GovernancePipeline.sink_for)
+            from molt.governance import GovernancePipeline
 
-            pipeline_kw["pipeline"] = (GovernancePipeline() if governance == "default"
-                                       else GovernancePipeline.from_file(governance))
-            sink = GovernedSink(store)
-        recorder = Recorder(sink, spool_dir=home / "spool", name="molt-gateway", dedupe_ids=dedupe_ids,
-                            chain_heads=config.max_sessions, **pipeline_kw)
+            pipeline = GovernancePipeline.from_file(governance)
+        recorder = Recorder(store, spool_dir=home / "spool", name="molt-gateway", dedupe_ids=dedupe_ids,
+                            chain_heads=config.max_sessions, pipeline=pipeline)
     keyring = None
     if keys:
         from molt.governance.access import KeyRing

@@ -13,15 +13,18 @@ runs on the writer thread. Nothing a stage does reaches the agent (fail open), a
 fails any stage is quarantined, never stored as an event nor trained on (fail closed). Quarantined
 records keep the (redacted if possible) record, so nothing is lost.
 
-Example::
+A Recorder runs this pipeline by default (the built-in policy); it asks the pipeline where its
+decisions go (:meth:`GovernancePipeline.sink_for`), so that one argument attaches both: given a store,
+events and decisions are written together (:class:`~molt.governance.GovernedSink`). Example::
 
     from molt.capture import Recorder
-    from molt.governance import GovernancePipeline, GovernedSink
+    from molt.governance import GovernancePipeline
     from molt.store import Store
 
     store = Store.open("~/.molt/store")
-    pipeline = GovernancePipeline.from_file("governance.yaml")
-    with Recorder(GovernedSink(store), pipeline=pipeline) as rec:
+    with Recorder(store) as rec:                      # the default policy
+        rec.record(event)
+    with Recorder(store, pipeline=GovernancePipeline.from_file("governance.yaml")) as rec:
         rec.record(event)
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -113,6 +117,18 @@ class GovernancePipeline:
             log.error("Molt governance: %s Every event will be quarantined until it is fixed.", exc)
             return cls(GovernancePolicy(), error=f"the governance policy could not be loaded: {exc}", **kwargs)
         return cls(policy, **kwargs)
+
+    def sink_for(self, sink: Any) -> Any:
+        """Where the Recorder delivers, so that each event's decision is stored with it: a store is
+        wrapped in a :class:`~molt.governance.GovernedSink` (its ``governance`` table); a sink that
+        already stores decisions, another sink (which gets them as ``SealedRow.x["annotations"]``) or
+        ``None`` (spool only) is returned as it is."""
+        lance = sys.modules.get("molt.store.lance")  # not loaded: the sink is no store (LanceDB costs seconds)
+        if lance is None or not isinstance(sink, lance.Store):
+            return sink
+        from molt.governance.sink import GovernedSink
+
+        return GovernedSink(sink)
 
     def tenant(self, tenant_id: str | None) -> TenantPolicy:
         """The merged settings of ``tenant_id`` (the defaults for a tenant the policy does not name)."""

@@ -65,6 +65,8 @@ from molt.atdp.models import PAYLOAD_FIELDS, Classification, EventKind
 from molt.errors import GovernanceError
 
 __all__ = [
+    "ANONYMOUS_TENANT",
+    "BUILTIN_POLICY",
     "DEFAULT_STAGES",
     "ClassificationSettings",
     "GovernancePolicy",
@@ -78,6 +80,13 @@ __all__ = [
     "classification_rank",
     "load_policy_file",
 ]
+
+#: The tenant of an event that names none when no API key binds one and ``unknown_tenants`` is
+#: ``use_defaults`` (an adapter's ``Recorder(Store.open())``): the open gateway's tenant too.
+ANONYMOUS_TENANT = "default"
+
+#: The name that stands for the built-in policy where a policy file is expected (``--governance``).
+BUILTIN_POLICY = "default"
 
 #: The stages a pipeline runs when the policy does not list its own, in order.
 DEFAULT_STAGES: tuple[str, ...] = ("validate", "authenticate", "redact", "classify", "eligibility", "retention")
@@ -312,7 +321,9 @@ class GovernancePolicy(BaseModel):
     - ``version`` — the file format version [1].
     - ``name`` — recorded with every decision, with :meth:`fingerprint` ["default"].
     - ``pipeline`` — stage names, in order [:data:`DEFAULT_STAGES`].
-    - ``unknown_tenants`` — what to do with a tenant the file does not name [use_defaults].
+    - ``unknown_tenants`` — what to do with a tenant the file does not name [use_defaults]; with
+      ``use_defaults`` an event that names no tenant (and has no API key) is tenant
+      :data:`ANONYMOUS_TENANT`, with ``quarantine`` it is quarantined.
     - ``defaults`` — settings for every tenant; ``tenants`` — per-tenant overrides.
     """
 
@@ -439,11 +450,12 @@ def _build_redaction_policy(spec: str | dict[str, Any], tenant_id: str | None) -
 
 
 def load_policy_file(path: str | os.PathLike[str] | None) -> GovernancePolicy:
-    """Read and validate a policy file (YAML, or TOML by extension); ``None`` = built-in defaults.
+    """Read and validate a policy file (YAML, or TOML by extension); ``None`` or ``"default"`` (what
+    ``--governance`` takes for it) = the built-in policy.
 
     Raises :class:`~molt.errors.GovernanceError` naming the file and the field when it is invalid.
     """
-    if path is None:
+    if path is None or path == BUILTIN_POLICY:
         return GovernancePolicy()
     p = Path(path).expanduser()
     try:
