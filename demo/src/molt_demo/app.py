@@ -26,11 +26,15 @@ as "weight update requested" and stays failing.
 
 ``--train`` (needs molt-trainer) adds a real policy model: the gateway gets a second backend, SmolLM2-135M
 on the local backend, and both tenants run a third agent, ``molt-math`` (:mod:`molt_demo.math_agent`),
-whose replies must open with a number — a capability gap of the model. The plane replays the context
-fixes it has for that cluster, finds none that works, and asks for a weight update; the trainer hook
+whose replies must open with a number — a capability gap of the model. The plane waits a cycle for late
+corrections (none come), replays the context fixes it has for that cluster, finds none that works, and asks
+for a weight update; the trainer hook
 (:mod:`molt_demo.training`) trains a LoRA adapter on the agent's recorded token-level trajectories,
 hot-loads it into the backend and returns its model part; the plane canaries it and promotes it, and the
-math success rate climbs. The report's fixes table shows it with before → after.
+math success rate climbs. The report's fixes table credits each change per version: success served under
+the version it made against its parent's (the versions in the trajectories' provenance).
+
+Library messages (model load reports, warnings, progress bars) go to ``molt-demo.log`` beside the report.
 """
 
 from __future__ import annotations
