@@ -325,6 +325,13 @@ def doctor(store: StoreOpt = None) -> None:
         t.add_row("store", s.uri)
         for name in ("events", "rewards", "quarantine"):
             t.add_row(f"  {name}", f"{s.count(name):,} rows, {s.fragment_count(name)} fragments")
+        from molt.governance.records import ensure_governance_tables
+
+        ensure_governance_tables(s)
+        events, decided = s.count("events"), s.count("governance")
+        ungoverned = (f" [yellow](at least {events - decided:,} events were recorded with governance off or "
+                      f"before it was on: never trained on)[/yellow]") if decided < events else ""
+        t.add_row("  governance", f"{decided:,} decisions{ungoverned}")
     except MoltError as exc:
         t.add_row("store", f"[red]{exc}[/red]")
     spool = molt_home() / "spool"

@@ -125,7 +125,8 @@ def _langchain_run(home: Path, monkeypatch: pytest.MonkeyPatch, **recorder_kwarg
     return tids
 
 
-def test_the_documented_adapter_line_keeps_no_planted_pii(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_documented_adapter_line_keeps_no_planted_pii(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     governed = tmp_path / "governed"
     tids = _langchain_run(governed, monkeypatch)
     assert planted_hits(governed) == []
@@ -147,6 +148,11 @@ def test_the_documented_adapter_line_keeps_no_planted_pii(tmp_path: Path, monkey
     _langchain_run(raw, monkeypatch, pipeline=None)
     found = {h.split(": ", 1)[1] for h in planted_hits(raw)}
     assert {EMAIL, CARD, PHONE, NAME} <= found
+    import molt.cli  # molt doctor says how much of a store was recorded without governance
+
+    assert molt.cli.run(["doctor"]) == 0  # MOLT_HOME is the raw one
+    out = capsys.readouterr().out
+    assert "0 decisions" in out and "at least" in out
 
 
 def test_molt_serve_train_without_governance_refuses_and_says_how_to_opt_in(
