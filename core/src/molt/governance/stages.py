@@ -26,7 +26,7 @@ from molt.atdp.models import Classification, Event
 from molt.errors import GovernanceError
 from molt.governance.decision import RedactionSummary
 from molt.governance.eligibility import event_reasons
-from molt.governance.policy import TenantPolicy, UnknownTenants, classification_rank
+from molt.governance.policy import ANONYMOUS_TENANT, TenantPolicy, UnknownTenants, classification_rank
 from molt.registry import Registry
 
 if TYPE_CHECKING:
@@ -131,10 +131,16 @@ class Authenticate:
             elif tenant != own:
                 raise Reject(self.name, f"the event names tenant {tenant!r} but the API key belongs to tenant "
                                         f"{own!r}; a key may only write its own tenant's events")
-        if not tenant:
-            raise Reject(self.name, "the event names no tenant (metadata.tenant_id) and the pipeline has no "
-                                    "API key to take one from")
         policy = self.pipeline.policy
+        if not tenant and policy.unknown_tenants == UnknownTenants.USE_DEFAULTS:
+            # An adapter on one machine (``Recorder(Store.open())``) names no tenant: its events are the
+            # open gateway's tenant, governed by the defaults, rather than quarantined unread.
+            md = ctx.event.metadata.model_copy(update={"tenant_id": ANONYMOUS_TENANT})
+            ctx.event = ctx.event.model_copy(update={"metadata": md})
+            tenant = ANONYMOUS_TENANT
+        if not tenant:
+            raise Reject(self.name, "the event names no tenant (metadata.tenant_id), the pipeline has no "
+                                    "API key to take one from, and unknown_tenants is 'quarantine'")
         if not policy.knows(tenant) and policy.unknown_tenants == UnknownTenants.QUARANTINE:
             raise Reject(self.name, f"tenant {tenant!r} has no section in the governance policy and "
                                     f"unknown_tenants is 'quarantine'; add the tenant to the policy file")
