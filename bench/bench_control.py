@@ -1,7 +1,8 @@
 """Control-plane benchmark: the built-in failure-scenario suite, the plane against two baselines.
 
-Runs every scenario of :data:`molt.control.scenarios.SCENARIOS` (real support-desk agent runs recorded
-as ATDP trajectories in a fresh LanceDB store, one control-plane cycle each) and prints:
+Runs every scenario of :data:`molt_desk.scenarios.SCENARIOS` (the scripted support-desk example:
+agent runs recorded as ATDP trajectories in a fresh LanceDB store, one control-plane cycle each) and
+prints:
 
 1. per failure kind: scenarios, how often the plane's choice matches the ground-truth intervention,
    and the same for the two baselines measured in the same run — *always weight update* and
@@ -10,8 +11,15 @@ as ATDP trajectories in a fresh LanceDB store, one control-plane cycle each) and
    before → after in replay (the decision's evidence) and live (fresh runs under the old and the new
    version), and the held-back tasks live before → after (the regression check).
 
-Run: ``.venv/bin/python bench/bench_control.py`` (``--kinds missing_fact,format`` to run a subset).
-Writes ``bench/out/control.json``.
+3. the same suite, in the same run, captured four ways — the choice = ground truth share of each:
+   *registered* (the ``@molt.replayable`` agents recorded in process, the run above); *gateway only*
+   (their twins driven through a real gateway as plain HTTP loops, outcomes posted as late rewards,
+   no entry point registered: the plane replays them from the recording alone); *20 % flipped*
+   (registered, a fifth of the verifier rewards flipped); *late corrections* (registered, the users'
+   corrections held back until after a first cycle, which then runs again if it chose nothing).
+
+Run: ``.venv/bin/python bench/bench_control.py`` (``--kinds missing_fact,format`` to run a subset,
+``--runs registered,gateway`` to run some of the four). Writes ``bench/out/control.json``.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from molt.control.diagnose import COSTS
-from molt.control.scenarios import SCENARIOS, TRUTH, ScenarioResult, run_suite
+from molt_desk.scenarios import SCENARIOS, TRUTH, ScenarioResult, run_suite
 
 console = Console(width=130)
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,28 +53,41 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
+RUNS: dict[str, dict[str, Any]] = {"registered": {}, "gateway only": {"capture": "gateway"},
+                                   "20% flipped": {"flip": 0.2}, "late corrections": {"late_corrections": True}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kinds", default="", help="comma-separated failure kinds to run (default: all)")
+    ap.add_argument("--runs", default="", help="comma-separated runs among: " + ", ".join(RUNS) + " (default: all)")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k] or list(TRUTH)
+    runs = [r for r in args.runs.split(",") if r] or list(RUNS)
     scenarios = [s for s in SCENARIOS if s.kind in kinds]
-    t0 = time.perf_counter()
-    done: list[ScenarioResult] = []
+    by_run: dict[str, list[ScenarioResult]] = {}
+    walls: dict[str, float] = {}
+    for run in runs:
+        t0 = time.perf_counter()
+        done: list[ScenarioResult] = []
 
-    def progress(r: ScenarioResult) -> None:
-        done.append(r)
-        mark = "[green]✓[/green]" if r.match else "[red]✗[/red]"
-        console.print(f"{mark} {len(done):2}/{len(scenarios)} {r.name:34} {r.choice:17} ({r.seconds:.1f}s)")
+        def progress(r: ScenarioResult, run: str = run, done: list[ScenarioResult] = done) -> None:
+            done.append(r)
+            mark = "[green]✓[/green]" if r.match else "[red]✗[/red]"
+            console.print(f"{mark} {run:16} {len(done):2}/{len(scenarios)} {r.name:34} {r.choice:17} "
+                          f"({r.seconds:.1f}s)")
 
-    results = run_suite(scenarios, progress=progress)
-    wall = time.perf_counter() - t0
+        by_run[run] = run_suite(scenarios, progress=progress, **RUNS[run])
+        walls[run] = time.perf_counter() - t0
+    main_run = runs[0]
+    results = by_run[main_run]
+    wall = walls[main_run]
 
     by_kind: dict[str, list[ScenarioResult]] = defaultdict(list)
     for r in results:
         by_kind[r.kind].append(r)
 
-    t1 = Table(title=f"Choice vs ground truth on {len(results)} scenarios (same run; {wall:.0f} s)")
+    t1 = Table(title=f"Choice vs ground truth on {len(results)} scenarios ({main_run}; same run; {wall:.0f} s)")
     t1.add_column("failure kind")
     t1.add_column("truth")
     t1.add_column("n", justify="right")
@@ -87,7 +108,7 @@ def main() -> None:
                *[f"{COSTS[b] * n:.0f}" for b in BASELINES.values()])
     console.print(t1)
 
-    t2 = Table(title="Fixes of the chosen context interventions: success rate before → after")
+    t2 = Table(title=f"Fixes of the chosen context interventions ({main_run}): success rate before → after")
     for col in ("failure kind", "chosen", "replay (cluster)", "live (cluster)", "live (held-back tasks)"):
         t2.add_column(col, justify="right" if "(" in col else "left")
     for k in kinds:
@@ -99,19 +120,44 @@ def main() -> None:
                    f"{_pct(_avg([r.live_before for r in rs]))} → {_pct(_avg([r.live_after for r in rs]))}",
                    f"{_pct(_avg([r.regression_before for r in rs]))} → {_pct(_avg([r.regression_after for r in rs]))}")
     console.print(t2)
-    wrong = [r for r in results if not r.match]
-    for r in wrong:
-        console.print(f"[red]mismatch[/red] {r.name}: chose {r.choice}, truth {r.truth} — {r.reason}")
+
+    t3 = Table(title="Choice = ground truth by how the agents were captured and how noisy the signals were "
+                     "(same run)")
+    t3.add_column("failure kind")
+    t3.add_column("n", justify="right")
+    for run in runs:
+        t3.add_column(f"{run} ({walls[run]:.0f} s)", justify="right")
+    for k in kinds:
+        cells = []
+        for run in runs:
+            rs = [r for r in by_run[run] if r.kind == k]
+            cells.append(f"{sum(r.match for r in rs)}/{len(rs)}")
+        t3.add_row(k, str(len([s for s in scenarios if s.kind == k])), *cells)
+    share = {run: sum(r.match for r in by_run[run]) / len(by_run[run]) for run in runs}
+    t3.add_row("all", str(n), *[f"[bold]{share[run]:.1%}[/bold]" for run in runs])
+    console.print(t3)
+    if "late corrections" in by_run:
+        early = [r for r in by_run["late corrections"] if r.first_choice not in ("noop", r.truth)]
+        console.print(f"late corrections: {len(early)} first cycle(s) made a wrong change before the corrections "
+                      f"arrived" + (": " + ", ".join(f"{r.name} ({r.first_choice})" for r in early) if early else ""))
+    for run in runs:
+        for r in by_run[run]:
+            if not r.match:
+                console.print(f"[red]mismatch[/red] [{run}] {r.name}: chose {r.choice}, truth {r.truth} — "
+                              f"{r.reason[:160]}")
 
     out: dict[str, Any] = {
         "scenarios": n, "wall_s": wall, "plane_match": plane_match, "baselines": base_match,
-        "plane_cost": plane_cost,
+        "plane_cost": plane_cost, "match_by_run": share, "wall_by_run": walls,
         "results": [{k: v for k, v in r.__dict__.items() if k != "cycle"} for r in results],
+        "results_by_run": {run: [{k: v for k, v in r.__dict__.items() if k != "cycle"} for r in rs]
+                           for run, rs in by_run.items()},
     }
     (ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
     (ROOT / "bench" / "out" / "control.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    console.print(f"plane match {plane_match:.1%}; always-weight-update {base_match['always weight update']:.1%}; "
-                  f"always-no-op {base_match['always no-op']:.1%}  → bench/out/control.json")
+    console.print("choice = ground truth: " + "; ".join(f"{run} {v:.1%}" for run, v in share.items())
+                  + f"; always-weight-update {base_match['always weight update']:.1%}; "
+                    f"always-no-op {base_match['always no-op']:.1%}  → bench/out/control.json")
 
 
 if __name__ == "__main__":

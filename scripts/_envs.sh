@@ -221,14 +221,14 @@ MAIN_INPUTS=(
   requirements/policy-model.txt
   pyproject.toml core/pyproject.toml adapters/langchain/pyproject.toml
   adapters/openai_agents/pyproject.toml adapters/mcp/pyproject.toml adapters/claude_agent/pyproject.toml
-  trainer/pyproject.toml demo/pyproject.toml
+  trainer/pyproject.toml examples/desk/pyproject.toml demo/pyproject.toml
 )
 build_main() {
   local name="$1" venv="$2" log="$3"
   # torch first and explicitly: with torch==2.13.0 in place nothing later resolves a CUDA build.
   step "$name" "torch==2.13.0 (CPU build)" "$log" _pip_install "$venv" "torch==2.13.0"
   local d editables=()
-  for d in ./core ./adapters/langchain ./adapters/openai_agents ./adapters/mcp ./adapters/claude_agent ./trainer ./demo; do
+  for d in ./core ./adapters/langchain ./adapters/openai_agents ./adapters/mcp ./adapters/claude_agent ./trainer ./examples/desk ./demo; do
     editables+=(-e "$(with_extras "$d")")
   done
   step "$name" "editable core, adapters, trainer (+extras), .[dev]" "$log" \

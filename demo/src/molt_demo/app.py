@@ -1,6 +1,6 @@
 """``molt demo``: watch a real agent evolve through Molt, end to end, on a laptop.
 
-Two tenants run the support-desk agent of :mod:`molt.control.world` — its model calls made with
+Two tenants run the support-desk agent of :mod:`molt_desk.world` — its model calls made with
 LangChain's ``ChatOpenAI`` (tools bound with ``bind_tools``, tools as LangChain ``StructuredTool``\\s)
 against Molt's OpenAI-compatible gateway on a loopback port:
 
@@ -151,7 +151,7 @@ def _round_traffic(rnd: int, per_tenant: int) -> list[Task]:
     """The round's requests: a fixed mix per tenant (every failure kind present every round)."""
     import random
 
-    from molt.control.world import AGENT, FACTS, LEGACY_AGENT, ORDERS
+    from molt_desk.world import AGENT, FACTS, LEGACY_AGENT, ORDERS
 
     rng = random.Random(f"demo-{rnd}")
     ids = sorted(ORDERS)
@@ -262,7 +262,7 @@ class _TrainMode:
         canary runs, so a canary is judged against at least three concurrent live runs (with two, a lucky
         base model aborted a good adapter)."""
         from molt.control.plane import ControlPlane, PlaneSettings
-        from molt.control.world import AGENT, LEGACY_AGENT
+        from molt_desk.world import AGENT, LEGACY_AGENT
 
         settings = PlaneSettings(canary_weight=0.5, canary_min=6, window=24, replay_sample=8, regression_sample=6)
         return ControlPlane(store, {AGENT: desk, LEGACY_AGENT: desk, self.agent: self.backend}, memories=memories,
@@ -273,7 +273,7 @@ class _TrainMode:
         """The gateway with both backends, each public model bound to its own backend's versions (and to
         the registry of the plane that changes them)."""
         from molt.control.versions import ModelPart, PolicyParts
-        from molt.control.world import DeskModel
+        from molt_desk.world import DeskModel
         from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec
         from molt.gateway.binding import GatewayBinding
         from molt.gateway.router import Generation
@@ -348,8 +348,8 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
     from molt.capture import Recorder
     from molt.control.memory import MemoryStore, RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
-    from molt.control.scenarios import base_parts
-    from molt.control.world import AGENT, LEGACY_AGENT, DeskModel, World
+    from molt_desk.scenarios import base_parts
+    from molt_desk.world import AGENT, LEGACY_AGENT, DeskModel, World
     from molt.gateway import Gateway, GatewayConfig
     from molt.gateway.binding import GatewayBinding
     from molt.governance.access import KeyRing
@@ -464,7 +464,7 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
             math_per_tenant: int = 0) -> None:
     """The rounds: traffic through the gateway, rewards, late corrections, one plane cycle per agent
     (``math_plane``: plus the ``molt-math`` agent's questions and cycles, see :mod:`molt_demo.math_agent`)."""
-    from molt.control.world import AGENT, LEGACY_AGENT, _check
+    from molt_desk.world import AGENT, LEGACY_AGENT, verify
     from molt.gateway import create_app
     from molt.gateway.loopback import ServerThread
     from molt.replay.decorator import AGENTS
@@ -499,7 +499,7 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
                                        **({"model": _math().MATH_MODEL} if math else {}))
                 answer = ag.fn(tk.input, model, tools)
                 try:
-                    (ag.verifier if math else _check)(answer, VerifyContext(input=tk.input, trajectory_id=tid,
+                    (ag.verifier if math else verify)(answer, VerifyContext(input=tk.input, trajectory_id=tid,
                                                                             task=tk.task))
                     ok = True
                     reason = "check passed"

@@ -11,11 +11,11 @@ import pytest
 from molt.cli import run
 from molt.control.log import DecisionLog
 from molt.control.plane import ControlPlane
-from molt.control.scenarios import Traffic, _record, base_parts
 from molt.control.versions import VersionRegistry
-from molt.control.world import AGENT, FACTS, DeskModel, World
 from molt.replay import save_trajectories
 from molt.store import Store
+from molt_desk.scenarios import Traffic, base_parts, record_traffic
+from molt_desk.world import AGENT, FACTS, DeskModel, World
 
 
 @pytest.fixture()
@@ -30,12 +30,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f = FACTS["warranty period"]
         items = [Traffic("acme", AGENT, f"{f.questions[i % 3]} (ticket {i})", "kb_question", f.text)
                  for i in range(8)]
-        save_trajectories(store, asyncio.run(_record(items, plane.registry, plane, World(), plane.backend)))
+        items += [Traffic("acme", AGENT, f"Where is order A-{1000 + i}? (ticket {i})", "status") for i in range(12)]
+        save_trajectories(store, asyncio.run(record_traffic(items, plane.registry, plane, World(), plane.backend)))
     return tmp_path
 
 
 def test_evolve_then_versions_roundtrip(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, "--promote", "--json"]) == 0
+    assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, "--promote", "--json",
+                "--backend", "molt_desk.world:DeskModel", "--live-tools", "molt_desk.world:live_tools"]) == 0
     rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rec["choice"] == "memory_insert" and rec["applied_version"] == f"{AGENT}@acme:v2"
 

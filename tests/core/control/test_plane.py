@@ -14,11 +14,11 @@ from molt.atdp.models import RewardAnnotation, RewardSource
 from molt.control.diagnose import Candidate
 from molt.control.memory import MemoryStore
 from molt.control.plane import ControlPlane, PlaneSettings
-from molt.control.scenarios import SCENARIOS, TRUTH, Traffic, _record, base_parts, run_scenario, run_suite
-from molt.control.world import AGENT, FACTS, DeskModel, World
 from molt.errors import InterventionError
 from molt.replay import save_trajectories
 from molt.store import Store
+from molt_desk.scenarios import SCENARIOS, TRUTH, Traffic, base_parts, record_traffic, run_scenario, run_suite
+from molt_desk.world import AGENT, FACTS, DeskModel, World
 
 ONE_PER_KIND = [next(s for s in SCENARIOS if s.kind == k) for k in TRUTH]
 
@@ -61,8 +61,13 @@ def test_whole_suite_matches_ground_truth(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- canary and bad input
 
 
-async def _window(store: Store, plane: ControlPlane, items: list[Traffic]) -> None:
-    save_trajectories(store, await _record(items, plane.registry, plane, World(), plane.backend))
+async def _window(store: Store, plane: ControlPlane, items: list[Traffic], healthy: int = 12) -> None:
+    """``items`` plus ``healthy`` order-status requests of each tenant (which the desk answers right): a
+    cluster is judged against the rest of the window, and a window of only the cluster has no base."""
+    tenants = sorted({t.tenant for t in items}) if healthy else []
+    fine = [Traffic(t, AGENT, f"Where is order A-{1000 + i}? (ticket {i})", "status") for t in tenants
+            for i in range(healthy)]
+    save_trajectories(store, await record_traffic(items + fine, plane.registry, plane, World(), plane.backend))
 
 
 def _facts(tenant: str, n: int, correction: str | None) -> list[Traffic]:
@@ -176,7 +181,7 @@ def test_user_correction_rewards_drive_the_memory_text(tmp_path: Path) -> None:
                              settings=PlaneSettings(promote_directly=True))
         plane.registry.ensure_base("acme", AGENT, base_parts())
         asyncio.run(_window(store, plane, _facts("acme", 6, None)))
-        ids = store.trajectory_ids()
+        ids = store.trajectory_ids("task = 'kb_question'")
         store.append_rewards([RewardAnnotation(trajectory_id=t, value=0.0, source=RewardSource.USER_CORRECTION,
                                                reason="Refunds: the refund window is 45 days.", tenant_id="acme")
                               for t in ids])

@@ -32,7 +32,12 @@ def _plane(store: Store, **parts_kw: str) -> ControlPlane:
 
 
 def _save(store: Store, plane: ControlPlane, items: list[Traffic]) -> None:
-    save_trajectories(store, asyncio.run(record_traffic(items, plane.registry, plane, World(), plane.backend)))
+    # Order-status requests the desk answers right, per tenant: a failure cluster is tested against the
+    # rest of the window (molt.control.diagnose), and a window of failures alone has no base rate.
+    fine = [Traffic(t, AGENT, f"Where is order A-{1000 + i}? (ticket {t}-s{i})", "status")
+            for t in sorted({x.tenant for x in items}) for i in range(12)]
+    save_trajectories(store, asyncio.run(record_traffic(items + fine, plane.registry, plane, World(),
+                                                        plane.backend)))
 
 
 def _missing_fact(n: int) -> list[Traffic]:
@@ -51,7 +56,8 @@ def _correct_all(store: Store, text: str) -> None:
     """The users' late corrections, as the gateway's reward endpoint stores them."""
     store.append_rewards([RewardAnnotation(trajectory_id=t, value=0.0, source=RewardSource.USER_CORRECTION,
                                            reason=text, tenant_id=tid)
-                          for tid in TENANTS for t in store.trajectory_ids(f"tenant_id = '{tid}'")])
+                          for tid in TENANTS
+                          for t in store.trajectory_ids(f"tenant_id = '{tid}' AND task != 'status'")])
 
 
 def _asked_weights(plane: ControlPlane) -> list[str]:

@@ -10,7 +10,7 @@ install with no key file is its own operator. ::
     molt versions diff support@acme:v1 support@acme:v2
     molt versions promote support@acme:v2
     molt versions rollback --tenant acme --agent support
-    molt evolve run --tenant acme --agent molt-support-desk --backend desk
+    molt evolve run --tenant acme --agent my-agent          # replays with the served model
     molt evolve log --tenant acme
 """
 
@@ -175,34 +175,41 @@ def _actor(api_key: str | None) -> str:
 
 @evolve_app.command("run")
 def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
-               backend: Annotated[str, typer.Option("--backend", help="Backend replay uses: a registered kind "
-                                                    "(stub, openai, local, vllm) or 'desk' (the built-in "
-                                                    "support-desk world's model and tools).")] = "desk",
+               backend: Annotated[str, typer.Option("--backend", help="The model replay runs candidates with: the "
+                                                    "served model by default (what `molt serve --backend local` "
+                                                    "serves; --model to name another), another registered kind "
+                                                    "(stub, openai, vllm), or module:factory for a Python "
+                                                    "backend factory.")] = "local",
                base_url: Annotated[str | None, typer.Option("--base-url", help="openai/vllm backend URL.")] = None,
                model: Annotated[str | None, typer.Option("--model", help="Backend model name.")] = None,
+               live_tools: Annotated[str | None, typer.Option(
+                   "--live-tools", help="module:factory returning sandboxed LiveTools for replay branches that "
+                                        "leave the recording (default: none; such branches count as unknown).")]
+               = None,
                promote: Annotated[bool, typer.Option("--promote", help="Promote at once instead of a canary.")]
                = False,
                store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False,
                json: JsonOpt = False) -> None:
-    """Run one control-plane cycle for an agent (or every agent of the tenant) and print the decision."""
+    """Run one control-plane cycle for an agent (or every agent of the tenant) and print the decision.
+
+    Every agent with captured traffic can be evolved — through the gateway, an adapter or an import —
+    with no Python registration: one without a policy version starts from the served model's.
+    """
     from molt.control.plane import ControlPlane, PlaneSettings
+    from molt.control.versions import ModelPart, PolicyParts
 
     try:
         t = _who(api_key, operator, "admin", tenant)
         reg = _registry(store)
-        live_tools = None
-        if backend == "desk":
-            from molt.control.world import DeskModel, World
-            be: Any = DeskModel()
-            live_tools = World().live_tools()
-        else:
-            from molt.backends import create_backend
-            cfg = {k: v for k, v in {"base_url": base_url, "model": model}.items() if v}
-            be = create_backend(backend, **cfg)
-        plane = ControlPlane(reg.store, be, live_tools=live_tools, settings=PlaneSettings(promote_directly=promote))
-        pairs = [(tt, a) for tt, a in reg.agents(t) if agent is None or a == agent]
+        be = _backend(backend, base_url, model)
+        tools = _factory(live_tools, "--live-tools")() if live_tools else None
+        plane = ControlPlane(reg.store, be, live_tools=tools, settings=PlaneSettings(promote_directly=promote),
+                             base_parts=PolicyParts(model=ModelPart(base=be.model)), actor=_actor(api_key))
+        pairs = [(tt, a) for tt, a in sorted(plane.agents(t)) if agent is None or a == agent]
         if not pairs:
-            raise MoltError("No agent with a policy version matches; create one first (molt versions).")
+            raise MoltError(f"No agent {'named ' + repr(agent) + ' ' if agent else ''}has captured traffic or a "
+                            f"policy version{' in tenant ' + repr(t) if t else ''}; send it through `molt serve` "
+                            f"or attach an adapter first.")
         results = [asyncio.run(plane.arun_cycle(tt, a)) for tt, a in pairs]
     except MoltError as exc:
         _fail(exc)
@@ -213,6 +220,26 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
         else:
             console.print(f"[bold]{rec.tenant_id}/{rec.agent_id}[/bold]: {rec.choice} — {rec.reason}"
                           + (f" → {rec.applied_version}" if rec.applied_version else ""))
+
+
+def _backend(kind: str, base_url: str | None, model: str | None) -> Any:
+    """The replay backend: a registered kind built like `molt serve` builds it, or ``module:factory``."""
+    if ":" in kind and not kind.startswith(("http:", "https:")):
+        return _factory(kind, "--backend")(**({"model": model} if model else {}))
+    from molt.gateway.cli import make_backend
+
+    return make_backend(kind, model=model, upstream_url=base_url, start_vllm=False if base_url else None)
+
+
+def _factory(spec: str, option: str) -> Any:
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise MoltError(f"{option} {spec!r} does not name an importable module:attribute ({exc}); give e.g. "
+                        f"mypackage.backends:make_backend.") from exc
 
 
 @evolve_app.command("log")

@@ -11,8 +11,9 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
 2. **Signals** (:mod:`molt.control.signals`) over the newest ``window`` trajectories.
 3. **Candidates**: a rollback when the live version — promoted inside the window — does worse than
    the one before it (:func:`~molt.control.diagnose.rollback_candidate`); and for every failure
-   cluster of at least ``min_cluster`` trajectories, the typed candidates of
-   :func:`~molt.control.diagnose.propose`.
+   cluster that passes its test against the agent's base failure rate (a one-sided Fisher exact test,
+   family-wise false-alarm rate ``alpha``; :func:`~molt.control.diagnose.cluster_failures`, no task
+   labels needed), the typed candidates of :func:`~molt.control.diagnose.propose`.
 4. **Gates** for each context candidate, cheapest first: safety (memory and skill text pass
    redaction unchanged — generated text holding PII is rejected; every source trajectory belongs to
    the tenant), **replay** on the failing cluster (:func:`molt.replay.evaluate_candidate`: success
@@ -32,7 +33,7 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
    ``trainer`` hook (``None``: recorded as requested).
 
-Defaults work on the built-in scenarios (:mod:`molt.control.scenarios`).
+Defaults work on the labelled scenarios of the desk example (``examples/desk``, :mod:`molt_desk.scenarios`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from molt.backends.base import BaseBackend
-from molt.control.diagnose import Candidate, Cluster, cluster_failures, propose, rollback_candidate
+from molt.control.diagnose import (
+    ALPHA,
+    SIMILARITY,
+    Candidate,
+    Cluster,
+    cluster_failures,
+    propose,
+    rollback_candidate,
+    same_pattern,
+)
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
@@ -85,6 +95,10 @@ class PlaneSettings(BaseModel):
     canary_min: int = 8
     canary_tolerance: float = 0.1
     promote_directly: bool = False
+    #: The family-wise false-alarm rate of a window's failure-cluster tests (molt.control.diagnose).
+    alpha: float = ALPHA
+    #: The feature similarity down to which failures share a cluster (molt.control.diagnose).
+    similarity: float = SIMILARITY
     #: Entity types that make generated memory / skill text unservable (personal data and secrets;
     #: organisations and places are what policy facts are about, so they do not count).
     pii_types: frozenset[str] = frozenset({
@@ -143,6 +157,7 @@ class ControlPlane:
             the plane canaries a new version with that model part like any other change. ``None``
             (no hook) records the request only.
         base_parts: the parts of an agent's first version when it has none.
+        embedder: embeds requests and corrections for failure clustering (default: the packaged MiniLM).
         judge: the judge model's backend for generic replay, asked when neither a verifier nor the
             user's correction can judge a replayed answer (default: the agent's replay backend, the
             served model).
@@ -152,7 +167,7 @@ class ControlPlane:
                  live_tools: LiveTools | None = None,
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
                  trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
-                 base_parts: PolicyParts | None = None, actor: str = "control-plane",
+                 base_parts: PolicyParts | None = None, actor: str = "control-plane", embedder: Any = None,
                  judge: BaseBackend | None = None):
         self.store = store
         self.backend = backend
@@ -165,6 +180,7 @@ class ControlPlane:
         self.trainer = trainer
         self.base_parts = base_parts
         self.actor = actor
+        self.embedder = embedder
         self.judge = judge
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
@@ -238,23 +254,28 @@ class ControlPlane:
                 candidates.append(rb)
         # Clusters span the window (failures under earlier versions count as evidence), but one that
         # the live version no longer shows — it ran the task and never failed this way — is fixed.
-        on_live = [e for e in window if e.policy_version == live.version_id]
-        for c in cluster_failures(window):
-            if c.size < s.min_cluster:
+        # The evidence bar is each cluster's exact test against the rest of the window (diagnose).
+        found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity)
+        for c in found:
+            if not c.significant:
                 continue
-            live_runs = [e for e in on_live if e.task == c.task]
+            live_runs = [e for e in c.requests if e.policy_version == live.version_id]
             if live_runs and not any(e.policy_version == live.version_id for e in c.failures):
                 rec.actions.append(f"cluster {c.key} ({c.size}) not seen under {live.version_id}: already fixed")
                 continue
             clusters[c.key] = c
             candidates.extend(propose(c, window, live))
-        rec.actions.append(f"{len(clusters)} failure cluster(s) ≥ {s.min_cluster}, {len(candidates)} candidate(s)")
+        rec.actions.append(f"{len(clusters)} failure cluster(s) significant at alpha {s.alpha} "
+                           f"(of {len(found)}), {len(candidates)} candidate(s)")
 
         if not candidates:
-            small = [c for c in cluster_failures(window) if c.size < s.min_cluster]
+            weak = [c for c in found if not c.significant and c.evidence is not None]
+            best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
             rec.reason = ("no failure cluster reaches the evidence bar"
-                          + (f" ({len(small)} smaller cluster(s), largest {max(c.size for c in small)})"
-                             if small else " (no failures)"))
+                          + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
+                             f"{best.evidence.requests} requests, p={best.evidence.p_value:.3g} > "
+                             f"{best.evidence.level:.3g})" if best is not None and best.evidence is not None
+                             else " (no failures)"))
             self.log.append(rec)
             return result
 
@@ -299,13 +320,25 @@ class ControlPlane:
         self.log.append(rec)
         return result
 
-    def run_all(self, tenant_id: str | None = None) -> list[CycleResult]:
-        """One cycle for every agent with versions (of one tenant, or all) — and, when the plane has
-        ``base_parts``, for every agent seen in the traffic (its first version is ``base_parts``)."""
+    def agents(self, tenant_id: str | None = None) -> set[tuple[str, str]]:
+        """The ``(tenant, agent)`` pairs this plane evolves: every agent with policy versions (of one
+        tenant, or all) and — when the plane has ``base_parts`` — every agent seen in the traffic,
+        however it was captured (gateway, adapter, import): no registration needed."""
         pairs = set(self.registry.agents(tenant_id))
         if self.base_parts is not None:
             pairs |= self._agents_in_traffic(tenant_id)
-        return [self.run_cycle(t, a) for t, a in sorted(pairs)]
+        return pairs
+
+    def run_all(self, tenant_id: str | None = None) -> list[CycleResult]:
+        """One cycle for every agent of :meth:`agents`. An agent whose cycle raises is logged and
+        skipped: one agent's bad data never stops the others' evolution."""
+        out = []
+        for t, a in sorted(self.agents(tenant_id)):
+            try:
+                out.append(self.run_cycle(t, a))
+            except Exception:
+                log.exception("Control-plane cycle for %s/%s failed; the other agents go on.", t, a)
+        return out
 
     def _agents_in_traffic(self, tenant_id: str | None) -> set[tuple[str, str]]:
         q = self.store.table("events").search().where(
@@ -604,8 +637,8 @@ class ControlPlane:
             if tenant in out:
                 continue
             eps = episodes(self.store, tenant, agent, limit=s.window)
-            same = [c for c in cluster_failures(eps) if c.task == cluster.task and c.signature == cluster.signature]
-            if same and same[0].size >= s.min_cluster:
+            found = cluster_failures(eps, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity)
+            if any(c.significant and same_pattern(c, cluster, s.similarity) for c in found):
                 out.add(tenant)
         return sorted(out)
 

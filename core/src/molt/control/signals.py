@@ -13,9 +13,13 @@ verifier's reason, cost. :func:`compute_signals` turns a window of episodes into
 - input drift: total-variation distance between the task mix of the older and newer half of the
   window, and the relative change in question length.
 
-Outcome of a trajectory: the latest reward from an outcome source (verifier, test result, human
-label, judge, environment) decides (``> 0.5`` is a success); a ``user_correction`` marks a failure
-and carries the corrected answer in its ``reason``; a ``FEEDBACK`` event's ``correction`` counts too.
+Outcome of a trajectory — a failure is what production says it is (:attr:`Episode.failure_signals`
+names what said so): the latest reward from an outcome source (verifier, test result, human label,
+judge, environment, user feedback through the gateway) decides (``> 0.5`` is a success, so a negative
+late reward or a judge's FAIL is a failure); a ``user_correction`` marks a failure and carries the
+corrected answer in its ``reason``; a ``FEEDBACK`` event's ``correction``, or its ``rating`` below
+zero (a thumbs-down), counts too. With none of these, a tool error the agent did not recover from (no
+later successful call of the same tool) is a failure; a trajectory nothing spoke about stays unscored.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from molt.atdp.models import EventKind, OutcomeStatus, RewardSource
+from molt.backends.chat_format import text_content
 from molt.replay.evaluate import wilson
 from molt.replay.load import load_trajectories
 from molt.store import Store, sql_str
@@ -39,7 +44,7 @@ from molt.store.query import Trajectory
 __all__ = ["Episode", "Signals", "ToolUse", "arg_pattern", "compute_signals", "episode_of", "episodes"]
 
 _OUTCOME_SOURCES = {RewardSource.VERIFIER, RewardSource.TEST_RESULT, RewardSource.HUMAN_LABEL, RewardSource.JUDGE,
-                    RewardSource.ENVIRONMENT}
+                    RewardSource.ENVIRONMENT, RewardSource.USER_FEEDBACK}
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,9 @@ class Episode:
     verdict: str | None = None
     model_calls: int = 0
     tokens: int = 0
+    #: What said this trajectory failed: "reward" (a low or negative outcome reward), "judge",
+    #: "correction", "thumbs_down", "tool_error" (empty for a success or an unscored run).
+    failure_signals: list[str] = field(default_factory=list)
 
     @property
     def tool_errors(self) -> list[ToolUse]:
@@ -92,12 +100,15 @@ def episode_of(traj: Trajectory) -> Episode:
     offered: list[dict[str, Any]] = []
     corrections: list[str] = []
     calls = tokens = 0
+    thumbs_down = False
     for e in evs:
         a: Any = e.action
         if e.kind == EventKind.USER_MESSAGE and not question:
             question = a.content if isinstance(a.content, str) else str(a.content)
         elif e.kind == EventKind.MODEL_CALL:
             calls += 1
+            if not question:  # the gateway records model calls only: the request is the first user turn
+                question = _first_user(e)
             if getattr(a, "text", None):
                 answer = a.text
             md_usage = e.metadata.usage if e.metadata else None
@@ -118,25 +129,47 @@ def episode_of(traj: Trajectory) -> Episode:
             else:
                 tools.append(ToolUse(a.tool_name, a.arguments, False, err.type if err else None,
                                      err.message if err else None))
-        elif e.kind == EventKind.FEEDBACK and getattr(a, "correction", None):
-            corrections.append(a.correction)
+        elif e.kind == EventKind.FEEDBACK:
+            if getattr(a, "correction", None):
+                corrections.append(a.correction)
+            if isinstance(getattr(a, "rating", None), int | float) and a.rating < 0:
+                thumbs_down = True
     success: bool | None = None
     reward: float | None = None
     verdict: str | None = None
+    said: list[str] = []
     for r in sorted(traj.rewards, key=lambda r: r.created_at):
         if r.source in _OUTCOME_SOURCES:
             reward, success, verdict = r.value, r.value > 0.5, r.reason
+            said = [] if success else ["judge" if r.source == RewardSource.JUDGE else "reward"]
         elif r.source == RewardSource.USER_CORRECTION:
             success = False
+            said.append("correction")
             if r.reason:
                 corrections.append(r.reason)
+    if success is not False and thumbs_down:
+        success, said = False, [*said, "thumbs_down"]
     if success is None and corrections:
-        success = False
+        success, said = False, ["correction"]
+    if success is None and _unrecovered(tools):
+        success, said = False, ["tool_error"]
     return Episode(trajectory_id=traj.trajectory_id, tenant_id=md.tenant_id if md else None,
                    agent_id=md.agent_id if md else None, task=md.task if md else None, policy_version=version,
                    started_at=first.timestamp, success=success, reward=reward, question=question, answer=answer,
                    tools=tools, offered_tools=offered, corrections=corrections, verdict=verdict, model_calls=calls,
-                   tokens=tokens)
+                   tokens=tokens, failure_signals=list(dict.fromkeys(said)) if success is False else [])
+
+
+def _first_user(e: Any) -> str:
+    for m in getattr(e.observation, "messages", None) or []:
+        if getattr(m, "role", None) == "user":
+            return m.content if isinstance(m.content, str) else text_content(m.content)
+    return ""
+
+
+def _unrecovered(tools: Sequence[ToolUse]) -> bool:
+    """Whether a tool call failed and no later call of the same tool succeeded."""
+    return any(not t.ok and not any(u.ok and u.name == t.name for u in tools[i + 1:]) for i, t in enumerate(tools))
 
 
 def episodes(store: Store, tenant_id: str, agent_id: str, *, limit: int = 2000,
@@ -170,15 +203,19 @@ def _error_in(output: Any) -> tuple[str, str] | None:
             text = orjson.loads(output)
         except orjson.JSONDecodeError:
             text = output
+    reported = False
     if isinstance(text, dict):
         if not isinstance(text.get("error"), str):
             return None
-        text = text["error"]
+        text, reported = text["error"], True
     if not isinstance(text, str):
         return None
     m = _ERROR_TEXT.match(text)
     if m:
         return m.group(1), m.group(2).strip().rstrip(")")
+    if reported:  # {"error": ...} is an error report whatever its text (its type may have been redacted)
+        head, sep, rest = text.partition(":")
+        return "ToolError", (rest if sep and len(head) <= 40 else text).strip()
     if text.lower().startswith("error"):
         return "ToolError", text.split(":", 1)[-1].strip()
     return None

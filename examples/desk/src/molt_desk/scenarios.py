@@ -1,7 +1,7 @@
 """The built-in, labelled failure-scenario suite of the control plane.
 
 Each :class:`Scenario` is a window of real agent runs — the support-desk agent of
-:mod:`molt.control.world` served by its scripted, context-reading policy, with live tools and the
+:mod:`molt_desk.world` served by its scripted, context-reading policy, with live tools and the
 world's verifier, recorded as ATDP trajectories — with one failure pattern in it and the best
 intervention as ground truth:
 
@@ -23,7 +23,7 @@ kind                        ground truth        what fails
 :func:`run_scenario` builds a scenario in a fresh store, runs one control-plane cycle and measures,
 for a chosen context intervention, the cluster's success rate before and after in replay (from the
 decision's evidence) and live (fresh runs under the old and the new version), and the held-back
-regression tasks live under both. ``python -m molt.control.scenarios`` runs the whole suite.
+regression tasks live under both. ``python -m molt_desk.scenarios`` runs the whole suite.
 """
 
 from __future__ import annotations
@@ -34,18 +34,21 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from molt.atdp.models import RewardAnnotation, RewardSource
 from molt.control.plane import ControlPlane, CycleResult, PlaneSettings, overrides_for
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
-from molt.control.world import AGENT, FACTS, LEGACY_AGENT, ORDERS, DeskModel, World, _seed
 from molt.harness import ToolRewrite
 from molt.replay import ReplayPolicy, record_episode, save_trajectories
 from molt.store import Store
+from molt_desk.gateway import GatewayDesk, gateway_agent, register_task_verifiers
+from molt_desk.world import AGENT, FACTS, LEGACY_AGENT, ORDERS, DeskModel, World, seed
 
-__all__ = ["SCENARIOS", "Scenario", "ScenarioResult", "base_parts", "run_scenario", "run_suite"]
+__all__ = ["SCENARIOS", "TRUTH", "Scenario", "ScenarioResult", "Traffic", "base_parts", "degrade", "record_traffic",
+           "run_scenario", "run_suite"]
 
 TRUTH = {"missing_fact": "memory_insert", "tool_schema": "tool_schema_edit", "format": "harness_edit",
          "procedural": "skill_patch", "capability": "weight_update", "regression": "rollback", "noise": "noop"}
@@ -118,7 +121,7 @@ def _refunds(rng: random.Random, tenant: str, agent: str, n: int, wins: int, exp
     good, bad = [], []
     while len(good) < wins or len(bad) < n - wins:
         q = f"Please refund order {rng.choice(_ORDER_IDS)}. (ticket {rng.randrange(10**5)})"
-        (good if _seed("explore", q) < explore else bad).append(q)
+        (good if seed("explore", q) < explore else bad).append(q)
     return [Traffic(tenant, agent, q, "refund") for q in good[:wins] + bad[:n - wins]]
 
 
@@ -265,13 +268,14 @@ class ScenarioResult:
     regression_before: float | None = None
     regression_after: float | None = None
     cycle: CycleResult | None = field(default=None, repr=False)
+    first_choice: str | None = None
 
     @property
     def match(self) -> bool:
         return self.choice == self.truth
 
 
-async def _record(items: Sequence[Traffic], registry: VersionRegistry, plane: ControlPlane, world: World,
+async def record_traffic(items: Sequence[Traffic], registry: VersionRegistry, plane: ControlPlane, world: World,
                   backend: DeskModel) -> list[tuple[list[Any], list[RewardAnnotation]]]:
     out = []
     for tr in items:
@@ -317,40 +321,100 @@ def _fresh(s: Scenario, task: str | None, n: int, seed: str, *, exclude: bool = 
     return out
 
 
+def degrade(items: list[tuple[list[Any], list[RewardAnnotation]]], seed: str, *, flip: float = 0.0,
+            late: bool = False) -> tuple[list[tuple[list[Any], list[RewardAnnotation]]], list[RewardAnnotation]]:
+    """Production's noise on recorded traffic: ``flip`` of the outcome (verifier) rewards flipped — a
+    flipped one keeps no reason — and, with ``late``, the user corrections held back (returned
+    separately, to arrive a window later)."""
+    rng = random.Random(f"degrade-{seed}")
+    out, held = [], []
+    for events, rewards in items:
+        kept = []
+        for r in rewards:
+            if r.source == RewardSource.USER_CORRECTION and late:
+                held.append(r)
+                continue
+            if r.source == RewardSource.VERIFIER and rng.random() < flip:
+                r = r.model_copy(update={"value": 1.0 - r.value, "reason": None})
+            kept.append(r)
+        out.append((events, kept))
+    return out, held
+
+
 async def arun_scenario(s: Scenario, root: Path, *, settings: PlaneSettings | None = None,
-                        memories: Any = None, trainer: Any = None) -> ScenarioResult:
-    """Build ``s`` in a fresh store under ``root``, run one cycle for its tenant and agent, measure."""
+                        memories: Any = None, trainer: Any = None, flip: float = 0.0,
+                        late_corrections: bool = False, capture: str = "registered") -> ScenarioResult:
+    """Build ``s`` in a fresh store under ``root``, run one cycle for its tenant and agent, measure.
+
+    ``capture="registered"`` records the ``@molt.replayable`` desk agents in process;
+    ``capture="gateway"`` drives their twins through a real gateway as plain HTTP loops, with no entry
+    point registered (:mod:`molt_desk.gateway`): the plane replays them from the recording alone.
+    ``flip`` and ``late_corrections`` degrade the recorded signals (:func:`degrade`; registered capture).
+    With late corrections a cycle that chose nothing is followed, once the corrections have arrived, by
+    a second one: the result is what the second made (``first_choice`` is the first cycle's).
+    """
+    if capture not in ("registered", "gateway"):
+        raise ValueError(f"capture must be 'registered' or 'gateway', not {capture!r}.")
     t0 = time.perf_counter()
     backend = DeskModel()
     world = World(flaky=s.flaky)
+    via = capture == "gateway"
+    name = gateway_agent if via else (lambda a: a)
+    held: list[RewardAnnotation] = []
     with Store.open(root / s.name, auto_compact=False) as store:
         plane = ControlPlane(store, backend, live_tools=World().live_tools(), settings=settings,
                              memories=memories(store) if memories else None, base_parts=base_parts(),
                              trainer=trainer)
         registry = plane.registry
         for tenant, agent in {(t.tenant, t.agent) for t in s.traffic}:
-            registry.ensure_base(tenant, agent, base_parts(), actor="scenario")
-        items = await _record([t for t in s.traffic if t.phase == 0], registry, plane, world, backend)
-        save_trajectories(store, items)
-        if s.bad_parts is not None:
-            if s.bad_parts.model.adapter:  # the promoted adapter is loaded, as a publish would
-                await backend.load_adapter(s.bad_parts.model.adapter, s.bad_parts.model.adapter_path or "scenario")
-            live = registry.live(s.tenant, s.agent)
-            assert live is not None
-            bad = registry.create(s.tenant, s.agent, s.bad_parts, parent=live.version_id, note="a bad change")
-            registry.promote(bad.version_id, actor="scenario")
-            save_trajectories(store, await _record([t for t in s.traffic if t.phase == 1], registry, plane, world,
-                                                   backend))
-        old = registry.live(s.tenant, s.agent)
+            registry.ensure_base(tenant, name(agent), base_parts(), actor="scenario")
+        desk = GatewayDesk(store, registry, backend, {t.tenant for t in s.traffic},
+                           root / f"{s.name}-spool") if via else None
+        try:
+            if desk is not None:
+                register_task_verifiers()
+                _through(desk, [t for t in s.traffic if t.phase == 0], world)
+            else:
+                items = await record_traffic([t for t in s.traffic if t.phase == 0], registry, plane, world, backend)
+                items, held = degrade(items, s.name, flip=flip, late=late_corrections)
+                save_trajectories(store, items)
+            if s.bad_parts is not None:
+                if s.bad_parts.model.adapter:  # the promoted adapter is loaded, as a publish would
+                    await backend.load_adapter(s.bad_parts.model.adapter, s.bad_parts.model.adapter_path or "scenario")
+                live = registry.live(s.tenant, name(s.agent))
+                assert live is not None
+                bad = registry.create(s.tenant, name(s.agent), s.bad_parts, parent=live.version_id,
+                                      note="a bad change")
+                registry.promote(bad.version_id, actor="scenario")
+                phase1 = [t for t in s.traffic if t.phase == 1]
+                if desk is not None:
+                    desk.sync()
+                    _through(desk, phase1, world)
+                else:
+                    after, more = degrade(await record_traffic(phase1, registry, plane, world, backend),
+                                          s.name + "-after", flip=flip, late=late_corrections)
+                    held += more
+                    save_trajectories(store, after)
+        finally:
+            if desk is not None:
+                desk.close()
+        old = registry.live(s.tenant, name(s.agent))
         assert old is not None
-        cycle = await plane.arun_cycle(s.tenant, s.agent)
-        res = ScenarioResult(s.name, s.kind, s.truth, cycle.choice, cycle.record.reason, 0.0, cycle=cycle)
+        cycle = await plane.arun_cycle(s.tenant, name(s.agent))
+        first = cycle.choice
+        if held:  # the corrections arrive a window late (stamped now, after the first cycle)
+            now = datetime.now(UTC)
+            store.append_rewards([r.model_copy(update={"created_at": now}) for r in held])
+            if cycle.choice == "noop":
+                cycle = await plane.arun_cycle(s.tenant, name(s.agent))
+        res = ScenarioResult(s.name, s.kind, s.truth, cycle.choice, cycle.record.reason, 0.0, cycle=cycle,
+                             first_choice=first)
         chosen = cycle.chosen
         if chosen is not None and chosen.kind not in ("weight_update",):
             ev = cycle.evaluations.get(chosen.candidate_id, {}).get("replay", {})
             res.replay_before, res.replay_after = ev.get("baseline_success_rate"), ev.get("candidate_success_rate")
             new = cycle.version
-            if new is not None:
+            if new is not None:  # live: fresh requests to the desk agent under the old and the new parts
                 failing = _fresh(s, s.failing_task, 8, f"{s.name}-live")
                 others = _fresh(s, s.failing_task, 8, f"{s.name}-regr", exclude=True)
                 res.live_before = await _live_rate(old.parts, plane, s.tenant, s.agent, failing, backend)
@@ -359,6 +423,16 @@ async def arun_scenario(s: Scenario, root: Path, *, settings: PlaneSettings | No
                 res.regression_after = await _live_rate(new.parts, plane, s.tenant, s.agent, others, backend)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _through(desk: GatewayDesk, items: Sequence[Traffic], world: World) -> None:
+    """Each request through the gateway; the checker's verdict and any correction posted late."""
+    for tr in items:
+        tid, answer = desk.ask(tr.tenant, tr.agent, tr.input, tr.task, world)
+        ok = desk.check(tr.tenant, tid, tr.input, tr.task, answer)
+        if tr.correction and not ok:
+            desk.reward(tr.tenant, tid, 0.0, "user_correction", tr.correction)
+    desk.flush()
 
 
 def run_scenario(s: Scenario, root: Path | None = None, **kw: Any) -> ScenarioResult:

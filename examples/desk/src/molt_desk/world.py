@@ -44,8 +44,11 @@ __all__ = [
     "Fact",
     "World",
     "desk_tools",
+    "live_tools",
+    "seed",
     "support_desk",
     "support_desk_legacy",
+    "verify",
 ]
 
 AGENT = "molt-support-desk"
@@ -105,7 +108,7 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
-def _seed(*parts: str) -> float:
+def seed(*parts: str) -> float:
     """A number in [0, 1) from the parts (the scripted policy's deterministic "sampling")."""
     h = hashlib.blake2b("\x00".join(parts).encode(), digest_size=8).digest()
     return int.from_bytes(h, "big") / 2**64
@@ -159,7 +162,7 @@ class World:
         if not isinstance(order_id, str) or not order_id.startswith("A-"):
             raise ValidationError(f"order_id {order_id!r} is not an order id: it must keep the 'A-' prefix, "
                                   f"e.g. 'A-1001'")
-        if self.flaky and _seed("flaky", order_id) < self.flaky:
+        if self.flaky and seed("flaky", order_id) < self.flaky:
             raise TransientError("upstream order service timed out; retry later")
         order = ORDERS.get(order_id)
         if order is None:
@@ -185,6 +188,11 @@ class World:
         live.register("refund", self.refund)
         live.register("search_kb", self.search_kb)
         return live
+
+
+def live_tools() -> LiveTools:
+    """A fresh world's tools as replay's live tools (``molt evolve run --live-tools molt_desk.world:live_tools``)."""
+    return World().live_tools()
 
 
 # --------------------------------------------------------------------------- the scripted policy
@@ -238,7 +246,7 @@ class DeskModel(StubBackend):
         if "refund" in q:
             skill = _skill_for(system, question)
             looked = _looked_up(msgs)
-            if looked is None and (skill or _seed("explore", question) < self.explore) and "lookup_order" in tools:
+            if looked is None and (skill or seed("explore", question) < self.explore) and "lookup_order" in tools:
                 return None, [("lookup_order", {"order_id": oid})]
             if isinstance(last, dict) and "refunded" in last:
                 return f"Refunded {last['refunded']:.2f} for order {last['order_id']}.", None
@@ -305,7 +313,7 @@ def _skill_for(system: str, question: str) -> bool:
 # --------------------------------------------------------------------------- the agent
 
 
-def _check(answer: Any, ctx: Any) -> None:
+def verify(answer: Any, ctx: Any) -> None:
     """The desk's verifier: the answer must hold what the world's data says (JSON-wrapped for json tasks)."""
     text = str(answer or "")
     task = ctx.task or ""
@@ -353,13 +361,13 @@ def _desk(input: str, model: Any, tools: Any, offered: list[dict[str, Any]]) -> 
     return reply.text if reply else None
 
 
-@replayable(name=AGENT, verifier=_check)
+@replayable(name=AGENT, verifier=verify)
 def support_desk(input: str, model: Any, tools: Any) -> Any:
     """The support agent: a system prompt, the desk tools, up to five model calls."""
     return _desk(input, model, tools, desk_tools())
 
 
-@replayable(name=LEGACY_AGENT, verifier=_check)
+@replayable(name=LEGACY_AGENT, verifier=verify)
 def support_desk_legacy(input: str, model: Any, tools: Any) -> Any:
     """The same agent deployed with the legacy integration's confusing ``lookup_order`` schema."""
     return _desk(input, model, tools, desk_tools(clear_ids=False))
