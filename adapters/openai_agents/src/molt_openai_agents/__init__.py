@@ -15,8 +15,9 @@ from molt.capture.adapt import require_framework
 
 require_framework("molt-openai-agents", "openai-agents", "0.20", 'pip install "openai-agents>=0.20"')
 
+from .model import MoltModel  # noqa: E402
 from .processor import MoltTracingProcessor  # noqa: E402
 
-__all__ = ["MoltTracingProcessor", "__version__"]
+__all__ = ["MoltModel", "MoltTracingProcessor", "__version__"]
 
 __version__ = "0.1.0"

@@ -11,17 +11,20 @@ from typing import Any
 
 from agents.tracing import TracingProcessor
 
-from molt.capture.adapt import BlobStore, Capture, CaptureStats, distribution_version
+from molt.capture.adapt import BlobStore
+from molt.capture.instrumentor import Instrumentor
+from molt.harness import DEFAULT_POLL_S
 
 from .mapping import AgentsMapper
 
 __all__ = ["MoltTracingProcessor"]
 
-_FRAMEWORK_VERSION = distribution_version("openai-agents")
+#: The oldest openai-agents this adapter supports (checked at import and when the processor is built).
+FRAMEWORK_MIN = "0.20"
 _now = time.time_ns
 
 
-class MoltTracingProcessor(TracingProcessor):
+class MoltTracingProcessor(TracingProcessor, Instrumentor):
     """Record Agents SDK traces as ATDP trajectories: agents, model calls, tools, handoffs, guardrails
     and MCP tool listings become events, parented by the SDK's span ids.
 
@@ -34,13 +37,27 @@ class MoltTracingProcessor(TracingProcessor):
     inputs and outputs reach the processor only when the run's ``trace_include_sensitive_data`` is on
     (the SDK's default); tool error details only when the tool has its own ``failure_error_function``.
 
+    With ``versions=``, :meth:`wrap` the agent's model: the wrapper applies the live version of
+    ``tenant_id``/``agent_id`` to the instructions and function tools of every call, and the events
+    carry its id in ``provenance.policy_version``.
+
     Args:
         recorder: the :class:`molt.capture.Recorder` (default: the process default Recorder).
         tenant_id, agent_id, task, tags: metadata put on every event.
         max_field_bytes: bound of each payload field (default 192 KiB).
         blob_store: where binary payloads are offloaded (default: dropped with a note).
         strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
+        versions, harness, version_poll_s: the live version to apply (see
+            :class:`molt.capture.instrumentor.Instrumentor`).
     """
+
+    integration = "molt-openai-agents"
+    framework = "openai-agents"
+    framework_dist = "openai-agents"
+    framework_min = FRAMEWORK_MIN
+    framework_below = "1"
+    install = 'pip install "openai-agents>=0.20,<1"'
+    version_hook = "a Model wrapper (instructions and function tools of every call; MoltTracingProcessor.wrap)"
 
     def __init__(
         self,
@@ -53,27 +70,34 @@ class MoltTracingProcessor(TracingProcessor):
         max_field_bytes: int | None = None,
         blob_store: BlobStore | None = None,
         strict: bool = False,
+        versions: Any = None,
+        harness: Any = None,
+        version_poll_s: float = DEFAULT_POLL_S,
     ):
-        self.capture = Capture(
+        Instrumentor.__init__(
+            self,
             recorder,
-            integration="molt-openai-agents",
-            framework="openai-agents",
-            framework_version=_FRAMEWORK_VERSION,
             tenant_id=tenant_id,
             agent_id=agent_id,
             task=task,
             tags=tags,
+            max_field_bytes=max_field_bytes,
             blob_store=blob_store,
             strict=strict,
-            max_field_bytes=max_field_bytes,
+            versions=versions,
+            harness=harness,
+            version_poll_s=version_poll_s,
         )
         self._mapper = AgentsMapper(self.capture)
 
-    def _queue(self, fn: Any, *args: Any) -> None:
-        try:
-            self.capture.submit(fn, *args)
-        except Exception as exc:
-            self.capture.fail(exc)
+    _queue = Instrumentor.queue
+
+    def wrap(self, model: Any) -> Any:
+        """``model`` (an Agents SDK ``Model``) wrapped so that every call gets the live version applied
+        (see :class:`molt_openai_agents.model.MoltModel`); give it to ``Agent(model=…)``."""
+        from .model import MoltModel
+
+        return MoltModel(model, self)
 
     # ------------------------------------------------------------------ TracingProcessor (agent loop)
 
@@ -107,14 +131,3 @@ class MoltTracingProcessor(TracingProcessor):
     def force_flush(self) -> None:
         """Flush what was captured."""
         self.shutdown()
-
-    # ------------------------------------------------------------------ helpers
-
-    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
-        """Wait until captured events are durable (see :meth:`molt.capture.adapt.Capture.flush`)."""
-        return self.capture.flush(timeout, deliver=deliver)
-
-    @property
-    def stats(self) -> CaptureStats:
-        """Counters: events recorded, capture errors, spans still open."""
-        return self.capture.stats
