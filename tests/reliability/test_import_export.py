@@ -188,3 +188,16 @@ def test_cli_import_is_scoped_to_the_keys_tenant(exported: dict[str, Any], tmp_p
         assert rc == rc_want and text in out.out + out.err, (argv, out)
     store = Store.open(home / "store", auto_compact=False)
     assert store.count("events") == 8 and store.count("events", "tenant_id = 'globex'") == 0
+
+
+def test_a_tenants_import_never_extends_another_tenants_trajectory(tmp_path: Path) -> None:
+    """Issue 27: the import path follows the same ownership rule as chat, OTLP and feedback."""
+    src = _fill(tmp_path / "src", {"order-4711-run": "acme"})
+    path = tmp_path / "acme.parquet"
+    assert src.export_parquet(path) == 4
+    dst = _fill(tmp_path / "dst", {"order-4711-run": "globex"}, n=2)
+    before = [s.hash for s in dst.sealed_events("order-4711-run")]
+    with pytest.raises(MoltError, match="another tenant's events"):
+        import_parquet(dst, path, tenant_id="acme")
+    assert [s.hash for s in dst.sealed_events("order-4711-run")] == before and dst.verify("order-4711-run").ok
+    assert dst.trajectory_tenant("order-4711-run") == "globex"

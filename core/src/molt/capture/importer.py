@@ -43,6 +43,7 @@ from molt.atdp.validate import MAX_RECORD_BYTES
 from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeline
 from molt.capture.sinks import SealedRow, SinkBatch
 from molt.errors import MoltError
+from molt.governance.tenancy import store_tenants
 
 __all__ = ["ImportReport", "import_parquet"]
 
@@ -142,7 +143,15 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
     report.rows = n
     new_rows: list[SealedRow] = []
     new_events: list[Event] = []
+    # the ownership rule every ingest path uses (molt.governance.tenancy): a tenant's import never
+    # extends a trajectory that holds another tenant's events (sealed chains cannot be renamed, so the
+    # trajectory is refused rather than namespaced)
+    tenants_of = store_tenants(store) if tenant_id is not None else None
     for tid, rows in by_traj.items():
+        if tenants_of is not None and set(tenants_of(tid)) - {tenant_id}:
+            problems.append(f"trajectory {tid[:80]!r} holds another tenant's events in this store; "
+                            f"a key of tenant {tenant_id!r} cannot import into it")
+            continue
         stored = {s.event_id: s for s in store.sealed_events(tid)}
         fresh = []
         for r in rows:
