@@ -45,6 +45,8 @@ class EntityType(StrEnum):
     #: Web addresses, with or without a scheme (``https://shop.example.de/``, ``example.de``).
     DOMAIN_NAME = "DOMAIN_NAME"
     US_DRIVER_LICENSE = "US_DRIVER_LICENSE"
+    #: National identity and tax numbers with a checksum (ES DNI/NIE, NL BSN, PL PESEL, BR CPF, UK NHS, IN Aadhaar).
+    NATIONAL_ID = "NATIONAL_ID"
     #: API keys and access tokens in known formats (AWS, GitHub, Slack, Stripe, OpenAI, JWT, …).
     API_KEY = "API_KEY"
     #: PEM private key blocks.

@@ -59,6 +59,7 @@ DEFAULT_DETECTORS: tuple[str, ...] = (
     "ip",
     "url",
     "us_driver_license",
+    "national_id",
     "api_key",
     "private_key",
     "password",
