@@ -43,6 +43,16 @@ def test_replay_window_summarises(tmp_path: Path, capsys: Any) -> None:
         assert len(load_results(st, candidate_id="cli-cand")) == 5
 
 
+def test_replay_window_without_an_agent_replays_from_the_recordings(tmp_path: Path, capsys: Any) -> None:
+    uri, _ = _recorded(tmp_path, REFUND_QUESTIONS[:2] + ORDER_QUESTIONS[:1])
+    assert run(["replay", "window", "--store", uri, "--candidate", "cli-generic"]) == 0
+    out = capsys.readouterr().out
+    assert "cli-generic" in out and "3 / 3 / 3" in out and "0 / 0 / 0" in out  # scored; none unknown or invalid
+    with Store(uri, auto_compact=False) as st:
+        rows = [r for r in load_results(st, candidate_id="cli-generic") if r["kind"] == "trajectory"]
+    assert {r["record"]["mode"] for r in rows} == {"episode"}
+
+
 def test_replay_of_a_missing_trajectory_is_one_clear_line(tmp_path: Path, capsys: Any) -> None:
     uri, _ = _recorded(tmp_path, [ORDER_QUESTIONS[0]])
     assert run(["replay", "nope", "--store", uri]) == 2

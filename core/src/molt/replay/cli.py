@@ -3,11 +3,12 @@
 ::
 
     molt replay <trajectory> [--override key=value …] [--backend stub|local|openai|vllm] [--agent module:fn]
-    molt replay window [--tenant T] [--limit N] [--sample K] --agent module:fn [--override key=value …]
+    molt replay window [--tenant T] [--limit N] [--sample K] [--agent module:fn] [--override key=value …]
 
-Without ``--agent`` every model call is re-decided from its recorded request (step replay); with
-``--agent`` the whole episode is re-run through the ``@molt.replayable`` agent, tools served from the
-cassette. Override keys: ``memory``, ``skill`` (``name:instructions``), ``system_prompt``,
+Without ``--agent`` a single trajectory's model calls are each re-decided from their recorded request
+(step replay), and a window is re-driven from the recordings alone (generic replay,
+:mod:`molt.replay.generic`); with ``--agent`` the whole episode is re-run through the
+``@molt.replayable`` agent. Tools are served from the cassette. Override keys: ``memory``, ``skill`` (``name:instructions``), ``system_prompt``,
 ``system_prompt_mode``, ``tool.<name>.description|rename|parameters``, ``model``, ``temperature``,
 ``top_p``, ``max_tokens``, ``seed``.
 """
@@ -156,7 +157,9 @@ def show(
 
 @app.command("window")
 def window(
-    agent: Annotated[str, typer.Option("--agent", help="module:function of a @molt.replayable agent.")],
+    agent: Annotated[str | None, typer.Option(
+        "--agent", help="module:function of a @molt.replayable agent (default: generic replay from the "
+                        "recording, molt.replay.generic).")] = None,
     override: OverrideOpt = None,
     backend: BackendOpt = "stub",
     model_path: ModelPathOpt = None,
