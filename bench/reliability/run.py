@@ -25,9 +25,10 @@ Sections (each one a group of rows in the table; the harness is shared with ``te
    hypothesis on ATDP parsing and OTLP span ingest: server errors (5xx or an exception that is not a
    Molt error) and rejections that are not OpenAI-style.
 5. **Tenant isolation** — every endpoint × no key, wrong key, each role of two tenants; cross-tenant
-   reward / end / session probes; a cross-tenant trajectory-id write (a known bug, xfail in the tests);
-   the web console's pages and JSON endpoints over seeded random worlds of 2-3 tenants
-   (``tests/reliability/console_probe.py``).
+   reward / end / session probes (read probes); write probes with one tenant's keys against the other
+   (``tests/reliability/write_probe.py``: shared routing, OTLP trace and span ids, client-chosen
+   trajectory ids, ``/metrics``) counting cross-tenant writes and leaks; the web console's pages and
+   JSON endpoints over seeded random worlds of 2-3 tenants (``tests/reliability/console_probe.py``).
 6. **Tamper evidence and erasure** — a mutation test over stored trajectories (single-byte edits of
    every sealed column, deletions, reorderings), and the existing byte-level erasure and chain test
    files run as they are.
@@ -472,10 +473,10 @@ def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
 
     from molt.governance.access import Action, Role
 
-    allowed = {Role.ADMIN: set(Action), Role.TRAINER: {Action.READ, Action.EXPORT, Action.TRAIN},
+    allowed = {Role.OPERATOR: set(Action), Role.ADMIN: set(Action) - {Action.OPERATE},
+               Role.TRAINER: {Action.READ, Action.EXPORT, Action.TRAIN},
                Role.READER: {Action.READ}, Role.AGENT_WRITER: {Action.WRITE}}
     app, close = _app(work / "tenants")
-    gw = app.state.gateway
     probes = leaks = 0
     leak_notes: list[str] = []
     body_for = {"/v1/chat/completions": {"model": "stub", "messages": [{"role": "user", "content": "hi"}]},
@@ -516,19 +517,15 @@ def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
             if rr.status_code != 404:
                 leaks += 1
                 leak_notes.append(f"{p} by globex: {rr.status_code}")
-        # the known bug: naming acme's trajectory id appends globex's call to it
-        probes += 1
-        c.post("/v1/chat/completions", headers={**globex, "x-molt-trajectory": tid},
-               json={"model": "stub", "messages": [{"role": "user", "content": "globex"}]})
-        gw.recorder.flush(timeout=30, deliver=True)
-        tenants_in = {e.metadata.tenant_id for e in gw.store.trajectory(tid).events}
-        known = 0
-        if tenants_in != {"acme"}:
-            leaks += 1
-            known = 1
-            leak_notes.append("x-molt-trajectory of another tenant: globex's call sealed into acme's trajectory "
-                              "(known bug, xfail in tests/reliability/test_auth_matrix.py)")
     close()
+    # write probes (issue 27): with acme's keys, change globex's serving or data, or tell its ids
+    import write_probe
+
+    app, close = _app(work / "tenants-writes")
+    with TestClient(app) as c:
+        writes = write_probe.run(c, app.state.gateway)
+    close()
+    log(f"write probes: {writes.probes}, cross-tenant writes {writes.cross_writes}, leaks {writes.leaks}")
     # the web console: every page and JSON endpoint with each tenant's keys, over random worlds
     import console_probe
 
@@ -545,10 +542,15 @@ def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
                                "tests/reliability/test_console_isolation.py"])
     s = "5 tenant isolation"
     rows: list[Row] = [
-        (s, "cross-tenant and auth probes (HTTP: every endpoint × 8 keys, plus cross-tenant data probes)",
+        (s, f"read probes (HTTP: every endpoint × {len(KEYS) + 2} keys, plus cross-tenant data probes)",
          str(probes), ""),
-        (s, "leaks (a key got what its tenant/role must not)" + (f", {known} known bug (xfail)" if known else ""),
-         str(leaks), "0"),
+        (s, "  leaks (a key got what its tenant/role must not)", str(leaks), "0"),
+        (s, "write probes (acme's keys vs globex: shared routing, OTLP trace/span ids, client-chosen trajectory "
+            "ids, /metrics; then every chain)", str(writes.probes), ""),
+        (s, "  cross-tenant writes (globex's serving or data changed, an event dropped or misplaced)",
+         str(writes.cross_writes), "0"),
+        (s, "  leaks (an id of globex's readable, or an answer that tells whether globex holds an id)",
+         str(writes.leaks), "0"),
         (s, f"console probes (every page and JSON endpoint × admin/reader key of each tenant × the others' "
             f"ids, {worlds} random worlds of 2-3 tenants) — leaks", f"{console_probes:,} — {len(console_leaks)}",
          "0 leaks"),
@@ -557,6 +559,8 @@ def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
          f"{existing['passed']} / {existing['failed']}", "all / 0"),
     ]
     return rows, {"probes": probes, "leaks": leaks, "notes": leak_notes, "existing": existing,
+                  "writes": {"probes": writes.probes, "cross_writes": writes.cross_writes, "leaks": writes.leaks,
+                             "notes": writes.notes[:20]},
                   "console": {"worlds": worlds, "probes": console_probes, "leaks": console_leaks[:20]}}
 
 

@@ -84,11 +84,16 @@ class AdminScope:
             if not self.sees_version(t.versions.get(v)):
                 raise ModelNotFound(f"No version {v!r} of tenant {self.tenant!r} or shared.", param=param)
 
+    def require_key(self, model: str) -> None:
+        """Raise unless the caller may set the weights of routing key ``model`` (checked before the
+        body is read, so a refused caller learns nothing from validation errors)."""
+        if not self.operator and not _key_tenant_matches(model, self.tenant):
+            self.require_operator(f"The weights of {model!r}")
+
     def weights_target(self, t: RoutingTable, model: str, weights: Mapping[str, float]) -> str:
         """The routing key whose weights the caller may set (``model`` itself), or raise."""
+        self.require_key(model)
         if not self.operator:
-            if not _key_tenant_matches(model, self.tenant):
-                self.require_operator(f"The weights of {model!r}")
             self._check_weights(t, weights, "weights")
         return model
 

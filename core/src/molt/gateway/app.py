@@ -425,6 +425,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
     async def set_weights(request: Request) -> Response:
         model_name = request.path_params["model_name"]
         scope = admin(request)
+        scope.require_key(model_name)
         body = await _read_model(request, gw, WeightsBody)
         gw.router.set_weights(scope.weights_target(gw.router.table, model_name, body.weights), body.weights)
         return _json(table_json(scope))
