@@ -67,7 +67,8 @@ def _asked_weights(plane: ControlPlane) -> list[str]:
 def test_uncorrected_missing_fact_waits_then_gets_a_memory(tmp_path: Path) -> None:
     """First cycle: 2 × 10 wrong answers about a fact, no correction yet → a no-op that says it waits for
     evidence (the plane used to request training: the generic self-check rule failed in replay and the
-    cluster recurs in two tenants). The corrections arrive → the same cluster gets a memory insert."""
+    cluster recurs in two tenants). The corrections arrive → the same cluster gets a memory insert, and the
+    failures recorded before it went live are not sent to training afterwards."""
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         plane = _plane(store)
         _save(store, plane, _missing_fact(10))
@@ -79,6 +80,10 @@ def test_uncorrected_missing_fact_waits_then_gets_a_memory(tmp_path: Path) -> No
         second = plane.run_cycle("acme", AGENT)
         assert second.choice == "memory_insert", second.record.reason
         assert second.chosen is not None and second.chosen.cluster.startswith("kb_question|answer")
+        # The memory is live; the window still holds the failures recorded before it. Replayed against the
+        # live version, every context candidate "fails" (nothing is left to fix): no weight update either.
+        third = plane.run_cycle("acme", AGENT)
+        assert third.choice == "noop" and "under the live version" in third.record.reason, third.record.reason
         assert _asked_weights(plane) == []
 
 

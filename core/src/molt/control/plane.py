@@ -571,10 +571,12 @@ class ControlPlane:
         answer, often after the cycle that first sees the failure. A missing fact whose correction has
         not arrived looks exactly like a capability gap, so a cluster none of whose failures carries a
         correction waits until one cycle of this agent has run since its oldest failure: then its users
-        had that cycle's time to correct it. And weights are asked for only when context changes were
-        generated for the cluster, replayed on it and failed (did not clear the bar, or regressed the
-        held-back successes) — a candidate that could not be replayed (safety, replay errors, too
-        little coverage, an agent replay cannot run) is no evidence that context cannot fix it.
+        had that cycle's time to correct it. The live version must itself have failed this way (failures
+        recorded only under earlier versions may be fixed already). And weights are asked for only when
+        context changes were generated for the cluster, replayed on it and failed (did not clear the
+        bar, or regressed the held-back successes) — a candidate that could not be replayed (safety,
+        replay errors, too little coverage, an agent replay cannot run) is no evidence that context
+        cannot fix it.
         """
         if not any(e.corrections for e in cluster.failures):
             last = self._last_cycle_at()
@@ -582,6 +584,13 @@ class ControlPlane:
                 return [], (f"{cluster.key}: a user correction or one more cycle — none of its {cluster.size} "
                             f"failure(s) carries a correction yet and no earlier cycle has seen them (corrections "
                             f"arrive late; until then a missing fact looks like a capability gap)")
+        live = self._current.version_id if self._current is not None else None
+        stamped = {e.policy_version for e in cluster.failures if e.policy_version is not None}
+        if live is not None and stamped and live not in stamped:
+            # Recorded under earlier versions only: a change made since (a memory) may have fixed them, and
+            # a candidate replayed against the live version then "fails" because nothing is left to fix.
+            return [], (f"{cluster.key}: a failure under the live version {live} — its {cluster.size} failure(s) "
+                        f"were recorded under {', '.join(sorted(stamped))}")
         tried: list[str] = []
         untried: list[str] = []
         for c in all_candidates:
