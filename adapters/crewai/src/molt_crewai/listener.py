@@ -13,14 +13,18 @@ from typing import Any
 
 from crewai.events import BaseEventListener, crewai_event_bus
 from crewai.events.base_events import BaseEvent
+from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_before_llm_call_hook
 
-from molt.capture.adapt import BlobStore, Capture, CaptureStats, distribution_version
+from molt.capture.adapt import BlobStore
+from molt.capture.instrumentor import Instrumentor
+from molt.harness import DEFAULT_POLL_S
 
 from .mapping import CrewAIMapper
 
 __all__ = ["MoltEventListener"]
 
-_FRAMEWORK_VERSION = distribution_version("crewai")
+#: The oldest crewai this adapter supports (checked at import and when the listener is built).
+FRAMEWORK_MIN = "1.15"
 # Token-by-token chunks: a model call is recorded whole, at its end.
 _SKIP = {"llm_stream_chunk", "a2a_streaming_chunk"}
 
@@ -42,7 +46,7 @@ def _event_types() -> list[type[BaseEvent]]:
     return sorted(found, key=lambda c: c.__name__)
 
 
-class MoltEventListener(BaseEventListener):
+class MoltEventListener(BaseEventListener, Instrumentor):
     """Record CrewAI crews, tasks, agents, LLM calls, tool usage, memory, knowledge and human feedback
     as ATDP events. Create it once, before ``crew.kickoff()``::
 
@@ -51,13 +55,27 @@ class MoltEventListener(BaseEventListener):
 
     Each kickoff is a trajectory; its events are made durable when it ends.
 
+    With ``versions=``, a ``before_llm_call`` hook applies the live version of ``tenant_id``/``agent_id``
+    to the messages of every LLM call in the process (system prompt, memories, skills); tool rewrites
+    do not apply (CrewAI renders its tools into its own prompt, past any hook).
+
     Args:
         recorder: the :class:`molt.capture.Recorder` (default: the process default Recorder).
         tenant_id, agent_id, task, tags: metadata put on every event.
         max_field_bytes: bound of each payload field (default 192 KiB).
         blob_store: where binary payloads are offloaded (default: dropped with a note).
         strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
+        versions, harness, version_poll_s: the live version to apply (see
+            :class:`molt.capture.instrumentor.Instrumentor`).
     """
+
+    integration = "molt-crewai"
+    framework = "crewai"
+    framework_dist = "crewai"
+    framework_min = FRAMEWORK_MIN
+    framework_below = "2"
+    install = 'pip install "crewai>=1.15,<2"'
+    version_hook = "before_llm_call hook (system prompt, memories, skills; no tool rewrites)"
 
     def __init__(
         self,
@@ -70,23 +88,64 @@ class MoltEventListener(BaseEventListener):
         max_field_bytes: int | None = None,
         blob_store: BlobStore | None = None,
         strict: bool = False,
+        versions: Any = None,
+        harness: Any = None,
+        version_poll_s: float = DEFAULT_POLL_S,
     ):
-        self.capture = Capture(
+        Instrumentor.__init__(
+            self,
             recorder,
-            integration="molt-crewai",
-            framework="crewai",
-            framework_version=_FRAMEWORK_VERSION,
             tenant_id=tenant_id,
             agent_id=agent_id,
             task=task,
             tags=tags,
+            max_field_bytes=max_field_bytes,
             blob_store=blob_store,
             strict=strict,
-            max_field_bytes=max_field_bytes,
+            versions=versions,
+            harness=harness,
+            version_poll_s=version_poll_s,
         )
         self._mapper = CrewAIMapper(self.capture)
         self._registered: list[tuple[type[BaseEvent], Any]] = []
-        super().__init__()
+        # (id of an executor's message list) -> (the agent's system text, the text Molt put there): the
+        # executor keeps its list across iterations, so the next call must start from the agent's own text
+        self._applied: dict[int, tuple[str, str]] = {}
+        if self.live is not None:
+            register_before_llm_call_hook(self._before_llm_call)
+        # BaseEventListener.__init__ would call the next __init__ in the MRO (Instrumentor's) again,
+        # without our arguments; what it does besides is these two calls.
+        self.setup_listeners(crewai_event_bus)
+        crewai_event_bus.validate_dependencies()
+
+    def _before_llm_call(self, context: Any) -> None:
+        """Apply the live version to the call's messages, in place (CrewAI's contract); never raises."""
+        try:
+            messages = context.messages
+            key = id(messages)
+            first = messages[0] if messages else None
+            own = None
+            if first is not None and first.get("role") == "system":
+                seen = self._applied.get(key)
+                own = seen[0] if seen is not None and first.get("content") == seen[1] else first.get("content")
+            plain = [dict(m) for m in messages]
+            if own is not None:
+                plain[0]["content"] = own
+            applied = self.apply_version(plain, None)
+            if applied.fingerprint is None:
+                if own is not None and first is not None and first.get("content") != own:
+                    first["content"] = own  # the version was rolled back to one without a harness
+                return
+            new_system = applied.messages[0]
+            if own is not None and first is not None:
+                first["content"] = new_system["content"]
+            else:
+                messages.insert(0, dict(new_system))
+            self._applied[key] = (own if own is not None else "", str(new_system["content"]))
+            if len(self._applied) > 10_000:
+                self._applied.pop(next(iter(self._applied)))
+        except Exception as exc:
+            self.capture.fail(exc)
 
     def setup_listeners(self, crewai_event_bus: Any) -> None:
         """Subscribe to every bus event type (called once by ``BaseEventListener``)."""
@@ -103,7 +162,10 @@ class MoltEventListener(BaseEventListener):
             self._registered.append((cls, on_bus_event))
 
     def close(self) -> None:
-        """Unsubscribe from the bus (the capture stays usable for :meth:`flush`)."""
+        """Unsubscribe from the bus and the LLM hook (the capture stays usable for :meth:`flush`)."""
+        if self.live is not None:
+            unregister_before_llm_call_hook(self._before_llm_call)
+        Instrumentor.close(self)
         for cls, handler in self._registered:
             try:
                 crewai_event_bus.off(cls, handler)
@@ -115,8 +177,3 @@ class MoltEventListener(BaseEventListener):
         """Wait for the bus's pending handlers, then until captured events are durable."""
         ok = bool(crewai_event_bus.flush(timeout if timeout is not None else 30.0))
         return self.capture.flush(timeout, deliver=deliver) and ok
-
-    @property
-    def stats(self) -> CaptureStats:
-        """Counters: events recorded, capture errors, scopes still open."""
-        return self.capture.stats
