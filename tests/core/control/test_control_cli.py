@@ -83,3 +83,39 @@ def test_keys_scope_the_commands(home: Path, capsys: pytest.CaptureFixture[str])
     assert run(["evolve", "run", "--tenant", "acme", "--api-key", "sk-globex-admin"]) == 2     # other tenant
     out = capsys.readouterr().out
     assert "cannot act on 'acme'" in out
+
+
+@pytest.mark.slow
+def test_evolve_run_reaches_a_gateway_captured_agent_with_no_registration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An agent that joined through the gateway only — no @molt.replayable, no policy version, no
+    Python registration — is evolved by `molt evolve run`: replayed from its recording, judged by its
+    task's verifier, its users' correction becomes a memory."""
+    from molt.replay import AGENTS
+    from molt_desk.gateway import GatewayDesk, gateway_agent, register_task_verifiers
+
+    monkeypatch.setenv("MOLT_HOME", str(tmp_path))
+    monkeypatch.delenv("MOLT_KEYS", raising=False)
+    agent = gateway_agent(AGENT)
+    f = FACTS["warranty period"]
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        desk = GatewayDesk(store, VersionRegistry(store), DeskModel(), {"acme"}, tmp_path / "spool")
+        try:
+            for i in range(20):
+                q, task = ((f"{f.questions[i % 3]} (ticket {i})", "kb_question") if i < 8
+                           else (f"Where is order A-{1000 + i}? (ticket {i})", "status"))
+                tid, answer = desk.ask("acme", AGENT, q, task, World())
+                if not desk.check("acme", tid, q, task, answer):
+                    desk.reward("acme", tid, 0.0, "user_correction", f.text)
+            desk.flush()
+        finally:
+            desk.close()
+        assert agent not in AGENTS and VersionRegistry(store).live("acme", agent) is None
+    register_task_verifiers()
+    assert run(["evolve", "run", "--tenant", "acme", "--agent", agent, "--promote", "--json",
+                "--backend", "molt_desk.world:DeskModel"]) == 0
+    rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["choice"] == "memory_insert" and rec["applied_version"] == f"{agent}@acme:v2", rec["reason"]
+    [mem] = [c for c in rec["candidates"] if c["kind"] == "memory_insert"]
+    assert mem["payload"]["text"] == f.text
+    assert "@molt.replayable" not in mem["evidence"]["replay"]["mode"]
