@@ -81,7 +81,8 @@ def test_oversized_records_are_refused_or_quarantined_never_stored_as_events(tmp
         parse_event(orjson.dumps({"trajectory_id": "t", "kind": "user_message",
                                   "action": {"type": "user_message", "content": big}}))
     sink = MemorySink()
-    rec = Recorder(sink, spool_dir=tmp_path / "spool")
+    # the Recorder's own size cap (governance quarantines it earlier, by max_event_bytes: bad-input tests)
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", pipeline=None)
     tid = rec.new_trajectory()
     small = Event(trajectory_id=tid, kind=EventKind.TOOL_CALL, action=ToolCall(tool_name="t"),
                   outcome=Outcome(output="fine"))

@@ -32,7 +32,8 @@ capture process (every acknowledged event reaches the store) and the store.
 Examples::
 
     molt serve                                          # stub model: try the console and the API
-    molt serve --vllm --train --evolve-every 60         # SmolLM2 on vLLM, online RL, evolution
+    molt serve --vllm --train --governance policy.yaml  # SmolLM2 on vLLM, online RL on what the policy's
+                                                        # training.opt_in tenants allow, evolution
     molt serve --backend openai --upstream-url https://api.example.com/v1 --model gpt-x --keys keys.toml
 """
 
