@@ -115,8 +115,8 @@ def test_gateway_trajectory_is_re_driven_from_its_recording(harbour: Harbour) ->
     assert fixed.replayed_reward == 1.0 and fixed.verdict.detail == "correction: states 42"
 
     # An unrelated memory does not help, and the correction says so.
-    other = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=("Slips are cleaned on Mondays.",))),
-                                  tenant_id="default"))
+    unrelated = Overrides(memories=("Slips are cleaned on Mondays.",))
+    other = _run(replay_recording(traj, ReplayPolicy(FactStub(), unrelated), tenant_id="default"))
     assert other.status == "ok" and other.replayed_reward == 0.0
 
 
@@ -138,8 +138,8 @@ def test_a_tool_call_that_leaves_the_recording_is_unknown_unless_a_live_tool_ans
     traj = harbour.load(tid)
     # Exact, then the declared normalisation (whitespace) answers from the recording; another business
     # id (B-13) is a different request: it left the recording.
-    spaced = StubBackend(script=[{"tool_calls": [{"name": "find_slip", "arguments": {"query": "  Find slip B-12 for me"}}]},
-                                 "Slip B-12 is on pier 3."])
+    spaced_call = {"name": "find_slip", "arguments": {"query": "  Find slip B-12 for me"}}
+    spaced = StubBackend(script=[{"tool_calls": [spaced_call]}, "Slip B-12 is on pier 3."])
     hit = _run(replay_recording(traj, ReplayPolicy(spaced), normalization=PLANE_NORMALIZATION))
     assert hit.status == "ok" and hit.replayed_reward == 1.0 and not hit.misses
 
@@ -244,3 +244,32 @@ def test_bad_recordings_are_refused_with_the_reason_and_never_count_as_success(h
 
     with pytest.raises(ReplayError, match="refused"):
         check_tenant(load_trajectory(store, other_tenant), "default")
+
+
+# ---------------------------------------------------------------------------------------- the plane
+
+
+@pytest.mark.slow  # the plane loads the MiniLM embedder and the redactor's lexicon
+def test_plane_fixes_an_unregistered_agent_through_generic_replay(harbour: Harbour) -> None:
+    from molt.control.plane import ControlPlane, PlaneSettings
+    from molt.control.versions import ModelPart, PolicyParts
+    from molt.replay import AGENTS
+
+    fee = [harbour.ask(f"How much is the overnight mooring fee at the harbour? (boat {i})") for i in range(5)]
+    for tid in fee:
+        harbour.correct(tid, CORRECTION)
+    for q in ("Is the fuel dock open on Sundays?", "Where can I empty my holding tank?",
+              "Do you sell ice at the chandlery?", "Can I rent a kayak here?", "Is there wifi on the pontoons?"):
+        harbour.ask(q)
+    harbour.load(fee[-1])
+    assert "harbour-desk" not in AGENTS
+    plane = ControlPlane(harbour.store, FactStub(), base_parts=PolicyParts(model=ModelPart(base="stub")),
+                         settings=PlaneSettings(promote_directly=True))
+    result = plane.run_cycle("default", "harbour-desk")
+    rec = result.record
+    assert result.choice == "memory_insert", (rec.reason, rec.actions, rec.rejected)
+    chosen = next(c for c in rec.candidates if c["kind"] == "memory_insert")
+    replay = chosen["evidence"]["replay"]
+    assert replay["mode"] == "generic replay from the recording"
+    assert (replay["baseline_success_rate"], replay["candidate_success_rate"]) == (0.0, 1.0)
+    assert result.version is not None and result.version.status == "live"
