@@ -62,3 +62,26 @@ def test_client_chosen_identifiers_are_redacted_in_store_and_spool(tmp_path: Pat
     finally:
         rec.close()
         store.close()
+
+
+def test_a_quarantined_record_keeps_no_client_chosen_identifier_in_clear(tmp_path: Path) -> None:
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import Recorder
+    from molt.governance import GovernancePipeline, GovernancePolicy
+    from molt.store import Store
+
+    policy = GovernancePolicy.model_validate({"defaults": {"limits": {"max_event_bytes": 1024}}})
+    store = Store.open(tmp_path / "store", auto_compact=False)
+    rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", pipeline=GovernancePipeline(policy))
+    try:
+        too_big = Event(trajectory_id="t-q", session_id=EMAIL, kind=EventKind.USER_MESSAGE,
+                        metadata={"tenant_id": "acme", "agent_id": f"agent-of-{EMAIL}", "task": EMAIL},
+                        action=UserMessage(content="x" * 4000))
+        rec.record(too_big)
+        assert rec.flush(timeout=30, deliver=True)
+        rows = store.table("quarantine").search().limit(None).to_arrow().to_pylist()
+        assert len(rows) == 1 and rows[0]["record"] and "kept redacted" in rows[0]["reason"]
+        assert EMAIL.encode() not in rows[0]["record"] and b"\"session_id\":\"<EMAIL" in rows[0]["record"]
+    finally:
+        rec.close()
+        store.close()

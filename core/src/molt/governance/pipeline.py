@@ -221,9 +221,12 @@ class GovernancePipeline:
             return None, f" [record of {len(raw):,} bytes not kept: over quarantine_record_bytes={cap:,}]"
         if stage != "redact":
             try:
+                from molt.governance.envelope import redact_envelope
                 from molt.governance.redaction import redact_event
 
-                redacted, _ = redact_event(ctx.original, redactor=redact.redactor(tenant))  # type: ignore[attr-defined]
+                redactor = redact.redactor(tenant)  # type: ignore[attr-defined]
+                redacted, _ = redact_event(ctx.original, redactor=redactor)
+                redacted, _ = redact_envelope(redacted, redactor)  # client-chosen ids too, as when stored
                 return redacted.model_dump_json().encode(), " [record kept redacted]"
             except Exception:  # the redaction failure is not this record's reason; keep nothing
                 pass
