@@ -8,11 +8,14 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions, HookContext, HookInput, HookJSONOutput, HookMatcher
 
-from molt.capture.adapt import Capture, CaptureStats, distribution_version
+from molt.capture.instrumentor import Instrumentor
 
 from .mapping import HookMapper
 
 __all__ = ["HOOK_EVENTS", "MoltClaudeHooks"]
+
+#: The oldest claude-agent-sdk this adapter supports (checked at import and when the hooks are built).
+FRAMEWORK_MIN = "0.1"
 
 #: The SDK hook events Molt subscribes to.
 HOOK_EVENTS = (
@@ -26,18 +29,24 @@ HOOK_EVENTS = (
 )
 
 
-class MoltClaudeHooks:
+class MoltClaudeHooks(Instrumentor):
     """Claude Agent SDK hooks that record every prompt, tool call, tool failure, sub-agent and stop.
 
-    The hooks only observe: each returns ``{}`` (no decision), so the agent behaves exactly as without
-    them. A hook call costs the event loop a queue append; mapping and recording happen on Molt's
+    Without ``versions=`` the hooks only observe: each returns ``{}`` (no decision), so the agent
+    behaves exactly as without them. With ``versions=``, the ``UserPromptSubmit`` hook returns the live
+    version of ``tenant_id``/``agent_id`` — its system prompt, memories (retrieved for the prompt) and
+    skills, as the gateway's harness code renders them — as ``additionalContext``, which the SDK adds
+    to the turn; that is as far as the SDK's hooks reach: the system prompt proper and the tool schemas
+    are fixed in ``ClaudeAgentOptions`` when the session starts, so tool rewrites do not apply.
+
+    A hook call costs the event loop a queue append; mapping and recording happen on Molt's
     dispatcher thread, and capture errors are counted in :attr:`stats`, never raised into the agent.
 
     Args:
         recorder: the :class:`~molt.capture.Recorder` (default: the process-wide one).
         strict: raise the first capture error from :meth:`flush` (tests).
-        **capture_options: :class:`~molt.capture.adapt.Capture` options (``tenant_id``, ``agent_id``,
-            ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, …).
+        **options: the :class:`~molt.capture.instrumentor.Instrumentor` options (``tenant_id``,
+            ``agent_id``, ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, ``versions``, …).
 
     Example::
 
@@ -46,15 +55,16 @@ class MoltClaudeHooks:
             ...
     """
 
-    def __init__(self, recorder: Any = None, *, strict: bool = False, **capture_options: Any):
-        self.capture = Capture(
-            recorder,
-            integration="molt-claude-agent",
-            framework="claude-agent-sdk",
-            framework_version=distribution_version("claude-agent-sdk"),
-            strict=strict,
-            **capture_options,
-        )
+    integration = "molt-claude-agent"
+    framework = "claude-agent-sdk"
+    framework_dist = "claude-agent-sdk"
+    framework_min = FRAMEWORK_MIN
+    framework_below = "1"
+    install = 'pip install "claude-agent-sdk>=0.1,<1"'
+    version_hook = "UserPromptSubmit additionalContext (system prompt, memories, skills; no tool rewrites)"
+
+    def __init__(self, recorder: Any = None, *, strict: bool = False, **options: Any):
+        super().__init__(recorder, strict=strict, **options)
         self._mapper = HookMapper(self.capture)
 
     def hooks(self) -> dict[Any, list[HookMatcher]]:
@@ -70,17 +80,21 @@ class MoltClaudeHooks:
         return dataclasses.replace(options, hooks=merged)
 
     async def _on_hook(self, input_data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
+        answer: HookJSONOutput = {}
+        if self.live is not None and input_data.get("hook_event_name") == "UserPromptSubmit":
+            answer = self._version_context(str(input_data.get("prompt") or ""))
+        self.queue(self._mapper.on_hook, dict(input_data), tool_use_id, time.time_ns())
+        return answer
+
+    def _version_context(self, prompt: str) -> HookJSONOutput:
+        """The live version rendered by the harness as the system text of this prompt, as context."""
         try:
-            self.capture.submit(self._mapper.on_hook, dict(input_data), tool_use_id, time.time_ns())
+            applied = self.apply_version([{"role": "user", "content": prompt}], None)
+            first = applied.messages[0] if applied.messages else {}
+            if applied.fingerprint is None or first.get("role") != "system" or not first.get("content"):
+                return {}
+            return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                           "additionalContext": str(first["content"])}}
         except Exception as exc:  # never into the agent
             self.capture.fail(exc)
-        return {}
-
-    def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
-        """Wait until every hook so far is recorded (see :meth:`Capture.flush`); False on timeout."""
-        return self.capture.flush(timeout, deliver=deliver)
-
-    @property
-    def stats(self) -> CaptureStats:
-        """Capture counters (events, drops, errors, open spans)."""
-        return self.capture.stats
+            return {}
