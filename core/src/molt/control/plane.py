@@ -25,10 +25,10 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    size; the cheapest *sufficient* candidate (delta ≥ ``sufficient_gain`` and interval above zero)
    wins; with none, the best one clearing the evidence bar (``min_gain``, interval above zero);
    a weight update only for an answer-failure cluster whose evidence is in (a user correction, or a
-   cycle has passed since its oldest failure: corrections are late) and on which context candidates
-   were generated, replayed and failed, and that recurs across tenants (≥ 2, ``min_cluster`` each)
-   or is large (``min_weight_cluster``); a cluster still waiting is a no-op "waiting for evidence"
-   naming what it waits for; else **no-op**.
+   cycle has passed since its oldest failure: corrections are late; failures under the live version
+   itself) and on which context candidates were generated, replayed and failed, and that recurs
+   across tenants (≥ 2, ``min_cluster`` each) or is large (``min_weight_cluster``); a cluster still
+   waiting is a no-op "waiting for evidence" naming what it waits for; else **no-op**.
 6. **Apply**: a new version (live parts + the change) goes to canary at ``canary_weight`` — or live
    at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
    ``trainer`` hook (``None``: recorded as requested).
