@@ -73,6 +73,8 @@ from molt.atdp import (
 )
 from molt.capture import MemorySink, Recorder
 from molt.capture.adapt import Capture, CaptureStats
+from molt.capture.instrumentor import Instrumentor
+from molt.harness import HarnessSpec
 
 from .network import block_network
 
@@ -118,6 +120,7 @@ class Capabilities:
     """What the adapter's framework lets it capture; a False flag skips the checks that need it.
 
     ``single_root``: each run is one causal tree (one root event); MCP sessions, say, have many roots.
+    ``interventions``: the adapter applies the live policy version (``versions=``) at a framework hook.
     ``usage``: model calls report token usage. ``tool_call_ids``: tool events carry the id the
     model gave the call.
     """
@@ -131,6 +134,9 @@ class Capabilities:
     usage: bool = True
     single_root: bool = True
     tool_call_ids: bool = True
+    #: the adapter applies a live policy version at a framework hook (its ``Instrumentor.version_hook``);
+    #: False when the framework offers none (its ``no_version_hook`` says why)
+    interventions: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,16 +184,26 @@ def _dump(ev: Event) -> str:
 
 
 def capture_run(
-    suite: AdapterConformanceSuite, tmp: Path, script: Script, *, mode: str = "sync", strict: bool = True
+    suite: AdapterConformanceSuite,
+    tmp: Path,
+    script: Script,
+    *,
+    mode: str = "sync",
+    strict: bool = True,
+    versions: Any = None,
 ) -> CapturedRun:
     """Run the scripted agent once with a fresh Recorder and MemorySink, and collect what it captured.
 
-    ``mode`` is ``sync``, ``async`` or ``stream``. The run happens inside :func:`block_network`.
+    ``mode`` is ``sync``, ``async`` or ``stream``. With ``versions`` (a version source) the handle is
+    :meth:`~AdapterConformanceSuite.make_versioned_capture`'s. The run happens inside :func:`block_network`.
     """
     sink = MemorySink()
     # raw capture: what the adapter maps, value by value (governance would redact some of it)
     rec = Recorder(sink, spool_dir=tmp / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
-    handle = suite.make_capture(rec, strict=strict)
+    if versions is not None:
+        handle = suite.make_versioned_capture(rec, versions=versions)
+    else:
+        handle = suite.make_capture(rec, strict=strict)
     try:
         with block_network() as attempts:
             if mode == "async":
@@ -201,7 +217,14 @@ def capture_run(
         return _collect(sink, rec, capture, result, attempts)
     finally:
         suite.detach(handle)
+        if isinstance(_instrumentor(handle), Instrumentor):
+            Instrumentor.close(_instrumentor(handle))  # stop following the live version
         rec.close(timeout=5)
+
+
+def _instrumentor(handle: Any) -> Any:
+    """The adapter object behind ``handle`` (a handle may wrap it as ``handle.instrumentor``)."""
+    return getattr(handle, "instrumentor", handle)
 
 
 def _flush(handle: Any) -> bool:
@@ -254,6 +277,31 @@ def _end(ev: Event) -> Any:
     return ev.timestamp + timedelta(milliseconds=ev.metadata.latency_ms or 0.0)
 
 
+@dataclass(frozen=True)
+class _Version:
+    """What an adapter's applier reads of a policy version (a ``HarnessTarget``)."""
+
+    version: str
+    harness: HarnessSpec
+
+
+_CONFORMANCE_VERSION = _Version("conformance@suite:v2", HarnessSpec(system_prompt="Answer as the suite asks."))
+
+
+class _FixedVersions:
+    """A version source that always answers ``version`` — or, given None, is unreachable."""
+
+    def __init__(self, version: _Version | None):
+        self.version, self.reads, self.failures = version, 0, 0
+
+    def live(self, tenant_id: str, agent_id: str) -> _Version:
+        if self.version is None:
+            self.failures += 1
+            raise ConnectionError("the version registry is unreachable (injected by the conformance suite)")
+        self.reads += 1
+        return self.version
+
+
 class AdapterConformanceSuite:
     """Base class of every adapter's conformance tests (see the module docstring)."""
 
@@ -269,6 +317,12 @@ class AdapterConformanceSuite:
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> Any:
         """Build the object a user attaches (handler, processor, middleware) around ``recorder``."""
+        raise NotImplementedError
+
+    def make_versioned_capture(self, recorder: Recorder, *, versions: Any) -> Any:
+        """Like :meth:`make_capture` (not strict), with ``versions=versions`` and a tenant and agent id
+        (capability ``interventions``). :meth:`run_scripted_agent` must then route the agent through
+        the adapter's hook (wrap its model, say) when ``handle.live`` is set."""
         raise NotImplementedError
 
     def run_scripted_agent(self, handle: Any, script: Script) -> Any:
@@ -632,6 +686,60 @@ class AdapterConformanceSuite:
             finally:
                 self.detach(handle)
                 rec.close(timeout=5)
+
+    def test_version_hook_is_declared(self, tmp_path: Path) -> None:
+        """The handle is an :class:`~molt.capture.instrumentor.Instrumentor` (the base owns capture,
+        queue, framework range and version applier); it names its version hook exactly when the
+        adapter declares ``interventions``, and says why there is none otherwise.
+
+        Troubleshooting: an adapter that builds its own ``Capture`` instead of subclassing
+        ``Instrumentor``, or a capability table that disagrees with ``version_hook``.
+        """
+        rec = Recorder(MemorySink(), spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+        handle = self.make_capture(rec, strict=False)
+        try:
+            adapter = _instrumentor(handle)
+            assert isinstance(adapter, Instrumentor), f"{type(adapter).__name__} does not subclass Instrumentor"
+            hook = type(adapter).version_hook
+            assert (hook is not None) == self.capabilities.interventions, (hook, self.capabilities.interventions)
+            if hook is None:
+                assert type(adapter).no_version_hook != Instrumentor.no_version_hook, "say why there is no hook"
+            assert type(adapter).check_framework() == metadata.version(self.framework_dist)
+        finally:
+            self.detach(handle)
+            rec.close(timeout=5)
+
+    def test_live_version_is_stamped(self, tmp_path: Path) -> None:
+        """With a live version, the agent's answer is what the scripted story gives, the adapter follows
+        the version, and the events carry its id in ``provenance.policy_version``.
+
+        Troubleshooting: ``apply_version`` not called at the hook (nothing is stamped), or the scripted
+        run not routed through the hook when ``handle.live`` is set.
+        """
+        self._skip_unless("interventions")
+        source = _FixedVersions(_CONFORMANCE_VERSION)
+        script = Script(marker="alpha")
+        baseline = self.normalize_result(self.run_scripted_agent(None, script))
+        run = capture_run(self, tmp_path, script, versions=source)
+        assert self.normalize_result(run.result) == baseline
+        stamped = {e.provenance.policy_version for e in run.all_events}
+        assert _CONFORMANCE_VERSION.version in stamped, f"no event carries the version; saw {stamped}"
+        assert source.reads >= 1
+
+    def test_unreachable_registry_never_breaks_agent(self, tmp_path: Path) -> None:
+        """With a version registry that cannot be reached, the agent's answer is what it is without
+        Molt, the failed reads are counted, and capture goes on.
+
+        Troubleshooting: an exception from ``LiveVersion``'s source reaching the hook (apply must fail
+        open), or ``versions=`` requiring a first successful read.
+        """
+        self._skip_unless("interventions")
+        source = _FixedVersions(None)
+        script = Script(marker="alpha")
+        baseline = self.normalize_result(self.run_scripted_agent(None, script))
+        run = capture_run(self, tmp_path, script, versions=source)
+        assert self.normalize_result(run.result) == baseline
+        assert source.failures >= 1 and run.all_events
 
     def test_streaming_stops_early_ends_events(self, tmp_path: Path) -> None:
         """A streamed run whose consumer stops after the first chunk still ends every operation it began

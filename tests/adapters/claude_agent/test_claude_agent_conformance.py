@@ -22,10 +22,14 @@ class TestClaudeAgentConformance(AdapterConformanceSuite):
     # Hooks see prompts, tools and stops, not the model calls between them (those are in the message
     # stream the caller reads), so no model-call, usage or call-id-in-generation checks. Retrieval and
     # approvals have no hook of their own (file search is a tool; approvals go through can_use_tool).
-    capabilities = Capabilities(model_calls=False, usage=False, async_=True, approvals=False, retrieval=False)
+    capabilities = Capabilities(model_calls=False, usage=False, async_=True, approvals=False, retrieval=False,
+                                interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltClaudeHooks:
         return MoltClaudeHooks(recorder, strict=strict)
+
+    def make_versioned_capture(self, recorder: Recorder, *, versions: Any) -> MoltClaudeHooks:
+        return MoltClaudeHooks(recorder, tenant_id="conformance", agent_id="agent", versions=versions)
 
     def _options(self, handle: Any) -> ClaudeAgentOptions:
         return handle.attach(ClaudeAgentOptions()) if handle is not None else ClaudeAgentOptions()

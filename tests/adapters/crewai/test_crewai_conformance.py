@@ -36,10 +36,13 @@ class TestCrewAIConformance(AdapterConformanceSuite):
     # Retrieval: CrewAI knowledge needs an embedder (a model download); its events are mapped and
     # covered by test_crewai_listener.py. Approvals: human feedback belongs to Flows, ditto.
     # Streaming: not exercised (CrewAI streams through its own CrewStreamingOutput).
-    capabilities = Capabilities(streaming=False, async_=True, approvals=False, retrieval=False)
+    capabilities = Capabilities(streaming=False, async_=True, approvals=False, retrieval=False, interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltEventListener:
         return MoltEventListener(recorder, strict=strict)
+
+    def make_versioned_capture(self, recorder: Recorder, *, versions: Any) -> MoltEventListener:
+        return MoltEventListener(recorder, tenant_id="conformance", agent_id="crew", versions=versions)
 
     def detach(self, handle: Any) -> None:
         handle.flush(10)

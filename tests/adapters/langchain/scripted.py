@@ -141,13 +141,14 @@ def request(marker: str, huge: bool = False) -> str:
     return f"help {marker}" + (" huge" if huge else "")
 
 
-def build_graph(*, approvals: bool = True) -> Any:
-    """agent → tools → retrieve → approve (interrupt) → agent → end, with an in-memory checkpointer."""
+def build_graph(*, approvals: bool = True, model: BaseChatModel | None = None) -> Any:
+    """agent → tools → retrieve → approve (interrupt) → agent → end, with an in-memory checkpointer
+    (``model``: the scripted model, or a wrapper around it)."""
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
-    model = ScriptedChatModel()
+    model = model if model is not None else ScriptedChatModel()
     retriever = ScriptedRetriever()
     tools = {OK_TOOL: lookup, FAIL_TOOL: explode}
 

@@ -16,7 +16,7 @@ from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
 from molt_langchain import MoltCallbackHandler
 
-from .scripted import answer, build_graph, config, request
+from .scripted import ScriptedChatModel, answer, build_graph, config, request
 
 GRAPH = build_graph()
 
@@ -25,16 +25,20 @@ class TestLangChainConformance(AdapterConformanceSuite):
     adapter = "molt-langchain"
     framework = "langchain"
     framework_dist = "langchain-core"
-    capabilities = Capabilities(streaming=True, async_=True, approvals=True, retrieval=True)
+    capabilities = Capabilities(streaming=True, async_=True, approvals=True, retrieval=True, interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltCallbackHandler:
         return MoltCallbackHandler(recorder, strict=strict)
 
+    def make_versioned_capture(self, recorder: Recorder, *, versions: Any) -> MoltCallbackHandler:
+        return MoltCallbackHandler(recorder, tenant_id="conformance", agent_id="agent", versions=versions)
+
     def run_scripted_agent(self, handle: Any, script: Script) -> str:
         cfg = config(handle)
-        first = GRAPH.invoke({"messages": [HumanMessage(request(script.marker, script.huge_output))]}, cfg)
+        graph = build_graph(model=handle.wrap(ScriptedChatModel())) if getattr(handle, "live", None) else GRAPH
+        first = graph.invoke({"messages": [HumanMessage(request(script.marker, script.huge_output))]}, cfg)
         assert first.get("__interrupt__"), "the graph did not pause for approval"
-        return answer(GRAPH.invoke(Command(resume="approve"), cfg))
+        return answer(graph.invoke(Command(resume="approve"), cfg))
 
     async def arun_scripted_agent(self, handle: Any, script: Script) -> str:
         cfg = config(handle)

@@ -23,6 +23,7 @@ CAPS = Capabilities(
     usage=False,
     single_root=False,
     tool_call_ids=False,
+    interventions=True,
 )
 
 
@@ -32,6 +33,7 @@ class _Handle:
     def __init__(self, target: Any, middleware: MoltMiddleware):
         self.target = target
         self.capture = middleware.capture
+        self.instrumentor = middleware
 
 
 class TestMCPMiddlewareConformance(AdapterConformanceSuite):
@@ -42,6 +44,10 @@ class TestMCPMiddlewareConformance(AdapterConformanceSuite):
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> _Handle:
         mw = MoltMiddleware(recorder, server_name="kb", strict=strict)
+        return _Handle(build_server([mw]), mw)
+
+    def make_versioned_capture(self, recorder: Recorder, *, versions: Any) -> _Handle:
+        mw = MoltMiddleware(recorder, server_name="kb", tenant_id="conformance", agent_id="server", versions=versions)
         return _Handle(build_server([mw]), mw)
 
     def run_scripted_agent(self, handle: Any, script: Script) -> str:

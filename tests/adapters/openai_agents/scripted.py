@@ -42,9 +42,12 @@ def model(url: str) -> OpenAIChatCompletionsModel:
     )
 
 
-def worker(url: str, **kw: Any) -> Agent[Any]:
-    """The agent of the conformance story."""
-    return Agent(name="worker", instructions="work", tools=[lookup, explode], model=model(url), **kw)
+def worker(url: str, handle: Any = None, **kw: Any) -> Agent[Any]:
+    """The agent of the conformance story (its model wrapped by ``handle`` when it applies versions)."""
+    m: Any = model(url)
+    if getattr(handle, "live", None) is not None:
+        m = handle.wrap(m)
+    return Agent(name="worker", instructions="work", tools=[lookup, explode], model=m, **kw)
 
 
 def run_config(marker: str) -> RunConfig:

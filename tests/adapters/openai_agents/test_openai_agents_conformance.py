@@ -37,10 +37,15 @@ class TestOpenAIAgentsConformance(AdapterConformanceSuite):
     framework_dist = "openai-agents"
     # Approvals: the SDK reports tool approvals (needs_approval) through RunResult.interruptions, not
     # through traces. Retrieval: its file search is a hosted tool that leaves no local span.
-    capabilities = Capabilities(streaming=True, async_=True, approvals=False, retrieval=False)
+    capabilities = Capabilities(streaming=True, async_=True, approvals=False, retrieval=False, interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltTracingProcessor:
         proc = MoltTracingProcessor(recorder, strict=strict)
+        set_trace_processors([proc])
+        return proc
+
+    def make_versioned_capture(self, recorder: Recorder, *, versions: Any) -> MoltTracingProcessor:
+        proc = MoltTracingProcessor(recorder, tenant_id="conformance", agent_id="worker", versions=versions)
         set_trace_processors([proc])
         return proc
 
@@ -48,7 +53,7 @@ class TestOpenAIAgentsConformance(AdapterConformanceSuite):
         set_trace_processors([])
 
     def run_scripted_agent(self, handle: Any, script: Script) -> str:
-        result = Runner.run_sync(worker(_URL[0]), _request(script), run_config=run_config(script.marker))
+        result = Runner.run_sync(worker(_URL[0], handle), _request(script), run_config=run_config(script.marker))
         return str(result.final_output)
 
     async def arun_scripted_agent(self, handle: Any, script: Script) -> str:
