@@ -364,6 +364,12 @@ class Recorder:
 
     def _write_loop(self) -> None:
         q = self._queue
+        warm = getattr(self.pipeline, "warm", None)
+        if warm is not None:  # the hook's lazy loads (redaction lexicons: seconds) start now, not at the first
+            try:              # event: records made just before the process exits reach the spool in its budget
+                warm()
+            except Exception as exc:  # the events themselves will fail closed if it is really broken
+                log.warning("Molt capture hook warm-up failed: %r", exc)
         while True:
             if not q:
                 self._wake.wait(0.05)

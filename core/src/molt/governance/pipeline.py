@@ -44,7 +44,13 @@ from molt.atdp.models import Event
 from molt.capture.hooks import HookResult
 from molt.errors import GovernanceError, MoltError
 from molt.governance.access import Action, KeyRing, Principal
-from molt.governance.policy import GovernancePolicy, LimitSettings, TenantPolicy, load_policy_file
+from molt.governance.policy import (
+    ANONYMOUS_TENANT,
+    GovernancePolicy,
+    LimitSettings,
+    TenantPolicy,
+    load_policy_file,
+)
 from molt.governance.stages import Context, Reject, Stage, stages
 
 __all__ = ["GovernancePipeline", "PipelineStats"]
@@ -129,6 +135,15 @@ class GovernancePipeline:
         from molt.governance.sink import GovernedSink
 
         return GovernedSink(sink)
+
+    def warm(self) -> None:
+        """Load now what redaction loads on first use (the default tenant's redactor, its lexicons), so
+        that the first events do not wait seconds for it; the Recorder calls this on its writer thread."""
+        for stage in self.stages:
+            build = getattr(stage, "redactor", None)
+            tenant = self.tenant(ANONYMOUS_TENANT)
+            if build is not None and tenant.redaction.enabled:
+                build(tenant).redact("Warm-up: Jane Doe wrote from Paris to jane@example.com.")
 
     def tenant(self, tenant_id: str | None) -> TenantPolicy:
         """The merged settings of ``tenant_id`` (the defaults for a tenant the policy does not name)."""
