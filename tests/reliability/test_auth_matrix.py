@@ -167,6 +167,12 @@ def test_a_tenant_admin_cannot_change_shared_routing(gateway_app: Any) -> None:
         routes = c.get("/v1/molt/admin/routes", headers=GLOBEX_ADMIN).json()
         assert "acme-canary" not in str(routes) and "stub#acme" not in str(routes)
         # another tenant's version is as unknown as one that does not exist
+        # nor serve the weights of a version it cannot see (an adapter loaded for acme)
+        gw.router.add_version("stub#acme", gw.router.table.versions["acme-canary"].model_copy(
+            update={"version": "acme-lora", "upstream_model": "acme-lora"}), weight=0.0)
+        r = c.post("/v1/molt/admin/versions", headers=GLOBEX_ADMIN, json={
+            "model": "stub", "spec": {"version": "g2", "backends": ["stub"], "upstream_model": "acme-lora"}})
+        assert r.status_code == 404 and "g2" not in gw.router.table.versions
         gone = c.delete("/v1/molt/admin/versions/acme-canary", headers=GLOBEX_ADMIN)
         nope = c.delete("/v1/molt/admin/versions/no-such-version", headers=GLOBEX_ADMIN)
         assert gone.status_code == nope.status_code == 404

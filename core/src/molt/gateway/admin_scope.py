@@ -114,6 +114,12 @@ class AdminScope:
         if existing is not None and existing.tenant_id != self.tenant:
             raise InvalidRequest(f"The version id {spec.version!r} is taken; choose another id.",
                                  param="spec.version")
+        # the weights a version serves: the backend's own model, or one a visible version already serves
+        # (an adapter another tenant's version loaded is not this tenant's to serve)
+        served = {v.upstream_model for v in t.versions.values() if self.sees_version(v)}
+        if spec.upstream_model is not None and spec.upstream_model not in served:
+            raise ModelNotFound(f"No served model {spec.upstream_model!r} of tenant {self.tenant!r} or shared.",
+                                param="spec.upstream_model")
         public = model.partition("#")[0]
         if "#" in model:
             if not _key_tenant_matches(model, self.tenant):
