@@ -10,6 +10,7 @@ import random
 import string
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -217,3 +218,52 @@ def test_same_pattern_across_tenants() -> None:
     cb = next(c for c in cluster_failures(b, embedder=emb) if c.significant)
     other = Cluster(key="k", task=None, signature="answer", kind="answer", centroid=emb.embed(["intentx q"])[0])
     assert same_pattern(ca, cb) and not same_pattern(ca, other)
+
+
+# --------------------------------------------------------------------------- what production says failed
+
+
+def _desk_run(question: str, *, agent: str | None = None) -> tuple[list[Any], list[Any]]:
+    import asyncio
+
+    from molt.replay import ReplayPolicy, record_episode
+    from molt_desk.world import AGENT, DeskModel, World
+
+    events, rewards, _ = asyncio.run(record_episode(agent or AGENT, question, ReplayPolicy(DeskModel()),
+                                                    World().live_tools(), tenant_id="acme"))
+    return events, list(rewards)
+
+
+def test_failure_is_what_production_says() -> None:
+    from molt.atdp.models import EventKind, FeedbackAction, RewardAnnotation, RewardSource
+    from molt.control.signals import episode_of
+    from molt.store.query import Trajectory
+    from molt_desk.world import LEGACY_AGENT
+
+    events, _ = _desk_run("Where is order A-1003?")           # answered right; nobody said anything yet
+    tid = events[0].trajectory_id
+
+    def judged(*rewards: RewardAnnotation, evs: list[Any] | None = None) -> Episode:
+        return episode_of(Trajectory(trajectory_id=tid, events=evs or events, rewards=list(rewards)))
+
+    def reward(value: float, source: RewardSource, reason: str | None = None) -> RewardAnnotation:
+        return RewardAnnotation(trajectory_id=tid, value=value, source=source, reason=reason, tenant_id="acme")
+
+    silent = judged()
+    assert silent.success is None and silent.failure_signals == []
+    assert judged(reward(1.0, RewardSource.USER_FEEDBACK)).success is True
+    low = judged(reward(-1.0, RewardSource.USER_FEEDBACK))                  # a negative late reward
+    assert low.success is False and low.failure_signals == ["reward"]
+    fail = judged(reward(0.0, RewardSource.JUDGE, "FAIL"))                  # a judge's FAIL
+    assert fail.success is False and fail.failure_signals == ["judge"]
+    corrected = judged(reward(1.0, RewardSource.VERIFIER), reward(0.0, RewardSource.USER_CORRECTION, "It shipped."))
+    assert corrected.success is False and corrected.failure_signals == ["correction"]
+    # A thumbs-down inside the conversation (a FEEDBACK event) overrides a positive reward.
+    down = events[-1].model_copy(update={"kind": EventKind.FEEDBACK, "action": FeedbackAction(rating=-1.0),
+                                         "event_id": events[-1].event_id + "f"})
+    thumbs = judged(reward(1.0, RewardSource.VERIFIER), evs=[*events, down])
+    assert thumbs.success is False and thumbs.failure_signals == ["thumbs_down"]
+    # A tool error the agent never recovered from, with no reward at all.
+    legacy, _ = _desk_run("Where is order A-1003?", agent=LEGACY_AGENT)
+    err = episode_of(Trajectory(trajectory_id=legacy[0].trajectory_id, events=legacy, rewards=[]))
+    assert err.success is False and err.failure_signals == ["tool_error"] and err.tool_errors

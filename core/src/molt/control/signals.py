@@ -15,11 +15,11 @@ verifier's reason, cost. :func:`compute_signals` turns a window of episodes into
 
 Outcome of a trajectory — a failure is what production says it is (:attr:`Episode.failure_signals`
 names what said so): the latest reward from an outcome source (verifier, test result, human label,
-judge, environment, user feedback through the gateway) decides (``> 0.5`` is a success, so a negative
-late reward or a judge's FAIL is a failure); a ``user_correction`` marks a failure and carries the
-corrected answer in its ``reason``; a ``FEEDBACK`` event's ``correction``, or its ``rating`` below
-zero (a thumbs-down), counts too. With none of these, a tool error the agent did not recover from (no
-later successful call of the same tool) is a failure; a trajectory nothing spoke about stays unscored.
+judge, environment, user feedback through the gateway) says success (``> 0.5``) or failure (so a
+negative late reward or a judge's FAIL is a failure); and any of these makes a failure whatever a
+reward says: a ``user_correction`` (its ``reason`` is the corrected answer), a ``FEEDBACK`` event's
+``correction`` or a ``rating`` below zero (a thumbs-down), a tool error the agent did not recover from
+(no later successful call of the same tool). A trajectory nothing spoke about stays unscored.
 """
 
 from __future__ import annotations
@@ -147,12 +147,16 @@ def episode_of(traj: Trajectory) -> Episode:
             said.append("correction")
             if r.reason:
                 corrections.append(r.reason)
-    if success is not False and thumbs_down:
-        success, said = False, [*said, "thumbs_down"]
-    if success is None and corrections:
-        success, said = False, ["correction"]
-    if success is None and _unrecovered(tools):
-        success, said = False, ["tool_error"]
+    # Any failure signal makes a failure, whatever an outcome reward says: rewards are noisy and late,
+    # and a user who corrected the answer or a tool error the agent never recovered from is evidence
+    # of its own.
+    if success is False and not said:
+        said = ["reward"]
+    for signal, present in (("correction", bool(corrections)), ("thumbs_down", thumbs_down),
+                            ("tool_error", _unrecovered(tools))):
+        if present:
+            success = False
+            said.append(signal)
     return Episode(trajectory_id=traj.trajectory_id, tenant_id=md.tenant_id if md else None,
                    agent_id=md.agent_id if md else None, task=md.task if md else None, policy_version=version,
                    started_at=first.timestamp, success=success, reward=reward, question=question, answer=answer,
