@@ -169,8 +169,8 @@ def check_tenant(traj: Trajectory, tenant_id: str | None) -> None:
 def recorded_outcome(traj: Trajectory) -> tuple[float | None, str | None]:
     """``(reward in [0, 1], reference)`` of what was recorded, as production says it.
 
-    The latest outcome reward (verifier, test, human label, judge, environment) decides; else a user
-    correction or a ``FEEDBACK`` correction marks a failure; else the latest ``user_feedback`` reward
+    The latest outcome reward (verifier, test, human label, judge, environment) or user correction (a
+    failure) decides; else a ``FEEDBACK`` correction marks a failure; else the latest ``user_feedback`` reward
     (a thumbs-up 1, a thumbs-down 0 or below). ``None``: nobody said. The reference is the latest
     correction, else — for a success — the recorded answer the user accepted.
     """
@@ -182,8 +182,8 @@ def recorded_outcome(traj: Trajectory) -> tuple[float | None, str | None]:
             corrections.append(r.reason)
         if r.source in _OUTCOME_SOURCES:
             reward = max(0.0, min(1.0, r.value))
-        elif r.source == RewardSource.USER_CORRECTION:
-            reward = 0.0 if reward is None else reward
+        elif r.source == RewardSource.USER_CORRECTION:  # the user says the answer was wrong
+            reward = 0.0
         elif r.source == RewardSource.USER_FEEDBACK:
             feedback = max(0.0, min(1.0, r.value))
     for e in traj.events:
