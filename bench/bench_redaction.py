@@ -50,6 +50,11 @@ helps with fields that really repeat (system prompts, boilerplate): the best of 
 each by a new redactor whose memo starts empty. The typical set also reports how many inserted PII
 values were fully redacted and how many spans fell outside them.
 
+Bad input: binary, huge (under and over ``max_event_bytes``), deeply nested and ReDoS-shaped payloads,
+each with an e-mail and a card planted in it, through the default ``GovernancePipeline``: the outcome
+(redacted and accepted, or quarantined and what its record keeps), the CPU time of that one event, and
+whether a planted value is left in what would be stored. Presidio is not run on these.
+
 Last, the pause of a full cycle collection (``gc.collect()``) in a fresh process that holds a default
 redactor, as the lexicons are held (dicts of strings, which the collector does not track) and with a
 frozenset copy of every word set alive as well (how they were held before): what every full
