@@ -33,12 +33,12 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NAMESPACE_SEP", "TrajectoryNamespace", "store_tenants"]
+__all__ = ["NAMESPACE_SEP", "TrajectoryNamespace", "store_tenant"]
 
-log = logging.getLogger("molt.governance")
+log = logging.getLogger("molt.capture")
 
 #: Separates a client's id from its tenant tag in a namespaced trajectory id.
 NAMESPACE_SEP = "~"
@@ -46,20 +46,15 @@ NAMESPACE_SEP = "~"
 _MAX_ID = 128
 _TAG_HEX = 16
 
-#: ``tenants(trajectory_id)``: the tenants of a trajectory's stored events (empty: none stored).
-Tenants = Callable[[str], Iterable[str]]
+#: ``tenant_of(trajectory_id)``: the one tenant of a trajectory's stored events (``None``: nothing
+#: stored, or events of several tenants).
+TenantOf = Callable[[str], "str | None"]
 
 
-def store_tenants(store: Any) -> Tenants:
-    """The :data:`Tenants` lookup of a :class:`~molt.store.Store` (one indexed query per id)."""
-    from molt.store.query import sql_str
-
-    def tenants(trajectory_id: str) -> set[str]:
-        rows = (store.table("events").search().where(f"trajectory_id = {sql_str(trajectory_id)}")
-                .select(["tenant_id"]).limit(None).to_arrow().column("tenant_id").to_pylist())
-        return {str(t) for t in rows}
-
-    return tenants
+def store_tenant(store: Any) -> TenantOf:
+    """The :data:`TenantOf` lookup of a :class:`~molt.store.Store` (its ``trajectory_tenant``: one
+    indexed query per id)."""
+    return store.trajectory_tenant  # type: ignore[no-any-return]
 
 
 class _LRU:
@@ -95,7 +90,7 @@ class TrajectoryNamespace:
     """Trajectory ids resolved within a tenant (see the module docstring).
 
     Args:
-        tenants: the tenants of a trajectory's stored events (:func:`store_tenants`; ``None``: only
+        tenant_of: the tenant of a trajectory's stored events (:func:`store_tenant`; ``None``: only
             what this process made is known).
         multi_tenant: whether ids are namespaced now (``True`` when the deployment's keys name more
             than one tenant); a callable, because keys can be added while serving.
@@ -103,9 +98,9 @@ class TrajectoryNamespace:
             ``idle_s`` seconds unused (default 1,800).
     """
 
-    def __init__(self, tenants: Tenants | None = None, *, multi_tenant: Callable[[], bool] = lambda: False,
+    def __init__(self, tenant_of: TenantOf | None = None, *, multi_tenant: Callable[[], bool] = lambda: False,
                  max_entries: int = 200_000, idle_s: float | None = 1800.0) -> None:
-        self._tenants = tenants
+        self._tenant_of = tenant_of
         self._multi = multi_tenant
         self._owner = _LRU(max_entries, idle_s)  # trajectory id -> tenant that owns it
         self._resolved = _LRU(max_entries, idle_s)  # (tenant, client id) -> trajectory id
@@ -131,17 +126,17 @@ class TrajectoryNamespace:
         owner = self._owner.get(trajectory_id)
         if owner is not None:
             return bool(owner == tenant)
-        if self._tenants is None:
+        if self._tenant_of is None:
             return False
         try:
-            found = set(self._tenants(trajectory_id))
+            found = self._tenant_of(trajectory_id)
         except Exception:
             log.warning("Cannot look up the tenant of trajectory %r; treating it as not the caller's.",
                         trajectory_id, exc_info=True)
             return False
-        if len(found) == 1:
-            self.claim(next(iter(found)), trajectory_id)
-        return found == {tenant}
+        if found is not None:
+            self.claim(found, trajectory_id)
+        return found == tenant
 
     def resolve(self, tenant: str, client_id: str) -> str:
         """The trajectory ``client_id`` names for ``tenant`` (the rule in the module docstring)."""
