@@ -42,8 +42,8 @@ from molt.atdp.models import PAYLOAD_FIELDS, Event
 from molt.atdp.validate import MAX_RECORD_BYTES
 from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeline
 from molt.capture.sinks import SealedRow, SinkBatch
+from molt.capture.tenancy import store_tenant
 from molt.errors import MoltError
-from molt.governance.tenancy import store_tenants
 
 __all__ = ["ImportReport", "import_parquet"]
 
@@ -143,12 +143,12 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
     report.rows = n
     new_rows: list[SealedRow] = []
     new_events: list[Event] = []
-    # the ownership rule every ingest path uses (molt.governance.tenancy): a tenant's import never
+    # the ownership rule every ingest path uses (molt.capture.tenancy): a tenant's import never
     # extends a trajectory that holds another tenant's events (sealed chains cannot be renamed, so the
     # trajectory is refused rather than namespaced)
-    tenants_of = store_tenants(store) if tenant_id is not None else None
+    tenant_of = store_tenant(store) if tenant_id is not None else None
     for tid, rows in by_traj.items():
-        if tenants_of is not None and set(tenants_of(tid)) - {tenant_id}:
+        if tenant_of is not None and (owner := tenant_of(tid)) is not None and owner != tenant_id:
             problems.append(f"trajectory {tid[:80]!r} holds another tenant's events in this store; "
                             f"a key of tenant {tenant_id!r} cannot import into it")
             continue

@@ -13,7 +13,7 @@ exporter at an endpoint serving :class:`OtlpIngest` (see :mod:`molt.capture.otlp
   the Recorder instead of recorded twice; a span whose parent is remote (another service, per the
   OTLP span flags) is a root;
 - **tenants**: with the caller's tenant (``tenant_id``) and a
-  :class:`~molt.governance.tenancy.TrajectoryNamespace` that is on (more than one tenant), the trace
+  :class:`~molt.capture.tenancy.TrajectoryNamespace` that is on (more than one tenant), the trace
   id is resolved within the tenant like every other client-chosen trajectory id (another tenant's
   trace id names the caller's own namespaced trajectory) and event ids are derived from the resolved
   trajectory, so one tenant's export never lands in, links to, or deduplicates away another's; an
@@ -52,8 +52,8 @@ import orjson
 from molt.atdp.models import Event, Observation, Outcome, OutcomeStatus, Provenance
 from molt.atdp.otel import AttributeValue, OtelSpan, span_to_event
 from molt.capture.adapt import Capture, CaptureStats, distribution_version
+from molt.capture.tenancy import TrajectoryNamespace
 from molt.errors import AdapterError
-from molt.governance.tenancy import TrajectoryNamespace
 
 try:
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]

@@ -22,6 +22,7 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import OutcomeStatus
 from molt.backends import openai_wire as wire
 from molt.backends.base import BaseBackend, ChatRequest, CompletionRequest, Delta, Result, StreamEnd, StreamItem
+from molt.capture.tenancy import TrajectoryNamespace, store_tenant
 from molt.errors import (
     BackendError,
     BackendStreamError,
@@ -36,7 +37,6 @@ from molt.gateway.metrics import Metrics
 from molt.gateway.router import Decision, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import KeyRing, Principal, Role
-from molt.governance.tenancy import TrajectoryNamespace, store_tenants
 from molt.harness import Applied, HarnessApplier, StaticHarness
 
 __all__ = ["Call", "Gateway", "GatewayConfig"]
@@ -165,7 +165,7 @@ class Gateway:
         #: Client-chosen trajectory ids resolved within the caller's tenant: chat, completions,
         #: feedback and OTLP ingest all use this one instance.
         self.namespace = TrajectoryNamespace(
-            store_tenants(store) if store is not None else None,
+            store_tenant(store) if store is not None else None,
             multi_tenant=keyring.multi_tenant if keyring is not None else (lambda: False),
             max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.started_at = time.time()
@@ -295,7 +295,7 @@ class Gateway:
 
     def _own_trajectory(self, tenant: str, trajectory_id: str | None) -> str | None:
         """The trajectory a client-chosen id names within the caller's tenant
-        (:meth:`~molt.governance.tenancy.TrajectoryNamespace.resolve`: another tenant's id, or one not
+        (:meth:`~molt.capture.tenancy.TrajectoryNamespace.resolve`: another tenant's id, or one not
         seen yet, names the caller's own namespaced trajectory, never the foreign chain)."""
         if trajectory_id is None:
             return None

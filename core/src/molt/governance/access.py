@@ -192,7 +192,7 @@ class KeyRing:
 
     def multi_tenant(self) -> bool:
         """Whether the keys name more than one tenant (then client-chosen trajectory ids are
-        namespaced per tenant: :mod:`molt.governance.tenancy`)."""
+        namespaced per tenant: :mod:`molt.capture.tenancy`)."""
         first: str | None = None
         for p in self._by_digest.values():
             if first is None:
