@@ -19,7 +19,7 @@ from molt.errors import ReplayError
 from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.loopback import ServerThread
 from molt.replay import LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate, load_trajectory
-from molt.replay.generic import checkable_facts, first_wrong_call, loop_shape, replay_recording
+from molt.replay.generic import checkable_facts, first_wrong_call, loop_shape, replay_recording, states_fact
 from molt.store import Store
 
 from .conftest import FactStub
@@ -189,6 +189,8 @@ def test_checkable_facts() -> None:
     assert checkable_facts("The fee is 42 euros, due by 18:30 on 2026-05-01.") == ["42", "18:30", "2026-05-01"]
     assert checkable_facts("Slip B-12, pier 3.") == ["B-12", "3"]
     assert checkable_facts("Mooring is allowed.") == [] and checkable_facts("It costs $17.") == ["17"]
+    assert states_fact("The fee is $17.", "17") and states_fact("slip b-12", "B-12")
+    assert not states_fact("It is 170.", "17")
 
 
 # ---------------------------------------------------------------------------------------- bad input

@@ -66,7 +66,7 @@ from molt.replay.verifiers import TASK_VERIFIERS, JudgeVerifier, Verdict, Verifi
 from molt.store import Trajectory
 
 __all__ = ["LoopShape", "check_tenant", "checkable_facts", "first_turn", "first_wrong_call", "judge_answer",
-           "loop_shape", "recorded_outcome", "replay_recording", "tenant_of"]
+           "loop_shape", "recorded_outcome", "replay_recording", "states_fact", "tenant_of"]
 
 #: Reward sources that state the outcome of a trajectory (the latest one decides).
 _OUTCOME_SOURCES = {RewardSource.VERIFIER, RewardSource.TEST_RESULT, RewardSource.HUMAN_LABEL, RewardSource.JUDGE,
@@ -224,7 +224,7 @@ async def judge_answer(answer: Any, traj: Trajectory, *, verifier: Verifier | No
         kind = "correction" if reward is None or reward <= 0.5 else "accepted answer"
         facts = checkable_facts(reference)
         if facts:
-            missing = [f for f in facts if f not in text]
+            missing = [f for f in facts if not states_fact(text, f)]
             return Verdict(0.0 if missing else 1.0, not missing,
                            f"{kind}: " + (f"misses {', '.join(missing)}" if missing else f"states {', '.join(facts)}"))
     if judge_backend is None:
@@ -233,6 +233,11 @@ async def judge_answer(answer: Any, traj: Trajectory, *, verifier: Verifier | No
               else "The answer correctly and helpfully answers the question.")
     v = await JudgeVerifier(judge_backend, rubric).ascore(answer, ctx)
     return Verdict(v.reward, v.success, f"judge: {v.detail}")
+
+
+def states_fact(text: str, fact: str) -> bool:
+    """Whether ``text`` holds ``fact`` as a whole word (17 is not stated by 170), case aside."""
+    return re.search(rf"(?<!\w){re.escape(fact)}(?!\w)", text, re.IGNORECASE) is not None
 
 
 def first_wrong_call(traj: Trajectory) -> Event | None:
