@@ -226,9 +226,13 @@ def _backend(kind: str, base_url: str | None, model: str | None) -> Any:
     """The replay backend: a registered kind built like `molt serve` builds it, or ``module:factory``."""
     if ":" in kind and not kind.startswith(("http:", "https:")):
         return _factory(kind, "--backend")(**({"model": model} if model else {}))
-    from molt.gateway.cli import make_backend
+    from molt.backends import create_backend
+    from molt.backends.model import POLICY_MODEL_NAME
 
-    return make_backend(kind, model=model, upstream_url=base_url, start_vllm=False if base_url else None)
+    if kind in ("local", "vllm"):  # what `molt serve --backend local|vllm` serves unless --model names another
+        model = model or POLICY_MODEL_NAME
+    cfg = {k: v for k, v in {"base_url": base_url, "model": model}.items() if v}
+    return create_backend(kind, **cfg)
 
 
 def _factory(spec: str, option: str) -> Any:
