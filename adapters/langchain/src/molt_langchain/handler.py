@@ -99,7 +99,11 @@ class MoltCallbackHandler(BaseCallbackHandler, Instrumentor):
         Instrumentor.__init__(
             self,
             recorder,
-            **opts,
+            tenant_id=tenant_id,
+            agent_id=agent_id,
+            task=task,
+            tags=tags,
+            blob_store=blob_store,
             max_field_bytes=max_field_bytes,
             strict=strict,
             versions=versions,

@@ -170,10 +170,10 @@ def _mapped_chunk(chunk: ChatGenerationChunk, applied: Applied | None) -> ChatGe
         return chunk
     msg = chunk.message
     if isinstance(msg, AIMessageChunk) and msg.tool_call_chunks:
-        parts = [{**c, "name": applied.client_tool_name(c["name"]) if c.get("name") else c.get("name")}
+        parts = [{**c, "name": applied.client_tool_name(str(c["name"])) if c.get("name") else c.get("name")}
                  for c in msg.tool_call_chunks]
         msg = msg.model_copy(update={"tool_call_chunks": parts,
-                                     "tool_calls": [{**c, "name": applied.client_tool_name(c["name"])}
+                                     "tool_calls": [{**c, "name": applied.client_tool_name(str(c["name"]))}
                                                     for c in msg.tool_calls]})
         return ChatGenerationChunk(message=msg, generation_info=chunk.generation_info)
     return chunk

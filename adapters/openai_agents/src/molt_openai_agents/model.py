@@ -65,7 +65,7 @@ class MoltModel(Model):
             response.output = [_renamed(item, applied.tool_names) for item in response.output]
         return response
 
-    async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,  # type: ignore[override]
+    async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
                               tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
                               **kwargs: Any) -> AsyncIterator[Any]:
         """See ``agents.models.interface.Model.stream_response``."""
