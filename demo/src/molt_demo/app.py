@@ -273,10 +273,10 @@ class _TrainMode:
         """The gateway with both backends, each public model bound to its own backend's versions (and to
         the registry of the plane that changes them)."""
         from molt.control.versions import ModelPart, PolicyParts
-        from molt_desk.world import DeskModel
         from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec
         from molt.gateway.binding import GatewayBinding
         from molt.gateway.router import Generation
+        from molt_desk.world import DeskModel
 
         for tenant in TENANT_KEYS:
             math_registry.ensure_base(tenant, self.agent, PolicyParts(model=ModelPart(base=self.model)), actor="demo")
@@ -348,12 +348,12 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
     from molt.capture import Recorder
     from molt.control.memory import MemoryStore, RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
-    from molt_desk.scenarios import base_parts
-    from molt_desk.world import AGENT, LEGACY_AGENT, DeskModel, World
     from molt.gateway import Gateway, GatewayConfig
     from molt.gateway.binding import GatewayBinding
     from molt.governance.access import KeyRing
     from molt.store import Store
+    from molt_desk.scenarios import base_parts
+    from molt_desk.world import AGENT, LEGACY_AGENT, DeskModel, World
 
     store = Store.open(home / "store", auto_compact=False)
     recorder = Recorder(store, spool_dir=home / "spool", fsync="never", name="molt-demo")
@@ -464,11 +464,11 @@ def _rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundSta
             math_per_tenant: int = 0) -> None:
     """The rounds: traffic through the gateway, rewards, late corrections, one plane cycle per agent
     (``math_plane``: plus the ``molt-math`` agent's questions and cycles, see :mod:`molt_demo.math_agent`)."""
-    from molt_desk.world import AGENT, LEGACY_AGENT, verify
     from molt.gateway import create_app
     from molt.gateway.loopback import ServerThread
     from molt.replay.decorator import AGENTS
     from molt.replay.verifiers import VerifyContext
+    from molt_desk.world import AGENT, LEGACY_AGENT, verify
 
     cycles = [(plane, "acme", AGENT), (plane, "globex", LEGACY_AGENT)]
     if math_plane is not None:
