@@ -81,9 +81,13 @@ class MoltClaudeHooks(Instrumentor):
 
     async def _on_hook(self, input_data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
         answer: HookJSONOutput = {}
-        if self.live is not None and input_data.get("hook_event_name") == "UserPromptSubmit":
-            answer = self._version_context(str(input_data.get("prompt") or ""))
-        self.queue(self._mapper.on_hook, dict(input_data), tool_use_id, time.time_ns())
+        try:
+            data = dict(input_data)
+            if self.live is not None and data.get("hook_event_name") == "UserPromptSubmit":
+                answer = self._version_context(str(data.get("prompt") or ""))
+            self.capture.submit(self._mapper.on_hook, data, tool_use_id, time.time_ns())
+        except Exception as exc:  # never into the agent
+            self.capture.fail(exc)
         return answer
 
     def _version_context(self, prompt: str) -> HookJSONOutput:
