@@ -147,7 +147,7 @@ def _round(w: dict[str, Any]) -> list[str]:
 
 def _trainer(w: dict[str, Any], model_dir: Path, *, out: str = "adapters", targets: bool = True,
              store: bool = True, loads: list[str] | None = None) -> OnlineTrainer:
-    target = GatewayTarget(w["url"], "sk-acme-admin", "stub", weight=0.1)
+    target = GatewayTarget(w["url"], "sk-platform-operator", "stub", weight=0.1)  # loading an adapter is the operator's
     if loads is not None:
         inner = target.load
 

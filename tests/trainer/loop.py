@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 
 KEYS = {"sk-acme-writer": ("acme", "agent_writer"), "sk-acme-admin": ("acme", "admin"),
-        "sk-evals-writer": ("evals", "agent_writer")}
-ADMIN = "sk-acme-admin"
+        "sk-evals-writer": ("evals", "agent_writer"), "sk-platform-operator": ("platform", "operator")}
+ADMIN = "sk-platform-operator"  # loading an adapter into the shared backend is the platform operator's
 
 
 def train_prompts(seed: int = 0) -> list[str]:

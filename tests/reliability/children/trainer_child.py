@@ -37,7 +37,7 @@ def main() -> None:
         {"name": "trainer-fault", "tenants": {"acme": {"training": {"opt_in": True, "require_consent": False}}}})
     store = Store.open(store_uri, auto_compact=False)
     pub = Publisher(model="stub", out_dir=adapters, store=store, tenant_id="acme", retries=1,
-                    targets=[GatewayTarget(url, "sk-acme-admin", "stub", weight=0.1)])
+                    targets=[GatewayTarget(url, "sk-platform-operator", "stub", weight=0.1)])
     queue = TrainingQueue(store, policy, Principal("acme", Role.TRAINER))
     trainer = OnlineTrainer(Policy.load(settings.lora, model_dir), pub, GovernedSource(queue), settings,
                             base_version="stub")

@@ -31,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the online trainer service")
     s.add_argument("--store", default=None, help="store URI (default $MOLT_HOME/store)")
     s.add_argument("--gateway", required=True, help="gateway base URL (admin API and /metrics)")
-    s.add_argument("--admin-key", default=None, help="gateway admin key (publishing adapters)")
+    s.add_argument("--admin-key", default=None,
+                   help="the gateway's platform-operator key (loading adapters into the shared backend is "
+                        "the operator's)")
     s.add_argument("--model", required=True, help="public model name the adapters are versions of")
     s.add_argument("--base-version", default=None, help="the version serving now (default <model>@base)")
     s.add_argument("--model-path", default=None, help="HF model directory (default: the SmolLM2 policy)")

@@ -18,7 +18,7 @@ data watermark, metrics and the algorithm config that produced it.
 Example::
 
     pub = Publisher(model="smollm2-135m-instruct", out_dir="ckpt", store=store,
-                    targets=[GatewayTarget("http://127.0.0.1:8000", admin_key="sk-admin",
+                    targets=[GatewayTarget("http://127.0.0.1:8000", admin_key="sk-operator",  # a platform-operator key
                                            model="smollm2-135m-instruct")])
     result = pub.publish(policy, step=3, watermark=wm, metrics=m)
 """
