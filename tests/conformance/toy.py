@@ -26,7 +26,8 @@ from molt.atdp import (
     ToolCall,
     ToolCallRequest,
 )
-from molt.capture.adapt import Capture, SpanTable, error_outcome
+from molt.capture.adapt import SpanTable, error_outcome
+from molt.capture.instrumentor import Instrumentor
 
 from .suite import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, Script, huge_blob
 
@@ -114,17 +115,19 @@ class ToyAgent:
         self._call("on_end", root, "done")
 
 
-class ToyHandler:
-    """The reference adapter for :class:`ToyAgent`."""
+class ToyHandler(Instrumentor):
+    """The reference adapter for :class:`ToyAgent` — and the shape of one whose framework offers no hook
+    to apply a policy version (the toy agent's callbacks only observe)."""
+
+    integration = "molt-core"
+    framework = "toy"
+    framework_dist = "pytest"
+    framework_min = "7.0"
+    install = 'pip install "pytest>=7"'
+    no_version_hook = "the toy agent's callbacks only observe; nothing in it lets a callback edit a model call"
 
     def __init__(self, recorder: Any, *, strict: bool = False):
-        self.capture = Capture(
-            recorder,
-            integration="molt-core",
-            framework="toy",
-            framework_version=_version("pytest"),
-            strict=strict,
-        )
+        super().__init__(recorder, strict=strict)
         self.spans = SpanTable(self.capture)
 
     # agent thread: take the time, queue, return
@@ -216,9 +219,3 @@ class ToyHandler:
     def flush(self, timeout: float = 10.0, *, deliver: bool = False) -> bool:
         """Wait until captured events are durable (and delivered, with ``deliver``)."""
         return self.capture.flush(timeout, deliver=deliver)
-
-
-def _version(dist: str) -> str | None:
-    from importlib.metadata import version
-
-    return version(dist)
