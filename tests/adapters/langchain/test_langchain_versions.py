@@ -209,7 +209,7 @@ class LocalChat(BaseChatModel):
         from molt.backends.base import ChatRequest
 
         req = ChatRequest(model=self.backend.model, messages=convert_to_openai_messages(messages),
-                          temperature=0.0, max_tokens=20)
+                          temperature=0.0, max_tokens=28)
         text = asyncio.run(self.backend.chat(req)).choices[0].text
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
