@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from molt.control.diagnose import ALPHA, Cluster, cluster_failures, fisher_greater, intent_text, same_pattern
+from molt.control.diagnose import (
+    ALPHA,
+    Cluster,
+    binomial_greater,
+    cluster_failures,
+    fisher_greater,
+    intent_text,
+    same_pattern,
+)
 from molt.control.signals import Episode, ToolUse
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -161,6 +169,33 @@ def test_false_alarm_rate_is_at_most_alpha(p: float) -> None:
                  for _ in range(windows))
     # Bonferroni bounds the family-wise rate by alpha; allow three binomial standard errors of the estimate.
     assert alarms / windows <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / windows), alarms
+
+
+def test_binomial_tail_is_exact() -> None:
+    assert binomial_greater(3, 3, 0.5) == pytest.approx(0.125)
+    assert binomial_greater(2, 3, 0.5) == pytest.approx(0.5)
+    assert binomial_greater(0, 5, 0.3) == 1.0 and binomial_greater(6, 5, 0.3) == 0.0
+
+
+def test_a_pattern_that_is_all_of_the_traffic_is_found() -> None:
+    """One kind of request, failing most of the time: the rest of the window is empty, so only the test
+    against the tolerated rate can see it (a Fisher test alone gives p = 1)."""
+    rng = random.Random("single")
+    window = [ep(i, f"What is {rng.randint(10, 99)} plus {rng.randint(10, 99)}?", rng.random() < 0.2)
+              for i in range(30)]
+    sig = [c for c in cluster_failures(window, embedder=IntentEmbedder()) if c.significant]
+    assert sig and sig[0].evidence is not None
+    assert sig[0].evidence.p_value > sig[0].evidence.level  # the comparison with the rest had no power
+    assert sig[0].evidence.p_tolerable <= sig[0].evidence.level
+
+
+def test_every_intent_failing_its_own_way_is_found() -> None:
+    """Three intents, each failing on every request: the rest fails as often as each cluster."""
+    rng = random.Random("all-fail")
+    window = [ep(i, f"intent{'abc'[i % 3]} ask {_tag(rng)}", False) for i in range(36)]
+    sig = [c for c in cluster_failures(window, embedder=IntentEmbedder()) if c.significant]
+    assert len(sig) == 3
+    assert all(c.evidence is not None and c.evidence.p_value > c.evidence.level for c in sig)
 
 
 def _pattern_window(rng: random.Random, *, flip: float = 0.0, late: bool = False) -> tuple[list[Episode], str]:

@@ -38,6 +38,16 @@ not raise the chance of one. A cluster of two or more failures is significant wh
 most ``alpha`` divided by the number of clusters tested in the window (Bonferroni): the chance that a
 window without patterns raises any cluster is at most ``alpha`` (default 1 %; measured in the tests).
 
+A comparison with the rest of the window cannot see a pattern that *is* the agent's traffic: an agent
+with one kind of request (the rest is empty), or one whose every intent fails in its own way (the rest
+fails as often), gives the Fisher test nothing to compare against. So each cluster is also tested
+against a stated failure rate the operator tolerates, ``tolerable`` (default 0.5: an intent whose
+requests fail more often than not): under the null hypothesis that the intent's failure rate is at
+most ``tolerable``, P(X ≥ k) for X ~ Binomial(n, tolerable) bounds the chance of an alarm (exact, no
+estimated rate). The two tests split the level (Bonferroni again, ``alpha / 2`` per test and cluster),
+so the family-wise false-alarm rate stays at most ``alpha`` for windows whose failures neither depend
+on the request nor exceed the tolerated rate.
+
 Each cluster that passes gets the candidates that could fix it, built from the trajectories:
 
 ========================  =====================================================================
@@ -79,8 +89,8 @@ from molt.control.signals import Episode, arg_pattern
 from molt.control.versions import PolicyParts, PolicyVersion
 from molt.harness import ToolRewrite
 
-__all__ = ["ALPHA", "COSTS", "SIMILARITY", "Candidate", "Cluster", "Evidence", "Kind", "cluster_failures",
-           "fisher_greater", "intent_text", "propose", "rollback_candidate", "same_pattern"]
+__all__ = ["ALPHA", "COSTS", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind", "cluster_failures",
+           "binomial_greater", "fisher_greater", "intent_text", "propose", "rollback_candidate", "same_pattern"]
 
 log = logging.getLogger("molt.control")
 
@@ -94,6 +104,8 @@ COSTS: dict[str, float] = {"rollback": 0.5, "memory_insert": 1.0, "tool_schema_e
 
 #: The family-wise false-alarm rate of a window's cluster tests (see the module docstring).
 ALPHA = 0.01
+#: The failure rate of an intent the operator tolerates before acting on it (the module docstring).
+TOLERABLE = 0.5
 #: The feature similarity down to which failures of one signature are joined (see the module docstring).
 SIMILARITY = 0.5
 
@@ -112,8 +124,10 @@ class Evidence:
     base_failures: int       # f: failures in the rest of the window
     base_requests: int       # m: requests in the rest of the window
     p_value: float           # one-sided Fisher exact test of k/n against f/m
-    level: float             # alpha / clusters tested: what the p-value must not exceed
+    level: float             # alpha / (2 × clusters tested): what either p-value must not exceed
     significant: bool
+    tolerable: float = TOLERABLE  # the failure rate the binomial test's null hypothesis allows
+    p_tolerable: float = 1.0      # one-sided binomial test of k of n against ``tolerable``
 
     @property
     def base_rate(self) -> float:
@@ -121,8 +135,10 @@ class Evidence:
         return self.base_failures / self.base_requests if self.base_requests else 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {"test": "one-sided Fisher exact vs the rest of the window (Bonferroni)", "k": self.failures,
+        return {"test": "one-sided Fisher exact vs the rest of the window, one-sided binomial vs the tolerated "
+                        "failure rate (Bonferroni)", "k": self.failures,
                 "n": self.requests, "f": self.base_failures, "m": self.base_requests, "p_value": self.p_value,
+                "tolerable": self.tolerable, "p_tolerable": self.p_tolerable,
                 "level": self.level, "significant": self.significant}
 
 
@@ -210,6 +226,20 @@ def fisher_greater(k: int, n: int, f: int, m: int) -> float:
     return _sum_exp([_lcomb(fails, i) + _lcomb(total - fails, n - i) - base for i in range(k, hi + 1)])
 
 
+def binomial_greater(k: int, n: int, p: float) -> float:
+    """One-sided exact binomial test: P(X ≥ k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    return _sum_exp([_lcomb(n, i) + i * lp + (n - i) * lq for i in range(k, n + 1)])
+
+
 def _lcomb(n: int, k: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
@@ -220,7 +250,7 @@ def _sum_exp(terms: list[float]) -> float:
 
 
 def cluster_failures(eps: Sequence[Episode], *, embedder: Embedder | None = None, alpha: float = ALPHA,
-                     similarity: float = SIMILARITY) -> list[Cluster]:
+                     similarity: float = SIMILARITY, tolerable: float = TOLERABLE) -> list[Cluster]:
     """The window's failure clusters with their :class:`Evidence`, significant first, then largest.
 
     ``embedder`` embeds requests and corrections (default: the packaged MiniLM; without it, a bag of
@@ -255,7 +285,7 @@ def cluster_failures(eps: Sequence[Episode], *, embedder: Embedder | None = None
             clusters.append(Cluster(key=key, task=task, signature=sig, kind=kind, failures=mem,  # type: ignore[arg-type]
                                     tool=tool, error_type=et, intent=intent, centroid=centroid))
     _unique_keys(clusters)
-    _test(clusters, eps, vecs, alpha, similarity)
+    _test(clusters, eps, vecs, alpha, similarity, tolerable)
     return sorted(clusters, key=lambda c: (not c.significant, -c.size, c.key))
 
 
@@ -364,10 +394,12 @@ def _unique_keys(clusters: list[Cluster]) -> None:
 
 
 def _test(clusters: list[Cluster], eps: Sequence[Episode], vecs: np.ndarray, alpha: float,
-          similarity: float) -> None:
+          similarity: float, tolerable: float) -> None:
     """Fill each cluster's requests and :class:`Evidence` (see the module docstring)."""
+    if not 0.0 < tolerable < 1.0:
+        raise ValueError(f"tolerable must be a failure rate in (0, 1), got {tolerable!r}.")
     tested = [c for c in clusters if c.size >= 2]
-    level = alpha / max(1, len(tested))
+    level = alpha / (2 * max(1, len(tested)))
     region: dict[str, set[str]] = {}
     for c in clusters:
         member_ids = {e.trajectory_id for e in c.failures}
@@ -392,8 +424,10 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], vecs: np.ndarray, alp
             f = sum(1 for e in rest if e.success is False)
             n = len(region[c.key])
             p = fisher_greater(c.size, n, f, len(rest))
+            pt = binomial_greater(c.size, n, tolerable)
             c.evidence = Evidence(failures=c.size, requests=n, base_failures=f, base_requests=len(rest),
-                                  p_value=p, level=level, significant=c.size >= 2 and p <= level)
+                                  p_value=p, level=level, significant=c.size >= 2 and min(p, pt) <= level,
+                                  tolerable=tolerable, p_tolerable=pt)
         now = {c.key for c in clusters if c.significant}
         if now == found:
             break

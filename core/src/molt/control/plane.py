@@ -53,6 +53,7 @@ from molt.backends.base import BaseBackend
 from molt.control.diagnose import (
     ALPHA,
     SIMILARITY,
+    TOLERABLE,
     Candidate,
     Cluster,
     cluster_failures,
@@ -99,6 +100,9 @@ class PlaneSettings(BaseModel):
     alpha: float = ALPHA
     #: The feature similarity down to which failures share a cluster (molt.control.diagnose).
     similarity: float = SIMILARITY
+    #: The failure rate of one intent tolerated before acting on it, whatever the rest of the window does
+    #: (the second test of molt.control.diagnose; in (0, 1)).
+    tolerable: float = TOLERABLE
     #: Entity types that make generated memory / skill text unservable (personal data and secrets;
     #: organisations and places are what policy facts are about, so they do not count).
     pii_types: frozenset[str] = frozenset({
@@ -255,7 +259,8 @@ class ControlPlane:
         # Clusters span the window (failures under earlier versions count as evidence), but one that
         # the live version no longer shows — it ran the task and never failed this way — is fixed.
         # The evidence bar is each cluster's exact test against the rest of the window (diagnose).
-        found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity)
+        found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
+                                 tolerable=s.tolerable)
         for c in found:
             if not c.significant:
                 continue
@@ -646,7 +651,8 @@ class ControlPlane:
             if tenant in out:
                 continue
             eps = episodes(self.store, tenant, agent, limit=s.window)
-            found = cluster_failures(eps, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity)
+            found = cluster_failures(eps, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
+                                 tolerable=s.tolerable)
             if any(c.significant and same_pattern(c, cluster, s.similarity) for c in found):
                 out.add(tenant)
         return sorted(out)
