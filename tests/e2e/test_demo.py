@@ -34,7 +34,9 @@ def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path, demo_truth:
     assert {("acme", "memory_insert"), ("globex", "memory_insert"), ("globex", "tool_schema_edit"),
             ("acme", "harness_edit")} <= chosen, chosen
     live = [f for f in res["fixes"] if f.get("live_from") is not None and f["live_from"] <= 8]
-    assert len(live) >= 4
+    # Three of the four fixes are live within the quick run's 8 rounds; acme's refund-window memory needs its
+    # intent to fail ~11 times (the evidence bar at a 1 % family-wise rate) and goes live after the last round.
+    assert len(live) >= 3
     for f in live:  # a change that went through canary and is live by the last round fixed its cluster
         assert f["after"] is not None and f["after"] > (f["before"] or 0.0), f
     demo_truth(res, home)
