@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from molt.control.versions import PolicyVersion, VersionRegistry
+from molt.store import Store
 
 # The shared conformance suite lives in tests/conformance; make ``import conformance`` work under
 # pytest's importlib import mode (which leaves sys.path alone).
@@ -23,3 +28,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "/tests/adapters/" in str(item.path):
             for spec in _IGNORED:
                 item.add_marker(pytest.mark.filterwarnings(spec))
+
+
+@pytest.fixture()
+def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
+    """A version registry on a fresh store (what an adapter's ``versions=`` reads)."""
+    with Store.open(tmp_path / "store") as store:
+        yield VersionRegistry(store)
+
+
+class SwitchableSource:
+    """A version source that reads ``registry`` until ``down`` is set, then fails as an unreachable store."""
+
+    def __init__(self, registry: VersionRegistry) -> None:
+        self.registry = registry
+        self.down = False
+
+    def live(self, tenant_id: str, agent_id: str) -> PolicyVersion | None:
+        if self.down:
+            raise ConnectionError("the store is unreachable")
+        return self.registry.live(tenant_id, agent_id)
+
+
+@pytest.fixture()
+def switchable(registry: VersionRegistry) -> Any:
+    """A :class:`SwitchableSource` over ``registry``."""
+    return SwitchableSource(registry)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,6 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Loo
                                            "parameters": {"type": "object", "properties": {}}}}]
 ASK = [{"role": "user", "content": "When does the ferry leave?"}]
 
-
-@pytest.fixture()
-def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
-    with Store.open(tmp_path / "store") as store:
-        yield VersionRegistry(store)
 
 
 def _evolved(reg: VersionRegistry, memory: str = "The ferry leaves at 7:40.") -> Any:

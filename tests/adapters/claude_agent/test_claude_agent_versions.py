@@ -5,27 +5,18 @@ session starts); the version is in provenance; an unreachable registry never bre
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from molt.atdp import EventKind
 from molt.capture import MemorySink, Recorder
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.harness import HarnessSpec
-from molt.store import Store
 from molt_claude_agent import MoltClaudeHooks
 
 TENANT, AGENT = "vineyard", "cellar-desk"
 MEMORY = "Barrel 12 holds the 2024 syrah."
 
-
-@pytest.fixture()
-def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
-    with Store.open(tmp_path / "store") as store:
-        yield VersionRegistry(store)
 
 
 def _prompt(hooks: MoltClaudeHooks, text: str, session: str = "s-1") -> Any:

@@ -18,7 +18,6 @@ pytest.importorskip(
 from molt.capture import MemorySink, Recorder
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.harness import HarnessSpec
-from molt.store import Store
 from molt_crewai import MoltEventListener
 
 from ..openai_stub import stub_server
@@ -34,11 +33,6 @@ def stub() -> Iterator[Any]:
     with stub_server() as srv:
         yield srv
 
-
-@pytest.fixture()
-def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
-    with Store.open(tmp_path / "store") as store:
-        yield VersionRegistry(store)
 
 
 def _systems(requests: list[dict[str, Any]]) -> list[str]:

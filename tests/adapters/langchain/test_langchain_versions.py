@@ -69,11 +69,6 @@ def timetable(port: str) -> str:
     return f"departures from {port}: 07:40, 12:10"
 
 
-@pytest.fixture()
-def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
-    with Store.open(tmp_path / "store") as store:
-        yield VersionRegistry(store)
-
 
 @pytest.fixture()
 def recorded(tmp_path: Path) -> Iterator[tuple[Recorder, MemorySink]]:
@@ -140,7 +135,7 @@ def _all(sink: MemorySink) -> list[Any]:
     return [e for t in {r.x["trajectory_id"] for r in sink.events.values()} for e in sink.trajectory_events(t)]
 
 
-def test_unreachable_registry_never_breaks_the_agent(registry: VersionRegistry,
+def test_unreachable_registry_never_breaks_the_agent(registry: VersionRegistry, switchable: Any,
                                                      recorded: tuple[Recorder, MemorySink]) -> None:
     rec, _ = recorded
     base = _base(registry)
@@ -148,15 +143,7 @@ def test_unreachable_registry_never_breaks_the_agent(registry: VersionRegistry,
         update={"harness": HarnessSpec(system_prompt="Be brief.")}), parent=base.version_id)
     registry.promote(v2.version_id, actor="test")
 
-    class GoesDown:
-        down = False
-
-        def live(self, tenant_id: str, agent_id: str) -> Any:
-            if self.down:
-                raise ConnectionError("the store is unreachable")
-            return registry.live(tenant_id, agent_id)
-
-    source = GoesDown()
+    source = switchable
     handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT, versions=source, version_poll_s=0.05)
     agent = create_react_agent(handler.wrap(EchoingModel()), [timetable])
     try:

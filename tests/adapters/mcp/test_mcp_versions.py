@@ -18,7 +18,6 @@ from molt.atdp import EventKind, ToolCall
 from molt.capture import MemorySink, Recorder
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.harness import ToolRewrite
-from molt.store import Store
 from molt_mcp import MoltMiddleware
 
 TENANT, AGENT = "observatory", "sky-desk"
@@ -35,11 +34,6 @@ def build(mw: MoltMiddleware) -> MCPServer:
 
     return server
 
-
-@pytest.fixture()
-def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
-    with Store.open(tmp_path / "store") as store:
-        yield VersionRegistry(store)
 
 
 @pytest.fixture()
@@ -96,22 +90,14 @@ def test_tools_list_shows_the_live_version_and_a_renamed_call_maps_back(
 
 
 def test_an_unreachable_registry_keeps_the_last_version_and_never_breaks_the_server(
-        registry: VersionRegistry, rec: tuple[Recorder, MemorySink]) -> None:
+        registry: VersionRegistry, switchable: Any, rec: tuple[Recorder, MemorySink]) -> None:
     recorder, _ = rec
     base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="any")))
     fixed = registry.create(TENANT, AGENT, base.parts.with_tools({"get_data": ToolRewrite(description=EDITED)}),
                             parent=base.version_id)
     registry.promote(fixed.version_id, actor="control-plane")
 
-    class GoesDown:
-        down = False
-
-        def live(self, tenant_id: str, agent_id: str) -> Any:
-            if self.down:
-                raise ConnectionError("the store is unreachable")
-            return registry.live(tenant_id, agent_id)
-
-    source = GoesDown()
+    source = switchable
     mw = MoltMiddleware(recorder, tenant_id=TENANT, agent_id=AGENT, versions=source, version_poll_s=0.05)
     try:
         source.down = True

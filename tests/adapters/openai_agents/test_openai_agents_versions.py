@@ -19,7 +19,6 @@ from molt.atdp import EventKind
 from molt.capture import MemorySink, Recorder
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.harness import HarnessSpec, ToolRewrite
-from molt.store import Store
 from molt_openai_agents import MoltTracingProcessor
 
 TENANT, AGENT = "glasshouse", "plant-desk"
@@ -53,11 +52,6 @@ def watering(plant: str) -> str:
     """Watering schedule."""
     return f"water the {plant} every 3 days"
 
-
-@pytest.fixture()
-def registry(tmp_path: Path) -> Iterator[VersionRegistry]:
-    with Store.open(tmp_path / "store") as store:
-        yield VersionRegistry(store)
 
 
 @pytest.fixture()
