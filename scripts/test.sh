@@ -58,7 +58,8 @@ add_counts() {
 # --- main suite, in .venv -------------------------------------------------------------------------
 say "main suite: $MOLT_VENV/bin/python -m pytest --ignore=tests/adapters/crewai $*"
 rc=0
-"$MOLT_VENV/bin/python" -m pytest --ignore=tests/adapters/crewai \
+# --durations prints the slowest tests, so the CI log shows where the suite's time goes.
+"$MOLT_VENV/bin/python" -m pytest --ignore=tests/adapters/crewai --durations=30 \
   --junitxml="$reports/main.xml" "$@" || rc=$?
 add_counts "$reports/main.xml"
 case "$rc" in
