@@ -39,7 +39,8 @@ class HarnessTarget(Protocol):
 class Applied:
     """A request after the harness: the messages and tools the model sees.
 
-    ``tool_names`` maps a renamed tool (as the model sees it) back to the client's name.
+    ``tool_names`` maps a renamed tool (as the model sees it) back to the client's name (or to the
+    name a rewrite's ``dispatch`` gives the client).
     """
 
     messages: list[dict[str, Any]]
@@ -118,8 +119,10 @@ def apply_spec(spec: HarnessSpec, messages: list[dict[str, Any]],
                     fn["parameters"] = dict(rw.parameters)
                 if rw.rename:
                     forward[fn["name"]] = rw.rename
-                    back[rw.rename] = fn["name"]
+                    back[rw.rename] = rw.dispatch or fn["name"]
                     fn["name"] = rw.rename
+                elif rw.dispatch:
+                    back[fn["name"]] = rw.dispatch
             new_tools.append(t)
         if forward:  # earlier calls in the history must use the names the model now sees
             for m in msgs:

@@ -37,7 +37,9 @@ class ToolRewrite(BaseModel):
     """A rewrite of one tool's schema as the model sees it.
 
     ``rename`` shows the tool to the model under another name; the gateway maps the model's calls
-    back to the original name, so the agent never notices.
+    back to the original name, so the agent never notices. ``dispatch`` is the name the agent receives
+    the model's calls under instead (default: its own name): the upstream renamed the tool while the
+    agent still offers the old name, so its calls must reach the agent's dispatcher under the new one.
     """
 
     model_config = _DATA
@@ -45,6 +47,7 @@ class ToolRewrite(BaseModel):
     description: str | None = None
     parameters: dict[str, JsonValue] | None = None
     rename: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    dispatch: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
 class HarnessSpec(BaseModel):
@@ -84,4 +87,7 @@ class HarnessSpec(BaseModel):
     def fingerprint(self) -> str:
         """A stable short hash of the spec (what provenance records as ``harness_fingerprint``)."""
         canon: Any = self.model_dump(mode="json")
+        for rw in canon.get("tool_rewrites", {}).values():  # fingerprints from before ``dispatch`` stay valid
+            if rw.get("dispatch") is None:
+                rw.pop("dispatch", None)
         return "h-" + hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
