@@ -268,3 +268,14 @@ def test_unknown_paths_and_methods(served: Served) -> None:
     e = _error(httpx.get(served.url + "/v1/nothing", headers=W), 404)
     assert e["code"] == "not_found"
     assert _error(httpx.get(served.url + "/v1/chat/completions", headers=W), 405)["code"] == "method_not_allowed"
+
+
+def test_a_path_without_v1_names_the_v1_path(served: Served) -> None:
+    """A base URL given without /v1 (the commonest wiring mistake) gets a 404 that names the fix."""
+    e = _error(_post(served, {"model": "stub", "messages": [{"role": "user", "content": "x"}]},
+                     path="/chat/completions"), 404)
+    assert "did you mean /v1/chat/completions" in e["message"].lower()
+    e = _error(httpx.get(served.url + "/models", headers=W), 404)
+    assert "/v1/models" in e["message"]
+    e = _error(httpx.get(served.url + "/nowhere", headers=W), 404)  # no /v1 route by that name: no guess
+    assert "did you mean" not in e["message"].lower()

@@ -85,6 +85,12 @@ _JSON = "application/json"
 # ------------------------------------------------------------------------------------------ errors
 
 
+def _is_route(request: Request, path: str) -> bool:
+    """Whether ``path`` is one of the app's routes (any method)."""
+    scope = {**request.scope, "path": path}
+    return any(route.matches(scope)[0] != Match.NONE for route in request.app.routes)
+
+
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
     """An OpenAI-style error object."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
@@ -140,6 +146,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         msg = f"{request.method} {request.url.path} is not an endpoint of this gateway." if exc.status_code in (
             404, 405) else str(exc.detail)
+        path = request.url.path
+        if exc.status_code == 404 and not path.startswith("/v1/") and _is_route(request, "/v1" + path):
+            # the commonest wiring mistake: a client's base URL given without /v1
+            msg += f" Did you mean /v1{path}? The client's base URL ends in /v1 (http://host:port/v1)."
         return Response(orjson.dumps(error_body(msg, "invalid_request_error", code)), status_code=exc.status_code,
                         media_type=_JSON)
 
