@@ -59,7 +59,8 @@ def test_diff_and_tenant_scoping(reg: VersionRegistry) -> None:
     b = reg.create("acme", "support", a.parts.with_tools({"lookup": ToolRewrite(description="Use the A- prefix.")}),
                    parent=a.version_id)
     d = reg.diff(a.version_id, b.version_id)
-    assert d == [("tools.lookup", None, {"description": "Use the A- prefix.", "parameters": None, "rename": None})]
+    assert d == [("tools.lookup", None, {"description": "Use the A- prefix.", "parameters": None, "rename": None,
+                                             "dispatch": None})]
     assert diff_parts(a.parts, a.parts) == []
     assert b.harness.tool_rewrites["lookup"].description == "Use the A- prefix."
     reg.ensure_base("globex", "support", BASE)
