@@ -2,13 +2,16 @@
 
 The gateway's budget for its own overhead is about a millisecond, and a general-purpose client
 (httpx) spends more than that per request on a busy two-core machine. Upstream calls need little:
-POST a JSON body to one origin, read a ``Content-Length`` or chunked body, or read an SSE stream line
-by line. So this pool does only that, on asyncio streams (TLS included), reusing idle connections.
+POST a JSON body to one origin and read the answer whole or piece by piece (an SSE stream). So this
+pool does only that, on asyncio streams (TLS included), reusing idle connections. The message framing
+itself is :mod:`h11`'s (RFC 9112): ``Transfer-Encoding: chunked`` beats ``Content-Length`` (§6.3), a
+response carrying both is read as chunked and its connection is not reused (it is a smuggling
+signature), and malformed chunk sizes, bodies cut short and oversized heads are protocol errors.
 
 A reused connection that the server closed while idle fails before any byte of the answer arrives;
 the request is then retried once on a fresh connection (what browsers and urllib3 do). Timeouts are
-the caller's (``asyncio.timeout``). Errors are ``OSError`` / ``asyncio.IncompleteReadError``
-subclasses, or :class:`HTTPProtocolError`; the backends map them onto Molt's backend errors.
+the caller's (``asyncio.timeout``). Errors are ``OSError`` subclasses (:class:`HTTPProtocolError` for
+an answer that is not valid HTTP/1.1); the backends map them onto Molt's backend errors.
 """
 
 from __future__ import annotations
@@ -22,11 +25,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["HTTPPool", "HTTPProtocolError", "Response"]
+import h11
+
+__all__ = ["HTTPPool", "HTTPProtocolError", "Response", "iter_lines"]
+
+#: A response head (status line and headers) still incomplete beyond this many bytes is refused. The
+#: bound is h11's and applies between reads, so a head that arrives whole may be up to one read longer.
+MAX_HEAD_BYTES = 64 * 1024
+_READ = 64 * 1024
 
 
 class HTTPProtocolError(OSError):
-    """The server's answer is not valid HTTP/1.1."""
+    """The server's answer is not valid HTTP/1.1 (or the connection ended inside it)."""
 
 
 @dataclass(slots=True)
@@ -39,16 +49,48 @@ class Response:
 
 
 class _Conn:
-    __slots__ = ("loop", "reader", "writer")
+    """One connection and its h11 state machine."""
+
+    __slots__ = ("answered", "h11", "loop", "reader", "reusable", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.reader = reader
         self.writer = writer
         self.loop = asyncio.get_running_loop()
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.reusable = True  # False once the answer's framing makes the connection suspect
+        self.answered = False  # whether any byte of an answer arrived on this connection
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # its event loop may be gone already
             self.writer.close()
+
+    async def next_event(self) -> h11.Event:
+        """The next h11 event of the answer, reading from the socket as needed."""
+        h = self.h11
+        while True:
+            try:
+                event = h.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise HTTPProtocolError(f"The server's answer is not valid HTTP/1.1: {exc}.") from None
+            if event is not h11.NEED_DATA:
+                return event  # type: ignore[return-value]
+            data = await self.reader.read(_READ)
+            if data:
+                self.answered = True
+            try:
+                h.receive_data(data)  # b"" tells h11 the server closed the connection
+            except h11.RemoteProtocolError as exc:
+                raise HTTPProtocolError(f"The server's answer is not valid HTTP/1.1: {exc}.") from None
+
+    def finish(self) -> bool:
+        """After the whole answer: ready the connection for the next request; whether it can take one."""
+        h = self.h11
+        if not self.reusable or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+            return False
+        h.start_next_cycle()
+        self.answered = False
+        return True
 
 
 class HTTPPool:
@@ -69,8 +111,8 @@ class HTTPPool:
         self.ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
         self.prefix = u.path.rstrip("/")
         host_header = self.host if u.port is None else f"{self.host}:{self.port}"
-        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self._head = f"Host: {host_header}\r\nAccept: */*\r\n{extra}".encode("latin-1")
+        self._headers: list[tuple[str, str]] = [("Host", host_header), ("Accept", "*/*"),
+                                                *(headers or {}).items()]
         self._idle: collections.deque[_Conn] = collections.deque()
         self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
@@ -91,34 +133,40 @@ class HTTPPool:
             c.close()
         return None
 
-    def _release(self, c: _Conn, reusable: bool) -> None:
-        if reusable and not self._closed and not c.writer.is_closing():
+    def _release(self, c: _Conn, complete: bool) -> None:
+        if complete and not self._closed and not c.writer.is_closing() and c.finish():
             self._idle.append(c)
         else:
             c.close()
 
-    def _request_bytes(self, method: str, path: str, body: bytes | None, content_type: str) -> bytes:
-        head = f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._head
+    def _request_bytes(self, conn: _Conn, method: str, path: str, body: bytes | None,
+                       content_type: str) -> bytes:
+        headers = self._headers
         if body is not None:
-            head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n".encode("latin-1")
-        return head + b"\r\n" + (body or b"")
+            headers = [*headers, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        h = conn.h11
+        data = h.send(h11.Request(method=method, target=f"{self.prefix}{path}", headers=headers))
+        if body:
+            data += h.send(h11.Data(data=body))
+        return data + h.send(h11.EndOfMessage())
 
     async def _send(self, method: str, path: str, body: bytes | None,
                     content_type: str) -> tuple[_Conn, int, dict[str, str]]:
         """Send the request and read the status and headers (retrying once on a stale connection)."""
-        data = self._request_bytes(method, path, body, content_type)
         for attempt in range(2):
             conn = self._take_idle() if attempt == 0 else None
             reused = conn is not None
             if conn is None:
                 conn = await self._connect()
             try:
-                conn.writer.write(data)
-                status, headers = await _read_head(conn.reader)
+                conn.writer.write(self._request_bytes(conn, method, path, body, content_type))
+                status, headers = await _read_head(conn)
                 return conn, status, headers
-            except (OSError, RuntimeError, asyncio.IncompleteReadError, HTTPProtocolError):
+            except (OSError, RuntimeError, asyncio.IncompleteReadError):
                 conn.close()
-                if not reused:
+                # A stale keep-alive connection fails before the answer's first byte; anything
+                # later (or on a fresh connection) is the server's fault and is not retried.
+                if not reused or conn.answered:
                     raise
             except BaseException:
                 conn.close()
@@ -133,11 +181,11 @@ class HTTPPool:
         async with self._slots:
             conn, status, headers = await self._send(method, path, body, content_type)
             try:
-                data, reusable = await _read_body(conn.reader, headers, method)
+                data = b"".join([piece async for piece in _iter_body(conn)])
             except BaseException:
                 conn.close()
                 raise
-            self._release(conn, reusable)
+            self._release(conn, True)
             return Response(status, headers, data)
 
     @asynccontextmanager
@@ -151,14 +199,14 @@ class HTTPPool:
             state = {"done": False}
 
             async def pieces() -> AsyncIterator[bytes]:
-                async for piece in _iter_body(conn.reader, headers):
+                async for piece in _iter_body(conn):
                     yield piece
                 state["done"] = True
 
             try:
                 yield status, headers, pieces()
             finally:
-                self._release(conn, state["done"] and headers.get("connection", "").lower() != "close")
+                self._release(conn, state["done"])
 
     async def aclose(self) -> None:
         """Close idle connections (and refuse to keep new ones)."""
@@ -182,71 +230,32 @@ async def iter_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield buf
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+async def _read_head(conn: _Conn) -> tuple[int, dict[str, str]]:
     while True:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")  # one read for the status line and headers
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise HTTPProtocolError("The server closed the connection before answering.") from None
-            raise HTTPProtocolError("The server closed the connection inside the headers.") from None
-        except asyncio.LimitOverrunError:
-            raise HTTPProtocolError("The server's response headers are too large.") from None
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise HTTPProtocolError(f"Not an HTTP status line: {lines[0][:80]!r}.")
-        status = int(parts[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        if status >= 200 or status == 101:
-            return status, headers
-        # 1xx interim answers (100 Continue) are skipped.
+        event = await conn.next_event()
+        if isinstance(event, h11.Response):
+            break
+        if isinstance(event, h11.ConnectionClosed):
+            raise HTTPProtocolError("The server closed the connection before answering.")
+        # h11.InformationalResponse: 1xx interim answers (100 Continue) are skipped.
+    headers: dict[str, str] = {}
+    for name, value in event.headers:
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    if "transfer-encoding" in headers and "content-length" in headers:
+        conn.reusable = False  # RFC 9112 §6.3: chunked was read, the connection is not trusted again
+    return event.status_code, headers
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], method: str) -> tuple[bytes, bool]:
-    keep = headers.get("connection", "").lower() != "close"
-    if method == "HEAD":
-        return b"", keep
-    if "content-length" in headers:
-        return await reader.readexactly(int(headers["content-length"])), keep
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return b"".join([p async for p in _chunks(reader)]), keep
-    return await reader.read(), False  # delimited by the end of the connection
-
-
-async def _iter_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
-    if "content-length" in headers:
-        left = int(headers["content-length"])
-        while left > 0:
-            piece = await reader.read(min(left, 65536))
-            if not piece:
-                raise asyncio.IncompleteReadError(b"", left)
-            left -= len(piece)
-            yield piece
-    elif "chunked" in headers.get("transfer-encoding", "").lower():
-        async for piece in _chunks(reader):
-            yield piece
-    else:
-        while True:
-            piece = await reader.read(65536)
-            if not piece:
-                return
-            yield piece
-
-
-async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+async def _iter_body(conn: _Conn) -> AsyncIterator[bytes]:
+    """The answer's body pieces, framed by h11 (chunked, Content-Length or the connection's end)."""
     while True:
-        line = await reader.readline()
-        if not line:
-            raise asyncio.IncompleteReadError(b"", None)
-        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass  # trailers
+        event = await conn.next_event()
+        if isinstance(event, h11.Data):
+            if event.data:
+                yield bytes(event.data)
+        elif isinstance(event, h11.EndOfMessage):
             return
-        yield await reader.readexactly(size)
-        await reader.readexactly(2)
+        else:  # pragma: no cover - h11 raises on a body cut short before any other event
+            raise HTTPProtocolError(f"Unexpected {type(event).__name__} inside the server's answer.")
