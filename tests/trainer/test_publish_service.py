@@ -119,6 +119,42 @@ def test_pauses_when_serving_latency_is_over_the_slo(tiny_model_dir: Path, tmp_p
     assert "molt_trainer_trainer_paused_for_slo 1" in trainer.render_metrics()
 
 
+def test_the_slo_pause_is_on_by_default_with_a_budget_from_the_idle_p99(tiny_model_dir: Path, tmp_path: Path,
+                                                                        fake_vllm: FakeVLLM) -> None:
+    """No SLO given: the budget is slo_factor × the p99 read while not training, and a step waits while
+    serving is over it (before, no SLO meant training never yielded)."""
+    trainer, src = _trainer(tiny_model_dir, tmp_path, fake_vllm)
+    p99 = [100.0]
+    trainer.latency_probe = lambda: p99[0]
+    assert trainer.tick() is None and trainer.idle_p99_ms == 100.0      # not ready: an idle reading
+    assert trainer.slo_budget_ms() == 200.0
+    src.items = [single([3, 4], [t], float(t % 2)) for t in range(5, 9)]
+    p99[0] = 450.0
+    assert trainer.tick() is None and trainer.counters["paused_for_slo"] == 1 and trainer.step == 0
+    state = trainer.fault_status()["state"]
+    assert state["trainer.paused_for_slo"] == 1 and state["trainer.serving_p99_ms"] == 450.0
+    p99[0] = 150.0
+    assert trainer.tick() is not None and trainer.step == 1
+    off, src2 = _trainer(tiny_model_dir, tmp_path / "off", fake_vllm, pause_for_serving=False)
+    off.latency_probe = lambda: 1e9
+    src2.items = [single([3, 4], [t], float(t % 2)) for t in range(5, 9)]
+    assert off.tick() is not None
+
+
+def test_waits_for_data_at_the_rate_it_arrives(tiny_model_dir: Path, tmp_path: Path, fake_vllm: FakeVLLM) -> None:
+    """The idle wait follows the inflow: the time until min_samples are pending, within
+    [poll_s, max_idle_s]; a queue that stays empty backs off to max_idle_s."""
+    trainer, _ = _trainer(tiny_model_dir, tmp_path, fake_vllm, min_samples=10, poll_s=1.0, max_idle_s=20.0)
+    assert trainer.idle_wait_s() == 1.0                  # no reading yet: poll
+    trainer.inflow_per_s = 2.0
+    assert trainer.idle_wait_s() == 5.0                  # 10 missing at 2/s
+    trainer.inflow_per_s = 0.01
+    assert trainer.idle_wait_s() == 20.0                 # nearly nothing arrives: the longest wait
+    trainer.inflow_per_s = 0.0
+    assert trainer.idle_wait_s() == 20.0
+    assert trainer.metrics()["trainer/inflow_samples_per_s"] == 0.0
+
+
 def test_bad_batches_are_counted(tiny_model_dir: Path, tmp_path: Path, fake_vllm: FakeVLLM) -> None:
     trainer, src = _trainer(tiny_model_dir, tmp_path, fake_vllm, min_samples=1)
     src.items = [single([3], [4], 1.0, tokens=False), single([9], [4], 1.0)]  # no token ids; a lone sample

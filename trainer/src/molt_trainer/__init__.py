@@ -22,9 +22,13 @@ __all__ = [
     "Policy",
     "PublishError",
     "Publisher",
+    "RequestTrainer",
+    "RunSettings",
     "Sample",
+    "SloGate",
     "Staleness",
     "StoreSource",
+    "TrainedAdapter",
     "TrainerError",
     "TrainerSettings",
     "VLLMTarget",
@@ -42,6 +46,7 @@ _WHERE = {
     "DataError": "errors", "PublishError": "errors", "TrainerError": "errors",
     "GatewayTarget": "publish", "Publisher": "publish", "VLLMTarget": "publish",
     "GovernedSource": "service", "OnlineTrainer": "service", "StoreSource": "service", "TrainerSettings": "service",
+    "RequestTrainer": "requests", "RunSettings": "requests", "SloGate": "requests", "TrainedAdapter": "requests",
     "LoraSettings": "policy", "Policy": "policy", "train_step": "step",
 }
 

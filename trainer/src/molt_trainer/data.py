@@ -302,6 +302,14 @@ class Batch:
                      self.rollout_logprobs[rows], self.token_level_rewards[rows], self.index[rows],
                      self.stale[rows], int(mask.sum()))
 
+    def to(self, device: str | torch.device) -> Batch:
+        """The batch on ``device`` (the policy's); itself when it is there already."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.positions.to(device),
+                     self.response_mask.to(device), self.rollout_logprobs.to(device),
+                     self.token_level_rewards.to(device), self.index, self.stale.to(device), self.num_tokens)
+
 
 def collate(samples: Sequence[Sample], rewards: Sequence[float] | None = None, index: np.ndarray | None = None,
             *, pad_id: int = 0) -> Batch:

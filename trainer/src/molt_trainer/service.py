@@ -10,9 +10,16 @@ Each :meth:`OnlineTrainer.tick`:
 2. builds samples (:mod:`molt_trainer.data`) and adds them to the pending pool;
 3. trains only when the pool holds ``min_samples`` fresh samples **and** serving is within its
    latency SLO: when the serving p99 (from ``latency_probe``, e.g. the gateway's ``/metrics``) is over
-   ``latency_slo_ms`` the step is deferred (paused) and the service sleeps ``throttle_s``;
+   the budget the step is deferred (paused) and the service sleeps ``throttle_s``. The pause is on by
+   default: the budget is ``latency_slo_ms`` when given (the gateway's p99 budget), else
+   ``slo_factor`` × the p99 measured while the trainer was not training (what this machine serves
+   at without training, whatever its hardware); ``pause_for_serving=False`` turns it off;
 4. takes one step (:func:`molt_trainer.step.train_step`) on up to ``max_batch`` samples, publishes
    the adapter (:class:`molt_trainer.publish.Publisher`) and advances the staleness clock.
+
+Between ticks the service waits for its next batch at the rate data arrives: the inflow of eligible
+samples (an exponential moving average of samples per second read) gives the time until
+``min_samples`` are pending, clamped to ``[poll_s, max_idle_s]`` — no busy polling of an empty queue.
 
 A step is all or nothing. Samples are *claimed* when a step takes them and *acknowledged* when the
 publisher registers the version trained on them (its ``policy_versions`` row lists their event
@@ -32,6 +39,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -64,8 +72,11 @@ class TrainerSettings(BaseModel):
       (``drop`` | ``is``). ``max_tokens``: longer samples are skipped (default 2,048).
     - ``lateness_s``: how far before the watermark to re-read for late rewards (default 300 s);
       ``reward_timeout_s``: how long an unrewarded trajectory waits (default 3,600 s).
-    - ``latency_slo_ms``: serving p99 above which training pauses (default ``None``: never);
-      ``throttle_s``: sleep while paused (default 5 s). ``poll_s``: idle poll interval (default 2 s).
+    - ``pause_for_serving``: pause training while serving is over its latency budget (default on);
+      ``latency_slo_ms``: the budget, the serving p99 in ms (default ``None``: ``slo_factor`` (2.0) ×
+      the p99 measured while not training); ``throttle_s``: sleep while paused (default 5 s).
+    - ``poll_s`` / ``max_idle_s``: the shortest and longest wait for new data (default 2 s / 15 ×
+      ``poll_s``); in between, the wait follows the inflow of samples.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -81,9 +92,12 @@ class TrainerSettings(BaseModel):
     max_tokens: int = Field(default=2048, ge=2)
     lateness_s: float = Field(default=300.0, ge=0.0)
     reward_timeout_s: float = Field(default=3600.0, ge=0.0)
+    pause_for_serving: bool = True
     latency_slo_ms: float | None = Field(default=None, gt=0.0)
+    slo_factor: float = Field(default=2.0, gt=1.0)
     throttle_s: float = Field(default=5.0, ge=0.0)
     poll_s: float = Field(default=2.0, gt=0.0)
+    max_idle_s: float | None = Field(default=None, gt=0.0)
 
 
 class Source(Protocol):
@@ -190,6 +204,11 @@ class OnlineTrainer:
         self.counters: Counter[str] = Counter()
         self.history: list[dict[str, float]] = []
         self.last_p99_ms: float | None = None
+        self.idle_p99_ms: float | None = None  # serving p99 while this trainer was not training
+        self.inflow_per_s: float | None = None  # eligible samples read per second (moving average)
+        self.next_wait_s: float = self.settings.poll_s
+        self._trained_since_probe = False
+        self._last_poll: float | None = None
         self.step = 0
         self._acked: set[str] = set()  # event ids trained on in an earlier life (see resume)
         if resume:
@@ -250,18 +269,51 @@ class OnlineTrainer:
             self.counters["skipped_acknowledged"] += len(samples) - len(kept)
             samples = kept
         self.pending.extend(samples)
+        tick_at = time.monotonic()
+        if self._last_poll is not None and tick_at > self._last_poll:
+            rate = len(samples) / (tick_at - self._last_poll)
+            self.inflow_per_s = rate if self.inflow_per_s is None else 0.7 * self.inflow_per_s + 0.3 * rate
+        self._last_poll = tick_at
         return len(samples)
+
+    def idle_wait_s(self) -> float:
+        """How long to wait for the next batch: the time the inflow needs to bring ``min_samples``,
+        within ``[poll_s, max_idle_s]`` (the longest when nothing arrives)."""
+        s = self.settings
+        longest = s.max_idle_s or 15 * s.poll_s
+        missing = max(0, s.min_samples - len(self.pending))
+        if not missing or self.inflow_per_s is None:
+            return s.poll_s
+        if self.inflow_per_s <= 0.0:
+            return longest
+        # A quiet queue's moving average decays towards 0, so the wait grows: a back-off that the next
+        # arrivals undo at once.
+        return min(longest, max(s.poll_s, missing / self.inflow_per_s))
 
     # ------------------------------------------------------------------ scheduling
 
+    def slo_budget_ms(self) -> float | None:
+        """The serving p99 above which training pauses (``None``: no budget yet, or the pause is off)."""
+        s = self.settings
+        if not s.pause_for_serving:
+            return None
+        if s.latency_slo_ms is not None:
+            return s.latency_slo_ms
+        return None if self.idle_p99_ms is None else s.slo_factor * self.idle_p99_ms
+
     def serving_ok(self) -> bool:
-        """Whether serving latency is within the SLO (no SLO or no reading: yes)."""
-        if self.latency_probe is None or self.settings.latency_slo_ms is None:
+        """Whether serving latency is within the budget (no probe, no reading or no budget: yes). A
+        reading taken when no step ran since the previous one updates the not-training p99."""
+        if self.latency_probe is None or not self.settings.pause_for_serving:
             return True
         p99 = self.latency_probe()
         if p99 is not None:
             self.last_p99_ms = p99
-        return p99 is None or p99 <= self.settings.latency_slo_ms
+            if not self._trained_since_probe:
+                self.idle_p99_ms = p99 if self.idle_p99_ms is None else 0.8 * self.idle_p99_ms + 0.2 * p99
+        self._trained_since_probe = False
+        budget = self.slo_budget_ms()
+        return p99 is None or budget is None or p99 <= budget
 
     def ready(self) -> bool:
         """Enough fresh samples for a step."""
@@ -283,7 +335,7 @@ class OnlineTrainer:
             return None
         snap = self.policy.snapshot()
         try:
-            batch = collate(kept, rewards, index, pad_id=self.policy.pad_id)
+            batch = collate(kept, rewards, index, pad_id=self.policy.pad_id).to(self.policy.device)
             metrics = train_step(self.policy, batch, s.algo)
             # The acknowledgement: what the version was trained on, every claimed sample included.
             wm = {"watermark": self.watermark.isoformat() if self.watermark else None,
@@ -297,6 +349,7 @@ class OnlineTrainer:
             self.counters["step_failures"] += 1
             raise
         self.step += 1
+        self._trained_since_probe = True
         self._acked.update(wm["events"])
         if result.live or not self.publisher.targets:
             self.staleness.advance(result.version)
@@ -313,6 +366,8 @@ class OnlineTrainer:
         """Poll, then train if ready and serving allows; returns the step's metrics if one ran."""
         self.poll()
         if not self.ready():
+            if self.latency_probe is not None:
+                self.serving_ok()  # a reading while not training: the automatic budget follows serving
             return None
         if not self.serving_ok():
             self.counters["paused_for_slo"] += 1
@@ -341,7 +396,8 @@ class OnlineTrainer:
                 return
             if m is None:
                 paused = self.counters["paused_for_slo"] > before
-                stop.wait(self.settings.throttle_s if paused else self.settings.poll_s)
+                self.next_wait_s = self.settings.throttle_s if paused else self.idle_wait_s()
+                stop.wait(self.next_wait_s)
 
     # ------------------------------------------------------------------ metrics
 
@@ -353,6 +409,11 @@ class OnlineTrainer:
         out.update(self.data_stats.as_metrics())
         if self.last_p99_ms is not None:
             out["serving/p99_ms"] = self.last_p99_ms
+        budget = self.slo_budget_ms()
+        if budget is not None:
+            out["serving/slo_budget_ms"] = budget
+        out["trainer/inflow_samples_per_s"] = self.inflow_per_s or 0.0
+        out["trainer/next_wait_s"] = self.next_wait_s
         if self.history:
             out.update({f"last/{k}": v for k, v in self.history[-1].items()})
         return out
@@ -362,7 +423,12 @@ class OnlineTrainer:
         return {"faults": {"trainer.crashes": self.counters["crashes"],
                            "trainer.step_failures": self.counters["step_failures"],
                            "trainer.publish_failures": self.publisher.counters["publish_failures"]},
-                "state": {"trainer.steps": self.step, "trainer.pending_samples": len(self.pending)}}
+                "state": {"trainer.steps": self.step, "trainer.pending_samples": len(self.pending),
+                          "trainer.paused_for_slo": self.counters["paused_for_slo"],
+                          "trainer.slo_budget_ms": round(self.slo_budget_ms() or 0.0, 1),
+                          "trainer.serving_p99_ms": round(self.last_p99_ms or 0.0, 1),
+                          "trainer.inflow_samples_per_s": round(self.inflow_per_s or 0.0, 3),
+                          "trainer.next_wait_s": round(self.next_wait_s, 2)}}
 
     def render_metrics(self) -> str:
         """The metrics in Prometheus text format (``molt_trainer_*`` gauges)."""

@@ -1,0 +1,287 @@
+"""The weights branch of the plane: a weight-update decision → a training run → an adapter served as a
+new composite version of *that* agent.
+
+:class:`WeightLoop` is the :class:`~molt.control.plane.ControlPlane`'s ``trainer`` hook. When the plane
+decides that only new weights close a failure cluster of ``tenant/agent`` it calls the hook, which
+
+1. builds a :class:`WeightRequest`: the agent's traffic on the cluster's task (failures and the
+   successes that contrast them) and, as anchors against forgetting, its recent successes on other
+   tasks — read through ``read``, by default the governance training queue, so only eligible,
+   redacted trajectories are ever trained on (fail closed: none eligible → no training);
+2. hands it to ``train`` (``molt_trainer.RequestTrainer`` in ``molt serve --train``; any callable
+   returning an object with ``version`` and ``path``), in a worker thread, within ``timeout_s``;
+3. checks the adapter directory (a peft ``adapter_config.json`` and weights that are not empty) and
+   loads it into the serving backends through ``load`` — the trainer may already have done that;
+   ``load`` is then a check that it is served;
+4. returns the :class:`~molt.control.versions.ModelPart`; the plane creates the new composite version
+   (live parts + these weights), canaries it under the agent's routing key
+   (``model#tenant/agent``), and promotes or aborts it on the canary delta like any other change.
+   An abort or a rollback restores the previous version, whose adapter is still loaded (adapters are
+   never unloaded while a version names them).
+
+Any failure — no eligible data, a trainer that raises or hangs, a corrupt adapter, a serving engine
+that refuses the load — raises :class:`~molt.errors.InterventionError`: the plane logs the cycle as a
+no-op with the error as its reason, and no version names the adapter, so nothing half-published is
+ever routed to. The link decision → run → adapter → outcome: the decision's ``applied_version`` is the
+canary version, whose ``parts.model.adapter`` is the trainer's version id, registered in the store's
+``policy_versions`` table with the run (request, trajectories, metrics; :func:`training_run`); the
+later promote or abort decision names the same version. :attr:`WeightLoop.runs` keeps the request
+outcomes of this process for ``molt doctor`` and ``/metrics``.
+
+:func:`restore_adapters` loads the adapters of every live and canary version into a freshly started
+server (through :func:`gateway_loader`, the gateway's admin API), so a restarted ``molt serve`` serves
+what the registry says rather than the base model.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from molt.atdp.ids import new_id
+from molt.control.versions import ModelPart, VersionRegistry
+from molt.errors import InterventionError
+from molt.store import Store, sql_str
+from molt.store.query import Trajectory
+
+__all__ = ["WeightLoop", "WeightRequest", "check_adapter", "gateway_loader", "governed_reader", "restore_adapters",
+           "store_reader", "training_run"]
+
+log = logging.getLogger("molt.control.weights")
+
+#: A trajectory reader: ``(tenant_id, trajectory ids) → the eligible ones among them``.
+Reader = Callable[[str, Sequence[str]], list[Trajectory]]
+
+
+@dataclass
+class WeightRequest:
+    """What one training run is asked to do (see the module docstring)."""
+
+    request_id: str
+    tenant_id: str
+    agent_id: str
+    cluster: str
+    task: str | None
+    #: The live weights the adapter starts from (its base model, and its adapter when it has one).
+    model: ModelPart
+    #: The agent's eligible traffic on the cluster's task: the failures and the successes that contrast them.
+    trajectories: list[Trajectory]
+    #: Eligible successes on the agent's other tasks, trained on too so the update does not forget them.
+    anchors: list[Trajectory] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"request": self.request_id, "tenant": self.tenant_id, "agent": self.agent_id, "cluster": self.cluster,
+                "task": self.task, "trajectories": len(self.trajectories), "anchors": len(self.anchors),
+                "from": self.model.adapter or self.model.base}
+
+
+def governed_reader(store: Store, policy: Any) -> Reader:
+    """Read through the governance training queue of ``policy``: eligible, redacted trajectories only."""
+    from molt.governance import Principal, TrainingQueue
+    from molt.governance.access import Role
+
+    def read(tenant_id: str, ids: Sequence[str]) -> list[Trajectory]:
+        wanted = set(ids)
+        queue = TrainingQueue(store, policy, Principal(tenant_id, Role.TRAINER))
+        return [t for t in queue.eligible_trajectories() if t.trajectory_id in wanted]
+
+    return read
+
+
+def store_reader(store: Store) -> Reader:
+    """Read the store as recorded (no governance: development only, ``--train-on-ungoverned-data``)."""
+    def read(tenant_id: str, ids: Sequence[str]) -> list[Trajectory]:
+        out = []
+        for tid in ids:
+            t = store.trajectory(tid)
+            if t.events and t.events[0].tenant_id == tenant_id:
+                out.append(t)
+        return out
+
+    return read
+
+
+def check_adapter(path: str | Path) -> None:
+    """Raise :class:`InterventionError` unless ``path`` is a complete peft adapter directory."""
+    p = Path(path)
+    cfg = p / "adapter_config.json"
+    weights = [w for w in (p / "adapter_model.safetensors", p / "adapter_model.bin") if w.exists()]
+    if not cfg.is_file() or not weights:
+        raise InterventionError(f"The trained adapter at {p} is incomplete (adapter_config.json and "
+                                f"adapter_model.safetensors expected); not served.")
+    try:
+        conf = orjson.loads(cfg.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise InterventionError(f"The trained adapter's config at {cfg} is not JSON ({exc}); not served.") from exc
+    if not isinstance(conf, dict) or not conf.get("peft_type"):
+        raise InterventionError(f"The trained adapter's config at {cfg} names no peft_type; not served.")
+    if weights[0].stat().st_size == 0:
+        raise InterventionError(f"The trained adapter's weights at {weights[0]} are empty; not served.")
+
+
+class WeightLoop:
+    """The plane's ``trainer`` hook (see the module docstring).
+
+    Args:
+        store: the store (trajectories, versions, ``policy_versions``).
+        train: ``fn(WeightRequest) → adapter`` (``version``, ``path``; optional ``run_id``, ``metrics``).
+        read: the trajectory reader (:func:`governed_reader` in production; :func:`store_reader` only
+            when the caller said to train on ungoverned data).
+        load: ``fn(version, path)`` that makes the adapter servable (raises when the engine refuses);
+            ``None`` when ``train`` publishes it itself.
+        window: newest trajectories of the agent looked at (default 200). ``max_anchors``: successes on
+            other tasks added (default 16). ``min_trajectories``: eligible ones needed (default 4).
+        timeout_s: how long a run may take before it is given up (default 1,800 s).
+    """
+
+    def __init__(self, store: Store, train: Callable[[WeightRequest], Any], *, read: Reader,
+                 load: Callable[[str, str], None] | None = None, window: int = 200, max_anchors: int = 16,
+                 min_trajectories: int = 4, timeout_s: float = 1800.0):
+        self.store = store
+        self.train = train
+        self.read = read
+        self.load = load
+        self.window = window
+        self.max_anchors = max_anchors
+        self.min_trajectories = min_trajectories
+        self.timeout_s = timeout_s
+        self.runs: list[dict[str, Any]] = []
+        self.counters: Counter[str] = Counter()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="molt-weights")
+
+    def request(self, tenant_id: str, agent_id: str, cand: Any) -> WeightRequest:
+        """The request for candidate ``cand`` (a ``weight_update``) of ``tenant_id/agent_id``."""
+        from molt.control.signals import episodes
+
+        live = VersionRegistry(self.store).live(tenant_id, agent_id)
+        model = live.parts.model if live is not None else ModelPart.model_validate(cand.payload.get("model") or {})
+        task = cand.payload.get("task")
+        eps = episodes(self.store, tenant_id, agent_id, limit=self.window)
+        same = {e.trajectory_id for e in eps if e.success is not None and (task is None or e.task == task)}
+        same |= set(cand.source_trajectories)
+        others = [e.trajectory_id for e in reversed(eps) if e.success and e.trajectory_id not in same]
+        got = {t.trajectory_id: t for t in self.read(tenant_id, [*same, *others[: self.max_anchors]])}
+        return WeightRequest(request_id="wu-" + new_id()[-12:], tenant_id=tenant_id, agent_id=agent_id,
+                             cluster=cand.cluster, task=task, model=model,
+                             trajectories=[got[t] for t in sorted(same) if t in got],
+                             anchors=[got[t] for t in others[: self.max_anchors] if t in got])
+
+    def __call__(self, tenant_id: str, agent_id: str, cand: Any) -> ModelPart:
+        req = self.request(tenant_id, agent_id, cand)
+        entry: dict[str, Any] = {**req.summary(), "at": time.time(), "outcome": "running"}
+        self.runs.append(entry)
+        try:
+            part = self._run(req, entry)
+        except InterventionError as exc:
+            entry.update(outcome="failed", error=str(exc))
+            self.counters["failed"] += 1
+            log.warning("Weight update %s for %s/%s failed: %s", req.request_id, tenant_id, agent_id, exc)
+            raise
+        entry.update(outcome="published", adapter=part.adapter)
+        self.counters["published"] += 1
+        return part
+
+    def _run(self, req: WeightRequest, entry: dict[str, Any]) -> ModelPart:
+        if len(req.trajectories) < self.min_trajectories:
+            raise InterventionError(
+                f"weight update {req.request_id}: {len(req.trajectories)} eligible trajectories of {req.agent_id} on "
+                f"task {req.task!r} (at least {self.min_trajectories} needed; training reads only what governance "
+                f"finds eligible)")
+        t0 = time.perf_counter()
+        # The plane calls the hook from inside its event loop; training (and a load that runs its own loop)
+        # goes to a worker thread, and a run that hangs is given up rather than stalling the plane.
+        fut = self._pool.submit(self.train, req)
+        try:
+            adapter = fut.result(self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise InterventionError(f"weight update {req.request_id}: the training run did not finish within "
+                                    f"{self.timeout_s:.0f} s; nothing published") from None
+        except Exception as exc:
+            raise InterventionError(f"weight update {req.request_id}: the training run failed "
+                                    f"({type(exc).__name__}: {exc}); nothing published") from exc
+        entry["train_s"] = round(time.perf_counter() - t0, 2)
+        version, path = getattr(adapter, "version", None), getattr(adapter, "path", None)
+        if not version or not path:
+            raise InterventionError(f"weight update {req.request_id}: the trainer returned no adapter ({adapter!r})")
+        entry.update(run=getattr(adapter, "run_id", None), adapter=version, path=str(path))
+        check_adapter(path)
+        if self.load is not None:
+            try:
+                self.load(str(version), str(path))
+            except Exception as exc:
+                raise InterventionError(f"weight update {req.request_id}: the serving engine refused adapter "
+                                        f"{version} ({type(exc).__name__}: {exc}); the live version keeps "
+                                        f"serving") from exc
+        return ModelPart(base=req.model.base, adapter=str(version), adapter_path=str(path))
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Counters for ``molt doctor`` (a :data:`molt.status.StatusSource`)."""
+        last = self.runs[-1] if self.runs else {}
+        return {"faults": {"weights.failed_runs": self.counters["failed"]},
+                "state": {"weights.published": self.counters["published"],
+                          "weights.last": f"{last.get('request')} {last.get('outcome')} {last.get('adapter') or ''}"
+                                          .strip() if last else "none"}}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def training_run(store: Store, adapter: str) -> dict[str, Any] | None:
+    """The trainer's ``policy_versions`` row of ``adapter`` (its run: request, data, metrics), or ``None``."""
+    try:
+        tbl = store.table("policy_versions")
+    except Exception:
+        return None
+    rows = tbl.search().where(f"version_id = {sql_str(adapter)}").limit(None).to_arrow().to_pylist()
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r["created_at"])
+    return {**row, "parts": orjson.loads(row["parts"])}
+
+
+def restore_adapters(registry: VersionRegistry, load: Callable[[str, str], None]) -> list[str]:
+    """Load (``load(name, path)``) the adapter of every live and canary version, so a restarted server
+    serves what the registry says rather than its base model; returns the adapters loaded. One that
+    fails is logged and skipped."""
+    wanted: dict[str, str] = {}
+    pairs: Sequence[tuple[str, str]] = registry.agents()
+    for t, a in pairs:
+        live = registry.live(t, a)
+        for v in [*([live] if live is not None else []), *registry.canaries(t, a)]:
+            m = v.parts.model
+            if m.adapter and m.adapter_path:
+                wanted[m.adapter] = m.adapter_path
+    done = []
+    for name, path in sorted(wanted.items()):
+        try:
+            load(name, path)
+            done.append(name)
+        except Exception:
+            log.exception("Restoring adapter %s from %s failed.", name, path)
+    return done
+
+
+def gateway_loader(url: str, admin_key: str | None, model: str, *, timeout_s: float = 300.0
+                   ) -> Callable[[str, str], None]:
+    """``load(name, path)`` through the gateway's admin API (``POST /v1/molt/admin/adapters``, the
+    platform operator's key): loaded into every LoRA-capable backend of ``model``, registered at weight
+    0 on the plain model key (the version's own routing key is what routes traffic to it)."""
+    import httpx
+
+    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+
+    def load(name: str, path: str) -> None:
+        r = httpx.post(url.rstrip("/") + "/v1/molt/admin/adapters", headers=headers, timeout=timeout_s,
+                       json={"model": model, "version": name, "path": path, "weight": 0.0})
+        if r.status_code != 200:
+            raise InterventionError(f"the gateway answered {r.status_code}: {r.text[:300]}")
+
+    return load
