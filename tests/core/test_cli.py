@@ -60,6 +60,7 @@ def molt(*args: str, home: Path, check: bool = True) -> Result:
 
 def test_console_script_exit_codes(molt_home: Path) -> None:
     """The installed entry point: a clean error line and status 2, no traceback."""
+    Store.open(molt_home / "store").close()
     proc = subprocess.run([sys.executable, "-m", "molt.cli", "trajectories", "show", "nope"],
                           capture_output=True, text=True, timeout=120,
                           env={"MOLT_HOME": str(molt_home), "PATH": "/usr/bin:/bin"})
@@ -134,8 +135,9 @@ def test_doctor_and_molt_home_isolation(molt_home: Path, filled: list[str], tmp_
     out = molt("doctor", home=molt_home).stdout
     assert "molt-core" in out and "12 rows" in out
     other = tmp_path / "other-home"
-    assert "0 rows" in molt("doctor", home=other).stdout
-    assert molt("trajectories", "ls", "--json", home=other).stdout == ""
+    assert "No Molt store at" in molt("doctor", home=other).stdout
+    assert molt("trajectories", "ls", "--json", home=other, check=False).stdout == ""
+    assert not (other / "store").exists()  # a read never creates a store
 
 
 def test_smoke_command(molt_home: Path) -> None:
@@ -162,3 +164,73 @@ def test_reads_are_tenant_scoped_once_keys_exist(molt_home: Path, filled: list[s
     proc = molt("trajectories", "ls", "--api-key", "nope", home=molt_home, check=False)
     assert proc.returncode == 2 and "not known" in proc.stderr
     assert "3 of 3" in molt("verify", "--operator", home=molt_home).stdout
+
+
+# ------------------------------------------------------------------ messages that name what to do
+
+
+def test_a_wrong_molt_home_says_so_and_creates_nothing(tmp_path: Path, filled: list[str]) -> None:
+    wrong = tmp_path / "typo-home"
+    for args in (["trajectories", "ls"], ["verify"], ["trajectories", "show", filled[0]],
+                 ["reward", filled[0], "-v", "1"]):
+        r = molt(*args, home=wrong, check=False)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        line = r.stderr.strip()
+        assert "\n" not in line and "Traceback" not in line
+        assert f"No Molt store at {wrong / 'store'}" in line and f"MOLT_HOME={wrong}" in line, line
+        assert "Point MOLT_HOME at" in line
+    assert not wrong.exists()
+
+
+def test_a_molt_home_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "home.txt"
+    afile.write_text("not a directory")
+    for args in (["trajectories", "ls"], ["doctor"], ["evolve", "run", "--tenant", "default", "--agent", "a"],
+                 ["serve", "--port", "1"]):
+        r = molt(*args, home=afile, check=False)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.strip() == (f"error: MOLT_HOME={afile} is a file, not a directory: point MOLT_HOME at the "
+                                    f"directory Molt records to (default ~/.molt)."), r.stderr
+
+
+def test_an_unknown_id_names_the_store_it_looked_in(molt_home: Path, filled: list[str]) -> None:
+    r = molt("trajectories", "show", "01-not-an-id", home=molt_home, check=False)
+    assert r.returncode == 2
+    assert f"No trajectory 01-not-an-id in the store {molt_home / 'store'} (MOLT_HOME={molt_home})" in r.stderr
+    assert "molt trajectories ls" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = molt("verify", "01-not-an-id", home=molt_home, check=False)
+    assert r.returncode == 1 and str(molt_home / "store") in r.stderr
+    assert str(molt_home / "store") in molt("verify", home=molt_home).stdout
+
+
+def test_pending_spool_events_are_counted_with_what_delivers_them(molt_home: Path, event_factory) -> None:  # type: ignore[no-untyped-def]
+    Store.open(molt_home / "store", auto_compact=False).close()
+    rec = Recorder(None, spool_dir=molt_home / "spool")  # a Recorder without a store: it only spools
+    tid = rec.new_trajectory()
+    for i in range(3):
+        rec.record(event_factory(tid, i))
+    assert rec.flush()
+    r = molt("trajectories", "ls", home=molt_home)
+    assert "3 events wait in the spool" in r.stderr and str(molt_home / "spool") in r.stderr
+    assert "Recorder(Store.open())" in r.stderr  # held by a live process without a store: say how to give it one
+    assert "3 events wait in the spool" in molt("verify", home=molt_home).stderr
+    assert "3 events wait" in molt("doctor", home=molt_home, check=False).stdout.replace("\n", " ")
+    r = molt("spool", "deliver", home=molt_home, check=False)
+    assert r.returncode == 2 and "held by a running process" in r.stderr
+    rec.close()
+    r = molt("trajectories", "ls", home=molt_home)
+    assert "molt spool deliver" in r.stderr and tid not in r.stdout
+    assert "Delivered 3 records" in molt("spool", "deliver", home=molt_home).stdout
+    r = molt("trajectories", "ls", home=molt_home)
+    assert tid in r.stdout and "spool" not in r.stderr
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_ids_are_never_cut_in_a_narrow_terminal(molt_home: Path, filled: list[str], width: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from molt import cli
+
+    monkeypatch.setattr(cli.console, "_width", width)
+    out = molt("trajectories", "ls", home=molt_home).stdout
+    assert all(t in out for t in filled), out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= max(width, len(filled[0]) + 2)

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import click
 import orjson
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -29,9 +30,11 @@ app = typer.Typer(name="molt", help="Molt: governed, replayable learning materia
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 trajectories_app = typer.Typer(help="List, show and export recorded trajectories.", no_args_is_help=True)
 app.add_typer(trajectories_app, name="trajectories")
+spool_app = typer.Typer(help="The capture spool under $MOLT_HOME: deliver what waits in it.", no_args_is_help=True)
+app.add_typer(spool_app, name="spool")
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # a message stays one line, whatever the width
 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
@@ -44,12 +47,72 @@ def molt_home() -> Path:
     return Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser()
 
 
-def open_store(uri: str | None = None, **kwargs: Any) -> Any:
-    """Open the store named by ``--store`` or ``$MOLT_HOME/store`` (no background compaction)."""
+def check_home() -> Path:
+    """``$MOLT_HOME``, refused in one line when it cannot hold Molt's data (a file, not a directory)."""
+    home = molt_home()
+    if home.exists() and not home.is_dir():
+        raise MoltError(f"MOLT_HOME={home} is a file, not a directory: point MOLT_HOME at the directory Molt "
+                        f"records to (default ~/.molt).")
+    return home
+
+
+def store_place(uri: str | None = None) -> str:
+    """Where a command reads: named in every message about the store, so a wrong one shows."""
+    if uri:
+        return f"the store {uri}"
+    env = os.environ.get("MOLT_HOME")
+    return f"the store {molt_home() / 'store'} (MOLT_HOME={env if env else 'unset: ~/.molt'})"
+
+
+def open_store(uri: str | None = None, *, existing: bool = False, **kwargs: Any) -> Any:
+    """Open the store named by ``--store`` or ``$MOLT_HOME/store`` (no background compaction).
+
+    ``existing``: a read — refuse a local store that is not there instead of creating an empty one, so
+    a mistyped ``MOLT_HOME`` or ``--store`` says so rather than reading as "nothing recorded".
+    """
     from molt.store import Store
 
+    path = uri or check_home() / "store"
+    if existing and "://" not in str(path) and not Path(path).expanduser().is_dir():
+        raise MoltError(f"No Molt store at {Path(path).expanduser()}: nothing was recorded "
+                        + ("there" if uri else f"with MOLT_HOME={molt_home()}")
+                        + ". Point " + ("--store" if uri else "MOLT_HOME") + " at the one your agent or `molt "
+                        "serve` records to (the default is ~/.molt/store)." + _spool_clause(uri))
     kwargs.setdefault("auto_compact", False)
-    return Store.open(uri or molt_home() / "store", storage_options=_storage_options(), **kwargs)
+    return Store.open(path, storage_options=_storage_options(), **kwargs)
+
+
+def _backlog_text(backlog: Any) -> str:
+    """What waits in a spool and what delivers it."""
+    what = f"{backlog.events:,} events" + (f" and {backlog.rewards:,} rewards" if backlog.rewards else "")
+    if backlog.holder:
+        how = (f"the process holding it ({backlog.holder}) delivers them to its Recorder's store; a Recorder "
+               f"made without a store only spools (give it one: Recorder(Store.open())), or run `molt spool "
+               f"deliver` once that process has exited")
+    else:
+        how = "run `molt spool deliver` (`molt serve` also delivers them when it starts)"
+    return f"{what} wait in the spool {backlog.directory}, not in the store yet: {how}."
+
+
+def _spool_clause(uri: str | None) -> str:
+    """`` N events wait in the spool …`` when the store read is MOLT_HOME's and its spool has a backlog."""
+    from molt.capture.spool import spool_backlog
+
+    if uri:
+        return ""
+    backlog = spool_backlog(molt_home() / "spool")
+    return " " + _backlog_text(backlog) if backlog.records else ""
+
+
+def _print_spool_note(uri: str | None) -> None:
+    note = _spool_clause(uri)
+    if note:
+        err_console.print(f"[yellow]note:[/yellow]{note}", highlight=False)
+
+
+def _tenant_clause(reader: Any) -> str:
+    tenant = getattr(reader, "tenant_id", None)
+    return f" for tenant {tenant!r}" if tenant else ""
 
 
 def _keys_file() -> Path:
@@ -69,7 +132,7 @@ def open_reader(store_uri: str | None, api_key: str | None, operator: bool, acti
 
     if operator and api_key:
         raise MoltError("Give either --operator or an API key, not both.")
-    store = open_store(store_uri)
+    store = open_store(store_uri, existing=action in ("read", "export"))
     if api_key:
         principal = KeyRing.from_file(_keys_file()).authenticate(api_key).require(action)
         return TenantView(store, principal)
@@ -140,12 +203,36 @@ def trajectories_ls(
     if as_json:
         for r in rows:
             sys.stdout.write(r.model_dump_json() + "\n")
-        return
-    t = Table("trajectory", "tenant", "agent", "events", "errors", "reward", "outcome", "last event")
+    else:
+        console.print(_trajectory_table(rows))
+    if not rows:
+        filtered = tenant or any(kw[k] for k in ("agent", "since", "until", "outcome"))
+        err_console.print(f"No trajectories{' match' if filtered else ''} in {store_place(store)}.", highlight=False)
+    _print_spool_note(store)
+
+
+def _trajectory_table(rows: list[Any]) -> Table:
+    """``trajectories ls`` as a table whose ids are never cut: they are pasted into ``show``, ``reward``
+    and ``replay``. A terminal too narrow for every column gets the columns that matter most."""
+    idw = max((len(r.trajectory_id) for r in rows), default=10)
+    agw = max((len(f"{r.tenant_id or ''}/{r.agent_id or ''}") for r in rows), default=12)
+    wide = console.width >= idw + agw + 75
+    t = Table(box=None if not wide else box.HEAVY_HEAD, pad_edge=wide)
+    t.add_column("trajectory", no_wrap=True, min_width=idw)
+    if wide:
+        for name in ("tenant", "agent", "events", "errors", "reward", "outcome", "last event"):
+            t.add_column(name, overflow="fold")
+    else:
+        for name in ("tenant/agent", "events", "outcome"):
+            t.add_column(name, overflow="fold")
     for r in rows:
-        t.add_row(r.trajectory_id, r.tenant_id or "", r.agent_id or "", str(r.events), str(r.errors),
-                  "" if r.reward is None else f"{r.reward:.3g}", r.outcome, r.last_ts.isoformat())
-    console.print(t)
+        reward = "" if r.reward is None else f"{r.reward:.3g}"
+        if wide:
+            t.add_row(r.trajectory_id, r.tenant_id or "", r.agent_id or "", str(r.events), str(r.errors), reward,
+                      r.outcome, r.last_ts.isoformat())
+        else:
+            t.add_row(r.trajectory_id, f"{r.tenant_id or ''}/{r.agent_id or ''}", str(r.events), r.outcome)
+    return t
 
 
 @trajectories_app.command("show")
@@ -157,8 +244,15 @@ def trajectories_show(
     operator: OperatorOpt = False,
 ) -> None:
     """Show a trajectory: events in causal order, rewards joined."""
+    from molt.errors import NotFound
+
     s = open_reader(store, api_key, operator)
-    traj = s.trajectory(trajectory_id)
+    try:
+        traj = s.trajectory(trajectory_id)
+    except NotFound:
+        raise NotFound(f"No trajectory {trajectory_id} in {store_place(store)}"
+                       f"{_tenant_clause(s)}; `molt trajectories ls` lists the ids it holds."
+                       + _spool_clause(store), trajectory_id=trajectory_id) from None
     if as_json:
         sys.stdout.write(traj.model_dump_json(indent=2) + "\n")
         return
@@ -174,19 +268,28 @@ def trajectories_show(
 
 @trajectories_app.command("export")
 def trajectories_export(
-    output: Annotated[Path, typer.Argument(help="Parquet file to write.")],
+    output: Annotated[Path | None, typer.Argument(help="File to write: Parquet (default), a datasets file "
+                                                       "(--format hf) or OTLP/protobuf (--format otlp).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="parquet: Molt's own (sealed events; late rewards in "
+                                                      "<stem>.rewards.parquet beside it); hf: Hugging Face datasets "
+                                                      "Parquet (messages + tools + rewards); otlp: OTLP/protobuf.",
+                                     click_type=click.Choice(["parquet", "hf", "otlp"]))] = "parquet",
+    otlp: Annotated[str | None, typer.Option("--otlp", help="Send to this OTLP/HTTP endpoint instead of a file "
+                                                            "(http://collector:4318/v1/traces).")] = None,
     store: StoreOpt = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant (operator).")] = None,
     api_key: KeyOpt = None,
     operator: OperatorOpt = False,
 ) -> None:
-    """Export events (sealed records included) to Parquet."""
+    """Export trajectories: to Parquet with their late rewards, to a datasets file, or to an OTLP collector."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from molt.store import sql_str
 
-    if output.exists() and output.is_dir():
-        raise MoltError(f"{output} is a directory; give a file path for the Parquet export.")
+    if (output is None) == (otlp is None):
+        raise MoltError("Give either an output file or --otlp URL.")
+    if output is not None and output.exists() and output.is_dir():
+        raise MoltError(f"{output} is a directory; give a file path for the export.")
     s = open_reader(store, api_key, operator, action="export")
     scoped = hasattr(s, "tenant_id")
     if tenant and scoped and tenant != s.tenant_id:
@@ -196,13 +299,41 @@ def trajectories_export(
     with Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), console=err_console,
                   transient=True) as progress:
         task = progress.add_task("export", total=total)
-        n = s.export_parquet(output, where=where, progress=lambda k: progress.advance(task, k))
-    err_console.print(f"Exported {n:,} events to {output}")
+        step = lambda k: progress.advance(task, k)  # noqa: E731
+        if otlp is not None:
+            from molt.interop.otlp import export_otlp
+
+            sent, failed = export_otlp(s, otlp, where=where, progress=step)
+            done = f"Sent {sent:,} spans to {otlp}" + (f"; {failed:,} failed" if failed else "")
+        elif fmt == "hf":
+            from molt.interop.hf import export_dataset
+
+            done = f"Exported {export_dataset(s, output, where=where, progress=step):,} trajectories to {output}"
+        elif fmt == "otlp":
+            from molt.interop.otlp import write_otlp_file
+
+            done = f"Exported {write_otlp_file(s, output, where=where, progress=step):,} spans to {output}"
+        else:
+            from molt.interop.parquet import export_parquet, rewards_path
+
+            n, r = export_parquet(s, output, where=where, progress=step)
+            done = f"Exported {n:,} events to {output} and {r:,} late rewards to {rewards_path(output)}"  # type: ignore[arg-type]
+    err_console.print(done)
+    if otlp is not None and failed:
+        raise typer.Exit(1)
 
 
 @trajectories_app.command("import")
 def trajectories_import(
-    source: Annotated[Path, typer.Argument(help="Parquet file written by `molt trajectories export`.")],
+    source: Annotated[Path, typer.Argument(help="The file: a Molt Parquet export, an OTLP file, a Langfuse or "
+                                                "a LangSmith export.")],
+    fmt: Annotated[str, typer.Option("--format", help="parquet (molt trajectories export), otlp (collector file "
+                                                      "exporter: JSON lines or protobuf), langfuse, langsmith.",
+                                     click_type=click.Choice(["parquet", "otlp", "langfuse", "langsmith"]))] = "parquet",
+    mode: Annotated[str, typer.Option("--mode", help="all-or-nothing (default): any refused row refuses the file; "
+                                                     "per-trajectory: import the rest, quarantine refused rows "
+                                                     "(and their trajectory) with the reason.",
+                                      click_type=click.Choice(["all-or-nothing", "per-trajectory"]))] = "all-or-nothing",
     store: StoreOpt = None,
     api_key: KeyOpt = None,
     operator: OperatorOpt = False,
@@ -210,21 +341,52 @@ def trajectories_import(
         "--no-governance", help="Store the events exactly as exported, WITHOUT the governance pipeline "
                                 "(no redaction; never trained on).")] = False,
 ) -> None:
-    """Import an export: chains re-verified, tenant taken from the hashed records, all or nothing;
-    governed by the default policy (events it would redact are stored with their payload erased and
-    the redacted record quarantined)."""
-    from molt.capture.importer import import_parquet
-
+    """Import trajectories, governed like live capture (redacted, tenant-checked, eligibility-marked) and
+    idempotent (a rerun counts what is already stored as duplicates). Molt's Parquet export is all or
+    nothing (chains re-verified, tenant from the hashed records, late rewards from its rewards file);
+    the other formats follow --mode."""
     reader = open_reader(store, api_key, operator, action="write")
+    tenant_id = getattr(reader, "tenant_id", None)
     if no_governance:
         err_console.print("[bold red]Importing WITHOUT governance (--no-governance): events are stored as "
                           "exported, PII included.[/bold red]")
-    report = import_parquet(open_store(store), source, tenant_id=getattr(reader, "tenant_id", None),
-                            pipeline=None if no_governance else "default")
-    erased = (f"; {report.erased:,} held what the policy redacts: stored with the payload erased, the redacted "
-              f"record in quarantine" if report.erased else "")
-    console.print(f"Imported {report.imported:,} events of {report.trajectories:,} trajectories from {source} "
-                  f"({report.duplicates:,} already in the store{erased}).")
+    pipeline = None if no_governance else "default"
+    target = open_store(store)
+    if fmt == "parquet":
+        from molt.interop.parquet import import_parquet_export
+
+        got = import_parquet_export(target, source, tenant_id=tenant_id, pipeline=pipeline)
+        report = got.events
+        erased = (f"; {report.erased:,} held what the policy redacts: stored with the payload erased, the redacted "
+                  f"record in quarantine" if report.erased else "")
+        rewards = f"; {got.rewards:,} late rewards" + (f" ({got.reward_duplicates:,} already stored)"
+                                                       if got.reward_duplicates else "")
+        console.print(f"Imported {report.imported:,} events of {report.trajectories:,} trajectories from {source} "
+                      f"({report.duplicates:,} already in the store{erased}){rewards}.")
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    from molt.capture.tenancy import TrajectoryNamespace, store_tenant
+    from molt.governance.access import KeyRing
+    from molt.interop import ImportRefused, import_file
+
+    keys = _keys_file()
+    multi = KeyRing.from_file(keys).multi_tenant() if keys.exists() else False
+    namespace = TrajectoryNamespace(store_tenant(target), multi_tenant=lambda: multi)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("importing {task.completed:,} rows"), console=err_console,
+                      transient=True) as progress:
+            task = progress.add_task("import", total=None)
+            rep = import_file(target, source, fmt, tenant_id=tenant_id, namespace=namespace, pipeline=pipeline,
+                              mode=mode, progress=lambda k: progress.advance(task, k))  # type: ignore[arg-type]
+    except ImportRefused as exc:
+        err_console.print(f"[red]{exc.report.summary()}[/red] (mode {mode})")
+        raise
+    console.print(f"{source}: {rep.summary()} (mode {mode}).")
+    for line in rep.refused[:20]:
+        console.print(f"  refused: {line}")
+    if len(rep.refused) > 20:
+        console.print(f"  … and {len(rep.refused) - 20:,} more refused rows (in the quarantine with their reasons)")
 
 
 # ---------------------------------------------------------------------------------- reward, verify
@@ -251,7 +413,7 @@ def reward(
         if not sep:
             raise MoltError(f"--dim takes NAME=VALUE, got {d!r}.")
         dims[name] = float(val)
-    s = open_store(store)
+    s = open_store(store, existing=True)
     tenant = s.trajectory_tenant(trajectory_id)
     reader = open_reader(store, api_key, operator, action="write")
     if hasattr(reader, "tenant_id") and reader.tenant_id != tenant:
@@ -283,14 +445,48 @@ def verify(
         for tid in ids:
             rep = s.verify(tid)
             if rep.events == 0:
-                err_console.print(f"[red]no trajectory {tid}[/red]")
+                err_console.print(f"[red]no trajectory {tid}[/red] in {store_place(store)}", highlight=False)
                 bad += 1
             elif not rep.ok:
                 bad += 1
                 err_console.print(f"[red]FAIL[/red] {tid}: " + "; ".join(rep.problems[:5]))
             progress.advance(task)
-    console.print(f"{len(ids) - bad} of {len(ids)} trajectories verify")
+    console.print(f"{len(ids) - bad} of {len(ids)} trajectories verify ({store_place(store)})", highlight=False)
+    _print_spool_note(store)
     if bad:
+        raise typer.Exit(1)
+
+
+# ----------------------------------------------------------------------------------------- spool
+
+
+@spool_app.command("deliver")
+def spool_deliver(store: StoreOpt = None) -> None:
+    """Deliver what waits in ``$MOLT_HOME/spool`` (recorded by a Recorder without a store, or by a
+    process that ended before delivering) into the store, then exit."""
+    from molt.capture import Recorder
+    from molt.capture.spool import spool_backlog
+    from molt.errors import SpoolInUse
+
+    spool = check_home() / "spool"
+    before = spool_backlog(spool)
+    if not before.records:
+        console.print(f"Nothing waits in the spool {spool}.", highlight=False)
+        return
+    s = open_store(store)
+    try:
+        # the frames were governed (or not) when they were spooled; this only ships them
+        with Recorder(s, spool_dir=spool, name="molt-spool-deliver") as rec:
+            rec.flush(deliver=True)
+    except SpoolInUse:
+        raise MoltError(f"The spool {spool} is held by a running process ({before.holder or 'another process'}): "
+                        f"it delivers the events itself if its Recorder has a store; otherwise run this again "
+                        f"once it has exited.") from None
+    after = spool_backlog(spool)
+    console.print(f"Delivered {before.records - after.records:,} records from {spool} to {store_place(store)}"
+                  + (f"; {after.records:,} still wait (the store refused them: see `molt doctor`)"
+                     if after.records else "") + ".", highlight=False)
+    if after.records:
         raise typer.Exit(1)
 
 
@@ -321,7 +517,7 @@ def doctor(store: StoreOpt = None) -> None:
         py = root / env / "bin" / "python"
         t.add_row(f"env {env}", str(py) if py.exists() else "[dim]absent[/dim]")
     try:
-        s = open_store(store)
+        s = open_store(store, existing=True)
         t.add_row("store", s.uri)
         for name in ("events", "rewards", "quarantine"):
             t.add_row(f"  {name}", f"{s.count(name):,} rows, {s.fragment_count(name)} fragments")
@@ -334,10 +530,14 @@ def doctor(store: StoreOpt = None) -> None:
         t.add_row("  governance", f"{decided:,} decisions{ungoverned}")
     except MoltError as exc:
         t.add_row("store", f"[red]{exc}[/red]")
+    from molt.capture.spool import spool_backlog
+
     spool = molt_home() / "spool"
-    if spool.exists():
-        size = sum(p.stat().st_size for p in spool.glob("*.seg"))
-        t.add_row("spool", f"{spool} ({size:,} bytes in segments)")
+    if spool.is_dir():
+        backlog = spool_backlog(spool)
+        t.add_row("spool", f"{spool} ({backlog.records:,} records not delivered, {backlog.bytes:,} bytes)")
+        if backlog.records:
+            t.add_row("  waiting", f"[yellow]{_backlog_text(backlog)}[/yellow]")
     else:
         t.add_row("spool", f"{spool} (absent)")
     _status_rows(t)
@@ -431,6 +631,8 @@ def run(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _mount(args)
     try:
+        if args and args[0] not in ("--help", "-h", "schema") and "--help" not in args:
+            check_home()  # a MOLT_HOME that is a file: one line here, not a traceback from whatever opens it
         # Without standalone mode click returns the code of a typer.Exit instead of raising it.
         rv = app(args, prog_name="molt", standalone_mode=False)
     except typer.Exit as exc:

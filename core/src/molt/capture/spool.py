@@ -36,7 +36,8 @@ from typing import Any, Literal
 
 from molt.errors import CaptureError, SpoolInUse
 
-__all__ = ["FRAME_EVENT", "FRAME_QUARANTINE", "FRAME_REWARD", "FsyncPolicy", "Spool", "SpoolPosition"]
+__all__ = ["FRAME_EVENT", "FRAME_QUARANTINE", "FRAME_REWARD", "FsyncPolicy", "Spool", "SpoolBacklog", "SpoolPosition",
+           "spool_backlog"]
 
 MAGIC = b"\x4d\x54"  # "MT"
 _HEADER = struct.Struct("<2scII")
@@ -306,6 +307,79 @@ class Spool:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@dataclass(frozen=True)
+class SpoolBacklog:
+    """What a spool directory holds that was not delivered yet (see :func:`spool_backlog`)."""
+
+    directory: Path
+    events: int = 0
+    rewards: int = 0
+    quarantined: int = 0
+    bytes: int = 0
+    #: ``"pid N"`` of the live process whose Recorder holds the spool open, else None
+    holder: str | None = None
+
+    @property
+    def records(self) -> int:
+        return self.events + self.rewards + self.quarantined
+
+
+def spool_backlog(directory: str | os.PathLike[str]) -> SpoolBacklog:
+    """Count the undelivered frames of a spool without opening it for writing.
+
+    Read-only and lock-free (a Recorder may hold the spool meanwhile: a frame it is writing is not
+    counted yet), so ``molt`` commands can say what waits to be delivered, and who holds it.
+    """
+    d = Path(directory).expanduser()
+    if not d.is_dir():
+        return SpoolBacklog(d)
+    cursor = SpoolPosition(1, 0)
+    with contextlib.suppress(OSError, ValueError):
+        seg_text, off_text = (d / "cursor").read_text().split()
+        cursor = SpoolPosition(int(seg_text), int(off_text))
+    counts = {FRAME_EVENT: 0, FRAME_REWARD: 0, FRAME_QUARANTINE: 0}
+    size = 0
+    for path in sorted(p for p in d.glob("*.seg") if p.stem.isdigit()):
+        seg = int(path.stem)
+        if seg < cursor.segment:
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:  # delivered and deleted meanwhile
+            continue
+        start = cursor.offset if seg == cursor.segment else 0
+        end = 0
+        for kind, _body, nxt in _iter_frames(data[start:]):
+            counts[kind] = counts.get(kind, 0) + 1
+            end = nxt
+        size += end
+    return SpoolBacklog(d, counts[FRAME_EVENT], counts[FRAME_REWARD], counts[FRAME_QUARANTINE], size,
+                        _live_holder(d))
+
+
+def _live_holder(directory: Path) -> str | None:
+    """The ``pid N`` a Recorder wrote into the spool's lock file, if that process is alive."""
+    try:
+        text = (directory / "lock").read_text().strip()
+        pid = int(text.removeprefix("pid "))
+    except (OSError, ValueError):
+        return None
+    if pid == os.getpid():  # this process: is one of its Recorders still holding it? (probe the lock)
+        with open(directory / "lock", "a+") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return text
+            return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        return text
+    return text
 
 
 def _lock_directory(directory: Path) -> Any:
