@@ -1,12 +1,15 @@
-"""Package layering: imports point one way, as ../shared/DESIGN.md draws them.
+"""Package layering: imports point one way, as ../shared/DESIGN.md draws them, and no module reaches
+into another module's private names.
 
-Troubleshooting: if this fails, move the shared code down a layer (into molt.atdp or molt.capture)
-instead of importing upwards.
+Troubleshooting: if an import test fails, move the shared code down a layer (into molt.atdp or
+molt.capture) instead of importing upwards. If the private-access test fails, give the module that owns
+the name a documented public seam (a method or property) and use that.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +79,97 @@ def test_trainer_never_imports_gateway_or_control() -> None:
     bad = [f"{f.relative_to(ROOT)} imports {m}" for f in (ROOT / "trainer" / "src").rglob("*.py")
            for m in _imports(f) if m.startswith(("molt.gateway", "molt.control"))]
     assert not bad, "\n".join(bad)
+
+
+# ------------------------------------------------------------------ private names stay in their module
+
+#: Every package whose modules are checked for reach-ins.
+SOURCES = [CORE, *sorted(p / "src" for p in (ROOT / "adapters").iterdir() if (p / "src").is_dir()),
+           ROOT / "trainer" / "src", ROOT / "demo" / "src"]
+
+#: Underscored names that are public API where they come from: namedtuple's methods (the underscore
+#: only keeps them apart from field names).
+PUBLIC_UNDERSCORED = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
+
+#: Known reach-ins into third-party internals, each with the reason it stays (a new one fails the test).
+KNOWN: dict[tuple[str, str], str] = {
+    ("adapters/mcp/src/molt_mcp/middleware.py", "_connection"):
+        "the MCP SDK exposes no session id on a request context; the middleware reads it where the SDK "
+        "keeps it and falls back to no session when that changes",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, ``self.x`` / ``cls.x`` and other
+    assignments, and ``__slots__`` entries."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            out.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__"
+                                                  for t in node.targets):
+            out.update(c.value for c in ast.walk(node.value)
+                       if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return {n for n in out if _private(n)}
+
+
+def private_reach_ins(files: Iterable[Path], root: Path) -> list[str]:
+    """Each place where a module touches a private name it does not define: ``obj._x`` (read or
+    assigned) on anything but ``self`` / ``cls``, ``getattr(obj, "_x")`` and its siblings, and
+    ``from module import _x``."""
+    bad = []
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        tree = ast.parse(f.read_text())
+        own = _own_names(tree)
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    names = [node.attr]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
+                  and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                  and _private(node.args[1].value)
+                  and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))):
+                names = [node.args[1].value]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [a.name for a in node.names if _private(a.name)]
+            for name in names:
+                if (isinstance(node, ast.ImportFrom) or name not in own) and name not in PUBLIC_UNDERSCORED \
+                        and (rel, name) not in KNOWN:
+                    bad.append(f"{rel}:{node.lineno} touches {name} ({ast.unparse(node)[:80]})")
+    return bad
+
+
+def _sources() -> list[Path]:
+    return [f for base in SOURCES for f in sorted(base.rglob("*.py"))]
+
+
+def test_no_module_touches_another_modules_private_names() -> None:
+    bad = private_reach_ins(_sources(), ROOT)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_private_access_check_fails_on_a_planted_reach_in(tmp_path: Path) -> None:
+    """A copy of a real module with one reach-in planted (the store's registry, read from outside
+    the store) is caught; the unmodified copy is not."""
+    original = (CORE / "store" / "tables.py").read_text()
+    clean = tmp_path / "tables.py"
+    clean.write_text(original)
+    assert private_reach_ins([clean], tmp_path) == []
+    planted = tmp_path / "planted.py"
+    planted.write_text(original + "\n\ndef peek(store):\n    return store._tables\n\n\n"
+                       "def lock(rec):\n    return getattr(rec, '_fresh')\n\n\n"
+                       "from molt.store.lance import _where  # noqa\n")
+    found = private_reach_ins([planted], tmp_path)
+    assert sorted(line.split(" touches ")[1].split()[0] for line in found) == ["_fresh", "_tables", "_where"], found

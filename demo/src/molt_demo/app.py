@@ -346,7 +346,7 @@ def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path
 def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int, progress: bool, train: bool,
          math_per_tenant: int, model_dir: Path | None) -> DemoResult:
     from molt.capture import Recorder
-    from molt.control.memory import MemoryStore, RetrievalHarness
+    from molt.control.memory import RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
     from molt.gateway import Gateway, GatewayConfig
     from molt.gateway.binding import GatewayBinding
@@ -365,13 +365,12 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
                          "trajectories": len(cand.source_trajectories)})
         return rid
 
-    memories = MemoryStore(store)
     settings = PlaneSettings(canary_weight=0.5, canary_min=4, window=200)
     trained = _TrainMode.build(store, home, model_dir) if train else None
-    plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), memories=memories,
+    plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(),
                          base_parts=base_parts(), trainer=trainer_hook if trained is None else trained.trainer,
                          settings=settings)
-    memories._redactor = plane.redactor  # one redaction policy for what the plane checks and what is stored
+    memories = plane.memories  # redacted by the plane's redactor: one policy for what it checks and what is stored
     math_plane = trained.plane(store, DeskModel(), memories) if trained is not None else None
     for tenant, agent in (("acme", AGENT), ("globex", LEGACY_AGENT)):
         plane.registry.ensure_base(tenant, agent, base_parts(), actor="demo")

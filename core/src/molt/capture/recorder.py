@@ -305,6 +305,12 @@ class Recorder:
         self._fresh.add(tid)
         return tid
 
+    def announce_trajectory(self, trajectory_id: str) -> None:
+        """Mark ``trajectory_id``, made elsewhere (by a process that records through this one), as new:
+        its first event starts a fresh chain without a store lookup, as one from :meth:`new_trajectory`.
+        Only for ids that are new; announcing an id with stored events would fork its chain."""
+        self._fresh.add(trajectory_id)
+
     def _check_strict(self, event: Event) -> None:
         if not isinstance(event, Event):
             raise ProtocolError(f"record() takes a molt.atdp.Event, got {type(event).__name__}.")

@@ -170,7 +170,7 @@ class MemoryStore:
 
     def _add_columns(self, tbl: Any, name: str, fields: list[pa.Field]) -> None:
         # the store's write lock, as molt.store.tables takes it: schema changes and appends in order
-        with self.store._write_lock:
+        with self.store.write_lock:
             try:
                 tbl.add_columns(pa.schema(fields))
             except Exception as exc:  # another process may have added them first
@@ -187,7 +187,7 @@ class MemoryStore:
 
         # Built on the (usually empty) table once; LanceDB searches rows appended since then without
         # the index, and the store's compaction (table.optimize) folds them into it.
-        with self.store._write_lock:
+        with self.store.write_lock:
             try:
                 tbl.create_index(column, config=FTS(), replace=True)
             except Exception as exc:
@@ -302,7 +302,7 @@ class MemoryStore:
         many. Searches exclude expired memories whether or not this has run; this reclaims the rows."""
         where = f"expires_at IS NOT NULL AND expires_at <= {_ts_sql(_utc(now))}"
         tbl = self._tables["memories"]
-        with self.store._write_lock:
+        with self.store.write_lock:
             n = int(tbl.count_rows(where))
             if n:
                 try:

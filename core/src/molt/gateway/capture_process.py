@@ -291,9 +291,6 @@ def main() -> None:
                 warned = True
             time.sleep(0.02)
     capture = Capture(rec)
-    # Trajectories the gateway started start a fresh chain: no store lookup for their head. The
-    # Recorder keeps that set for its own new_trajectory(); ids made on the gateway side join it.
-    fresh: Any = getattr(rec, "_fresh", None)
     try:
         while True:
             head = _read_exact(stdin, 4)
@@ -314,8 +311,8 @@ def main() -> None:
                 elif kind == _REWARD:
                     rec.reward(RewardAnnotation.model_validate_json(payload))
                 elif kind == _FRESH:
-                    if fresh is not None:
-                        fresh.add(payload.decode())
+                    # a trajectory the gateway started: its chain starts fresh, no store lookup
+                    rec.announce_trajectory(payload.decode())
                 elif kind in (_FLUSH, _STATS):
                     req = orjson.loads(payload)
                     ok = True

@@ -70,6 +70,7 @@ class Action(StrEnum):
     OPERATE = "operate"
 
 
+_ROLE_NAMES = frozenset(r.value for r in Role)
 _ALLOWED: dict[Role, frozenset[Action]] = {
     Role.OPERATOR: frozenset(Action),
     Role.ADMIN: frozenset(Action) - {Action.OPERATE},
@@ -107,10 +108,7 @@ class Principal:
         if tenant is not None and tenant != self.tenant_id:
             raise PermissionDenied(
                 f"A key of tenant {self.tenant_id!r} cannot act on tenant {tenant!r}; use a key of that tenant.")
-        if isinstance(what, Role) or what in Role._value2member_map_:
-            needed = _ALLOWED[Role(what)]
-        else:
-            needed = frozenset({Action(what)})
+        needed = _ALLOWED[Role(what)] if isinstance(what, Role) or what in _ROLE_NAMES else frozenset({Action(what)})
         missing = needed - _ALLOWED[self.role]
         if missing:
             raise PermissionDenied(

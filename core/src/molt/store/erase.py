@@ -48,9 +48,9 @@ def rewrite(store: Store, table: str, where: str, *, null_columns: Sequence[str]
     """Physically delete the rows of ``table`` matching ``where`` or, with ``null_columns``, null
     those columns in them; returns how many rows were affected. Call :func:`purge` afterwards to
     drop the old versions that still hold the bytes."""
-    tbl = open_all(store)[table] if table not in store._tables else store.table(table)
+    tbl = open_all(store)[table]
     done = 0
-    with store._write_lock:  # serialized with this process's appends and compaction
+    with store.write_lock:  # serialized with this process's appends and compaction
         for _ in range(_MAX_ROUNDS):
             pending = where if not null_columns else (
                 f"({where}) AND ({' OR '.join(f'{c} IS NOT NULL' for c in null_columns)})")
@@ -116,7 +116,7 @@ def purge(store: Store, tables: Iterable[str] | None = None) -> dict[str, Any]:
     all_tables = open_all(store)
     names = list(all_tables) if tables is None else list(dict.fromkeys(tables))
     out: dict[str, Any] = {}
-    with store._write_lock:
+    with store.write_lock:
         for name in names:
             tbl = all_tables[name]
             _rebuild_indices(store, name, tbl)
@@ -142,7 +142,7 @@ def _rebuild_indices(store: Store, name: str, tbl: Any) -> None:
         try:
             if empty:
                 tbl.drop_index(ix.name)
-                store._indexed.discard((name, col))
+                store.index_dropped(name, col)
             elif ix.index_type in _SCALAR:
                 tbl.create_scalar_index(col, index_type=_SCALAR[ix.index_type], replace=True)
             elif ix.index_type in ("FTS", "Inverted"):
@@ -158,7 +158,7 @@ def _rebuild_indices(store: Store, name: str, tbl: Any) -> None:
             log.warning("Rebuilding index %r of %r after erasure failed (%r); dropping it.", ix.name, name, exc)
             try:
                 tbl.drop_index(ix.name)
-                store._indexed.discard((name, col))
+                store.index_dropped(name, col)
             except Exception as drop_exc:
                 raise StoreError(f"Index {ix.name!r} of {name!r} could neither be rebuilt ({exc}) nor dropped "
                                  f"({drop_exc}) after erasure; it may still hold erased values. Drop it by "

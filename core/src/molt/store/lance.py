@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -37,7 +37,7 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
 from molt.errors import NotFound, StoreError
-from molt.store.query import Trajectory, TrajectorySummary, sql_str, summarize
+from molt.store.query import SUMMARY_COLUMNS, Trajectory, TrajectorySummary, check_outcome, select_summaries, sql_str
 from molt.store.schemas import EVENTS, INDEX_COLUMNS, QUARANTINE, REWARDS, TABLES
 
 __all__ = ["FOLLOWER_CACHES", "FOLLOWER_INDEX_CACHE_BYTES", "FOLLOWER_METADATA_CACHE_BYTES", "Store"]
@@ -173,6 +173,62 @@ class Store:
         except KeyError:
             raise StoreError(f"No table {name!r}; tables: {', '.join(sorted(self._tables))}.") from None
         return tbl
+
+    # ------------------------------------------------------------------ seams for the store package and its users
+
+    @property
+    def write_lock(self) -> threading.Lock:
+        """The lock this store holds around every append, table registration and compaction. Code that
+        writes one of the store's tables through LanceDB directly (memories, erasure) holds it too, so
+        its write never interleaves with the store's own in this process."""
+        return self._write_lock
+
+    def ensure_table(self, name: str, schema: pa.Schema) -> Any:
+        """Open (or create) table ``name`` with ``schema`` and register it, so that compaction, version
+        cleanup, erasure and the tenant-scoped read path cover it like a core table. It must have a
+        ``tenant_id`` column: every table is read per tenant."""
+        if "tenant_id" not in schema.names:
+            raise StoreError(f"Table {name!r} needs a tenant_id column; every table is read per tenant.")
+        existing = self._tables.get(name)
+        if existing is not None:
+            return existing
+        with self._write_lock:  # compaction iterates the registry under this lock
+            if name in self._tables:
+                return self._tables[name]
+            try:
+                if name in set(self._db.list_tables().tables):
+                    tbl = self._db.open_table(name)
+                else:
+                    tbl = self._db.create_table(name, schema=schema, exist_ok=True)
+            except Exception as exc:
+                raise StoreError(f"Cannot open or create table {name!r} in {self.uri}: {exc}.") from exc
+            self._tables[name] = tbl
+            return tbl
+
+    def open_tables(self) -> dict[str, Any]:
+        """Every table in the store's database, registered (tables another process or package created
+        included): ``{name: table}``."""
+        with self._write_lock:
+            for name in self._db.list_tables().tables:
+                if name not in self._tables:
+                    self._tables[name] = self._db.open_table(name)
+            return dict(self._tables)
+
+    def table_at(self, name: str, version: int) -> Any:
+        """A new handle on table ``name`` checked out at an old ``version`` (time travel; the store's
+        own handle stays on the latest). Raises :class:`StoreError` if that version is gone."""
+        try:
+            handle = self._db.open_table(name)
+            handle.checkout(int(version))
+        except Exception as exc:
+            raise StoreError(f"Version {version} of table {name!r} cannot be read ({exc}); it may have been "
+                             f"cleaned up.") from exc
+        return handle
+
+    def index_dropped(self, name: str, column: str) -> None:
+        """Tell the store that the index of table ``name`` on ``column`` is gone (erasure drops indices
+        that may hold erased values), so the next compaction creates it again."""
+        self._indexed.discard((name, column))
 
     # ------------------------------------------------------------------ writes (the Sink protocol)
 
@@ -333,34 +389,23 @@ class Store:
     ) -> list[TrajectorySummary]:
         """Trajectory summaries, newest first, filtered by tenant, agent, time and outcome.
 
-        ``outcome`` is ``success`` (total reward > 0), ``failure`` (rewarded, total ≤ 0), ``error``
-        (an event ended in error) or ``unrewarded``.
+        ``outcome`` is one of :data:`molt.store.query.OUTCOMES`; the filter and order are
+        :func:`molt.store.query.select_summaries`.
         """
-        if outcome not in (None, "success", "failure", "error", "unrewarded"):
-            raise ValueError(f"outcome must be success, failure, error or unrewarded, not {outcome!r}.")
+        check_outcome(outcome)
         clauses = []
         if tenant is not None:
             clauses.append(f"tenant_id = {sql_str(tenant)}")
         if agent is not None:
             clauses.append(f"agent_id = {sql_str(agent)}")
-        where = " AND ".join(clauses) or None
-        events = self._where("events", where, ["trajectory_id", "seq", "ts", "tenant_id", "agent_id",
-                                               "task", "status", "reward", "kind"])
+        events = self._where("events", " AND ".join(clauses) or None, list(SUMMARY_COLUMNS))
         if events.num_rows == 0:
             return []
-        tids = pc.unique(events.column("trajectory_id"))
         rewards = self._where("rewards", None, ["trajectory_id", "value"])
         if rewards.num_rows:
-            rewards = rewards.filter(pc.is_in(rewards.column("trajectory_id"), tids))
-        out = summarize(events, rewards)
-        if since is not None:
-            out = [s for s in out if s.last_ts >= since.astimezone(UTC)]
-        if until is not None:
-            out = [s for s in out if s.first_ts < until.astimezone(UTC)]
-        if outcome is not None:
-            out = [s for s in out if s.outcome == outcome]
-        out.sort(key=lambda s: s.last_ts, reverse=True)
-        return out[:limit] if limit is not None else out
+            rewards = rewards.filter(pc.is_in(rewards.column("trajectory_id"),
+                                              pc.unique(events.column("trajectory_id"))))
+        return select_summaries(events, rewards, since=since, until=until, outcome=outcome, limit=limit)
 
     def count(self, name: str = "events", where: str | None = None) -> int:
         """Rows in a table (optionally under a SQL filter)."""

@@ -1,9 +1,14 @@
-"""Read-side models of the store: trajectories, summaries, and safe SQL literals."""
+"""Read-side models of the store: trajectories, summaries, and safe SQL literals.
+
+:func:`select_summaries` is the one filter-and-sort of trajectory listings: the store's own
+(:meth:`molt.store.Store.trajectories`) and a tenant's (:meth:`molt.store.scoped.TenantView.trajectories`)
+differ only in which rows they feed it.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 import pyarrow as pa
@@ -11,7 +16,15 @@ from pydantic import BaseModel, ConfigDict
 
 from molt.atdp.models import Event, RewardAnnotation
 
-__all__ = ["Trajectory", "TrajectorySummary", "sql_str", "summarize"]
+__all__ = ["OUTCOMES", "SUMMARY_COLUMNS", "Trajectory", "TrajectorySummary", "check_outcome", "select_summaries",
+           "sql_str", "summarize"]
+
+#: The event columns a trajectory summary is made of.
+SUMMARY_COLUMNS: tuple[str, ...] = ("trajectory_id", "seq", "ts", "tenant_id", "agent_id", "task", "status",
+                                    "reward", "kind")
+#: A trajectory's outcome: ``success`` (total reward > 0), ``failure`` (rewarded, total ≤ 0), ``error``
+#: (unrewarded, an event ended in error) or ``unrewarded``.
+OUTCOMES: tuple[str, ...] = ("success", "failure", "error", "unrewarded")
 
 
 def sql_str(value: str) -> str:
@@ -96,3 +109,29 @@ def summarize(events: pa.Table, rewards: pa.Table) -> list[TrajectorySummary]:
             errors=errors[tid], reward=total, outcome=outcome,
         ))
     return out
+
+
+def check_outcome(outcome: str | None) -> None:
+    """Raise ``ValueError`` unless ``outcome`` is ``None`` or one of :data:`OUTCOMES`."""
+    if outcome is not None and outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be success, failure, error or unrewarded, not {outcome!r}.")
+
+
+def select_summaries(events: pa.Table, rewards: pa.Table, *, since: datetime | None = None,
+                     until: datetime | None = None, outcome: str | None = None,
+                     limit: int | None = 100) -> list[TrajectorySummary]:
+    """Summaries of ``events`` (:data:`SUMMARY_COLUMNS`) and ``rewards`` (trajectory_id, value) that
+    were active at or after ``since`` and began before ``until``, with ``outcome``; newest first (by
+    last event), at most ``limit``."""
+    check_outcome(outcome)
+    if events.num_rows == 0:
+        return []
+    out = summarize(events, rewards)
+    if since is not None:
+        out = [s for s in out if s.last_ts >= since.astimezone(UTC)]
+    if until is not None:
+        out = [s for s in out if s.first_ts < until.astimezone(UTC)]
+    if outcome is not None:
+        out = [s for s in out if s.outcome == outcome]
+    out.sort(key=lambda s: s.last_ts, reverse=True)
+    return out[:limit] if limit is not None else out

@@ -31,7 +31,7 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -42,7 +42,7 @@ from molt.atdp.chain import ChainReport, SealedEvent, unseal, verify_chain
 from molt.atdp.models import RewardAnnotation
 from molt.errors import NotFound, StoreError
 from molt.store.lance import Store
-from molt.store.query import Trajectory, TrajectorySummary, sql_str, summarize
+from molt.store.query import SUMMARY_COLUMNS, Trajectory, TrajectorySummary, check_outcome, select_summaries, sql_str
 from molt.store.tables import open_all
 
 __all__ = ["TenantView", "check_filter"]
@@ -151,11 +151,9 @@ class TenantView:
         if h is None:
             self._table(name, None)  # the table exists (and the caller may read it)
             try:
-                h = self.store._db.open_table(name)
-                h.checkout(int(version))
-            except Exception as exc:
-                raise StoreError(f"Version {version} of table {name!r} cannot be read ({exc}); it may have "
-                                 f"been cleaned up. Versions kept: {self.versions(name)}.") from exc
+                h = self.store.table_at(name, int(version))
+            except StoreError as exc:
+                raise StoreError(f"{exc} Versions kept: {self.versions(name)}.") from exc.__cause__
             self._handles[key] = h
             if len(self._handles) > 64:
                 self._handles.popitem(last=False)
@@ -262,25 +260,15 @@ class TenantView:
     def trajectories(self, *, agent: str | None = None, since: datetime | None = None,
                      until: datetime | None = None, outcome: str | None = None,
                      limit: int | None = 100) -> list[TrajectorySummary]:
-        """The tenant's trajectory summaries, newest first (see :meth:`Store.trajectories`)."""
-        if outcome not in (None, "success", "failure", "error", "unrewarded"):
-            raise ValueError(f"outcome must be success, failure, error or unrewarded, not {outcome!r}.")
+        """The tenant's trajectory summaries, newest first: the store's filter and order
+        (:func:`molt.store.query.select_summaries`) over the tenant's rows only."""
+        check_outcome(outcome)
         where = f"agent_id = {sql_str(agent)}" if agent is not None else None
-        events = self.scan("events", where=where, columns=["trajectory_id", "seq", "ts", "tenant_id", "agent_id",
-                                                            "task", "status", "reward", "kind"])
+        events = self.scan("events", where=where, columns=SUMMARY_COLUMNS)
         if events.num_rows == 0:
             return []
-        tids = pc.unique(events.column("trajectory_id")).to_pylist()
-        rewards = self._rewards_table(tids, ["trajectory_id", "value"])
-        out = summarize(events, rewards)
-        if since is not None:
-            out = [s for s in out if s.last_ts >= since.astimezone(UTC)]
-        if until is not None:
-            out = [s for s in out if s.first_ts < until.astimezone(UTC)]
-        if outcome is not None:
-            out = [s for s in out if s.outcome == outcome]
-        out.sort(key=lambda s: s.last_ts, reverse=True)
-        return out[:limit] if limit is not None else out
+        rewards = self._rewards_table(pc.unique(events.column("trajectory_id")).to_pylist(), ["trajectory_id", "value"])
+        return select_summaries(events, rewards, since=since, until=until, outcome=outcome, limit=limit)
 
     def sealed_events(self, trajectory_id: str, *, version: int | None = None) -> list[SealedEvent]:
         """A trajectory's stored records in ``seq`` order (none if it is another tenant's)."""

@@ -7,8 +7,9 @@ tenant-scoped read path (:class:`molt.store.scoped.TenantView`) cover it like an
     from molt.store.tables import ensure_table
     tbl = ensure_table(store, "governance", GOVERNANCE_SCHEMA)
 
-This module is part of the store package: it uses the :class:`Store`'s table registry and write lock
-(compaction iterates the registry under that lock, so registration takes it too).
+These functions are the spelling other packages use; the registry and the write lock they work
+through are the :class:`Store`'s (:meth:`Store.ensure_table`, :meth:`Store.open_tables`,
+:attr:`Store.write_lock`).
 """
 
 from __future__ import annotations
@@ -24,49 +25,29 @@ __all__ = ["append", "ensure_table", "open_all"]
 
 
 def ensure_table(store: Store, name: str, schema: pa.Schema) -> Any:
-    """Open (or create) table ``name`` with ``schema`` in ``store`` and register it there.
-
-    Every extra table must have a ``tenant_id`` column: the tenant-scoped read path filters on it.
-    """
-    if "tenant_id" not in schema.names:
-        raise StoreError(f"Table {name!r} needs a tenant_id column; every table is read per tenant.")
-    existing = store._tables.get(name)
-    if existing is not None:
-        return existing
-    with store._write_lock:
-        if name in store._tables:
-            return store._tables[name]
-        db = store._db
-        try:
-            if name in set(db.list_tables().tables):
-                tbl = db.open_table(name)
-            else:
-                tbl = db.create_table(name, schema=schema, exist_ok=True)
-        except Exception as exc:
-            raise StoreError(f"Cannot open or create table {name!r} in {store.uri}: {exc}.") from exc
-        store._tables[name] = tbl
-        return tbl
+    """Open (or create) table ``name`` with ``schema`` in ``store`` and register it there
+    (:meth:`Store.ensure_table`). Every extra table must have a ``tenant_id`` column: the
+    tenant-scoped read path filters on it."""
+    return store.ensure_table(name, schema)
 
 
 def open_all(store: Store) -> dict[str, Any]:
     """Every table in the store's database, registered in the store (tables another process or
-    package created included): ``{name: table}``."""
-    db = store._db
-    with store._write_lock:
-        for name in db.list_tables().tables:
-            if name not in store._tables:
-                store._tables[name] = db.open_table(name)
-        return dict(store._tables)
+    package created included): ``{name: table}`` (:meth:`Store.open_tables`)."""
+    return store.open_tables()
 
 
 def append(store: Store, name: str, data: pa.Table) -> None:
     """Append ``data`` to table ``name`` under the store's write lock (one LanceDB append)."""
     if data.num_rows == 0:
         return
-    tbl = store._tables.get(name) or open_all(store).get(name)
+    try:
+        tbl = store.table(name)
+    except StoreError:
+        tbl = store.open_tables().get(name)
     if tbl is None:
         raise StoreError(f"No table {name!r} in {store.uri}; create it with ensure_table first.")
-    with store._write_lock:
+    with store.write_lock:
         try:
             tbl.add(data)
         except Exception as exc:
