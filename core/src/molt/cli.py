@@ -272,8 +272,8 @@ def trajectories_export(
                                                        "(--format hf) or OTLP/protobuf (--format otlp).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet: Molt's own (sealed events; late rewards in "
                                                       "<stem>.rewards.parquet beside it); hf: Hugging Face datasets "
-                                                      "Parquet (messages + tools + rewards); otlp: OTLP/protobuf.",
-                                     click_type=click.Choice(["parquet", "hf", "otlp"]))] = "parquet",
+                                                      "Parquet (messages + tools + rewards); otlp: OTLP/protobuf.")
+           ] = "parquet",
     otlp: Annotated[str | None, typer.Option("--otlp", help="Send to this OTLP/HTTP endpoint instead of a file "
                                                             "(http://collector:4318/v1/traces).")] = None,
     store: StoreOpt = None,
@@ -286,6 +286,7 @@ def trajectories_export(
 
     from molt.store import sql_str
 
+    _choose("--format", fmt, ("parquet", "hf", "otlp"))
     if (output is None) == (otlp is None):
         raise MoltError("Give either an output file or --otlp URL.")
     if output is not None and output.exists() and output.is_dir():
@@ -323,17 +324,21 @@ def trajectories_export(
         raise typer.Exit(1)
 
 
+def _choose(option: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}.", param_hint=option)
+
+
 @trajectories_app.command("import")
 def trajectories_import(
     source: Annotated[Path, typer.Argument(help="The file: a Molt Parquet export, an OTLP file, a Langfuse or "
                                                 "a LangSmith export.")],
     fmt: Annotated[str, typer.Option("--format", help="parquet (molt trajectories export), otlp (collector file "
-                                                      "exporter: JSON lines or protobuf), langfuse, langsmith.",
-                                     click_type=click.Choice(["parquet", "otlp", "langfuse", "langsmith"]))] = "parquet",
+                                                      "exporter: JSON lines or protobuf), langfuse, langsmith.")
+           ] = "parquet",
     mode: Annotated[str, typer.Option("--mode", help="all-or-nothing (default): any refused row refuses the file; "
                                                      "per-trajectory: import the rest, quarantine refused rows "
-                                                     "(and their trajectory) with the reason.",
-                                      click_type=click.Choice(["all-or-nothing", "per-trajectory"]))] = "all-or-nothing",
+                                                     "(and their trajectory) with the reason.")] = "all-or-nothing",
     store: StoreOpt = None,
     api_key: KeyOpt = None,
     operator: OperatorOpt = False,
@@ -345,6 +350,8 @@ def trajectories_import(
     idempotent (a rerun counts what is already stored as duplicates). Molt's Parquet export is all or
     nothing (chains re-verified, tenant from the hashed records, late rewards from its rewards file);
     the other formats follow --mode."""
+    _choose("--format", fmt, ("parquet", "otlp", "langfuse", "langsmith"))
+    _choose("--mode", mode, ("all-or-nothing", "per-trajectory"))
     reader = open_reader(store, api_key, operator, action="write")
     tenant_id = getattr(reader, "tenant_id", None)
     if no_governance:

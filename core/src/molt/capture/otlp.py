@@ -81,6 +81,7 @@ __all__ = [
     "decode_protobuf",
     "event_id_for",
     "from_readable",
+    "genai_messages",
 ]
 
 _REMOTE_KNOWN = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
@@ -111,6 +112,8 @@ class IngestSpan:
     scope_version: str | None = None
     resource: Mapping[str, AttributeValue] = field(default_factory=dict)
     parent_remote: bool = False
+    #: the span's events as ``(name, attributes)`` (messages, evaluations, exceptions)
+    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,135 @@ def _str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
+def _status(code: Any) -> str:
+    """The status code's name; one outside the OTLP enum is kept visible as ``UNKNOWN(<code>)`` (the
+    mapping treats it as unset; a file import refuses the span with the value)."""
+    try:
+        return _STATUS[code]
+    except (KeyError, TypeError):
+        return f"UNKNOWN({str(code)[:40]})"
+
+
+# GenAI messages: instrumentations emit three generations of the conventions. All are read into the
+# current one (``gen_ai.input.messages`` / ``gen_ai.output.messages`` attributes: role + typed parts),
+# so the mapping below has one form to read:
+# - current: the attributes themselves, or the ``gen_ai.client.inference.operation.details`` event
+#   carrying them;
+# - semconv 1.28-1.36: one span event per message (``gen_ai.system.message``, ``gen_ai.user.message``,
+#   ``gen_ai.assistant.message``, ``gen_ai.tool.message``) and ``gen_ai.choice`` per output, the body
+#   in the event's attributes (or JSON in ``gen_ai.event.content``);
+# - before 1.28 (OpenLLMetry and others): flattened ``gen_ai.prompt.<i>.<field>`` and
+#   ``gen_ai.completion.<i>.<field>`` attributes (``tool_calls.<j>.<field>`` nested the same way).
+_MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                   "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+
+
+def _json_or(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(value)
+    return value
+
+
+def _parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The typed parts of an OpenAI-style message (content, tool_calls, tool_call_id)."""
+    parts: list[dict[str, Any]] = []
+    content = _json_or(msg.get("content"))
+    if msg.get("role") == "tool" or msg.get("tool_call_id"):
+        return [{"type": "tool_call_response", "id": msg.get("tool_call_id") or msg.get("id"), "response": content}]
+    if isinstance(content, list):
+        for c in content:
+            if isinstance(c, Mapping) and c.get("type") == "text":
+                parts.append({"type": "text", "content": c.get("text", c.get("content"))})
+            elif c is not None:
+                parts.append({"type": "text", "content": c if isinstance(c, str) else orjson.dumps(c).decode()})
+    elif content is not None:
+        text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        parts.append({"type": "text", "content": text})
+    calls = _json_or(msg.get("tool_calls"))
+    for tc in calls if isinstance(calls, list) else []:
+        if not isinstance(tc, Mapping):
+            continue
+        fn: Mapping[str, Any] = tc["function"] if isinstance(tc.get("function"), Mapping) else tc
+        parts.append({"type": "tool_call", "id": tc.get("id"), "name": fn.get("name"),
+                      "arguments": _json_or(fn.get("arguments"))})
+    return parts
+
+
+def _listify(node: Any) -> Any:
+    if isinstance(node, dict):
+        node = {k: _listify(v) for k, v in node.items()}
+        if node and all(isinstance(k, int) for k in node):
+            return [v for _, v in sorted(node.items())]
+    return node
+
+
+def _indexed(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """``prefix.<i>.<path>`` attributes as a list of nested dicts in index order (numeric path
+    segments, as in ``tool_calls.<j>.name``, become lists)."""
+    root: dict[Any, Any] = {}
+    for key, value in attrs.items():
+        if not key.startswith(prefix):
+            continue
+        path: list[Any] = [int(p) if p.isdigit() else p for p in key[len(prefix):].split(".")]
+        if len(path) < 2 or not isinstance(path[0], int):
+            continue
+        node = root
+        for p in path[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = node[p] = {}
+            node = nxt
+        node[path[-1]] = value
+    out = _listify(root)
+    return [m for m in out if isinstance(m, dict)] if isinstance(out, list) else []
+
+
+def genai_messages(attrs: dict[str, Any], events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> dict[str, Any]:
+    """``attrs`` with ``gen_ai.input.messages`` / ``gen_ai.output.messages`` filled in from the older
+    conventions (see above) when the span does not carry them already; returns ``attrs``."""
+    if "gen_ai.input.messages" in attrs and "gen_ai.output.messages" in attrs:
+        return attrs
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    for name, ea in events:
+        if name == _DETAILS_EVENT:
+            for key in ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"):
+                if key in ea and key not in attrs:
+                    attrs[key] = ea[key]
+            continue
+        body = dict(ea)
+        if "gen_ai.event.content" in body:
+            got = _json_or(body.pop("gen_ai.event.content"))
+            body.update(got if isinstance(got, Mapping) else {"content": got})
+        if name in _MESSAGE_EVENTS:
+            inputs.append({"role": body.get("role") or _MESSAGE_EVENTS[name], "parts": _parts(body)})
+        elif name == "gen_ai.choice":
+            msg = _json_or(body.get("message"))
+            msg = msg if isinstance(msg, Mapping) else body
+            outputs.append({"role": msg.get("role") or "assistant", "parts": _parts(msg),
+                            **({"finish_reason": body["finish_reason"]} if body.get("finish_reason") else {})})
+            if body.get("finish_reason"):
+                reasons.append(str(body["finish_reason"]))
+    if not inputs:
+        inputs = [{"role": m.get("role") or "user", "parts": _parts(m)} for m in _indexed(attrs, "gen_ai.prompt.")]
+    if not outputs:
+        for m in _indexed(attrs, "gen_ai.completion."):
+            outputs.append({"role": m.get("role") or "assistant", "parts": _parts(m),
+                            **({"finish_reason": m["finish_reason"]} if m.get("finish_reason") else {})})
+            if m.get("finish_reason"):
+                reasons.append(str(m["finish_reason"]))
+    if inputs and "gen_ai.input.messages" not in attrs:
+        attrs["gen_ai.input.messages"] = orjson.dumps(inputs).decode()
+    if outputs and "gen_ai.output.messages" not in attrs:
+        attrs["gen_ai.output.messages"] = orjson.dumps(outputs).decode()
+        if reasons and "gen_ai.response.finish_reasons" not in attrs:
+            attrs["gen_ai.response.finish_reasons"] = reasons
+    return attrs
+
+
 def decode_protobuf(body: bytes) -> list[IngestSpan]:
     """The spans of a protobuf ``ExportTraceServiceRequest``."""
     req = _svc.ExportTraceServiceRequest.FromString(body)
@@ -170,17 +302,18 @@ def decode_protobuf(body: bytes) -> list[IngestSpan]:
         for ss in rs.scope_spans:
             for s in ss.spans:
                 events = [(e.name, {kv.key: _any_value(kv.value) for kv in e.attributes}) for e in s.events]
+                attrs = genai_messages({kv.key: _any_value(kv.value) for kv in s.attributes}, events)
                 out.append(
                     IngestSpan(
                         span=OtelSpan(
                             name=s.name,
                             start_time_unix_nano=s.start_time_unix_nano,
                             end_time_unix_nano=s.end_time_unix_nano or None,
-                            attributes={kv.key: _attr(_any_value(kv.value)) for kv in s.attributes},
+                            attributes={k: _attr(v) for k, v in attrs.items()},
                             trace_id=s.trace_id.hex(),
                             span_id=s.span_id.hex(),
                             parent_span_id=s.parent_span_id.hex() or None,
-                            status_code=_STATUS.get(s.status.code, "UNSET"),
+                            status_code=_status(s.status.code),
                         ),
                         status_message=s.status.message or None,
                         exception=_exception(events),
@@ -188,6 +321,7 @@ def decode_protobuf(body: bytes) -> list[IngestSpan]:
                         scope_version=ss.scope.version or None,
                         resource=resource,
                         parent_remote=bool(s.flags & _REMOTE_KNOWN and s.flags & _REMOTE),
+                        events=tuple(events),
                     )
                 )
     return out
@@ -243,11 +377,12 @@ def decode_json(body: bytes | Mapping[str, Any]) -> list[IngestSpan]:
                             name=str(s.get("name", "")),
                             start_time_unix_nano=int(_g(s, "startTimeUnixNano", "start_time_unix_nano", 0) or 0),
                             end_time_unix_nano=end or None,
-                            attributes={k: _attr(v) for k, v in _json_attrs(s.get("attributes")).items()},
+                            attributes={k: _attr(v) for k, v in
+                                        genai_messages(_json_attrs(s.get("attributes")), events).items()},
                             trace_id=str(_g(s, "traceId", "trace_id", "")).lower(),
                             span_id=str(_g(s, "spanId", "span_id", "")).lower(),
                             parent_span_id=str(_g(s, "parentSpanId", "parent_span_id", "")).lower() or None,
-                            status_code=_STATUS.get(status.get("code", 0), "UNSET"),
+                            status_code=_status(status.get("code", 0)),
                         ),
                         status_message=status.get("message") or None,
                         exception=_exception(events),
@@ -255,6 +390,7 @@ def decode_json(body: bytes | Mapping[str, Any]) -> list[IngestSpan]:
                         scope_version=scope.get("version") or None,
                         resource=resource,
                         parent_remote=bool(flags & _REMOTE_KNOWN and flags & _REMOTE),
+                        events=tuple(events),
                     )
                 )
     return out
@@ -265,13 +401,16 @@ def from_readable(span: ReadableSpan) -> IngestSpan:
     ctx = span.context
     parent = span.parent
     scope = span.instrumentation_scope
-    events = [(e.name, dict(e.attributes or {})) for e in span.events]
+    events = [(e.name, {k: list(v) if isinstance(v, tuple) else v for k, v in (e.attributes or {}).items()})
+              for e in span.events]
+    attrs = genai_messages({k: list(v) if isinstance(v, tuple) else v for k, v in (span.attributes or {}).items()},
+                           events)
     return IngestSpan(
         span=OtelSpan(
             name=span.name,
             start_time_unix_nano=span.start_time or 0,
             end_time_unix_nano=span.end_time,
-            attributes={k: _attr(list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()},
+            attributes={k: _attr(v) for k, v in attrs.items()},
             trace_id=f"{ctx.trace_id:032x}" if ctx else None,
             span_id=f"{ctx.span_id:016x}" if ctx else None,
             parent_span_id=f"{parent.span_id:016x}" if parent else None,
@@ -283,6 +422,7 @@ def from_readable(span: ReadableSpan) -> IngestSpan:
         scope_version=scope.version if scope else None,
         resource={k: _attr(v) for k, v in span.resource.attributes.items()} if span.resource else {},
         parent_remote=bool(parent and parent.is_remote),
+        events=tuple(events),
     )
 
 

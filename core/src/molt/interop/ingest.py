@@ -1,0 +1,407 @@
+"""The governed write path every foreign-format import shares: mapped rows in, sealed events out.
+
+A format module (:mod:`molt.interop.otlp`, :mod:`~molt.interop.langfuse`, :mod:`~molt.interop.langsmith`)
+turns a file into :class:`Row` objects — an ATDP event, a late reward, or a refusal with its reason —
+and :func:`import_rows` writes them as live capture would:
+
+- **checked first**: a row over the record size limit, a span tree with a cycle, a row naming another
+  tenant than the importing key's, a file mixing tenants without a key, a malformed or unknown value
+  (the format module's refusals) are collected with the row they came from before anything is written;
+- **all or nothing by default** (``mode="all-or-nothing"``): any refused row refuses the whole file
+  and nothing is stored. ``mode="per-trajectory"`` stores the trajectories without a refused row and
+  quarantines each refused row — and the other rows of its trajectory, since a tree with a hole would
+  be replayed wrong — with the reason (the source record is not kept: it was never redacted, and it
+  stays in the file). A file mixing tenants without a key is refused in both modes: no row of it can
+  be said to be right;
+- **tenants** as on every ingest path (:class:`~molt.capture.tenancy.TrajectoryNamespace`): with a
+  tenant key, source trajectory ids are resolved within the tenant (namespaced when the deployment has
+  more than one tenant), event ids re-derived from the resolved trajectory, and every event stamped
+  with the tenant;
+- **governed**: each new event goes through the governance pipeline (redaction, classification,
+  eligibility, retention); an accepted event is sealed with its decision, a rejected one quarantined
+  with the pipeline's (redacted) record — exactly the Recorder's rule, so nothing raw is stored. A
+  reward's reason (a Langfuse comment, a LangSmith correction) is redacted by the same pipeline;
+- **idempotent**: event and annotation ids are derived from the source's ids, so a rerun finds them
+  stored and counts them as duplicates; new events of a stored trajectory continue its chain.
+
+Events of a trajectory are chained in start-time order (a parent before a child that starts with it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from molt.atdp.chain import GENESIS, seal
+from molt.atdp.models import PAYLOAD_FIELDS, Event, EventKind, FeedbackAction, RewardAnnotation
+from molt.atdp.validate import MAX_RECORD_BYTES
+from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeline
+from molt.capture.sinks import SealedRow, SinkBatch
+from molt.capture.tenancy import TrajectoryNamespace, store_tenant
+from molt.errors import MoltError
+from molt.store.query import sql_str
+
+__all__ = ["ImportMode", "ImportRefused", "ImportReport", "Row", "import_rows"]
+
+ImportMode = Literal["all-or-nothing", "per-trajectory"]
+MODES: tuple[str, ...] = ("all-or-nothing", "per-trajectory")
+_SHOWN = 10
+_IN_CHUNK = 512
+
+
+@dataclass
+class Row:
+    """One mapped source record: an event, a late reward, or a refusal (``problem``).
+
+    ``where`` names the record in the source (``line 3, span 5b8a…``) for the report; ``trajectory``
+    is the trajectory it belongs to (the source's trace id), when known.
+    """
+
+    where: str
+    trajectory: str | None = None
+    event: Event | None = None
+    reward: RewardAnnotation | None = None
+    problem: str | None = None
+
+
+@dataclass
+class ImportReport:
+    """What an import did. ``refused`` holds ``"<where>: <reason>"`` per refused row."""
+
+    source: str
+    mode: str = "all-or-nothing"
+    rows: int = 0
+    imported: int = 0
+    duplicates: int = 0
+    trajectories: int = 0
+    rewards: int = 0
+    reward_duplicates: int = 0
+    #: events the governance pipeline quarantined (stored in quarantine with its reason, not as events)
+    quarantined: int = 0
+    #: events stored whose payload the pipeline redacted
+    redacted: int = 0
+    refused: list[str] = field(default_factory=list)
+    #: rewards not stored because their event or trajectory was not (refused or quarantined)
+    rewards_dropped: int = 0
+
+    def summary(self) -> str:
+        """One line for the CLI."""
+        parts = [f"{self.imported:,} events of {self.trajectories:,} trajectories imported",
+                 f"{self.duplicates:,} already stored", f"{self.rewards:,} rewards"
+                 + (f" ({self.reward_duplicates:,} already stored)" if self.reward_duplicates else ""),
+                 f"{self.redacted:,} redacted", f"{self.quarantined:,} quarantined by governance",
+                 f"{len(self.refused):,} refused"]
+        if self.rewards_dropped:
+            parts.append(f"{self.rewards_dropped:,} rewards dropped with their event")
+        return "; ".join(parts)
+
+
+class ImportRefused(MoltError):
+    """The file (all-or-nothing) was refused; nothing was stored. ``report.refused`` says why."""
+
+    def __init__(self, report: ImportReport, message: str) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def _size(ev: Event) -> int:
+    return len(ev.model_dump_json())
+
+
+def _cycles(events: Sequence[Event]) -> set[str]:
+    """Event ids that sit on a cycle of parent links (within one trajectory)."""
+    parent = {e.event_id: e.parent_id for e in events}
+    state: dict[str, int] = {}  # 1: on the current walk, 2: known acyclic / done
+    on_cycle: set[str] = set()
+    for start in parent:
+        path: list[str] = []
+        node: str | None = start
+        while node is not None and node in parent and state.get(node) is None:
+            state[node] = 1
+            path.append(node)
+            node = parent[node]
+        if node is not None and state.get(node) == 1:  # walked back into this path: a cycle
+            on_cycle.update(path[path.index(node):])
+        for n in path:
+            state[n] = 2
+    return on_cycle
+
+
+def _depths(events: Sequence[Event]) -> dict[str, int]:
+    parent = {e.event_id: e.parent_id for e in events}
+    depth: dict[str, int] = {}
+    for e in events:
+        d, node, seen = 0, e.parent_id, 0
+        while node is not None and node in parent and seen < len(parent):
+            d, node, seen = d + 1, parent[node], seen + 1
+        depth[e.event_id] = d
+    return depth
+
+
+def _existing_events(store: Any, tids: Sequence[str]) -> dict[str, set[str]]:
+    """Stored event ids of each trajectory in ``tids`` that has any."""
+    heads = store.chain_heads(list(tids))
+    found: dict[str, set[str]] = defaultdict(set)
+    have = sorted(heads)
+    tbl = store.table("events")
+    for i in range(0, len(have), _IN_CHUNK):
+        where = f"trajectory_id IN ({', '.join(sql_str(t) for t in have[i:i + _IN_CHUNK])})"
+        got = tbl.search().where(where).select(["trajectory_id", "event_id"]).limit(None).to_arrow()
+        for t, e in zip(got.column("trajectory_id").to_pylist(), got.column("event_id").to_pylist(), strict=True):
+            found[t].add(e)
+    return found
+
+
+def _existing_rewards(store: Any, ids: Sequence[str]) -> set[str]:
+    tbl = store.table("rewards")
+    found: set[str] = set()
+    for i in range(0, len(ids), _IN_CHUNK):
+        where = f"annotation_id IN ({', '.join(sql_str(x) for x in ids[i:i + _IN_CHUNK])})"
+        got = tbl.search().where(where).select(["annotation_id"]).limit(None).to_arrow()
+        found.update(got.column("annotation_id").to_pylist())
+    return found
+
+
+def _rehome(ev: Event, tid: str, ns: TrajectoryNamespace, tenant: str) -> Event:
+    md = ev.metadata.model_copy(update={"tenant_id": tenant})
+    if tid == ev.trajectory_id:
+        return ev.model_copy(update={"metadata": md})
+    return ev.model_copy(update={"metadata": md, "trajectory_id": tid, "event_id": ns.event_id(tid, ev.event_id),
+                                 "parent_id": ns.event_id(tid, ev.parent_id) if ev.parent_id else None})
+
+
+def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str | None = None,
+                namespace: TrajectoryNamespace | None = None, pipeline: Any = DEFAULT_PIPELINE,
+                mode: ImportMode = "all-or-nothing", max_record_bytes: int = MAX_RECORD_BYTES,
+                batch_rows: int = 4096, progress: Callable[[int], None] | None = None) -> ImportReport:
+    """Check, govern and store mapped rows (see the module docstring).
+
+    Args:
+        store: the target :class:`~molt.store.Store`.
+        rows: the format module's rows.
+        source: the file's name, for the report and messages.
+        tenant_id: the importing key's tenant (``None``: the operator or a local install).
+        namespace: resolves source trajectory ids within ``tenant_id`` (default: namespaced when it
+            is on, see :class:`~molt.capture.tenancy.TrajectoryNamespace`).
+        pipeline: the governance pipeline (``"default"``, a ``GovernancePipeline``, or ``None``: off).
+        mode: ``"all-or-nothing"`` (default) or ``"per-trajectory"``.
+        progress: called with the number of rows handled, as they are.
+
+    Raises :class:`ImportRefused` (all-or-nothing, or a file mixing tenants without a key) with the
+    report; nothing is stored then.
+    """
+    if mode not in MODES:
+        raise MoltError(f"mode must be one of {', '.join(MODES)}, not {mode!r}.")
+    report = ImportReport(source=source, mode=mode)
+    events: list[tuple[str, Event]] = []
+    rewards: list[tuple[str, RewardAnnotation]] = []
+    bad: dict[str, list[tuple[str, str, Event | None]]] = defaultdict(list)  # trajectory -> (where, reason, event)
+    loose: list[str] = []  # refusals that belong to no trajectory
+    n = 0
+    for row in rows:
+        n += 1
+        if progress is not None and n % 256 == 0:
+            progress(256)
+        if row.problem is not None:
+            if row.trajectory is None:
+                loose.append(f"{row.where}: {row.problem}")
+            else:
+                bad[row.trajectory].append((row.where, row.problem, row.event))
+        elif row.event is not None:
+            size = _size(row.event)
+            if size > max_record_bytes:
+                bad[row.event.trajectory_id].append(
+                    (row.where, f"{size:,} bytes, over the {max_record_bytes:,}-byte record limit", row.event))
+            else:
+                events.append((row.where, row.event))
+        elif row.reward is not None:
+            rewards.append((row.where, row.reward))
+    if progress is not None:
+        progress(n % 256)
+    report.rows = n
+
+    # tenants: a key's import takes its tenant; without a key the file must name at most one
+    stated = {e.metadata.tenant_id for _, e in events if e.metadata.tenant_id is not None}
+    stated |= {r.tenant_id for _, r in rewards if r.tenant_id is not None}
+    if tenant_id is None and len(stated) > 1:
+        shown = ", ".join(repr(t) for t in sorted(stated)[:5])
+        report.refused.append(f"{source}: the file mixes the tenants {shown}"
+                              f"{' …' if len(stated) > 5 else ''} and no tenant key was given")
+        raise ImportRefused(report, f"Nothing imported from {source}: it mixes {len(stated)} tenants ({shown}) and "
+                                    f"no tenant key was given; import each tenant's part with that tenant's key "
+                                    f"(--api-key), or split the file.")
+    tenant = tenant_id if tenant_id is not None else next(iter(stated), None)
+    if tenant_id is not None:
+        for where, r in rewards:
+            if r.tenant_id not in (None, tenant_id):
+                bad[r.trajectory_id].append((where, f"names tenant {r.tenant_id!r}, but this key imports tenant "
+                                                    f"{tenant_id!r}", None))
+        rewards = [(w, r) for w, r in rewards if r.tenant_id in (None, tenant_id)]
+    ns = namespace if namespace is not None else TrajectoryNamespace(store_tenant(store))
+    by_traj: dict[str, list[tuple[str, Event]]] = defaultdict(list)
+    source_tid: dict[str, str] = {}  # resolved -> source trajectory id
+    for where, ev in events:
+        if tenant_id is not None and ev.metadata.tenant_id not in (None, tenant_id):
+            bad[ev.trajectory_id].append((where, f"names tenant {ev.metadata.tenant_id!r}, but this key imports "
+                                                 f"tenant {tenant_id!r}", ev))
+            continue
+        if tenant is not None:
+            tid = ns.resolve(tenant, ev.trajectory_id) if tenant_id is not None else ev.trajectory_id
+            source_tid[tid] = ev.trajectory_id
+            ev = _rehome(ev, tid, ns, tenant)
+        by_traj[ev.trajectory_id].append((where, ev))
+
+    # the tree: cycles and in-file duplicates with other content
+    for tid, items in by_traj.items():
+        seen: dict[str, Event] = {}
+        unique = []
+        for where, ev in items:
+            first = seen.get(ev.event_id)
+            if first is None:
+                seen[ev.event_id] = ev
+                unique.append((where, ev))
+            elif first != ev:
+                bad[source_tid.get(tid, tid)].append((where, f"event {ev.event_id} appears twice with other content",
+                                                      ev))
+            else:
+                report.duplicates += 1
+        by_traj[tid] = unique
+        cyc = _cycles([ev for _, ev in unique])
+        if cyc:
+            for where, ev in unique:
+                if ev.event_id in cyc:
+                    bad[source_tid.get(tid, tid)].append(
+                        (where, f"its parent links form a cycle ({len(cyc)} events on it); the tree has no root there",
+                         ev))
+
+    # a trajectory stored under another tenant cannot be extended by this key's import
+    if tenant_id is not None:
+        owner_of = store_tenant(store)
+        for tid in list(by_traj):
+            owner = owner_of(tid)
+            if owner is not None and owner != tenant_id:
+                bad[source_tid.get(tid, tid)].append(
+                    (f"trajectory {tid[:80]!r}", "holds another tenant's events in this store", None))
+
+    refused_tids = set(bad)
+    for refused in bad.values():
+        report.refused.extend(f"{where}: {reason}" for where, reason, _ in refused)
+    report.refused.extend(loose)
+    if report.refused and mode == "all-or-nothing":
+        more = f" (and {len(report.refused) - _SHOWN} more)" if len(report.refused) > _SHOWN else ""
+        raise ImportRefused(report, f"Nothing imported from {source} (all or nothing): {len(report.refused)} "
+                                    f"row(s) refused{more}:\n  " + "\n  ".join(report.refused[:_SHOWN]))
+
+    hook = resolve_pipeline(pipeline)
+    quarantine: list[dict[str, Any]] = []
+    now_us = int(time.time() * 1_000_000)
+    # per-trajectory: each refused row, and the rest of its trajectory, to quarantine with the reason
+    for stid, refused in bad.items():
+        for where, reason, bad_ev in refused:
+            quarantine.append({"stage": "import", "reason": f"{source}, {where}: {reason}"[:2000], "ts_us": now_us,
+                               "event_id": bad_ev.event_id if bad_ev else None,
+                               "trajectory_id": bad_ev.trajectory_id if bad_ev else stid, "tenant_id": tenant,
+                               "kind": bad_ev.kind.value if bad_ev else None})
+    for line in loose:  # a record that names no trajectory (a truncated line): its reason, nothing else
+        quarantine.append({"stage": "import", "reason": f"{source}, {line}"[:2000], "ts_us": now_us,
+                           "tenant_id": tenant})
+    kept = {tid: items for tid, items in by_traj.items() if source_tid.get(tid, tid) not in refused_tids
+            and tid not in refused_tids}
+    for tid, items in by_traj.items():
+        if tid in kept:
+            continue
+        refused_ids = {e.event_id for _, _, e in bad.get(source_tid.get(tid, tid), []) + bad.get(tid, [])
+                       if e is not None}
+        for where, ev in items:
+            if ev.event_id not in refused_ids:
+                quarantine.append({"stage": "import", "reason": f"{source}, {where}: another row of its trajectory "
+                                                                f"was refused", "ts_us": now_us,
+                                   "event_id": ev.event_id, "trajectory_id": tid, "tenant_id": tenant,
+                                   "kind": ev.kind.value})
+
+    stored = _existing_events(store, list(kept))
+    heads = store.chain_heads([t for t in kept if t in stored]) if stored else {}
+    new_rows: list[SealedRow] = []
+    present: dict[str, set[str]] = {}  # trajectory -> event ids stored after this import
+    for tid, items in kept.items():
+        have = stored.get(tid, set())
+        depth = _depths([ev for _, ev in items])
+        fresh = sorted((ev for _, ev in items if ev.event_id not in have),
+                       key=lambda e: (e.timestamp, depth[e.event_id], e.event_id))
+        report.duplicates += len(items) - len(fresh)
+        seq, prev = heads.get(tid, (-1, GENESIS))
+        ok = set(have)
+        for ev in fresh:
+            annotations = None
+            if hook is not None:
+                res = hook.process(ev)
+                if res.event is None:
+                    report.quarantined += 1
+                    rec = res.record
+                    quarantine.append({"stage": res.stage or "governance", "reason": (res.reason or "rejected")[:2000],
+                                       "ts_us": now_us, "event_id": ev.event_id, "trajectory_id": tid,
+                                       "tenant_id": ev.metadata.tenant_id, "kind": ev.kind.value,
+                                       **({"record": rec.decode("utf-8", "replace")} if rec else {})})
+                    continue
+                if any(getattr(res.event, f) != getattr(ev, f) for f in PAYLOAD_FIELDS):
+                    report.redacted += 1
+                ev, annotations = res.event, res.annotations
+            seq += 1
+            sealed = seal(ev, seq, prev)
+            prev = sealed.hash
+            x = index_fields(ev, seq)
+            if annotations is not None:
+                x["annotations"] = annotations
+            new_rows.append(SealedRow(x=x, envelope=sealed.envelope, payload=sealed.payload, salt=sealed.salt,
+                                      digest=sealed.digest, prev_hash=sealed.prev_hash, hash=sealed.hash))
+            ok.add(ev.event_id)
+        if ok:
+            present[tid] = ok
+            report.trajectories += 1
+    report.imported = len(new_rows)
+
+    reward_rows = _rewards(rewards, present, source_tid, ns, tenant, hook, report)
+    existing = _existing_rewards(store, [r["annotation_id"] for r in reward_rows]) if reward_rows else set()
+    report.reward_duplicates = len(existing)
+    reward_rows = [r for r in reward_rows if r["annotation_id"] not in existing]
+    report.rewards = len(reward_rows)
+
+    sink_for = getattr(hook, "sink_for", None)
+    sink = sink_for(store) if sink_for is not None else store  # decisions are stored with their events
+    for i in range(0, max(len(new_rows), len(quarantine), len(reward_rows), 1), batch_rows):
+        batch = SinkBatch(events=new_rows[i:i + batch_rows], quarantine=quarantine[i:i + batch_rows],
+                          rewards=reward_rows[i:i + batch_rows], redelivery=True)
+        if batch.events or batch.quarantine or batch.rewards:
+            sink.write_batch(batch)
+    return report
+
+
+def _rewards(rewards: list[tuple[str, RewardAnnotation]], present: dict[str, set[str]],
+             source_tid: dict[str, str], ns: TrajectoryNamespace, tenant: str | None, hook: Any,
+             report: ImportReport) -> list[dict[str, Any]]:
+    """The reward rows to store: re-homed like their events, reasons redacted, dropped with their event."""
+    resolved = {src: tid for tid, src in source_tid.items()}
+    out: list[dict[str, Any]] = []
+    for _, r in rewards:
+        tid = resolved.get(r.trajectory_id, r.trajectory_id)
+        eid = r.event_id
+        if tid != r.trajectory_id and eid is not None:
+            eid = ns.event_id(tid, eid)
+        have = present.get(tid)
+        if have is None or (eid is not None and eid not in have):
+            report.rewards_dropped += 1
+            continue
+        reason = r.reason
+        if reason and hook is not None:
+            probe = Event(trajectory_id=tid, kind=EventKind.FEEDBACK, action=FeedbackAction(comment=reason),
+                          metadata={"tenant_id": tenant})
+            res = hook.process(probe)
+            act = res.event.action if res.event is not None else None
+            reason = act.comment if isinstance(act, FeedbackAction) else None
+        annotation_id = ns.event_id(tid, r.annotation_id) if tid != r.trajectory_id else r.annotation_id
+        out.append(r.model_copy(update={"trajectory_id": tid, "event_id": eid, "reason": reason,
+                                        "tenant_id": tenant, "annotation_id": annotation_id}).model_dump(mode="json"))
+    return out

@@ -1,0 +1,347 @@
+"""OpenTelemetry files in, OpenTelemetry spans out.
+
+**Import** (:func:`read_otlp`): the files an OpenTelemetry collector's ``file`` exporter writes —
+OTLP/JSON lines (one ``ExportTraceServiceRequest``/``TracesData`` per line, the spec's JSON file
+format) or one JSON document, and OTLP/protobuf (one message, concatenated messages, or the
+collector's length-prefixed ``format: proto`` frames). Decoding and the span → event mapping are the
+gateway's own (:mod:`molt.capture.otlp`: one decoder, one mapping), older GenAI conventions included
+(``gen_ai.prompt.N`` / ``gen_ai.completion.N`` attributes, per-message events). Evaluations on a span
+(``gen_ai.evaluation.result`` events: name, ``score.value``, explanation) become late rewards
+(``judge``) on its event. Refused per span with the reason: a status code outside the OTLP enum, a
+span whose attributes are over the record limit (the live mapping would truncate them; an import says
+so instead), a span the mapping rejects (an unrepresentable time).
+
+**Export** (:func:`export_otlp`, :func:`readable_spans`): stored trajectories as GenAI spans
+(:func:`molt.atdp.otel.event_to_span`: ``gen_ai.*`` attributes, the whole event in ``molt.*``), sent
+with the OpenTelemetry SDK's OTLP/HTTP exporter behind its ``BatchSpanProcessor``, or written to an
+OTLP/protobuf file. Late rewards ride as ``gen_ai.evaluation.result`` span events on their event's
+span (a trajectory's reward on its root spans), with the annotation itself in ``molt.reward``. The
+trace id is the trajectory id when that is 32 hex digits (after dropping dashes), else derived
+from it; each span id from the event id likewise.
+
+Round trip: importing what :func:`export_otlp` wrote gives back the same events and annotations
+(``molt.event`` / ``molt.reward``); their chains are sealed anew (the salt is random), so the stored
+bytes are not the export's. Not carried to a foreign backend: erased payloads (an erased event is
+exported with its envelope only), governance decisions, chain hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from molt.atdp.models import Event, RewardAnnotation
+from molt.atdp.otel import event_to_span
+from molt.atdp.validate import MAX_RECORD_BYTES
+from molt.capture.otlp import IngestSpan, OtlpIngest, decode_json, decode_protobuf, event_id_for
+from molt.errors import MoltError
+from molt.interop.ingest import Row
+
+__all__ = ["EVALUATION_EVENT", "export_otlp", "read_otlp", "readable_spans", "write_otlp_file"]
+
+#: The GenAI conventions' evaluation event (name, score, explanation), one per late reward.
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+
+
+class _NoRecorder:
+    """The mapping is used without recording: the importer writes through the governed path itself."""
+
+
+_MAPPER: OtlpIngest | None = None
+
+
+def _mapper() -> OtlpIngest:
+    global _MAPPER
+    if _MAPPER is None:
+        _MAPPER = OtlpIngest(_NoRecorder())
+    return _MAPPER
+
+
+# --------------------------------------------------------------------------- import
+
+
+def _frames(data: bytes) -> list[bytes] | None:
+    """The messages of a length-prefixed (4-byte big-endian) protobuf file, or None when it is not one."""
+    out, p = [], 0
+    while p < len(data):
+        if p + 4 > len(data):
+            return None
+        (n,) = struct.unpack_from(">I", data, p)
+        if n == 0 or p + 4 + n > len(data):
+            return None
+        out.append(data[p + 4:p + 4 + n])
+        p += 4 + n
+    return out or None
+
+
+def _requests(path: Path) -> Iterator[tuple[str, list[IngestSpan] | Exception]]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MoltError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    head = data.lstrip()[:1]
+    if head in (b"{", b"["):
+        try:
+            doc = orjson.loads(data)
+            docs: list[tuple[str, Any]] = [(f"item {i}", d) for i, d in enumerate(doc)] if isinstance(doc, list) \
+                else [("document", doc)]
+        except orjson.JSONDecodeError as whole:
+            lines = data.split(b"\n")
+            try:
+                orjson.loads(next(ln for ln in lines if ln.strip()))
+            except orjson.JSONDecodeError:
+                raise MoltError(f"{path} is not valid OTLP/JSON nor JSON lines ({whole}); a truncated export "
+                                f"cannot be imported — export it again.") from None
+            docs = []
+            for i, line in enumerate(lines, 1):
+                if line.strip():
+                    try:
+                        docs.append((f"line {i}", orjson.loads(line)))
+                    except orjson.JSONDecodeError as exc:
+                        docs.append((f"line {i}", MoltError(f"not valid JSON (truncated?): {exc}")))
+        for where, d in docs:
+            if isinstance(d, Exception):
+                yield where, d
+                continue
+            try:
+                yield where, decode_json(d)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                yield where, MoltError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}")
+        return
+    frames = _frames(data)
+    for i, body in enumerate(frames or [data]):
+        where = f"frame {i}" if frames else "message"
+        try:
+            yield where, decode_protobuf(body)
+        except Exception as exc:  # protobuf's DecodeError, or a value it cannot take
+            if frames is None:
+                raise MoltError(f"{path} is neither OTLP/JSON nor OTLP/protobuf ({exc}).") from None
+            yield where, MoltError(f"not an OTLP/protobuf ExportTraceServiceRequest: {exc}")
+
+
+def _attr_bytes(s: IngestSpan) -> int:
+    n = 0
+    for attrs in (s.span.attributes, *(a for _, a in s.events)):
+        for k, v in attrs.items():
+            n += len(k) + (len(v) if isinstance(v, str) else len(orjson.dumps(v, default=str)))
+    return n
+
+
+def _rewards(s: IngestSpan, ev: Event) -> Iterator[Row | RewardAnnotation]:
+    for i, (name, a) in enumerate(s.events):
+        if name != EVALUATION_EVENT:
+            continue
+        where = f"span {s.span.span_id}, event {i}"
+        full = a.get("molt.reward")
+        if isinstance(full, str):  # Molt's own export: the annotation as it was
+            try:
+                yield RewardAnnotation.model_validate(orjson.loads(full))
+            except Exception as exc:
+                yield Row(where=where, trajectory=ev.trajectory_id, problem=f"molt.reward does not parse: {exc}"[:500])
+            continue
+        value = a.get("gen_ai.evaluation.score.value")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            yield Row(where=where, trajectory=ev.trajectory_id,
+                      problem=f"evaluation {a.get('gen_ai.evaluation.name')!r} has no numeric score.value "
+                              f"({a.get('gen_ai.evaluation.score.label')!r}); a reward needs a number")
+            continue
+        name_ = str(a.get("gen_ai.evaluation.name") or "evaluation")
+        expl = a.get("gen_ai.evaluation.explanation")
+        yield RewardAnnotation(annotation_id=event_id_for(ev.trajectory_id, f"eval:{s.span.span_id}:{i}"),
+                               trajectory_id=ev.trajectory_id, event_id=ev.event_id, value=float(value),
+                               dimensions={name_: float(value)}, source="judge",
+                               reason=str(expl) if expl else None, annotator=f"otlp:{name_}"[:200],
+                               tenant_id=ev.metadata.tenant_id)
+
+
+def read_otlp(path: str | Path, *, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[Row]:
+    """The rows of an OTLP file (see the module docstring)."""
+    mapper = _mapper()
+    for where, spans in _requests(Path(path)):
+        if isinstance(spans, Exception):
+            yield Row(where=where, problem=str(spans))
+            continue
+        for s in spans:
+            trace = s.span.trace_id or None
+            w = f"{where}, span {s.span.span_id} ({s.span.name[:60]!r})"
+            if s.span.status_code.startswith("UNKNOWN"):
+                yield Row(where=w, trajectory=trace, problem=f"status code {s.span.status_code[8:-1]} is not an "
+                                                             f"OTLP status (UNSET 0, OK 1, ERROR 2)")
+                continue
+            size = _attr_bytes(s)
+            if size > max_record_bytes:
+                yield Row(where=w, trajectory=trace,
+                          problem=f"{size:,} bytes of attributes, over the {max_record_bytes:,}-byte record limit")
+                continue
+            if not trace or not s.span.span_id:
+                yield Row(where=w, trajectory=trace, problem="the span has no trace id or span id")
+                continue
+            try:
+                ev = mapper.to_event(s)
+            except Exception as exc:
+                yield Row(where=w, trajectory=trace, problem=f"{type(exc).__name__}: {exc}"[:500])
+                continue
+            yield Row(where=w, trajectory=ev.trajectory_id, event=ev)
+            for r in _rewards(s, ev):
+                yield r if isinstance(r, Row) else Row(where=w, trajectory=ev.trajectory_id, reward=r)
+
+
+# --------------------------------------------------------------------------- export
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex_id(value: str, digits: int) -> int:
+    """``value`` as an OTel id of ``digits`` hex digits: a trace id is the value itself when it is 32 hex
+    digits (dashes dropped: a UUID), a span id its last 16 (a UUID's random part); else derived from it."""
+    h = value.replace("-", "").lower()
+    tail = h if digits == 32 else h[-16:]
+    if len(h) >= digits and (digits == 16 or len(h) == 32) and set(tail) <= _HEX and int(tail, 16):
+        return int(tail, 16)
+    return int(hashlib.blake2b(value.encode(), digest_size=digits // 2).hexdigest(), 16) or 1
+
+
+def readable_spans(events: Sequence[Event], rewards: Sequence[RewardAnnotation] = (), *,
+                   service_name: str = "molt") -> list[Any]:
+    """One trajectory's events as SDK ``ReadableSpan`` objects (GenAI attributes, the event in
+    ``molt.*``, late rewards as evaluation events), for any span exporter."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event as SpanEvent
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+    from molt.capture.adapt import distribution_version
+
+    scope = InstrumentationScope("molt", distribution_version("molt-core"))
+    by_event: dict[str | None, list[RewardAnnotation]] = {}
+    for r in rewards:
+        by_event.setdefault(r.event_id, []).append(r)
+    ids = {e.event_id for e in events}
+    root = next((e for e in events if e.parent_id is None or e.parent_id not in ids), None)
+    out = []
+    for ev in events:
+        span = event_to_span(ev)
+        trace_id = _hex_id(ev.trajectory_id, 32)
+        ctx = SpanContext(trace_id=trace_id, span_id=_hex_id(ev.event_id, 16), is_remote=False,
+                          trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        parent = None
+        if ev.parent_id:
+            parent = SpanContext(trace_id=trace_id, span_id=_hex_id(ev.parent_id, 16), is_remote=False,
+                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        evals = list(by_event.get(ev.event_id, []))
+        if ev is root:  # the trajectory's own rewards ride on its (first) root span
+            evals += by_event.get(None, [])
+        span_events = []
+        for r in evals:
+            attrs: dict[str, Any] = {
+                "gen_ai.evaluation.name": next(iter(r.dimensions)) if r.dimensions else r.source.value,
+                "gen_ai.evaluation.score.value": r.value,
+                "molt.reward": orjson.dumps(r.model_dump(mode="json", exclude_none=True),
+                                            option=orjson.OPT_SORT_KEYS).decode()}
+            if r.reason:
+                attrs["gen_ai.evaluation.explanation"] = r.reason
+            span_events.append(SpanEvent(EVALUATION_EVENT, attrs, timestamp=int(r.created_at.timestamp() * 1e9)))
+        res = {"service.name": service_name}
+        if ev.metadata.tenant_id:
+            res["tenant.id"] = ev.metadata.tenant_id
+        status = Status(StatusCode.UNSET)
+        if span.status_code == "ERROR":
+            status = Status(StatusCode.ERROR, ev.outcome.error.message if ev.outcome and ev.outcome.error else None)
+        elif span.status_code == "OK":
+            status = Status(StatusCode.OK)
+        out.append(ReadableSpan(
+            name=span.name, context=ctx, parent=parent, resource=Resource(res),
+            attributes=span.attributes, events=span_events,
+            kind=SpanKind.CLIENT if span.attributes.get("gen_ai.operation.name") == "chat" else SpanKind.INTERNAL,
+            status=status, start_time=span.start_time_unix_nano,
+            end_time=span.end_time_unix_nano or span.start_time_unix_nano, instrumentation_scope=scope))
+    return out
+
+
+def _trajectories(reader: Any, where: str | None) -> Iterator[tuple[list[Event], list[RewardAnnotation]]]:
+    for tid in reader.trajectory_ids(where):
+        traj = reader.trajectory(tid)
+        yield list(traj.events), list(traj.rewards)
+
+
+class _Counting(SpanExporter):
+    """Wraps a span exporter to count what it delivered and what it failed to."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.sent, self.failed = inner, 0, 0
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result == SpanExportResult.SUCCESS:
+            self.sent += len(spans)
+        else:
+            self.failed += len(spans)
+        return result  # type: ignore[no-any-return]
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(getattr(self.inner, "force_flush", lambda *_: True)(timeout_millis))
+
+
+def export_otlp(reader: Any, endpoint: str | None = None, *, where: str | None = None, exporter: Any = None,
+                headers: dict[str, str] | None = None, service_name: str = "molt",
+                progress: Callable[[int], None] | None = None, flush_every: int = 2048) -> tuple[int, int]:
+    """Send stored trajectories to an OTLP/HTTP endpoint (``http://collector:4318/v1/traces``) through the
+    SDK's ``BatchSpanProcessor``; or to ``exporter`` (any SDK span exporter, e.g. an in-memory one).
+
+    Returns ``(spans delivered, spans that failed)``; a failure is the exporter's (after its retries).
+    """
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if exporter is None:
+        if not endpoint:
+            raise MoltError("Give an OTLP endpoint (http://host:4318/v1/traces) or an exporter.")
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers)
+    counting = _Counting(exporter)
+    # the queue holds what is not sent yet; flushing every flush_every spans keeps it from overflowing
+    # (the processor drops spans beyond max_queue_size rather than block)
+    proc = BatchSpanProcessor(counting, max_queue_size=max(flush_every * 2, 4096), max_export_batch_size=512)
+    pending = 0
+    try:
+        for events, rewards in _trajectories(reader, where):
+            for span in readable_spans(events, rewards, service_name=service_name):
+                proc.on_end(span)
+                pending += 1
+            if progress is not None:
+                progress(len(events))
+            if pending >= flush_every:
+                proc.force_flush()
+                pending = 0
+        proc.force_flush()
+    finally:
+        proc.shutdown()  # type: ignore[no-untyped-call]
+    return counting.sent, counting.failed
+
+
+def write_otlp_file(reader: Any, path: str | Path, *, where: str | None = None, service_name: str = "molt",
+                    progress: Callable[[int], None] | None = None) -> int:
+    """Write stored trajectories as an OTLP/protobuf file (concatenated ``ExportTraceServiceRequest``
+    messages, one per trajectory: protobuf reads them as one); returns the spans written."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    n = 0
+    with open(path, "wb") as f:
+        for events, rewards in _trajectories(reader, where):
+            spans = readable_spans(events, rewards, service_name=service_name)
+            f.write(encode_spans(spans).SerializeToString())
+            n += len(spans)
+            if progress is not None:
+                progress(len(events))
+    return n
