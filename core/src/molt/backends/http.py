@@ -1,7 +1,7 @@
 """A small keep-alive HTTP/1.1 client for the hot path to upstream model servers.
 
 The gateway's budget for its own overhead is about a millisecond, and a general-purpose client
-(httpx) spends more than that per request on a busy two-core machine. Upstream calls need little:
+(httpx) spends a large share of that on each request. Upstream calls need little:
 POST a JSON body to one origin and read the answer whole or piece by piece (an SSE stream). So this
 pool does only that, on asyncio streams (TLS included), reusing idle connections. The message framing
 itself is :mod:`h11`'s (RFC 9112): ``Transfer-Encoding: chunked`` beats ``Content-Length`` (§6.3), a

@@ -27,7 +27,7 @@ class SealedRow(NamedTuple):
 
     ``x`` holds the denormalized columns from :func:`molt.capture.index_fields`; the rest is the
     :class:`~molt.atdp.SealedEvent` (envelope and payload bytes exactly as hashed). A NamedTuple,
-    not a frozen dataclass: it is built once per event on the delivery path, where that is 5× cheaper.
+    not a frozen dataclass: it is built once per event on the delivery path, where a tuple is cheaper.
     """
 
     x: dict[str, Any]

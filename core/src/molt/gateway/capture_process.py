@@ -68,14 +68,13 @@ _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dro
 # needs the current version's metadata and a few index pages, not a reader's caches. Both caches
 # fill with entries of superseded versions (compaction rewrites the indices), tens of KB of
 # metadata and 1–2 KB of index state per append, so their bounds are what the child settles at:
-# this, and molt.store's FOLLOWER_METADATA_CACHE_BYTES (4 MiB; it was 16, which a 10-minute soak
-# was still filling).
+# this, and molt.store's FOLLOWER_METADATA_CACHE_BYTES.
 WRITER_INDEX_CACHE_BYTES = 4 << 20
 #: Records after which :class:`CaptureProcess` replaces its child with a fresh one. With its caches
-#: and heap bounded the child still grows by ~40 bytes a request in a soak (1 MiB a minute at 350
-#: requests a second), in native allocations on LanceDB's threads that no profile here could attribute
-#: (see bench/reliability/README.md). A fresh child costs a second or two of start-up at low priority;
-#: 100,000 records is ~5 minutes at that load, ~4 MiB of growth between replacements.
+#: and heap bounded the child still grows slowly, in native allocations on LanceDB's threads that
+#: no profile could attribute; a fresh child costs a second or two of start-up at low priority, so
+#: replacing it every few minutes of heavy load bounds that growth to a few MiB (the soak figures:
+#: bench/reliability/README.md).
 RECYCLE_AFTER = 100_000
 #: The smallest ``recycle_after`` other than 0: a child's start-up costs a second or two.
 MIN_RECYCLE_AFTER = 1_000
@@ -172,8 +171,8 @@ def bound_native_heap() -> bool:
     Compaction rewrites the events table's open fragment (every fragment under LanceDB's target of
     about a million rows), so its buffers grow with the table. glibc raises its mmap threshold to the
     largest buffer freed (up to 32 MiB), after which such buffers come from the heap, and each of
-    LanceDB's threads gets an arena of its own: freed, they stayed in the process as fragments
-    (about 20 KB per request in a soak of ``molt serve``, a line that did not level off). A fixed
+    LanceDB's threads gets an arena of its own: freed, they stay in the process as fragments, a
+    growth per request that does not level off. A fixed
     threshold sends large buffers to mmap, which returns them to the system when freed, and two
     arenas bound the rest. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment win.
     Returns whether the settings were applied.

@@ -50,18 +50,15 @@ _IN_CHUNK = 512  # ids per "IN (…)" filter
 #: Metadata cache bound for a long-lived process whose tables another process keeps appending to
 #: (``molt serve``'s read side, the capture process). LanceDB keeps the metadata of every version a
 #: handle has opened until the bound, and a reader that follows a busy writer opens a new version on
-#: almost every read (tens of KB each; a few a second under load), so its memory climbs by the bound's
-#: size — slowly: 128 MiB took hours and looked like a leak. Superseded versions are never read
-#: again; the current one's manifest and file metadata fit in a few MiB at millions of rows.
+#: almost every read (tens of KB each), so its memory climbs, slowly, until it reaches the bound.
+#: Superseded versions are never read again; the current one's manifest and file metadata fit in a
+#: few MiB at millions of rows.
 FOLLOWER_METADATA_CACHE_BYTES = 4 << 20
 
 #: Index cache bound for the same processes. Every compaction by the writer folds new rows into the
 #: indices, which gives each index a new version; the pages a follower cached of the old one are
-#: never read again but stay until the bound (256 MiB by default). Measured: a follower reading by id
-#: every 20 ms against a writer that compacts every ~3 s held 6 → 103 MiB of cache in 210 s (RSS
-#: 242 → 375 MiB); with a 4 MiB bound it settled at 8 MiB (both caches) and its RSS levelled off.
-#: ``molt serve``'s read side gains ~0.4 MiB a minute under a soak's load. Reads by id need a few
-#: pages per index at a time.
+#: never read again but stay until the bound (256 MiB by default). Reads by id need a few pages per
+#: index at a time. The soak that sized both bounds: bench/reliability/README.md.
 FOLLOWER_INDEX_CACHE_BYTES = 16 << 20
 
 #: ``Store.open(uri, **FOLLOWER_CACHES)``: both bounds, for a long-lived process that reads tables
@@ -83,20 +80,20 @@ class Store:
         fragment_rows: compaction merges small fragments into fragments of about this many rows
             (default 32,768; at least 1,024) and leaves fragments of that size alone, so each run
             rewrites at most about this many rows however large the table is. LanceDB's
-            ``optimize()`` merges towards 1M rows: until a table has that many, every run rewrote all
-            of it (quadratic ingest cost, and a writer's memory growing with the table).
+            ``optimize()`` merges towards 1M rows, so until a table has that many every run would
+            rewrite all of it (quadratic ingest cost, and a writer's memory growing with the table).
         auto_compact: compact on a background thread (default True); otherwise call :meth:`compact`.
         index_cache_bytes / metadata_cache_bytes: bounds of LanceDB's in-process caches (default
             256 MiB / 128 MiB). LanceDB's own defaults are 6 GiB and 1 GiB, and the metadata cache fills
-            with the metadata of every appended version (about 57 KB each), superseded ones included,
+            with the metadata of every appended version (tens of KB each), superseded ones included,
             so a long-running writer grows until it reaches the bound. A long-lived process that
             follows another's appends needs far less (:data:`FOLLOWER_CACHES`, 16 MiB / 4 MiB); the
             gateway's capture process uses 4 MiB / 4 MiB.
         read_consistency_s: how stale a read may be with respect to what *other* handles wrote (other
             processes: ``molt serve``'s capture process, a trainer, the CLI); default 1 s. LanceDB's own
-            default never checks, so a long-lived handle — the control plane's, the console's — kept
-            reading the version it opened. 0 checks on every read, which lists the table's versions:
-            with an hour of versions kept (3,000 here) that added 14 ms to a 3 ms query.
+            default never checks, so a long-lived handle — the control plane's, the console's — would
+            keep reading the version it opened. 0 checks on every read, which lists the table's
+            versions: with an hour of versions kept that costs more than the query itself.
     """
 
     def __init__(
@@ -237,7 +234,7 @@ class Store:
         with self._write_lock:
             if batch.events:
                 # Clustered by trajectory: a read by id then takes a few contiguous runs of rows instead
-                # of rows scattered over the batch (about 2× faster reads by id at 1M events).
+                # of rows scattered over the batch.
                 events = _events_table(batch.events).sort_by([("trajectory_id", "ascending"), ("seq", "ascending")])
                 self._append("events", events, "event_id", batch.redelivery)
             if batch.rewards:
