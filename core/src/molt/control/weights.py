@@ -214,8 +214,8 @@ class WeightLoop:
         entry.update(run=getattr(adapter, "run_id", None), adapter=version, path=str(path))
         check_adapter(path)
         if self.load is not None:
-            try:
-                self.load(str(version), str(path))
+            try:  # on the worker thread too: a loader may run its own event loop
+                self._pool.submit(self.load, str(version), str(path)).result(self.timeout_s)
             except Exception as exc:
                 raise InterventionError(f"weight update {req.request_id}: the serving engine refused adapter "
                                         f"{version} ({type(exc).__name__}: {exc}); the live version keeps "

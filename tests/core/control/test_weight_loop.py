@@ -1,0 +1,189 @@
+"""The weight loop's wiring (molt.control.weights): the plane's weight-update decision → a training run on
+that agent's traffic → the adapter checked and loaded → a canary version of that agent → promoted or aborted
+on the canary delta, an abort restoring the previous adapter; and every failure (no eligible data, a run
+that raises, a corrupt adapter, an engine that refuses the load) a logged no-op with nothing routed to.
+
+The desk world (a scripted model that cannot do tax arithmetic, and garbles answers under an adapter named
+``*-broken``) is the fixture: the runs here write adapter files without training. The real-model loop is
+tests/e2e/test_serve_train.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+
+from molt.control.plane import ControlPlane, PlaneSettings, overrides_for
+from molt.control.versions import PolicyVersion
+from molt.control.weights import WeightLoop, WeightRequest, check_adapter, governed_reader, store_reader
+from molt.errors import InterventionError
+from molt.replay import ReplayPolicy, record_episode, save_trajectories
+from molt.store import Store
+from molt_desk.scenarios import Traffic, base_parts, record_traffic
+from molt_desk.world import AGENT, ORDERS, DeskModel, World
+
+TENANTS = ("acme", "globex")
+
+
+def _tax(n: int, tenants: tuple[str, ...] = TENANTS, start: int = 0) -> list[Traffic]:
+    ids = sorted(ORDERS)
+    return [Traffic(t, AGENT, f"What is the total of order {ids[i % len(ids)]} in cents including 7% tax? "
+                              f"(ticket {t}-{i})", "capability") for t in tenants for i in range(start, start + n)]
+
+
+def _fine(n: int, tenants: tuple[str, ...] = TENANTS) -> list[Traffic]:
+    return [Traffic(t, AGENT, f"Where is order A-{1000 + i}? (ticket {t}-s{i})", "status")
+            for t in tenants for i in range(n)]
+
+
+class Runs:
+    """A trainer stand-in: writes a peft-shaped adapter directory per request (``broken`` names it so the
+    desk model garbles under it: a run that diverged)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.requests: list[WeightRequest] = []
+        self.broken = False
+        self.fail: Exception | None = None
+        self.corrupt = False
+
+    def __call__(self, req: WeightRequest) -> Any:
+        self.requests.append(req)
+        if self.fail is not None:
+            raise self.fail
+        name = f"desk-lora-{len(self.requests)}" + ("-broken" if self.broken else "")
+        path = self.root / name
+        path.mkdir(parents=True)
+        (path / "adapter_config.json").write_bytes(b"{not json" if self.corrupt else
+                                                   orjson.dumps({"peft_type": "LORA", "r": 8}))
+        (path / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+        return SimpleNamespace(version=name, path=path, run_id=req.request_id)
+
+
+def _setup(store: Store, tmp: Path, *, load_error: Exception | None = None, read: Any = None
+           ) -> tuple[ControlPlane, Runs, list[tuple[str, str]]]:
+    model = DeskModel()
+    runs = Runs(tmp / "adapters")
+    loaded: list[tuple[str, str]] = []
+
+    def load(name: str, path: str) -> None:
+        if load_error is not None:
+            raise load_error
+        asyncio.run(model.load_adapter(name, path))
+        loaded.append((name, path))
+
+    hook = WeightLoop(store, runs, read=read or store_reader(store), load=load, timeout_s=30)
+    plane = ControlPlane(store, model, live_tools=World().live_tools(), base_parts=base_parts(), trainer=hook,
+                         settings=PlaneSettings(canary_min=4, canary_weight=0.5, replay_sample=6, regression_sample=4))
+    for t in TENANTS:
+        plane.registry.ensure_base(t, AGENT, base_parts())
+    save_trajectories(store, asyncio.run(record_traffic(_tax(8) + _fine(12), plane.registry, plane, World(), model)))
+    return plane, runs, loaded
+
+
+def _ask_weights(plane: ControlPlane) -> Any:
+    """Cycles until the plane decides on weights (the first waits for late evidence)."""
+    for _ in range(3):
+        res = plane.run_cycle("acme", AGENT)
+        if res.choice != "noop" or not res.record.reason.startswith("waiting for evidence"):
+            return res
+    return res
+
+
+def _canary_traffic(store: Store, plane: ControlPlane, v: PolicyVersion, items: list[Traffic]) -> None:
+    pol = ReplayPolicy(plane.backend, overrides_for(v.parts), version=v.version_id)
+    runs = [asyncio.run(record_episode(AGENT, t.input, pol, World().live_tools(), task=t.task, tenant_id="acme"))
+            for t in items]
+    save_trajectories(store, [(e, r) for e, r, _ in runs])
+
+
+def test_the_adapter_is_canaried_for_that_agent_promoted_then_a_diverged_one_is_aborted(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane, runs, loaded = _setup(store, tmp_path)
+        base = plane.registry.live("acme", AGENT)
+        res = _ask_weights(plane)
+        assert res.choice == "weight_update", res.record.reason
+        # The request: that agent's traffic on the failing task (failures and contrasting successes are
+        # whatever the window holds), plus successes on its other tasks as anchors.
+        req = runs.requests[0]
+        assert (req.tenant_id, req.agent_id, req.task) == ("acme", AGENT, "capability")
+        assert {t.events[0].metadata.task for t in req.trajectories} == {"capability"}
+        assert req.anchors and all(t.events[0].tenant_id == "acme" for t in req.trajectories + req.anchors)
+        # The adapter: loaded, then a canary version of acme's agent with only the weights changed.
+        v = res.version
+        assert v is not None and v.status == "canary" and (v.tenant_id, v.agent_id) == ("acme", AGENT)
+        assert loaded == [("desk-lora-1", str(tmp_path / "adapters" / "desk-lora-1"))]
+        assert v.parts.model.adapter == "desk-lora-1" and v.parts.model_copy(update={"model": base.parts.model}) \
+            == base.parts
+        assert res.record.applied_version == v.version_id
+        assert plane.registry.live("globex", AGENT).version_id != v.version_id  # another tenant's agent: untouched
+        # Canary traffic as good as live → promoted (the plane's canary rule, as for any change).
+        _canary_traffic(store, plane, v, _tax(3, ("acme",), 100) + _fine(3, ("acme",)))
+        promoted = plane.run_cycle("acme", AGENT)
+        assert promoted.choice == "promote" and plane.registry.live("acme", AGENT).version_id == v.version_id
+
+        # A run that diverged: its adapter garbles every answer. Canaried, aborted, and the live version
+        # (with the first adapter) serves again.
+        runs.broken = True
+        _canary_traffic(store, plane, v, _tax(6, ("acme",), 200))
+        res2 = _ask_weights(plane)
+        assert res2.choice == "weight_update", res2.record.reason
+        bad = res2.version
+        assert bad is not None and bad.parts.model.adapter == "desk-lora-2-broken"
+        _canary_traffic(store, plane, bad, _fine(4, ("acme",)) + _tax(2, ("acme",), 300))
+        aborted = plane.run_cycle("acme", AGENT)
+        assert aborted.choice == "rollback" and "aborted" in aborted.record.reason, aborted.record.reason
+        live = plane.registry.live("acme", AGENT)
+        assert live.version_id == v.version_id and live.parts.model.adapter == "desk-lora-1"
+        assert plane.registry.canaries("acme", AGENT) == []
+        hook = plane.trainer
+        assert isinstance(hook, WeightLoop) and [r["outcome"] for r in hook.runs] == ["published", "published"]
+
+
+@pytest.mark.parametrize("fault", ["run_raises", "corrupt_adapter", "load_refused", "not_eligible"])
+def test_a_failed_run_is_a_logged_noop_and_nothing_is_routed_to_it(fault: str, tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        read = None
+        if fault == "not_eligible":  # the built-in governance policy opts no tenant in to training
+            from molt.governance import load_policy_file
+
+            read = governed_reader(store, load_policy_file("default"))
+        plane, runs, loaded = _setup(store, tmp_path, read=read,
+                                     load_error=RuntimeError("vLLM: 400 adapter rank too large")
+                                     if fault == "load_refused" else None)
+        runs.fail = RuntimeError("CUDA error mid-step") if fault == "run_raises" else None
+        runs.corrupt = fault == "corrupt_adapter"
+        live = plane.registry.live("acme", AGENT)
+        res = _ask_weights(plane)
+        assert res.choice == "noop" and res.record.reason.startswith("applying weight_update failed"), \
+            res.record.reason
+        why = {"run_raises": "CUDA error mid-step", "corrupt_adapter": "not served",
+               "load_refused": "refused adapter desk-lora-1", "not_eligible": "eligible"}[fault]
+        assert why in res.record.reason
+        assert res.version is None and plane.registry.canaries("acme", AGENT) == []
+        assert plane.registry.live("acme", AGENT).version_id == live.version_id
+        assert all(v.parts.model.adapter is None for v in plane.registry.list("acme", AGENT))
+        assert loaded == []
+        logged = plane.log.list("acme", AGENT, limit=1)[0]
+        assert logged.reason == res.record.reason   # the failure is in the decision log
+        hook = plane.trainer
+        assert isinstance(hook, WeightLoop) and hook.runs[-1]["outcome"] == "failed"
+        assert hook.status()["faults"]["weights.failed_runs"] == 1
+
+
+def test_check_adapter_refuses_half_written_directories(tmp_path: Path) -> None:
+    with pytest.raises(InterventionError, match="incomplete"):
+        check_adapter(tmp_path)
+    (tmp_path / "adapter_config.json").write_bytes(b'{"r": 8}')
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"x")
+    with pytest.raises(InterventionError, match="peft_type"):
+        check_adapter(tmp_path)
+    (tmp_path / "adapter_config.json").write_bytes(b'{"peft_type": "LORA"}')
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(InterventionError, match="empty"):
+        check_adapter(tmp_path)
