@@ -166,6 +166,76 @@ def test_without_versions_the_wrapper_changes_nothing(recorded: tuple[Recorder, 
     assert [t["function"]["name"] for t in EchoingModel.seen[0][1]] == ["timetable"]
 
 
+class _DeskLike:
+    """A replay backend that behaves as ``EchoingModel``: calls the first tool it is offered (by its
+    offered name, port "Oslo"), then answers with the system prompt it saw; remembers what it was offered."""
+
+    @staticmethod
+    def make() -> Any:
+        from molt.backends import StubBackend
+        from molt.backends.base import ToolCallOut
+
+        class Backend(StubBackend):
+            offered: ClassVar[list[list[dict[str, Any]]]] = []
+
+            def _answer(self, req: Any) -> Any:
+                self.offered.append(list(req.tools or []))
+                if req.tools and not any(m.get("role") == "tool" for m in req.messages):
+                    name = req.tools[0]["function"]["name"]
+                    call = ToolCallOut(id="r1", name=name, arguments='{"port": "Oslo"}')
+                    return None, [call], name
+                system = req.messages[0]["content"] if req.messages[0].get("role") == "system" else ""
+                return f"answer [{system}]", None, system
+
+        return Backend()
+
+
+def test_adapter_recording_replays_like_a_gateway_one(tmp_path: Path) -> None:
+    """The plane's replay of a LangChain agent captured by the adapter (no gateway): the recording holds
+    the tools the model was offered (as the gateway records them), so a candidate's tool rewrite and
+    memory apply to them, the renamed call is answered from the cassette, and the correction judges."""
+    from molt.atdp import RewardAnnotation
+    from molt.replay import Overrides, ReplayPolicy, load_trajectory
+    from molt.replay.generic import loop_shape, replay_recording
+    from molt.replay.load import offered_tools
+
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
+        handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT)
+        agent = create_react_agent(handler.wrap(EchoingModel()), [timetable], prompt="You are the ferry desk.")
+        try:
+            agent.invoke({"messages": [HumanMessage("When is the next ferry?")]}, {"callbacks": [handler]})
+            assert handler.flush(deliver=True)
+            tid = store.table("events").search().where("seq = 0").limit(1).to_arrow().to_pylist()[0]["trajectory_id"]
+            rec.reward(RewardAnnotation(trajectory_id=tid, value=0.0, source="user_correction",
+                                        reason="The next ferry leaves at 07:40."))
+            assert rec.flush(timeout=30, deliver=True)
+        finally:
+            handler.close()
+            rec.close(timeout=5)
+        traj = load_trajectory(store, tid)
+        shape = loop_shape(traj)
+        assert shape.faithful and len(shape.calls) == 2, shape.why
+        assert [t["function"]["name"] for t in offered_tools(shape.calls[0]) or []] == ["timetable"]
+
+        backend = _DeskLike.make()
+        as_recorded = asyncio.run(replay_recording(traj, ReplayPolicy(backend), tenant_id=TENANT))
+        assert as_recorded.status == "ok" and as_recorded.same_actions and as_recorded.replayed_reward == 0.0
+
+        backend.offered.clear()
+        rename = ToolRewrite(description="Departures by port name.", rename="departures")
+        cand = Overrides(memories=("The next ferry leaves at 07:40.",), tool_rewrites={"timetable": rename})
+        fixed = asyncio.run(replay_recording(traj, ReplayPolicy(backend, cand), tenant_id=TENANT))
+    # the model was offered the candidate's tool (renamed, re-described) ...
+    assert [(t["function"]["name"], t["function"]["description"]) for t in backend.offered[0]] == [
+        ("departures", "Departures by port name.")]
+    # ... its call of "departures" was mapped back and answered from the recording, and the memory
+    # made the answer state what the user said
+    assert fixed.status == "ok" and fixed.mode == "episode" and not fixed.misses, fixed.error
+    assert fixed.actions[1].tool_calls[0][0] == "tool:timetable"
+    assert fixed.replayed_reward == 1.0 and fixed.verdict.detail == "correction: states 07:40"
+
+
 # ---------------------------------------------------------------------- efficacy on SmolLM2-135M
 
 FACT = "Nordhavn Ferries' lost-property desk is at Pier 19, open 8am to 4pm."

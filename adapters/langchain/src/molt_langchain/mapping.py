@@ -299,7 +299,7 @@ class LangChainMapper:
             model=str(model),
             usage=usage,
             action=action,
-            observation=_observation(c, d["kind"], d["inputs"], self._messages),
+            observation=_observation(c, d["kind"], d["inputs"], self._messages, _offered_tools(params.get("tools"))),
             hidden=HiddenState(reasoning=c.payload(str(reasoning))) if reasoning else None,
             outcome=outcome or Outcome(status=OutcomeStatus.OK),
             **common,
@@ -409,7 +409,8 @@ class _MessageCache:
         return msg
 
 
-def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None = None) -> Observation | None:
+def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None = None,
+                 tools: list[dict[str, Any]] | None = None) -> Observation | None:
     if kind == "llm":  # text-completion LLMs get prompts
         prompts = list(inputs or [])
         return Observation(text=c.payload("\n\n".join(str(p) for p in prompts)))
@@ -418,10 +419,30 @@ def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None
     msgs = msgs[omitted:]
     budget = max(2048, c.max_field_bytes // max(1, len(msgs)))
     convert = cache.get if cache is not None else _message
-    return Observation(
-        messages=[convert(c, m, budget) for m in msgs],
-        data={"$molt": "truncated", "omitted_messages": omitted} if omitted else None,
-    )
+    data: dict[str, Any] = {"$molt": "truncated", "omitted_messages": omitted} if omitted else {}
+    if tools:
+        # The tool schemas the model was offered, where the gateway keeps them (observation.data.tools):
+        # replay offers the same tools again, and a candidate's tool rewrite applies to them.
+        data["tools"] = c.payload(tools)
+    return Observation(messages=[convert(c, m, budget) for m in msgs], data=data or None)
+
+
+def _offered_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """The tools bound to a model call (its ``invocation_params["tools"]``) in the OpenAI shape, as the
+    gateway records them; a provider-specific schema LangChain cannot convert is left out (unknown is
+    better than a wrong schema)."""
+    if not isinstance(tools, list | tuple) or not tools:
+        return None
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    out = []
+    for t in tools:
+        try:
+            out.append(t if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+                       else convert_to_openai_tool(t))
+        except Exception:
+            return None
+    return out
 
 
 def _tool_action(c: Capture, d: dict[str, Any]) -> ToolCall:
