@@ -327,7 +327,9 @@ def decode_protobuf(body: bytes) -> list[IngestSpan]:
     return out
 
 
-def _g(d: Mapping[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+def _field(d: Mapping[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+    """A field of an OTLP/JSON object by its camelCase name (the spec's) or its snake_case one (the
+    protobuf field name, which some exporters write)."""
     return d.get(camel, d.get(snake, default))
 
 
@@ -344,13 +346,13 @@ def _json_value(v: Mapping[str, Any]) -> Any:
     ):
         if key in v:
             return conv(v[key])
-    arr = _g(v, "arrayValue", "array_value")
+    arr = _field(v, "arrayValue", "array_value")
     if arr is not None:
         return [_json_value(x) for x in arr.get("values", [])]
-    kvl = _g(v, "kvlistValue", "kvlist_value")
+    kvl = _field(v, "kvlistValue", "kvlist_value")
     if kvl is not None:
         return {kv["key"]: _json_value(kv.get("value", {})) for kv in kvl.get("values", [])}
-    return _g(v, "bytesValue", "bytes_value")  # base64 text already
+    return _field(v, "bytesValue", "bytes_value")  # base64 text already
 
 
 def _json_attrs(items: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
@@ -362,26 +364,26 @@ def decode_json(body: bytes | Mapping[str, Any]) -> list[IngestSpan]:
     snake_case accepted too)."""
     doc = orjson.loads(body) if isinstance(body, bytes | bytearray | str) else body
     out = []
-    for rs in _g(doc, "resourceSpans", "resource_spans", []):
+    for rs in _field(doc, "resourceSpans", "resource_spans", []):
         resource = {k: _attr(v) for k, v in _json_attrs((rs.get("resource") or {}).get("attributes")).items()}
-        for ss in _g(rs, "scopeSpans", "scope_spans", []):
+        for ss in _field(rs, "scopeSpans", "scope_spans", []):
             scope = ss.get("scope") or {}
             for s in ss.get("spans", []):
                 status = s.get("status") or {}
                 events = [(e.get("name", ""), _json_attrs(e.get("attributes"))) for e in s.get("events", [])]
                 flags = int(s.get("flags") or 0)
-                end = int(_g(s, "endTimeUnixNano", "end_time_unix_nano", 0) or 0)
+                end = int(_field(s, "endTimeUnixNano", "end_time_unix_nano", 0) or 0)
                 out.append(
                     IngestSpan(
                         span=OtelSpan(
                             name=str(s.get("name", "")),
-                            start_time_unix_nano=int(_g(s, "startTimeUnixNano", "start_time_unix_nano", 0) or 0),
+                            start_time_unix_nano=int(_field(s, "startTimeUnixNano", "start_time_unix_nano", 0) or 0),
                             end_time_unix_nano=end or None,
                             attributes={k: _attr(v) for k, v in
                                         genai_messages(_json_attrs(s.get("attributes")), events).items()},
-                            trace_id=str(_g(s, "traceId", "trace_id", "")).lower(),
-                            span_id=str(_g(s, "spanId", "span_id", "")).lower(),
-                            parent_span_id=str(_g(s, "parentSpanId", "parent_span_id", "")).lower() or None,
+                            trace_id=str(_field(s, "traceId", "trace_id", "")).lower(),
+                            span_id=str(_field(s, "spanId", "span_id", "")).lower(),
+                            parent_span_id=str(_field(s, "parentSpanId", "parent_span_id", "")).lower() or None,
                             status_code=_status(status.get("code", 0)),
                         ),
                         status_message=status.get("message") or None,
