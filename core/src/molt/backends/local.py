@@ -55,6 +55,8 @@ class LocalBackend(BaseBackend):
         max_new_tokens: the cap when a request gives no ``max_tokens`` (default 256).
         max_context: prompt plus completion tokens allowed (default 2,048).
         threads: torch CPU threads (default: torch's choice).
+        device: where the model runs (default: the first CUDA device when there is one, else the CPU);
+            float32 on the CPU, the model's own dtype (bfloat16 / float16 checkpoints) on a GPU.
     """
 
     kind: ClassVar[str] = "local"
@@ -62,8 +64,9 @@ class LocalBackend(BaseBackend):
 
     def __init__(self, name: str | None = None, *, model_path: str | os.PathLike[str] | None = None,
                  model: str = POLICY_MODEL_NAME, max_new_tokens: int = 256, max_context: int = 2048,
-                 threads: int | None = None):
+                 threads: int | None = None, device: str | None = None):
         super().__init__(name, model=model)
+        self.device = device
         self.model_path = Path(model_path) if model_path is not None else None
         self.max_new_tokens = max_new_tokens
         self.max_context = max_context
@@ -89,7 +92,11 @@ class LocalBackend(BaseBackend):
         path = self.model_path or ensure_policy_model()
         self.model_path = path
         self.tokenizer = PolicyTokenizer(path, name=self.model)
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        # CPU matmuls are fast in float32 only; on a GPU the checkpoint's dtype ("auto") is what it was made for.
+        dtype: Any = torch.float32 if self.device == "cpu" else "auto"
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        model.to(self.device)  # type: ignore[arg-type]  # transformers types .to as its own wrapper
         model.eval()  # type: ignore[no-untyped-call]
         self._model = model
 
@@ -103,7 +110,8 @@ class LocalBackend(BaseBackend):
 
         assert self.tokenizer is not None
         model = self._model
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        dev = self._model.device
+        gen = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
         with self._lock, torch.inference_mode():
             if self._adapters:
                 if adapter is None:
@@ -111,7 +119,7 @@ class LocalBackend(BaseBackend):
                 else:
                     model.enable_adapters()
                     model.set_adapter(adapter)
-            ids = torch.tensor([prompt_ids])
+            ids = torch.tensor([prompt_ids], device=dev)
             past = None
             for _ in range(max_new):
                 out = model(input_ids=ids, past_key_values=past, use_cache=True)
@@ -135,7 +143,7 @@ class LocalBackend(BaseBackend):
                     return "stop"
                 if tok in self.tokenizer.eos_ids:
                     return "stop"
-                ids = torch.tensor([[tok]])
+                ids = torch.tensor([[tok]], device=dev)
             return "length"
 
     def _run(self, prompt_ids: list[int], req: ChatRequest | CompletionRequest, index: int,
