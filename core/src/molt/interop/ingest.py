@@ -326,6 +326,7 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
     heads = store.chain_heads([t for t in kept if t in stored]) if stored else {}
     new_rows: list[SealedRow] = []
     present: dict[str, set[str]] = {}  # trajectory -> event ids stored after this import
+    traj_tenant: dict[str, str | None] = {}  # trajectory -> tenant of its events
     for tid, items in kept.items():
         have = stored.get(tid, set())
         depth = _depths([ev for _, ev in items])
@@ -358,12 +359,15 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
             new_rows.append(SealedRow(x=x, envelope=sealed.envelope, payload=sealed.payload, salt=sealed.salt,
                                       digest=sealed.digest, prev_hash=sealed.prev_hash, hash=sealed.hash))
             ok.add(ev.event_id)
+            traj_tenant[tid] = ev.metadata.tenant_id  # as governance stamped it: the rewards take the same
         if ok:
             present[tid] = ok
             report.trajectories += 1
     report.imported = len(new_rows)
 
-    reward_rows = _rewards(rewards, present, source_tid, ns, tenant, hook, report)
+    for tid in present.keys() - traj_tenant.keys():  # nothing new in it: its stored events' tenant
+        traj_tenant[tid] = store.trajectory_tenant(tid)
+    reward_rows = _rewards(rewards, present, source_tid, ns, traj_tenant, hook, report)
     existing = _existing_rewards(store, [r["annotation_id"] for r in reward_rows]) if reward_rows else set()
     report.reward_duplicates = len(existing)
     reward_rows = [r for r in reward_rows if r["annotation_id"] not in existing]
@@ -380,7 +384,7 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
 
 
 def _rewards(rewards: list[tuple[str, RewardAnnotation]], present: dict[str, set[str]],
-             source_tid: dict[str, str], ns: TrajectoryNamespace, tenant: str | None, hook: Any,
+             source_tid: dict[str, str], ns: TrajectoryNamespace, owner: dict[str, str | None], hook: Any,
              report: ImportReport) -> list[dict[str, Any]]:
     """The reward rows to store: re-homed like their events, reasons redacted, dropped with their event."""
     resolved = {src: tid for tid, src in source_tid.items()}
@@ -397,11 +401,12 @@ def _rewards(rewards: list[tuple[str, RewardAnnotation]], present: dict[str, set
         reason = r.reason
         if reason and hook is not None:
             probe = Event(trajectory_id=tid, kind=EventKind.FEEDBACK, action=FeedbackAction(comment=reason),
-                          metadata={"tenant_id": tenant})
+                          metadata={"tenant_id": owner.get(tid)})
             res = hook.process(probe)
             act = res.event.action if res.event is not None else None
             reason = act.comment if isinstance(act, FeedbackAction) else None
         annotation_id = ns.event_id(tid, r.annotation_id) if tid != r.trajectory_id else r.annotation_id
         out.append(r.model_copy(update={"trajectory_id": tid, "event_id": eid, "reason": reason,
-                                        "tenant_id": tenant, "annotation_id": annotation_id}).model_dump(mode="json"))
+                                        "tenant_id": owner.get(tid), "annotation_id": annotation_id}
+                                ).model_dump(mode="json"))
     return out
