@@ -209,6 +209,9 @@ def test_a_redactor_that_raises_quarantines_the_record_and_the_rest_flows(
     assert not any(b"ana@example.org" in (row["record"] or b"") for row in _quarantine(store))
     assert rec.stats.quarantined == 1 and rec.stats.delivered == 3
     rec.close()
+    # nor anywhere else: no byte of the store's tables or the spool holds the raw address
+    files = [p for p in molt_home.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if b"ana@example.org" in p.read_bytes()]
 
 
 def test_a_malformed_policy_file_quarantines_everything_but_never_breaks_the_agent(

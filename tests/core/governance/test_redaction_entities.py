@@ -264,3 +264,38 @@ def test_a_postcode_named_as_one_is_redacted_in_the_languages_and_formats_of_its
         redacted, spans = r.redact(text)
         assert code not in redacted and any(s.entity_type == "ADDRESS" for s in spans), (text, redacted)
     assert r.redact("the cap is 12345 units")[0] == "the cap is 12345 units"  # "cap" the word is no cue
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        # words an agent's memory, tool errors and notes are made of: mangled, they harm evolution too
+        ("List the files in the folder, then call List with the path.", "List"),
+        ("Acme refund policy: 30 days. The Acme warehouse ships daily.", "Acme"),
+        ("Tool failed: ValidationError: field required", "ValidationError"),
+        ("raised KeyError in parse; ConnectionRefusedError while calling the API", "Error"),
+        ("The storage unit is at Pier 19, gate 4.", "Pier"),
+        ("Best regards,\nThe support team", "Best"),
+        # greetings and words of other languages are words, not names
+        ("Buongiorno, vorrei un rimborso.", "Buongiorno"),
+        ("Bitte überweisen Sie den Betrag auf das Konto.", "Betrag"),
+        ("Pozdrawiam serdecznie", "Pozdrawiam"),
+        # a field label before a number is not the town of the address above it
+        ("Globex Ltd\n12 High Street, Leeds LS1 4AB\nTel. 0113 496 0000", "Tel"),
+    ],
+)
+def test_words_that_are_also_names_or_towns_somewhere_stay(entities, text: str, kept: str) -> None:  # type: ignore[no-untyped-def]
+    assert not [v for _t, v in found(entities, text) if kept in v], found(entities, text)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Buongiorno, sono Marco Rossi.", ("PERSON", "Marco Rossi")),
+        ("Please ask Mr. List about it.", ("PERSON", "List")),
+        ("She lives in Acme now.", ("LOCATION", "Acme")),  # a small town, with a place cue
+        ("Hans called about the invoice.", ("PERSON", "Hans")),  # a name that is a word in Swedish stays a name
+    ],
+)
+def test_the_same_words_with_a_cue_are_entities(entities, text: str, expected: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+    assert expected in found(entities, text)

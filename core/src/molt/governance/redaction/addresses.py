@@ -123,6 +123,8 @@ _TRAIL_TOWN = re.compile(r",[ ]([^\W\d_][\w'’-]*(?:[ ][^\W\d_][\w'’-]*){0,2}
 # "36 19 folkestone road", "03 Strandalléen 61": a short number, then a street that has its own
 _LEAD = re.compile(r"(\d{1,4}[A-Za-z]?)[ ]+(?=\d|[^\W\d_][^\n]*[ ]\d{1,5}[A-Za-z]?\.?$)")
 _TRAIL = " \t,;:-"
+# what follows a label word: ": " or ". " and a number ("Tel. +49 30 …", "Fax: 0113 …")
+_LABEL_AFTER = re.compile(r"(?::[ \t]*|\.[ \t]*)[+(\d]")
 
 
 class Address(NamedTuple):
@@ -475,6 +477,8 @@ class AddressFinder:
         if not (lowercase or phrase[0].isupper()):
             return p, ""
         words = phrase.split(" ")
+        if len(words) == 1 and _LABEL_AFTER.match(text, m.end() - phrase.endswith(".")) is not None:
+            return p, ""  # a field label before a number ("Tel. +49 …", "Fax: 0113 …"), not the town
         if after_newline and len(words) > 1 and _line_ends(text, m.end()):
             return m.end(), "place"  # a line of its own in a block is the town, whole ("Torres de Albánchez")
         # the longest known place, else the whole run if a postcode, a state or the line's end follows

