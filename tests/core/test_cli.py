@@ -234,3 +234,29 @@ def test_ids_are_never_cut_in_a_narrow_terminal(molt_home: Path, filled: list[st
     out = molt("trajectories", "ls", home=molt_home).stdout
     assert all(t in out for t in filled), out
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= max(width, len(filled[0]) + 2)
+
+
+def test_an_agent_beside_molt_serve_records_through_its_own_spool(molt_home: Path, event_factory) -> None:  # type: ignore[no-untyped-def]
+    """`molt serve` holds $MOLT_HOME/spool; an agent started beside it with the quickstart's
+    Recorder(Store.open()) records through a spool of its own instead of failing, and leaves none."""
+    store = Store.open(molt_home / "store", auto_compact=False)
+    serving = Recorder(store, spool_dir=molt_home / "spool")  # what the gateway's capture holds
+    agent = Recorder(store)  # the default spool: taken, so spool.<pid>
+    try:
+        tid = agent.new_trajectory()
+        agent.record(event_factory(tid, 0))
+        assert agent.flush(deliver=True)
+        assert store.trajectory(tid).events
+    finally:
+        assert agent.close()
+        serving.close()
+    assert [p.name for p in molt_home.iterdir() if p.name.startswith("spool")] == ["spool"]
+    # one that ended before delivering is counted, and delivered by `molt spool deliver`
+    stranded = Recorder(None, spool_dir=molt_home / "spool.4242")
+    tid = stranded.new_trajectory()
+    stranded.record(event_factory(tid, 0))
+    assert stranded.flush()
+    stranded.close()
+    assert "1 events wait in the spool" in molt("trajectories", "ls", home=molt_home).stderr
+    assert "Delivered 1 records from" in molt("spool", "deliver", home=molt_home).stdout
+    assert tid in molt("trajectories", "ls", home=molt_home).stdout and not (molt_home / "spool.4242").exists()

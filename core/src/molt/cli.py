@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,8 +101,14 @@ def _spool_clause(uri: str | None) -> str:
 
     if uri:
         return ""
-    backlog = spool_backlog(molt_home() / "spool")
-    return " " + _backlog_text(backlog) if backlog.records else ""
+    waiting = [b for b in (spool_backlog(d) for d in spool_dirs()) if b.records]
+    return "".join(" " + _backlog_text(b) for b in waiting)
+
+
+def spool_dirs() -> list[Path]:
+    """The spools under ``$MOLT_HOME``: ``spool``, and ``spool.<pid>`` of Recorders that found it held."""
+    home = molt_home()
+    return [d for d in (home / "spool", *sorted(home.glob("spool.*"))) if d.is_dir()]
 
 
 def _print_spool_note(uri: str | None) -> None:
@@ -469,31 +476,40 @@ def verify(
 
 @spool_app.command("deliver")
 def spool_deliver(store: StoreOpt = None) -> None:
-    """Deliver what waits in ``$MOLT_HOME/spool`` (recorded by a Recorder without a store, or by a
-    process that ended before delivering) into the store, then exit."""
+    """Deliver what waits in the spools under ``$MOLT_HOME`` (recorded by a Recorder without a store,
+    or by a process that ended before delivering) into the store, then exit."""
     from molt.capture import Recorder
     from molt.capture.spool import spool_backlog
     from molt.errors import SpoolInUse
 
-    spool = check_home() / "spool"
-    before = spool_backlog(spool)
-    if not before.records:
-        console.print(f"Nothing waits in the spool {spool}.", highlight=False)
+    check_home()
+    waiting = [b for b in (spool_backlog(d) for d in spool_dirs()) if b.records]
+    if not waiting:
+        console.print(f"Nothing waits in the spools under {molt_home()}.", highlight=False)
         return
     s = open_store(store)
-    try:
-        # the frames were governed (or not) when they were spooled; this only ships them
-        with Recorder(s, spool_dir=spool, name="molt-spool-deliver") as rec:
-            rec.flush(deliver=True)
-    except SpoolInUse:
-        raise MoltError(f"The spool {spool} is held by a running process ({before.holder or 'another process'}): "
-                        f"it delivers the events itself if its Recorder has a store; otherwise run this again "
-                        f"once it has exited.") from None
-    after = spool_backlog(spool)
-    console.print(f"Delivered {before.records - after.records:,} records from {spool} to {store_place(store)}"
-                  + (f"; {after.records:,} still wait (the store refused them: see `molt doctor`)"
-                     if after.records else "") + ".", highlight=False)
-    if after.records:
+    held, left = [], 0
+    for before in waiting:
+        try:
+            # the frames were governed (or not) when they were spooled; this only ships them
+            with Recorder(s, spool_dir=before.directory, name="molt-spool-deliver") as rec:
+                rec.flush(deliver=True)
+        except SpoolInUse:
+            held.append(before)
+            continue
+        after = spool_backlog(before.directory)
+        left += after.records
+        console.print(f"Delivered {before.records - after.records:,} records from {before.directory} to "
+                      f"{store_place(store)}" + (f"; {after.records:,} still wait (the store refused them: see "
+                                                 f"`molt doctor`)" if after.records else "") + ".", highlight=False)
+        if not after.records and before.directory.name != "spool":
+            shutil.rmtree(before.directory, ignore_errors=True)  # a finished process's own spool, now empty
+    if held:
+        raise MoltError("; ".join(f"The spool {b.directory} is held by a running process ({b.holder or 'another'})"
+                                  for b in held)
+                        + ": it delivers the events itself if its Recorder has a store; otherwise run this again "
+                          "once it has exited.")
+    if left:
         raise typer.Exit(1)
 
 
@@ -539,14 +555,14 @@ def doctor(store: StoreOpt = None) -> None:
         t.add_row("store", f"[red]{exc}[/red]")
     from molt.capture.spool import spool_backlog
 
-    spool = molt_home() / "spool"
-    if spool.is_dir():
+    for spool in spool_dirs() or [molt_home() / "spool"]:
+        if not spool.is_dir():
+            t.add_row("spool", f"{spool} (absent)")
+            continue
         backlog = spool_backlog(spool)
         t.add_row("spool", f"{spool} ({backlog.records:,} records not delivered, {backlog.bytes:,} bytes)")
         if backlog.records:
             t.add_row("  waiting", f"[yellow]{_backlog_text(backlog)}[/yellow]")
-    else:
-        t.add_row("spool", f"{spool} (absent)")
     _status_rows(t)
     console.print(t)
 

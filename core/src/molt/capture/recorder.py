@@ -44,6 +44,7 @@ import contextlib
 import itertools
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -69,7 +70,7 @@ from molt.capture.spool import (
     Spool,
     encode_frame,
 )
-from molt.errors import CaptureError, MoltError, ProtocolError
+from molt.errors import CaptureError, MoltError, ProtocolError, SpoolInUse
 
 __all__ = ["DEFAULT_PIPELINE", "Recorder", "RecorderStats", "index_fields", "resolve_pipeline"]
 
@@ -191,6 +192,7 @@ class Recorder:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
         if chain_heads < 100:
             raise ValueError(f"chain_heads must be at least 100, got {chain_heads}.")
+        default_spool = spool_dir is None
         if spool_dir is None:
             spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
         hook = resolve_pipeline(pipeline)
@@ -211,8 +213,22 @@ class Recorder:
         self._deliver_urgent = threading.Event()  # flush(deliver=True) / close(): skip the delivery interval
         self._last_delivery = 0.0
         # Segments no larger than the bound, so a small max_spool_bytes (an edge device, a test) is accepted.
-        self._spool = Spool(Path(spool_dir).expanduser(), fsync=fsync, max_bytes=max_spool_bytes,
-                            segment_bytes=max(4096, min(64 << 20, max_spool_bytes)))
+        spool_kw: dict[str, Any] = {"fsync": fsync, "max_bytes": max_spool_bytes,
+                                    "segment_bytes": max(4096, min(64 << 20, max_spool_bytes))}
+        #: a spool of this process's own, beside the default one (removed by close() once delivered)
+        self._own_spool = False
+        try:
+            self._spool = Spool(Path(spool_dir).expanduser(), **spool_kw)
+        except SpoolInUse:
+            if not default_spool:
+                raise
+            # The default spool is held by another process on this MOLT_HOME (`molt serve`, another
+            # agent): an agent started beside it records through a spool of its own rather than fail.
+            # `molt spool deliver` and `molt doctor` look at these too.
+            own = Path(spool_dir).expanduser().with_name(f"spool.{os.getpid()}")
+            self._spool = Spool(own, **spool_kw)
+            self._own_spool = True
+            log.info("The spool %s is in use; this process spools in %s.", spool_dir, own)
 
         self._queue: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
@@ -674,6 +690,8 @@ class Recorder:
                 self._abandoned = True
         if not self._writer.is_alive():
             self._spool.close()
+            if done and self._own_spool:  # nothing left in this process's own spool: leave no trace
+                shutil.rmtree(self._spool.dir, ignore_errors=True)
         _live.discard(self)
         return done
 

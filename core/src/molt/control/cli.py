@@ -31,6 +31,7 @@ from molt.errors import MoltError
 __all__ = ["evolve_app", "versions_app"]
 
 console = Console()
+err_console = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 
 versions_app = typer.Typer(help="Composite policy versions: list, show, diff, promote, roll back.",
                            no_args_is_help=True)
@@ -73,14 +74,22 @@ def _who(api_key: str | None, operator: bool, action: str, tenant: str | None) -
 
 
 def _registry(store_uri: str | None) -> Any:
+    """The registry of the store these commands read; a local store that is not there is refused
+    (naming it) rather than created empty, so a mistyped MOLT_HOME or --store says so."""
     from molt.control.versions import VersionRegistry
     from molt.store import Store
 
-    return VersionRegistry(Store.open(store_uri or _home() / "store", auto_compact=False))
+    path = store_uri or _home() / "store"
+    if "://" not in str(path) and not Path(path).expanduser().is_dir():
+        where = "there" if store_uri else f"with MOLT_HOME={_home()}"
+        raise MoltError(f"No Molt store at {Path(path).expanduser()}: nothing was recorded {where}. Point "
+                        f"{'--store' if store_uri else 'MOLT_HOME'} at the one your agent or `molt serve` records "
+                        f"to (the default is ~/.molt/store).")
+    return VersionRegistry(Store.open(path, auto_compact=False))
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {exc}")
+    err_console.print(f"[red]error:[/red] {exc}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -100,6 +109,8 @@ def versions_ls(tenant: TenantOpt = None, agent: AgentOpt = None, store: StoreOp
             typer.echo(orjson.dumps(_brief(v)).decode())
         return
     tbl = Table("version", "tenant", "agent", "status", "parent", "created", "note")
+    version_col = tbl.columns[0]  # ids are pasted into show / diff / promote: never cut them
+    version_col.no_wrap, version_col.min_width = True, max((len(v.version_id) for v in rows), default=7)
     for v in rows:
         tbl.add_row(v.version_id, v.tenant_id, v.agent_id, v.status + (f" {v.canary_weight:.0%}" if v.canary_weight
                                                                         else ""),
@@ -218,8 +229,7 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
         if json:
             typer.echo(orjson.dumps(rec.model_dump(mode="json")).decode())
         else:
-            console.print(f"[bold]{rec.tenant_id}/{rec.agent_id}[/bold]: {rec.choice} — {rec.reason}"
-                          + (f" → {rec.applied_version}" if rec.applied_version else ""))
+            _print_decision(rec)
 
 
 def _backend(kind: str, base_url: str | None, model: str | None) -> Any:
@@ -266,16 +276,26 @@ def evolve_log(tenant: TenantOpt = None, agent: AgentOpt = None,
         for d in recs[:limit]:
             typer.echo(orjson.dumps(d.model_dump(mode="json")).decode())
         return
-    tbl = Table("when", "tenant/agent", "choice", "why", "candidates", "applied")
     for d in recs[:limit]:
-        cands = ", ".join(f"{c['kind']}{_delta(c)}" for c in d.candidates)
-        rej = len(d.rejected)
-        tbl.add_row(d.created_at.strftime("%H:%M:%S"), f"{d.tenant_id}/{d.agent_id}", d.choice, d.reason[:80],
-                    cands + (f" (+{rej} rejected)" if rej else ""), d.applied_version or "-")
-    console.print(tbl)
+        _print_decision(d, when=True)
+
+
+def _print_decision(d: Any, when: bool = False) -> None:
+    """One decision in full — the choice, why, each candidate's replay evidence and each rejected
+    candidate's reason — never cut to a column: the reasons are what an operator acts on."""
+    head = f"{d.created_at.strftime('%Y-%m-%d %H:%M:%S')}  " if when else ""
+    console.print(f"{head}[bold]{d.tenant_id}/{d.agent_id}[/bold]: {d.choice} — {d.reason}"
+                  + (f" → {d.applied_version}" if d.applied_version else ""), highlight=False, soft_wrap=True)
+    for c in d.candidates:
+        console.print(f"  candidate {c.get('kind')}{_delta(c)}: {c.get('description') or ''}", highlight=False,
+                      soft_wrap=True)
+    for c in d.rejected:
+        what = c.get("description") or c.get("cluster") or ""
+        console.print(f"  rejected {c.get('kind')}{' (' + what + ')' if what else ''}: {c.get('rejected')}",
+                      highlight=False, soft_wrap=True)
 
 
 def _delta(c: dict[str, Any]) -> str:
     r = (c.get("evidence") or {}).get("replay") or {}
     d = r.get("success_delta")
-    return f" {d:+.0%}" if isinstance(d, int | float) else ""
+    return f" {d:+.0%} on replay" if isinstance(d, int | float) else ""

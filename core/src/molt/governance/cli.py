@@ -77,8 +77,8 @@ def _policy_path(path: Path | None) -> Path | None:
 def _spools(spool: list[Path] | None) -> list[Path]:
     if spool:
         return spool
-    default = _home() / "spool"
-    return [default] if default.is_dir() else []
+    # the default spool, and the spool.<pid> of Recorders that found it held (molt.capture.recorder)
+    return [d for d in (_home() / "spool", *sorted(_home().glob("spool.*"))) if d.is_dir()]
 
 
 def _principal(api_key: str | None, keys: Path | None, operator: bool, role: Role = Role.ADMIN) -> Principal | None:
