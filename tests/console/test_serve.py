@@ -174,27 +174,40 @@ def test_the_control_plane_runs_on_its_schedule_and_stops_with_the_server(monkey
 
 def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    import molt_trainer.policy
-    import molt_trainer.service
-    from molt.backends import VLLMBackend
+    """--train attaches the weight loop to the control plane (its weight-update hook), with a trainer that
+    loads nothing until a run, and an operator key of its own for loading adapters through the admin API."""
+    import threading
 
-    ran: list[Any] = []
-    monkeypatch.setattr(molt_trainer.policy.Policy, "load", classmethod(lambda cls, *a, **k: "policy"))
-    monkeypatch.setattr(molt_trainer.service.OnlineTrainer, "run", lambda self, stop: ran.append((self, stop)))
+    import molt.control.plane
+    from molt.backends import VLLMBackend
+    from molt.control.weights import WeightLoop
+    from molt_trainer.requests import RequestTrainer
+
+    planes: list[Any] = []
+
+    def fake_run_scheduled(store: Any, stop: threading.Event, every_s: float, *, plane: Any = None) -> None:
+        planes.append(plane)
+
+    monkeypatch.setattr(molt.control.plane, "run_scheduled", fake_run_scheduled)
     keys = tmp_path / "keys.toml"
     keys.write_text('[[keys]]\nkey = "sk-t-admin"\ntenant = "acme"\nrole = "admin"\n')
-    rc, app = _serve_in_process(monkeypatch, ["--no-record", "--keys", str(keys), "--train", "--train-tenant",
-                                              "acme", "--vllm"])
+    rc, app = _serve_in_process(monkeypatch, ["--no-record", "--keys", str(keys), "--train", "--vllm",
+                                              "--evolve-every", "3600"])
     assert rc == 0
     err = capsys.readouterr().err
-    assert "trainer" in err and "tenant acme" in err and "supervised at http://127.0.0.1:" in err
-    [(trainer, stop)] = ran
-    assert trainer.policy == "policy" and stop.is_set()
+    assert "weight updates the plane decides" in err and "supervised at http://127.0.0.1:" in err
+    for _ in range(600):
+        if planes:
+            break
+        threading.Event().wait(0.1)
+    [plane] = planes
+    assert isinstance(plane.trainer, WeightLoop) and isinstance(plane.trainer.train, RequestTrainer)
+    assert plane.trainer.train._policy is None      # nothing trains (or loads a model) before a decision
     gw = app.state.gateway
     [backend] = gw.backends.values()
     assert isinstance(backend, VLLMBackend) and backend.server is not None
-    # the trainer publishes through the admin API with a key of its own, admin of its tenant
-    assert len(gw.keyring) == 2 and gw.keyring.tenants() == {"acme"}
+    # the loop loads adapters through the admin API with a key of its own, the platform operator's
+    assert len(gw.keyring) == 2 and gw.keyring.tenants() == {"acme", "platform"}
 
 
 def _start_serve(home: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:

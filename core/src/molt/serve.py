@@ -10,10 +10,16 @@ What starts, in one process (plus the capture child and, with ``--vllm``, a supe
   opened with;
 - the **control plane** every ``--evolve-every`` seconds (``molt.control.plane.run_scheduled``) when
   it is installed;
-- the online **trainer** (``molt_trainer``) with ``--train`` when it is installed; it reads only what
-  the governance training queue finds eligible (``--no-governance --train`` refuses to start unless
-  ``--train-on-ungoverned-data`` says to read the store as recorded), and publishes each adapter to
-  this gateway as a canary;
+- the **weight loop** with ``--train`` (``molt_trainer`` installed): the control plane's weight-update
+  decision for a failure cluster of ``tenant/agent`` starts a training run on that agent's traffic
+  (:class:`molt_trainer.requests.RequestTrainer` through the plane's hook
+  :class:`molt.control.weights.WeightLoop`); the adapter is loaded into this gateway's backends and
+  becomes a canary version of that agent, under its routing key, which the plane promotes or aborts on
+  the canary delta. Runs read only what the governance training queue finds eligible
+  (``--no-governance --train`` refuses to start unless ``--train-on-ungoverned-data`` says to read the
+  store as recorded), and each step waits while the gateway's p99 is over the serving budget
+  (``--latency-slo-ms``; by default twice the p99 measured while no run trains). On a start, the
+  adapters of live and canary versions are loaded again, so a restart serves what the registry says;
 - a supervised **vLLM** server with ``--vllm`` (same as ``--backend vllm`` without ``--upstream-url``).
 
 Keys: ``--keys`` (or ``$MOLT_KEYS``) is the tenant key file for the gateway and the console. Without
@@ -32,8 +38,9 @@ capture process (every acknowledged event reaches the store) and the store.
 Examples::
 
     molt serve                                          # stub model: try the console and the API
-    molt serve --vllm --train --governance policy.yaml  # SmolLM2 on vLLM, online RL on what the policy's
-                                                        # training.opt_in tenants allow, evolution
+    molt serve --vllm --train --governance policy.yaml  # SmolLM2 on vLLM, evolution, weight updates trained
+                                                        # on what the policy's training.opt_in tenants allow
+    molt serve --backend vllm --model-path /models/qwen2.5-1.5b-instruct --train   # any HF causal LM directory
     molt serve --backend openai --upstream-url https://api.example.com/v1 --model gpt-x --keys keys.toml
 """
 
@@ -137,9 +144,8 @@ class Stack:
         """Fault counters of the background parts (a :data:`molt.gateway.metrics.StatusSource`)."""
         faults: dict[str, Any] = {f"{name}.stopped_with_error": n for name, n in self.failures.items()}
         state: dict[str, Any] = {}
-        trainer = self.parts.get("trainer")
-        if trainer is not None:  # molt_trainer's OnlineTrainer (core never imports it)
-            got = trainer.fault_status()
+        for part in self.parts.values():  # the weight loop and molt_trainer's trainer (core never imports it)
+            got = part.status() if hasattr(part, "status") else part.fault_status()
             faults.update(got["faults"])
             state.update(got["state"])
         return {"faults": faults, "state": state}
@@ -198,7 +204,7 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
 
 
 def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Callable[[], Any],
-                   registry: Any = None) -> None:
+                   registry: Any = None, weights: Any = None) -> None:
     if every_s <= 0:
         stack.status["control plane"] = "off (--evolve-every 0)"
         return
@@ -220,9 +226,12 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
         if "plane" in params and hasattr(mod, "ControlPlane"):
             be = replay_backend()
             # Agents seen in the traffic get a first version (the served model, no harness changes).
-            plane = mod.ControlPlane(store, be, base_parts=mod.PolicyParts(model=mod.ModelPart(base=be.model)))
+            plane = mod.ControlPlane(store, be, base_parts=mod.PolicyParts(model=mod.ModelPart(base=be.model)),
+                                     trainer=weights)
             if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
                 plane.registry = registry
+            if weights is not None and getattr(be.capabilities, "lora", False):
+                weights.also_load(be)  # the plane replays later candidates on versions with the adapter
             kwargs["plane"] = plane
         elif "backend" in params:
             kwargs["backend"] = replay_backend()
@@ -233,43 +242,61 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
 
 
 def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str | None, model: str,
-                   governance: str | None, ungoverned: bool, tenant: str, home: Path) -> None:
+                   model_path: Path | None, governance: str | None, ungoverned: bool, registry: Any,
+                   latency_slo_ms: float | None, home: Path) -> Any:
+    """The weight loop (the plane's weight-update hook) with its trainer, or ``None`` when it cannot run."""
     # The trainer is an optional distribution that core never imports statically; the composition
     # root loads it by name, like the cli's mounted commands.
     try:
-        service = importlib.import_module("molt_trainer.service")
+        requests = importlib.import_module("molt_trainer.requests")
         publish = importlib.import_module("molt_trainer.publish")
-        policy_mod = importlib.import_module("molt_trainer.policy")
+        service = importlib.import_module("molt_trainer.service")
     except ImportError as exc:
         stack.status["trainer"] = f"not installed ({exc.name}); pip install molt-trainer"
-        return
-    note = ""
+        return None
+    from molt.control import weights as wl
+
     if ungoverned:  # --train-on-ungoverned-data: the caller asked for the store as recorded
-        source = service.StoreSource(store, tenant=tenant)
+        read = wl.store_reader(store)
     else:
-        from molt.governance import Principal, TrainingQueue, load_policy_file
+        from molt.governance import load_policy_file
 
-        policy = load_policy_file(governance)
-        queue = TrainingQueue(store, policy, Principal(tenant, Role.TRAINER))
-        source = service.GovernedSource(queue)
-        if not policy.for_tenant(tenant).training.opt_in:
-            note = (f"; tenant {tenant} has not opted in under policy {policy.name!r}, so nothing is eligible "
-                    f"yet: give --governance a policy file with training.opt_in: true")
-    settings = service.TrainerSettings()
-    publisher = publish.Publisher(model=model, out_dir=home / "adapters", store=store, tenant_id=tenant,
-                                  targets=[publish.GatewayTarget(gateway_url, admin_key, model, weight=0.1)])
+        read = wl.governed_reader(store, load_policy_file(governance))
+    # Saved and registered by the trainer; loaded into the serving backends by the loop (after its checks).
+    publisher = publish.Publisher(model=model, out_dir=home / "adapters", store=store, prefix="lora")
+    gate = requests.SloGate(probe=service.GatewayLatencyProbe(gateway_url, admin_key), slo_ms=latency_slo_ms)
+    trainer = requests.RequestTrainer(publisher, model_path=model_path, gate=gate)
+    load = wl.gateway_loader(gateway_url, admin_key, model)
+    loop = wl.WeightLoop(store, trainer, read=read, load=load)
+    stack.parts["trainer"] = trainer
+    stack.parts["weights"] = loop
 
-    def run() -> None:
-        trainer = service.OnlineTrainer(policy_mod.Policy.load(settings.lora, None), publisher, source, settings,
-                                        base_version=f"{model}@base",
-                                        latency_probe=service.GatewayLatencyProbe(gateway_url, admin_key))
-        stack.parts["trainer"] = trainer
-        trainer.run(stack.stop)
+    def watch() -> None:
+        # The serving budget's baseline is read while no run trains; a restart reloads the adapters that
+        # live and canary versions name (the backends start without them).
+        restored = False
+        while not stack.stop.wait(5.0):
+            if not restored and registry is not None:
+                try:
+                    httpx = importlib.import_module("httpx")
+                    httpx.get(gateway_url + "/v1/models", timeout=5.0,
+                              headers={"authorization": f"Bearer {admin_key}"} if admin_key else {})
+                except Exception:
+                    continue  # not serving yet
+                got = wl.restore_adapters(registry, lambda n, p: loop.load(n, p) if loop.load else None)
+                restored = True
+                if got:
+                    log.info("Loaded the adapters of live and canary versions again: %s", ", ".join(got))
+            if not trainer.busy():
+                gate.observe_idle()
 
-    stack.spawn("trainer", run)
-    stack.status["trainer"] = (f"on, tenant {tenant}, " + ("[red]UNGOVERNED data (--train-on-ungoverned-data)[/red]"
+    stack.spawn("weights-watch", watch)
+    budget = f"{latency_slo_ms:g} ms" if latency_slo_ms else "2 x the p99 while not training"
+    stack.status["trainer"] = (
+        "weight updates the plane decides, trained on " + ("[red]UNGOVERNED data (--train-on-ungoverned-data)[/red]"
                                                             if ungoverned else "governed, eligible data only")
-                               + f", adapters in {home / 'adapters'}{note}")
+        + f"; steps wait while serving p99 > {budget}; adapters in {home / 'adapters'}")
+    return loop
 
 
 async def _to_console(request: Any) -> Any:
@@ -285,6 +312,27 @@ def _summary(rows: list[tuple[str, str]], err: Console) -> None:
     for k, v in rows:
         t.add_row(k, v)
     err.print(t)
+
+
+def _backend(kind: str, *, model: str | None, model_path: Path | None, **kw: Any) -> Any:
+    """``make_backend`` plus ``--model-path`` for the backends that serve a model directory (its name,
+    unless ``--model`` says otherwise, is the directory's)."""
+    if model_path is None or kind not in ("local", "vllm"):
+        return make_backend(kind, model=model, **kw)
+    from molt.backends import create_backend
+
+    name = model or model_path.name
+    if kind == "local":
+        return create_backend("local", model=name, model_path=model_path)
+    from molt.backends.vllm import VLLMServer
+
+    start = kw.pop("start_vllm", None)
+    url = kw.pop("upstream_url", None)
+    kw.pop("upstream_key", None)
+    server = VLLMServer(model_path, served_model_name=name, max_model_len=kw["max_model_len"]) \
+        if start or (start is None and not url) else None
+    return create_backend("vllm", base_url=url, server=server, model=name, tokenizer_path=model_path,
+                          max_model_len=kw["max_model_len"], timeout_s=max(kw["timeout_s"], 300.0))
 
 
 def serve_command(
@@ -327,9 +375,14 @@ def serve_command(
     console: Annotated[bool, typer.Option(help="Serve the web console at /console.")] = True,
     evolve_every: Annotated[float, typer.Option(
         "--evolve-every", min=0, help="Run the control plane every SECONDS (0: off).")] = 300.0,
-    train: Annotated[bool, typer.Option(help="Run the online trainer (needs molt-trainer).")] = False,
-    train_tenant: Annotated[str, typer.Option(help="--train: the tenant whose trajectories train the policy.")
-                            ] = "default",
+    train: Annotated[bool, typer.Option(
+        help="Train the weight updates the control plane decides (needs molt-trainer and the plane).")] = False,
+    latency_slo_ms: Annotated[float | None, typer.Option(
+        "--latency-slo-ms", min=1, help="--train: the gateway p99 (ms) above which training steps wait (default: "
+                                        "2 x the p99 measured while no run trains).")] = None,
+    model_path: Annotated[Path | None, typer.Option(
+        "--model-path", help="local/vllm: the HF causal LM directory to serve and train (default: the packaged "
+                             "SmolLM2-135M-Instruct); its tokenizer and chat template are used.")] = None,
     train_on_ungoverned_data: Annotated[bool, typer.Option(
         "--train-on-ungoverned-data",
         help="--train: read trajectories straight from the store, unredacted and without eligibility checks "
@@ -364,8 +417,11 @@ def serve_command(
         typer.secho(f"WARNING: the gateway listens on {host}, beyond this machine, WITHOUT API keys: anyone who "
                     f"can reach it can use the model and write training data as tenant 'default'. Pass "
                     f"--keys keys.toml (see molt.governance.access) or bind 127.0.0.1.", fg="red", err=True)
-    be = make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
-                      max_model_len=max_model_len, timeout_s=backend_timeout)
+    if model_path is not None and backend not in ("local", "vllm"):
+        typer.secho("molt serve: --model-path is for the local and vllm backends.", fg="red", err=True)
+        raise typer.Exit(2)
+    be = _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url, upstream_key=upstream_key,
+                  max_model_len=max_model_len, timeout_s=backend_timeout)
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
                            max_sessions=max_sessions, session_idle_s=session_idle_s)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
@@ -405,21 +461,27 @@ def serve_command(
 
     def replay_backend() -> Any:
         if server is not None:  # the supervised vLLM server, reached over HTTP like the gateway does
-            return make_backend("vllm", model=model, upstream_url=server.base_url, start_vllm=False,
-                                max_model_len=max_model_len, timeout_s=backend_timeout)
-        return make_backend(backend, model=model, upstream_url=upstream_url, upstream_key=upstream_key,
-                            max_model_len=max_model_len, timeout_s=backend_timeout)
+            return _backend("vllm", model=public, model_path=model_path, upstream_url=server.base_url,
+                            start_vllm=False, max_model_len=max_model_len, timeout_s=backend_timeout)
+        return _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url,
+                        upstream_key=upstream_key, max_model_len=max_model_len, timeout_s=backend_timeout)
 
-    _start_control(stack, shared, evolve_every, replay_backend, registry)
-    trainer_key = None
+    weights = None
     if train:
-        if gw.keyring is not None:  # the trainer publishes adapters through the admin API
+        trainer_key = None
+        if gw.keyring is not None:  # the weight loop loads adapters through the admin API (the operator's)
             trainer_key = generate_key("sk-molt-trainer-")
-            gw.keyring.add(tenant=train_tenant, role=Role.OPERATOR, key=trainer_key, name="molt serve trainer")
-        _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public, governance=policy,
-                       ungoverned=train_on_ungoverned_data, tenant=train_tenant, home=home)
+            gw.keyring.add(tenant="platform", role=Role.OPERATOR, key=trainer_key, name="molt serve trainer")
+        if evolve_every <= 0:
+            stack.status["trainer"] = "[red]off: --train trains what the control plane decides (--evolve-every 0)[/red]"
+        else:
+            weights = _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public,
+                                     model_path=model_path or getattr(be, "model_path", None), governance=policy,
+                                     ungoverned=train_on_ungoverned_data, registry=registry,
+                                     latency_slo_ms=latency_slo_ms, home=home)
     else:
         stack.status["trainer"] = "off (--train to run it)"
+    _start_control(stack, shared, evolve_every, replay_backend, registry, weights)
     stack.status["vLLM"] = (f"supervised at {server.base_url}" if server is not None
                             else f"upstream {upstream_url}" if backend == "vllm" else "not used")
     rows.extend(stack.status.items())

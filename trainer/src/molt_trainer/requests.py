@@ -170,6 +170,10 @@ class RequestTrainer:
             self._fresh = self._policy.snapshot()
         return self._policy
 
+    def busy(self) -> bool:
+        """Whether a run is training now."""
+        return self._lock.locked()
+
     def __call__(self, request: Any) -> TrainedAdapter:
         with self._lock:  # one run at a time: the policy's weights are shared state
             try:
