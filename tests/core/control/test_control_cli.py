@@ -64,7 +64,7 @@ def test_evolve_then_versions_roundtrip(home: Path, capsys: pytest.CaptureFixtur
     [logged] = [orjson.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
     assert logged["choice"] == "memory_insert" and logged["candidates"]
     assert run(["versions", "promote", "nope@acme:v9"]) == 2
-    assert "No policy version" in capsys.readouterr().out
+    assert "No policy version" in capsys.readouterr().err
 
 
 def test_keys_scope_the_commands(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,8 +81,8 @@ def test_keys_scope_the_commands(home: Path, capsys: pytest.CaptureFixture[str])
     assert run(["versions", "show", f"{AGENT}@globex:v1", "--api-key", "sk-acme-read"]) == 2
     assert run(["versions", "rollback", "--agent", AGENT, "--api-key", "sk-acme-read"]) == 2   # reader: no admin
     assert run(["evolve", "run", "--tenant", "acme", "--api-key", "sk-globex-admin"]) == 2     # other tenant
-    out = capsys.readouterr().out
-    assert "cannot act on 'acme'" in out
+    err = capsys.readouterr().err
+    assert "cannot act on 'acme'" in err
 
 
 @pytest.mark.slow
@@ -119,3 +119,51 @@ def test_evolve_run_reaches_a_gateway_captured_agent_with_no_registration(
     [mem] = [c for c in rec["candidates"] if c["kind"] == "memory_insert"]
     assert mem["payload"]["text"] == f.text
     assert "@molt.replayable" not in mem["evidence"]["replay"]["mode"]
+
+
+def test_evolve_run_on_an_agent_known_only_by_its_header(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A newcomer's path: a fresh MOLT_HOME, one agent's calls through the gateway with only
+    X-Molt-Agent set, its users' corrections through `molt reward`, then `molt evolve run` — which
+    adopts the agent (base version from the served model) and prints the decision with its reasons,
+    each candidate's replay evidence included."""
+    import openai
+
+    from molt.backends import StubBackend
+    from molt.capture import Recorder
+    from molt.gateway import Gateway, create_app
+    from molt.gateway.loopback import ServerThread
+
+    monkeypatch.setenv("MOLT_HOME", str(tmp_path))
+    monkeypatch.delenv("MOLT_KEYS", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    store = Store.open(tmp_path / "store", auto_compact=False)
+    rec = Recorder(store, spool_dir=tmp_path / "spool")  # governed, as `molt serve` records
+    gw = Gateway([StubBackend()], recorder=rec, store=store)
+    with ServerThread(create_app(gw)) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="sk-local", max_retries=0)
+        for i in range(10):  # enough that all of them failing clears the evidence bar (alpha 1 %)
+            client.chat.completions.create(model="stub", extra_headers={"X-Molt-Agent": "my-agent"},
+                                           messages=[{"role": "user", "content": f"How long do refunds take? ({i})"}])
+    assert rec.close()
+    store.close()
+    capsys.readouterr()
+    assert run(["trajectories", "ls", "--agent", "my-agent", "--json"]) == 0
+    tids = [orjson.loads(x)["trajectory_id"] for x in capsys.readouterr().out.splitlines()]
+    assert len(tids) == 10
+    for tid in tids:
+        assert run(["reward", tid, "-v", "0", "--source", "user_correction", "--reason",
+                    "Refunds take 45 days."]) == 0
+    capsys.readouterr()
+    assert run(["evolve", "run", "--tenant", "default", "--agent", "my-agent", "--backend", "stub"]) == 0
+    out, err = capsys.readouterr()
+    assert "create one first" not in out + err and "error" not in err, err
+    first = out.splitlines()[0]
+    assert first.startswith("default/my-agent: ") and " — " in first, out
+    choice, why = first.removeprefix("default/my-agent: ").split(" — ", 1)
+    assert choice and len(why) > 20, out
+    # the users' correction was tried as a memory and replayed: its evidence is printed with it
+    assert "candidate memory_insert" in out and "on replay" in out and "Refunds take 45 days." in out, out
+    assert run(["evolve", "log", "--tenant", "default"]) == 0
+    log_out = capsys.readouterr().out
+    assert why in log_out and "candidate memory_insert" in log_out
