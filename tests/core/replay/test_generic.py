@@ -42,12 +42,25 @@ class Harbour:
         gw = Gateway([FactStub()], recorder=self.recorder, store=self.store, config=GatewayConfig(health_interval_s=0))
         self.server = ServerThread(create_app(gw)).__enter__()
 
-    def ask(self, question: str, *, agent: str = "harbour-desk", tool: Callable[[dict[str, Any]], str] | None = None,
-            edit_history: bool = False) -> str:
-        """The generic agent loop (it knows only the base URL): ask, run the tools asked for, ask again."""
+    def ask(self, question: str | list[str], *, agent: str = "harbour-desk",
+            tool: Callable[[dict[str, Any]], str] | None = None, edit_history: bool = False,
+            remind: bool = False) -> str:
+        """The generic agent loop (it knows only the base URL): ask, run the tools asked for, ask again;
+        a list of questions is one conversation, a user turn each (``remind``: the agent adds a system
+        reminder before each later turn, as some agents do)."""
         tool = tool or (lambda args: f"no slip matches {args.get('query', '')!r}")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are the harbour desk."},
-                                          {"role": "user", "content": question}]
+        questions = [question] if isinstance(question, str) else list(question)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are the harbour desk."}]
+        tid = ""
+        for i, q in enumerate(questions):
+            if i and remind:
+                messages.append({"role": "system", "content": "Reminder: be polite."})
+            messages.append({"role": "user", "content": q})
+            tid = self._turn(messages, agent, tool, edit_history)
+        return tid
+
+    def _turn(self, messages: list[dict[str, Any]], agent: str, tool: Callable[[dict[str, Any]], str],
+              edit_history: bool) -> str:
         headers = {"X-Molt-Agent": agent}
         with httpx.Client(base_url=self.server.url + "/v1", timeout=30) as http:
             for _ in range(4):
@@ -183,6 +196,44 @@ def test_judge_model_decides_when_no_verifier_or_checkable_correction(harbour: H
     verified = _run(replay_recording(traj, policy, verifier="contains:visitor pontoon",
                                      judge=StubBackend(script=["FAIL"])))
     assert verified.replayed_reward == 1.0 and verified.verdict.detail.startswith("verifier")
+
+
+def test_later_user_turns_are_re_driven_from_the_recording(harbour: Harbour) -> None:
+    """A conversation of two user turns: the fact is missing from the answer to the second. Replay
+    re-drives both turns — the second opened by the candidate's own first answer and the user's recorded
+    message — and judges the conversation's answers (the first turn alone would never show the fix)."""
+    tid = harbour.ask(["Hi, can you help me?", "How much is the overnight mooring fee at the harbour?"])
+    harbour.correct(tid, CORRECTION)
+    traj = harbour.load(tid)
+    shape = loop_shape(traj)
+    assert shape.faithful and shape.why == "plain tool-calling loop over 2 user turns", shape.why
+    assert len(shape.calls) == 4 and [[m["content"] for m in t] for t in shape.later_turns] == [
+        ["How much is the overnight mooring fee at the harbour?"]]
+
+    same = _run(replay_recording(traj, ReplayPolicy(FactStub()), tenant_id="default"))
+    assert same.status == "ok" and same.same_actions and same.replayed_reward == 0.0
+    assert same.verdict.detail.startswith("recorded answer") and len(same.actions) == 6  # 4 model calls, 2 tools
+
+    fixed = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
+    assert fixed.status == "ok" and fixed.mode == "episode" and not fixed.misses, fixed.error
+    first, second = fixed.answer.split("\n\n")
+    assert first.startswith("The tool returned") and second == FACT  # turn 1 as recorded, turn 2 fixed
+    assert fixed.replayed_reward == 1.0 and fixed.verdict.detail == "correction: states 42"
+    # the second turn's request carried the candidate's first answer, then the user's recorded message
+    asked = [m for m in fixed.actions if m.text == FACT]
+    assert asked, fixed.actions
+
+
+def test_a_later_turn_that_is_not_a_plain_loop_is_not_replayed(harbour: Harbour) -> None:
+    tid = harbour.ask(["How much is the overnight mooring fee at the harbour?", "Thanks. And for a week?"],
+                      remind=True)
+    harbour.correct(tid, CORRECTION)
+    traj = harbour.load(tid)
+    shape = loop_shape(traj)
+    assert shape.faithful and len(shape.calls) == 2 and not shape.later_turns
+    assert "turn 2 is not replayed" in shape.why and "other than the user's next turn" in shape.why
+    fixed = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
+    assert fixed.status == "ok" and fixed.answer == FACT and fixed.replayed_reward == 1.0
 
 
 def test_checkable_facts() -> None:

@@ -12,15 +12,23 @@ agent again under a candidate. :func:`replay_recording`:
    applies the system prompt, memories, skills and tool rewrites);
 3. answers each tool call from the trajectory's cassette (exact, then the declared normalisation); a
    call that leaves the recording stops the branch as *unknown* unless a live tool is registered;
-4. stops at the first answer without tool calls — the answer to the first user turn — or, as
-   *unknown*, after ``max_calls`` model calls.
+4. at an answer without tool calls — the answer to a user turn — opens the recording's next user turn,
+   if any: the candidate's own answer, then the user's recorded message(s), and asks again (5.);
+5. stops after the last recorded user turn's answer, or, as *unknown*, after the recorded number of
+   model calls plus ``EXTRA_CALLS`` per turn.
 
-Whether the recording *is* such a loop is checked, never assumed (:func:`loop_shape`): every model
-call up to the first answer must send the previous call's messages plus the assistant's reply plus one
-tool message per call, with the same tools. When it is not (the agent summarises or rewrites its
-messages between calls, changes its tools, keeps state outside its messages), re-driving it would run
-an agent that never existed; the fallback is **step replay** of the first model call that went wrong
-(:func:`first_wrong_call`), judged the same way.
+Whether the recording *is* such a loop is checked, never assumed (:func:`loop_shape`): within a user
+turn every model call must send the previous call's messages plus the assistant's reply plus one tool
+message per call; between turns, the previous messages plus the answer as generated plus the user's
+message(s); always with the same tools. When the first turn is not (the agent summarises or rewrites
+its messages between calls, changes its tools, keeps state outside its messages), re-driving it would
+run an agent that never existed; the fallback is **step replay** of the first model call that went
+wrong (:func:`first_wrong_call`), judged the same way. When a later turn is not, the turns before it
+are re-driven. A later turn re-driven after a different answer is faithful only as far as what the
+user said next did not depend on the answer (see the README's table).
+
+The answers of a conversation of several turns are judged together (joined, one per turn): a
+correction's facts may be stated in any of them.
 
 The new answer is judged, in order, by (:func:`judge_answer`):
 
@@ -49,6 +57,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -66,7 +75,7 @@ from molt.replay.verifiers import TASK_VERIFIERS, JudgeVerifier, Verdict, Verifi
 from molt.store import Trajectory
 
 __all__ = ["LoopShape", "check_tenant", "checkable_facts", "first_turn", "first_wrong_call", "judge_answer",
-           "loop_shape", "recorded_outcome", "replay_recording", "states_fact", "tenant_of"]
+           "loop_shape", "recorded_outcome", "replay_recording", "states_fact", "tenant_of", "user_turns"]
 
 #: Reward sources that state the outcome of a trajectory (the latest one decides).
 _OUTCOME_SOURCES = {RewardSource.VERIFIER, RewardSource.TEST_RESULT, RewardSource.HUMAN_LABEL, RewardSource.JUDGE,
@@ -82,14 +91,18 @@ EXTRA_CALLS = 4
 class LoopShape:
     """Whether a recording is a plain tool-calling loop that :func:`replay_recording` can re-drive.
 
-    ``calls``: the model calls of the first user turn (up to its first answer without tool calls);
-    ``faithful``: each of them sent the previous one's messages + the reply + its tool results, with the
-    same tools; ``why``: the first departure, for reports.
+    ``calls``: the model calls it re-drives — every user turn's, up to the turn where the recording
+    stops being a plain loop (only the first turn's when even that one is not); ``faithful``: each of
+    them sent the previous one's messages + the reply + its tool results (within a turn) or + the
+    reply + the next user message(s) (between turns), with the same tools; ``why``: the first
+    departure, for reports; ``later_turns``: the user messages that open each user turn after the
+    first, as recorded.
     """
 
     calls: tuple[Event, ...]
     faithful: bool
     why: str
+    later_turns: tuple[tuple[dict[str, Any], ...], ...] = ()
 
 
 def _model_calls(traj: Trajectory) -> list[Event]:
@@ -97,14 +110,24 @@ def _model_calls(traj: Trajectory) -> list[Event]:
             and e.observation is not None and e.observation.messages]
 
 
+def user_turns(traj: Trajectory) -> list[list[Event]]:
+    """The model calls grouped by user turn: each turn runs up to and including its first call that
+    called no tool (its answer). Calls after the last answer (a turn that never answered) are left out
+    unless no turn answered: then they are the one turn."""
+    out: list[list[Event]] = []
+    cur: list[Event] = []
+    for ev in _model_calls(traj):
+        cur.append(ev)
+        if not ev.action.tool_calls:  # type: ignore[union-attr]
+            out.append(cur)
+            cur = []
+    return out or ([cur] if cur else [])
+
+
 def first_turn(traj: Trajectory) -> list[Event]:
     """The model calls of the first user turn: up to and including the first that called no tool."""
-    out = []
-    for ev in _model_calls(traj):
-        out.append(ev)
-        if not ev.action.tool_calls:  # type: ignore[union-attr]
-            break
-    return out
+    turns = user_turns(traj)
+    return turns[0] if turns else []
 
 
 def _shape(m: dict[str, Any]) -> tuple[Any, ...]:
@@ -121,30 +144,75 @@ def _canon(args: Any) -> str:
     return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def loop_shape(traj: Trajectory) -> LoopShape:
-    """Check that the first user turn is a plain tool-calling loop (see the module docstring)."""
-    calls = first_turn(traj)
-    if not calls:
-        return LoopShape((), False, "no model call recorded its chat messages")
-    for prev, cur in itertools.pairwise(calls):
-        before, now = model_request(prev), model_request(cur)
-        if [_shape(m) for m in now[:len(before)]] != [_shape(m) for m in before]:
-            return LoopShape(tuple(calls), False, f"model call {cur.event_id} does not extend the messages of "
-                                                  f"{prev.event_id} (the agent edits its history between calls)")
-        added = now[len(before):]
-        asked = action_of(prev.action)  # type: ignore[arg-type]
-        reply = added[0] if added else {}
-        got = tuple((c["function"]["name"], _canon(c["function"]["arguments"])) for c in reply.get("tool_calls") or ())
-        if reply.get("role") != "assistant" or got != asked.tool_calls:
-            return LoopShape(tuple(calls), False, f"model call {cur.event_id} does not carry the reply of "
-                                                  f"{prev.event_id} as it was generated")
-        rest = added[1:]
+def _link(prev: Event, cur: Event) -> tuple[str | None, list[dict[str, Any]]]:
+    """Why ``cur`` is not the next call of a plain loop after ``prev`` (``None`` when it is), and — when
+    ``prev`` answered (no tool calls) — the user messages that ``cur`` added: the next user turn."""
+    before, now = model_request(prev), model_request(cur)
+    if [_shape(m) for m in now[:len(before)]] != [_shape(m) for m in before]:
+        return (f"model call {cur.event_id} does not extend the messages of {prev.event_id} (the agent edits "
+                f"its history between calls)"), []
+    added = now[len(before):]
+    asked = action_of(prev.action)  # type: ignore[arg-type]
+    reply = added[0] if added else {}
+    got = tuple((c["function"]["name"], _canon(c["function"]["arguments"])) for c in reply.get("tool_calls") or ())
+    said = " ".join(text_content(reply.get("content")).split())
+    if reply.get("role") != "assistant" or got != asked.tool_calls or (
+            not asked.tool_calls and said != " ".join((asked.text or "").split())):
+        return f"model call {cur.event_id} does not carry the reply of {prev.event_id} as it was generated", []
+    rest = added[1:]
+    if asked.tool_calls:
         if len(rest) != len(asked.tool_calls) or any(m.get("role") != "tool" for m in rest):
-            return LoopShape(tuple(calls), False, f"between {prev.event_id} and {cur.event_id} the agent added "
-                                                  f"messages other than one tool result per call")
-        if _canon(offered_tools(prev) or []) != _canon(offered_tools(cur) or []):
-            return LoopShape(tuple(calls), False, f"model call {cur.event_id} offers other tools than {prev.event_id}")
-    return LoopShape(tuple(calls), True, "plain tool-calling loop")
+            return (f"between {prev.event_id} and {cur.event_id} the agent added messages other than one tool "
+                    f"result per call"), []
+    elif not rest or any(m.get("role") != "user" for m in rest):
+        return (f"between the answer {prev.event_id} and {cur.event_id} the agent added messages other than "
+                f"the user's next turn"), []
+    if _canon(offered_tools(prev) or []) != _canon(offered_tools(cur) or []):
+        return f"model call {cur.event_id} offers other tools than {prev.event_id}", []
+    return None, [] if asked.tool_calls else rest
+
+
+def loop_shape(traj: Trajectory) -> LoopShape:
+    """Check that the recording is a plain tool-calling loop, turn by turn (see the module docstring).
+
+    The first user turn must be one for the recording to be re-driven at all; a later turn that is
+    not (the agent rewrote its history before it, added a reminder) ends the re-drive there: the
+    turns before it are replayed, and ``why`` says where it stopped."""
+    turns = user_turns(traj)
+    if not turns:
+        return LoopShape((), False, "no model call recorded its chat messages")
+    calls: list[Event] = []
+    later: list[tuple[dict[str, Any], ...]] = []
+    for i, turn in enumerate(turns):
+        why: str | None = None
+        opened: list[dict[str, Any]] = []
+        if i:
+            why, opened = _link(calls[-1], turn[0])
+        for prev, cur in itertools.pairwise(turn):
+            if why is None:
+                why = _link(prev, cur)[0]
+        if why is not None:
+            if not i:
+                return LoopShape(tuple(turn), False, why)
+            return LoopShape(tuple(calls), True, f"plain tool-calling loop for user turns 1-{i} of {len(turns)}; "
+                                                 f"turn {i + 1} is not replayed: {why}", tuple(later))
+        if i:
+            later.append(tuple(opened))
+        calls.extend(turn)
+    return LoopShape(tuple(calls), True, "plain tool-calling loop" + (
+        f" over {len(turns)} user turns" if len(turns) > 1 else ""), tuple(later))
+
+
+def _answers(calls: Sequence[Event]) -> list[str | None]:
+    """The answers of a re-drivable recording's turns (each turn's call without tool calls)."""
+    return [c.action.text for c in calls if not c.action.tool_calls]  # type: ignore[union-attr]
+
+
+def _joined(answers: Sequence[str | None]) -> str | None:
+    """A conversation's answers as one text to judge (one answer: itself)."""
+    if len(answers) == 1:
+        return answers[0]
+    return "\n\n".join(a or "" for a in answers)
 
 
 def tenant_of(traj: Trajectory) -> str | None:
@@ -196,8 +264,8 @@ def recorded_outcome(traj: Trajectory) -> tuple[float | None, str | None]:
     if corrections:
         return reward, corrections[-1]
     if reward is not None and reward > 0.5:
-        calls = first_turn(traj)
-        return reward, (calls[-1].action.text if calls else None)  # type: ignore[union-attr]
+        turns = user_turns(traj)  # the answers the user accepted: every turn's
+        return reward, (_joined([t[-1].action.text for t in turns]) if turns else None)  # type: ignore[union-attr]
     return reward, None
 
 
@@ -287,31 +355,44 @@ def _tool_content(outcome: Outcome) -> str:
     return out if isinstance(out, str) else orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
 
 
-async def _drive(shape: LoopShape, policy: ReplayPolicy, cassette: Cassette, trace: EpisodeTrace) -> str | None:
-    """Run the loop under ``policy`` from the first call's messages; the final answer's text."""
+async def _drive(shape: LoopShape, policy: ReplayPolicy, cassette: Cassette, trace: EpisodeTrace) -> list[str | None]:
+    """Run the loop under ``policy`` from the first call's messages, user turn by user turn; each
+    turn's answer. A later turn is opened by the candidate's own answer to the turn before and the
+    user's recorded message(s)."""
     first = shape.calls[0]
     messages = model_request(first)
     tools = offered_tools(first)
     sampling: dict[str, Any] = dict(first.action.sampling or {})  # type: ignore[union-attr]
-    for _ in range(len(shape.calls) + EXTRA_CALLS):
-        snapshot = [dict(m) for m in messages]
-        d = await policy.decide(snapshot, tools, sampling)
-        trace.steps.append(Step("model", messages=snapshot, tools=tools, decision=d))
-        trace.prompt_tokens += d.prompt_tokens
-        trace.completion_tokens += d.completion_tokens
-        if not d.tool_calls:
-            return d.text
-        messages.append({"role": "assistant", "content": d.text, "tool_calls": [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": _canon(c["arguments"])}}
-            for c in d.tool_calls]})
-        for c in d.tool_calls:
-            step = Step("tool", name=c["name"], request=c["arguments"])
-            trace.steps.append(step)
-            hit = cassette.lookup("tool", c["name"], c["arguments"])  # CassetteMiss: left the recording
-            step.outcome, step.match = hit.outcome, hit.match
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": _tool_content(hit.outcome)})
-    raise _TooLong(f"the candidate made {len(shape.calls) + EXTRA_CALLS} model calls without answering "
-                   f"(the recording answered after {len(shape.calls)})")
+    budget = len(shape.calls) + EXTRA_CALLS * (1 + len(shape.later_turns))
+    answers: list[str | None] = []
+    made = 0
+    for opened in ((), *shape.later_turns):
+        if opened:
+            messages.append({"role": "assistant", "content": answers[-1] or ""})
+            messages.extend(dict(m) for m in opened)
+        while True:
+            if made == budget:
+                raise _TooLong(f"the candidate made {budget} model calls without answering every user turn (the "
+                               f"recording answered after {len(shape.calls)})")
+            made += 1
+            snapshot = [dict(m) for m in messages]
+            d = await policy.decide(snapshot, tools, sampling)
+            trace.steps.append(Step("model", messages=snapshot, tools=tools, decision=d))
+            trace.prompt_tokens += d.prompt_tokens
+            trace.completion_tokens += d.completion_tokens
+            if not d.tool_calls:
+                answers.append(d.text)
+                break
+            messages.append({"role": "assistant", "content": d.text, "tool_calls": [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": _canon(c["arguments"])}} for c in d.tool_calls]})
+            for c in d.tool_calls:
+                step = Step("tool", name=c["name"], request=c["arguments"])
+                trace.steps.append(step)
+                hit = cassette.lookup("tool", c["name"], c["arguments"])  # CassetteMiss: left the recording
+                step.outcome, step.match = hit.outcome, hit.match
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": _tool_content(hit.outcome)})
+    return answers
 
 
 class _TooLong(Exception):
@@ -357,7 +438,7 @@ async def replay_recording(traj: Trajectory, policy: ReplayPolicy, *, verifier: 
                                     trajectory_id=traj.trajectory_id)
     recorded_actions = _recorded_actions(traj, shape.calls)
     rec_reward, _ = recorded_outcome(traj)
-    rec_text = shape.calls[-1].action.text  # type: ignore[union-attr]
+    rec_text = _joined(_answers(shape.calls)) if shape.faithful else shape.calls[-1].action.text  # type: ignore[union-attr]
     trace = EpisodeTrace()
     status: Literal["ok", "unknown", "error"] = "ok"
     answer: str | None = None
@@ -366,7 +447,7 @@ async def replay_recording(traj: Trajectory, policy: ReplayPolicy, *, verifier: 
     mode = "episode" if shape.faithful else "step"
     try:
         if shape.faithful:
-            answer = await _drive(shape, policy, cassette, trace)
+            answer = _joined(await _drive(shape, policy, cassette, trace))
         else:
             answer, status, error = await _step(traj, policy, shape, trace)
     except CassetteMiss as exc:
