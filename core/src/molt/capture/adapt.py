@@ -545,6 +545,11 @@ def default_recorder() -> Any:
                 from molt.capture.recorder import Recorder
 
                 _default_recorder = Recorder()
+                # Said once, where the user looks: these events are not in any store until delivered.
+                log.warning("Molt: this process records without a store (no recorder was given to the adapter, "
+                            "e.g. MOLT_LANGCHAIN=1): events wait in %s until delivered. Give the adapter "
+                            "Recorder(Store.open()) to store them as they come, or run `molt spool deliver` "
+                            "after this process ends.", _default_recorder.spool_dir)
     return _default_recorder
 
 

@@ -658,6 +658,11 @@ class Recorder:
             if self._closed and self._writer_done.is_set():
                 return
 
+    @property
+    def spool_dir(self) -> Path:
+        """The spool directory this Recorder writes (``spool.<pid>`` when the default one was held)."""
+        return self._spool.dir
+
     # ------------------------------------------------------------------ shutdown
 
     def close(self, timeout: float = 5.0) -> bool:
@@ -822,15 +827,21 @@ _live: weakref.WeakSet[Recorder] = weakref.WeakSet()
 #: close adds at most ~0.2 s of thread joins). One shared deadline: with a per-Recorder timeout, N
 #: Recorders on an unreachable sink held the exit for N seconds and more.
 _EXIT_BUDGET_S = 0.3
+#: Seconds the exit may spend getting queued records into the local spool, before the delivery budget.
+#: Writing the spool never waits on the sink, but the first batch of a Recorder made just before exit
+#: (an adapter's default Recorder, a short script) waits for the governance pipeline to load (~2 s
+#: on a loaded 2-core machine): with the delivery budget alone those records were lost.
+_EXIT_SPOOL_S = 10.0
 
 
 @atexit.register
 def _close_all() -> None:  # bounded: an unreachable sink never holds the process for long
-    deadline = time.monotonic() + _EXIT_BUDGET_S
+    spool_deadline = time.monotonic() + _EXIT_SPOOL_S
     live = list(_live)
     for rec in live:  # durability first: what every Recorder has queued reaches its spool
         with contextlib.suppress(Exception):  # interpreter shutdown: never raise from atexit
-            rec.flush(timeout=max(0.0, deadline - time.monotonic()))
+            rec.flush(timeout=max(0.0, spool_deadline - time.monotonic()))
+    deadline = time.monotonic() + _EXIT_BUDGET_S
     for rec in live:  # then delivery, with whatever the budget has left
         with contextlib.suppress(Exception):
             rec.close(timeout=max(0.0, deadline - time.monotonic()))
