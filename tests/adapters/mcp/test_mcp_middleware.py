@@ -118,10 +118,11 @@ def test_proxy_in_front_of_a_stdio_server(rec: Any) -> None:
 @pytest.mark.slow
 def test_proxy_command_spools_for_later_delivery(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {**os.environ, "MOLT_HOME": str(home)}
+    # an MCP client launches the proxy without the user's environment: --home names MOLT_HOME
+    env = {k: v for k, v in os.environ.items() if k != "MOLT_HOME"}
     cmd = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "molt_mcp.proxy", "--tenant", "acme", "--", sys.executable, str(SCRIPTED)],
+        args=["-m", "molt_mcp.proxy", "--tenant", "acme", "--home", str(home), "--", sys.executable, str(SCRIPTED)],
         env=env,
     )
     assert asyncio.run(run_agent(cmd, Script(marker="rho"))) == "done: rho"
@@ -168,3 +169,9 @@ def test_readme_quickstart_runs() -> None:
     finally:
         store.close()
         ns["recorder"].close()
+
+
+def test_the_proxy_command_starts_without_a_runtime_warning() -> None:
+    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "molt_mcp.proxy", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "RuntimeWarning" not in proc.stderr and "--home" in proc.stdout, proc.stderr

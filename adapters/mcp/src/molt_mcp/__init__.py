@@ -16,8 +16,17 @@ from molt.capture.adapt import require_framework
 require_framework("molt-mcp", "mcp", "2.0", 'pip install "mcp>=2.0"')
 
 from .middleware import RECORDED_METHODS, MoltMiddleware  # noqa: E402
-from .proxy import recording_proxy  # noqa: E402
 
 __all__ = ["RECORDED_METHODS", "MoltMiddleware", "__version__", "recording_proxy"]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use, not here: `python -m molt_mcp.proxy` would otherwise find the module already
+    # imported by this package and warn (runpy's RuntimeWarning) on every proxy start.
+    if name == "recording_proxy":
+        from .proxy import recording_proxy
+
+        return recording_proxy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,8 @@ MCP client at the proxy instead of the server::
     python -m molt_mcp.proxy -- python my_server.py --its-args
 
 serves the proxy on stdio (so it drops in wherever the server's command was configured), spooling
-events under ``$MOLT_HOME`` for ``molt`` to deliver.
+events under ``$MOLT_HOME`` (or ``--home``: MCP clients start servers with a bare environment) until
+``molt spool deliver`` puts them in the store.
 """
 
 from __future__ import annotations
@@ -106,14 +107,21 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m molt_mcp.proxy", description=__doc__.splitlines()[0])
     parser.add_argument("--tenant", help="tenant id put on every event")
+    parser.add_argument("--agent", help="agent id put on every event (the name the control plane evolves)")
+    parser.add_argument("--home", help="Molt's data directory (default $MOLT_HOME or ~/.molt): MCP clients "
+                                       "launch servers without the user's environment, so name it here")
     parser.add_argument("--url", help="front a streamable-HTTP server at this URL instead of a command")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the upstream server's command line")
     args = parser.parse_args(argv)
     cmd = [a for a in args.command if a != "--"]
     if not cmd and not args.url:
         parser.error("give the upstream server's command after --, or --url")
+    if args.home:
+        import os
+
+        os.environ["MOLT_HOME"] = args.home  # the default Recorder spools under it
     upstream: StdioServerParameters | str = args.url or StdioServerParameters(command=cmd[0], args=cmd[1:])
-    server = recording_proxy(upstream, tenant_id=args.tenant)
+    server = recording_proxy(upstream, tenant_id=args.tenant, agent_id=args.agent)
 
     async def serve() -> None:
         async with stdio_server() as (read, write):
