@@ -16,7 +16,7 @@ from molt.atdp import EventKind, OutcomeStatus
 from molt.backends import StubBackend
 from molt.errors import BackendStreamError
 from molt.gateway import Gateway, GatewayConfig, create_app
-from molt.gateway.capture import CallRecord, Capture
+from molt.gateway.capture import CallRecord, CallRecorder
 from molt.gateway.capture_process import CaptureProcess, call_from_wire, call_to_wire
 from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
@@ -39,7 +39,7 @@ def test_wire_roundtrip_builds_the_same_events(served: Any) -> None:
              {"role": "tool", "tool_call_id": r.choices[0].message.tool_calls[0].id, "content": "rain"}]
     client.chat.completions.create(model="stub", messages=msgs, tools=[WEATHER_TOOL], n=2)
     captured[-1].error, captured[-1].status = BackendStreamError("boom"), OutcomeStatus.ERROR
-    cap = Capture(recorder=None)
+    cap = CallRecorder(recorder=None)
     for rec in captured:
         direct = [e.model_dump() for e in cap.events(rec)]
         via_wire = [e.model_dump() for e in cap.events(call_from_wire(call_to_wire(rec)))]

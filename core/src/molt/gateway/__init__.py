@@ -2,7 +2,7 @@
 over backends and policy versions, the harness application point, feedback and admin endpoints."""
 
 from molt.gateway.app import create_app, error_body
-from molt.gateway.capture import CallRecord, Capture, StreamAssembler
+from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler
 from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallReward, TrajectoryReward
 from molt.gateway.router import Decision, Generation, Router, RoutingTable, VersionSpec, choose, session_start
 from molt.gateway.service import Call, Gateway, GatewayConfig
@@ -11,8 +11,8 @@ from molt.gateway.sessions import Sessions, TrajectoryState
 __all__ = [
     "Call",
     "CallRecord",
+    "CallRecorder",
     "CallReward",
-    "Capture",
     "Decision",
     "EndTrajectory",
     "Feedback",

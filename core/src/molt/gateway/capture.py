@@ -1,7 +1,7 @@
 """Model calls → ATDP events, recorded off the request path.
 
 The request handler gathers what it knows into a :class:`CallRecord` (plain references, no copies);
-after the response is sent, :meth:`Capture.submit` turns it into events and hands them to the
+after the response is sent, :meth:`CallRecorder.submit` turns it into events and hands them to the
 Recorder (a deque append). One call becomes:
 
 - one ``TOOL_CALL`` event per tool result the agent sent since the previous call (the tool's name and
@@ -49,7 +49,7 @@ from molt.backends.chat_format import text_content
 from molt.gateway.router import Decision
 from molt.gateway.sessions import normalize_arguments
 
-__all__ = ["CallRecord", "Capture", "StreamAssembler", "tool_results"]
+__all__ = ["CallRecord", "CallRecorder", "StreamAssembler", "tool_results"]
 
 log = logging.getLogger("molt.gateway")
 
@@ -121,8 +121,9 @@ def _calls(calls: list[ToolCallOut] | None) -> list[ToolCallRequest] | None:
     return [ToolCallRequest(id=c.id, name=c.name, arguments=normalize_arguments(c.arguments)) for c in calls]
 
 
-class Capture:
-    """Builds events from :class:`CallRecord` objects and records them (see the module docstring).
+class CallRecorder:
+    """Records model calls: builds the events of each :class:`CallRecord` and hands them to a
+    Recorder (see the module docstring).
 
     ``recorder`` is a :class:`~molt.capture.Recorder` (or anything with ``record(event) -> bool``).
     """

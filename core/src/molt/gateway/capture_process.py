@@ -5,7 +5,7 @@ sealing into the hash chain, the spool's fsyncs and the store's writes — is CP
 gateway's process it would take the interpreter lock from the event loop for milliseconds at a
 time. :class:`CaptureProcess` runs that work in a child process instead: the gateway serializes
 each call once (a compact dict, orjson) and a sender thread writes batches into a pipe; the child
-rebuilds the call, turns it into ATDP events (:class:`~molt.gateway.capture.Capture`) and records
+rebuilds the call, turns it into ATDP events (:class:`~molt.gateway.capture.CallRecorder`) and records
 them through a real :class:`~molt.capture.Recorder` into the store.
 
 It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_trajectory``,
@@ -49,7 +49,7 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import Event, OutcomeStatus, RewardAnnotation
 from molt.backends.base import Choice, Result, TokenLogprob, ToolCallOut, Usage
 from molt.capture.recorder import RecorderStats
-from molt.gateway.capture import CallRecord, Capture
+from molt.gateway.capture import CallRecord, CallRecorder
 from molt.gateway.router import Decision, VersionSpec
 
 __all__ = ["CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main"]
@@ -289,7 +289,7 @@ def main() -> None:
                             spool_wait_s)
                 warned = True
             time.sleep(0.02)
-    capture = Capture(rec)
+    capture = CallRecorder(rec)
     try:
         while True:
             head = _read_exact(stdin, 4)

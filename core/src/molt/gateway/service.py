@@ -32,7 +32,7 @@ from molt.errors import (
     InvalidRequest,
     MoltError,
 )
-from molt.gateway.capture import CallRecord, Capture, StreamAssembler, reply_message, tool_results
+from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
 from molt.gateway.metrics import Metrics
 from molt.gateway.router import Decision, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
@@ -149,10 +149,10 @@ class Gateway:
         # Plain (non-UUIDv7) session keys' first-seen times are forgotten like the sessions themselves.
         self.router = Router(table, max_sessions=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.recorder = recorder
-        # A CaptureProcess builds events in its own process; an in-process Recorder gets a Capture.
+        # A CaptureProcess builds events in its own process; an in-process Recorder gets a CallRecorder.
         self.capture: Any = None
         if recorder is not None:
-            self.capture = recorder if hasattr(recorder, "submit") else Capture(recorder)
+            self.capture = recorder if hasattr(recorder, "submit") else CallRecorder(recorder)
         self.keyring = keyring
         self.harness: HarnessApplier = harness or StaticHarness()
         self._static_harness = StaticHarness()
