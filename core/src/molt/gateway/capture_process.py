@@ -13,6 +13,9 @@ It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_tr
 child dies, records are counted as dropped and the gateway keeps serving. Durability is the child
 Recorder's: a record is acknowledged once its spool has it.
 
+One module for both ends of the pipe (the child's loop and the parent's :class:`CaptureProcess`), so
+the frame kinds and their handling change together.
+
 The child appends small batches for as long as the gateway runs, so it keeps its memory bounded:
 LanceDB's caches get a writer's bounds (each append is a new table version, and the metadata cache
 otherwise fills with the manifests of superseded versions), glibc's allocator is told to return the
