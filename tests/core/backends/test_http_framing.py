@@ -189,3 +189,25 @@ def test_a_well_framed_answer_through_the_backend() -> None:
             await b.aclose()
 
     assert _run(lambda n: [chunked], chat)[1] == "hello"
+
+
+def test_a_header_that_would_split_the_request_is_refused_before_sending() -> None:
+    """A configured header value with a line break (an API key pasted with a newline) would inject a
+    header; h11 refuses to write it, and nothing reaches the server."""
+    async def one(url: str) -> None:
+        pool = HTTPPool(url, {"authorization": "Bearer k\r\nX-Injected: 1"})
+        try:
+            await pool.request("POST", "/x", b"{}")
+        finally:
+            await pool.aclose()
+
+    server = _Server(lambda n: [_ok(b"never")])
+
+    async def go() -> None:
+        async with server as url:
+            async with asyncio.timeout(5):
+                with pytest.raises(HTTPProtocolError, match="cannot be sent"):
+                    await one(url)
+
+    asyncio.run(go())
+    assert server.requests == []

@@ -145,10 +145,13 @@ class HTTPPool:
         if body is not None:
             headers = [*headers, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
         h = conn.h11
-        data = h.send(h11.Request(method=method, target=f"{self.prefix}{path}", headers=headers))
-        if body:
-            data += h.send(h11.Data(data=body))
-        return data + h.send(h11.EndOfMessage())
+        try:
+            data = h.send(h11.Request(method=method, target=f"{self.prefix}{path}", headers=headers))
+            if body:
+                data += h.send(h11.Data(data=body))
+            return data + h.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:  # a header value with a line break, say (a bad API key)
+            raise HTTPProtocolError(f"The request cannot be sent as HTTP/1.1: {exc}.") from None
 
     async def _send(self, method: str, path: str, body: bytes | None,
                     content_type: str) -> tuple[_Conn, int, dict[str, str]]:
