@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "gateway": {"atdp", "store", "capture", "governance", "harness", "backends"},
     "replay": {"atdp", "store", "capture", "governance", "harness", "backends"},
     "control": {"atdp", "store", "capture", "governance", "harness", "backends", "replay"},
+    "interop": {"atdp", "store", "capture"},  # imports and exports: the capture path's decoders and sinks
 }
 COMMON = {"errors", "registry"}
 
