@@ -123,21 +123,19 @@ def test_bad_canary_is_aborted(tmp_path: Path) -> None:
         assert plane.registry.live("acme", AGENT).version_id == base.version_id
 
 
-def test_memory_with_pii_is_rejected_and_live_untouched(tmp_path: Path) -> None:
+def test_memory_from_a_correction_with_pii_keeps_the_fact_not_the_pii(tmp_path: Path) -> None:
+    """A correction that carries an email and a phone number: the memory is the fact, abstracted
+    through the redactor (the verbatim text used to be refused by the safety gate, the fact lost)."""
     leaky = "The refund window is 45 days; write to jane.doe@example.com or call +1 415 555 0100."
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
-        base = plane.registry.ensure_base("acme", AGENT, base_parts())
+        plane.registry.ensure_base("acme", AGENT, base_parts())
         asyncio.run(_window(store, plane, _facts("acme", 8, leaky)))
         res = plane.run_cycle("acme", AGENT)
-        assert res.choice != "memory_insert"
-        [rej] = [c for c in res.record.rejected if c["kind"] == "memory_insert"]
-        assert "EMAIL_ADDRESS" in rej["rejected"] and "PHONE_NUMBER" in rej["rejected"]
-        assert plane.registry.live("acme", AGENT).version_id == base.version_id
-        assert plane.registry.canaries("acme", AGENT) == []
-        assert MemoryStore(store).memories("acme") == []          # nothing was stored
-        [logged] = plane.log.list("acme")
-        assert logged.rejected and logged.cycle_id == res.record.cycle_id
+        assert res.choice == "memory_insert", res.record.reason
+        [stored] = MemoryStore(store).memories("acme")
+        assert "45 days" in stored.text and "jane" not in stored.text and "415" not in stored.text
+        assert plane.redactor.redact(stored.text)[1] == []
 
 
 class Exploding(DeskModel):

@@ -88,9 +88,11 @@ from molt.control.embed import Embedder
 from molt.control.signals import Episode, arg_pattern
 from molt.control.versions import PolicyParts, PolicyVersion
 from molt.harness import ToolRewrite
+from molt.replay.generic import checkable_facts
 
-__all__ = ["ALPHA", "COSTS", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind", "cluster_failures",
-           "binomial_greater", "fisher_greater", "intent_text", "propose", "rollback_candidate", "same_pattern"]
+__all__ = ["ALPHA", "COSTS", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind",
+           "abstract_correction", "agreed_correction", "binomial_greater", "cluster_failures", "environment_fault",
+           "fisher_greater", "intent_text", "propose", "rename_targets", "rollback_candidate", "same_pattern"]
 
 log = logging.getLogger("molt.control")
 
@@ -157,6 +159,9 @@ class Cluster:
     requests: list[Episode] = field(default_factory=list)   # the window's requests of this intent
     evidence: Evidence | None = None
     centroid: np.ndarray | None = field(default=None, repr=False)
+    #: What :func:`propose` found it could not build, and why (contradicting corrections, ...): the
+    #: decision log says it when the cluster ends in a no-op.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -180,6 +185,8 @@ class Cluster:
                 "top_error": errs.most_common(1)[0][0] if errs else None,
                 "argument_pattern": pats.most_common(1)[0][0] if pats else None,
                 "verdict": Counter(e.verdict for e in self.failures).most_common(1)[0][0],
+                "failure_signals": dict(Counter(sig for e in self.failures for sig in e.failure_signals)),
+                "notes": list(self.notes),
                 "evidence": self.evidence.summary() if self.evidence is not None else None}
 
 
@@ -442,18 +449,22 @@ def _normalize(text: str) -> str:
     return " ".join(text.split()).strip()
 
 
-def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion) -> list[Candidate]:
-    """The candidates for ``cluster`` (see the module docstring), cheapest first."""
+def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *, redactor: Any = None,
+            embedder: Embedder | None = None, similarity: float = SIMILARITY) -> list[Candidate]:
+    """The template candidates for ``cluster`` (see the module docstring), cheapest first.
+
+    ``redactor`` (a :class:`molt.governance.redaction.Redactor`) abstracts the users' corrections before
+    they are compared and become a memory (the fact, not the customer); without one they are compared
+    as written. What could not be built, and why, goes to ``cluster.notes``.
+    """
     out: list[Candidate] = []
     parts = live.parts
     ids = [e.trajectory_id for e in cluster.failures]
-    # Memory insert: the most common correction.
-    corr = Counter(_normalize(c) for e in cluster.failures for c in e.corrections if _normalize(c))
-    if corr:
-        text, n = corr.most_common(1)[0]
-        src = [e.trajectory_id for e in cluster.failures if any(_normalize(c) == text for c in e.corrections)]
+    memory = agreed_correction(cluster, redactor=redactor, embedder=embedder, similarity=similarity)
+    if memory is not None:
+        text, src, n = memory
         out.append(Candidate(kind="memory_insert", cluster=cluster.key, cost=COSTS["memory_insert"],
-                             description=f"remember the correction given {n}× in this cluster: {text[:120]}",
+                             description=f"remember the correction {n} user(s) agree on in this cluster: {text[:120]}",
                              payload={"text": text, "support": n}, source_trajectories=src))
     if cluster.kind == "tool_error" and cluster.tool:
         tool_errs = [t for e in cluster.failures for t in e.tool_errors if t.name == cluster.tool]
@@ -471,13 +482,22 @@ def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion) ->
                                  parts=parts.with_tools({cluster.tool: rw}),
                                  payload={"tool": cluster.tool, "parameters": named, "note": message},
                                  source_trajectories=ids))
-        skill = _procedure(cluster, window)
-        if skill is not None:
-            name, trigger, instructions, src = skill
-            out.append(Candidate(kind="skill_patch", cluster=cluster.key, cost=COSTS["skill_patch"],
-                                 description=f"skill '{name}': {instructions[:120]}",
-                                 payload={"name": name, "trigger": trigger, "instructions": instructions},
-                                 source_trajectories=src))
+        for new_name in rename_targets(cluster):
+            rw = ToolRewrite(dispatch=new_name)
+            out.append(Candidate(kind="tool_schema_edit", cluster=cluster.key, cost=COSTS["tool_schema_edit"],
+                                 description=f"dispatch the agent's {cluster.tool} calls as {new_name} (its error "
+                                             f"names {new_name}; the agent still offers {cluster.tool}): "
+                                             f"{message[:120]}",
+                                 parts=parts.with_tools({cluster.tool: rw}),
+                                 payload={"tool": cluster.tool, "rename": new_name, "note": message},
+                                 source_trajectories=ids))
+    skill = _procedure(cluster, window)
+    if skill is not None:
+        name, trigger, instructions, src = skill
+        out.append(Candidate(kind="skill_patch", cluster=cluster.key, cost=COSTS["skill_patch"],
+                             description=f"skill '{name}': {instructions[:120]}",
+                             payload={"name": name, "trigger": trigger, "instructions": instructions},
+                             source_trajectories=src))
     if cluster.kind == "format":
         verdict = Counter(e.verdict or "" for e in cluster.failures).most_common(1)[0][0]
         req = _requirement(verdict)
@@ -500,6 +520,152 @@ def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion) ->
                              payload={"task": cluster.task, "tenants": sorted(cluster.tenants)},
                              source_trajectories=ids))
     return sorted(out, key=lambda c: c.cost)
+
+
+#: Errors of the environment, not of the agent's call: a timeout, a connection that failed, an upstream
+#: 5xx or a rate limit (HTTP's own split: 4xx is the caller's fault, 5xx and 429 the server's). The
+#: error's type and message are what a tool or transport reports; these are their standard spellings.
+_ENVIRONMENT = re.compile(
+    r"time(?:d)?[ _-]?out|timeout|deadline exceeded|connection (?:refused|reset|error|aborted)|"
+    r"connecterror|remotedisconnected|service unavailable|bad gateway|gateway time|internal server error|"
+    r"too many requests|rate[ _-]?limit|\b(?:5\d\d|429)\b|temporar(?:y|ily) unavailable|try again later", re.I)
+
+
+def environment_fault(cluster: Cluster) -> str | None:
+    """Why ``cluster`` is an environment fault — the tool failed for reasons outside the agent (a
+    timeout, a 5xx, a refused connection, a rate limit) on calls the tool did not reject as malformed —
+    or ``None``. No context change or weight update fixes it: the operator is told, the agent is left
+    as it is. Most of the cluster's failing calls must say so (one timeout beside argument errors is not
+    the cluster's cause)."""
+    if cluster.kind != "tool_error" or not cluster.tool:
+        return None
+    errs = [t for e in cluster.failures for t in e.tool_errors if t.name == cluster.tool]
+    env = [t for t in errs if _ENVIRONMENT.search(f"{t.error_type or ''} {t.error_message or ''}")]
+    if not errs or len(env) * 2 <= len(errs):
+        return None
+    top = Counter(f"{t.error_type or 'error'}: {(t.error_message or '')[:120]}" for t in env).most_common(1)[0][0]
+    return (f"environment fault: {len(env)} of {len(errs)} failing {cluster.tool} calls failed outside the agent "
+            f"({top}); no intervention on the agent fixes it — the tool's operator must")
+
+
+_IDENT = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z0-9]*(?:[_.\-][A-Za-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+)(?![\w])")
+
+
+def rename_targets(cluster: Cluster, limit: int = 3) -> list[str]:
+    """Tool names a cluster's tool error points to instead of the one the agent called: identifiers in
+    the error message (``snake_case``, ``dotted.name``, ``camelCase``) that are neither the tool nor any
+    tool the agent offers nor one of the tool's parameters — what an upstream that renamed a tool says
+    ("unknown tool 'get_order'; available: fetch_order, ..."). Each becomes a ``dispatch`` rewrite that
+    replay tries; replay, not this list, decides which (if any) works."""
+    if cluster.kind != "tool_error" or not cluster.tool:
+        return []
+    offered = {str((t.get("function") or {}).get("name")) for e in cluster.failures for t in e.offered_tools
+               if isinstance(t, dict)}
+    schema = _offered_schema(cluster.failures, cluster.tool) or {}
+    params = set((schema.get("parameters") or {}).get("properties") or {})
+    counts: Counter[str] = Counter()
+    for e in cluster.failures:
+        for t in e.tool_errors:
+            if t.name != cluster.tool:
+                continue
+            for name in dict.fromkeys(_IDENT.findall(t.error_message or "")):
+                if name != cluster.tool and name not in offered and name not in params and not re.search(r"\d", name):
+                    counts[name] += 1
+    words = set(re.split(r"[_.\-]|(?<=[a-z])(?=[A-Z])", cluster.tool.lower()))
+    # Names sharing a word with the called tool first (get_order for lookup_order), then the most named.
+    ranked = sorted(counts, key=lambda n: (-len(words & set(re.split(r"[_.\-]|(?<=[a-z])(?=[A-Z])", n.lower()))),
+                                           -counts[n], n))
+    return ranked[:limit]
+
+
+def abstract_correction(text: str, redactor: Any = None) -> str:
+    """A user's correction as a memory may keep it: the fact, not the customer.
+
+    The redactor marks the personal data. A correction that carried some is cut into clauses (at
+    ``, ; : . ! ?``): when clauses state checkable facts (a token with a digit: an amount, a date, a
+    code), those clauses are the correction ("Hi, I am Maria Lopez." and "reach me at maria@…" go);
+    otherwise all clauses are. The personal data left in the kept clauses is dropped."""
+    text = _normalize(text)
+    if redactor is None or not text:
+        return text
+    red, spans = redactor.redact(text)
+    if not spans:
+        return text
+    pieces = re.split(r"(?<=[,;:.!?])\s+", red)
+    facts = [p for p in pieces if re.search(r"\d", _PLACEHOLDER.sub("", p))]
+    # With checkable facts, they are the correction; without, every clause is, less the personal data
+    # (which clause holds a fact in words is not something a rule can tell).
+    kept = facts or pieces
+    out = _tidy(" ".join(kept)) if kept else ""
+    if not re.search(r"[A-Za-z]{3,}", out):
+        out = _tidy(red)
+    if redactor.redact(out)[1]:  # a name the first pass did not see in its old context
+        out = _tidy(redactor.redact(out)[0])
+    return out[:1].upper() + out[1:]
+
+
+_PLACEHOLDER = re.compile(r"[(\[{\"']*<[A-Z_]+_\d+>[)\]}\"']*")
+
+
+def _tidy(text: str) -> str:
+    text = _PLACEHOLDER.sub(" ", text)
+    text = re.sub(r"\s+([,.;:!?])", r"\1", text)
+    text = re.sub(r"([,;:])(?:\s*[,;:])+", r"\1", text)
+    return _normalize(text).strip(" ,;:")
+
+
+def agreed_correction(cluster: Cluster, *, redactor: Any = None, embedder: Embedder | None = None,
+                      similarity: float = SIMILARITY) -> tuple[str, list[str], int] | None:
+    """The correction most of the cluster's correcting users agree on, abstracted
+    (:func:`abstract_correction`): ``(text, source trajectories, support)``; ``None`` — with the reason
+    in ``cluster.notes`` — when there is none or they contradict each other.
+
+    Two corrections agree when they state the same checkable facts (their tokens holding a digit:
+    amounts, dates, codes — less what they repeat of their own request, such as its order number) and
+    their embeddings' similarity is at least ``similarity``, the clustering's bar. A memory needs the
+    agreement of more than half of the failures that carry a correction: which one came first must not
+    decide what the agent is told. Without a majority the corrections either contradict each other or
+    are each specific to its own request (the product of that order's total): nothing common to
+    remember either way, and the text cannot tell which — so no memory, and the note says so; what a
+    weight update may do is the selector's rule (replayed context candidates must have failed).
+    Corrections without
+    digits that contradict in words only ("open on Sundays" / "closed on Sundays") embed alike and are
+    not told apart here (the reflector, or replay against each user's correction, is what catches them).
+    """
+    per: list[tuple[str, str]] = []
+    params: dict[str, frozenset[str]] = {}
+    for e in cluster.failures:
+        texts = [abstract_correction(c, redactor) for c in e.corrections]
+        texts = [t for t in texts if t]
+        if texts:
+            per.append((e.trajectory_id, texts[-1]))   # the user's latest word on this answer
+            asked = {f.lower() for f in checkable_facts(e.question)}
+            # What the correction repeats of its own request (an order number) is the request's, not the fact's.
+            params[e.trajectory_id] = frozenset(f.lower() for f in checkable_facts(texts[-1])) & asked
+    if not per:
+        return None
+    uniq = list(dict.fromkeys(t for _, t in per))
+    vecs = _embed(_embedder(embedder), uniq) if len(uniq) > 1 else np.ones((1, 1), np.float32)
+    row = {t: i for i, t in enumerate(uniq)}
+    facts = {tid: frozenset(f.lower() for f in checkable_facts(t)) - params[tid] for tid, t in per}
+    groups: list[list[tuple[str, str]]] = []
+    for tid, text in per:
+        for g in groups:
+            head_tid, head = g[0]
+            if facts[head_tid] == facts[tid] and float(vecs[row[head]] @ vecs[row[text]]) >= similarity:
+                g.append((tid, text))
+                break
+        else:
+            groups.append([(tid, text)])
+    best = max(groups, key=len)
+    if len(best) * 2 <= len(per):
+        cluster.notes.append(f"the users' corrections disagree: {len(per)} correction(s) in {len(groups)} group(s) "
+                             f"stating different facts, the largest backed by {len(best)} — no majority, so no "
+                             f"memory (they contradict each other, or each is specific to its own request)")
+        return None
+    texts = Counter(t for _, t in best)
+    text = min(texts, key=lambda t: (-texts[t], len(t), t))
+    return text, [tid for tid, _ in best], len(best)
 
 
 def rollback_candidate(live: PolicyVersion, previous: PolicyVersion, window: Sequence[Episode]) -> Candidate:
@@ -537,7 +703,9 @@ def _requirement(verdict: str) -> str:
 
 
 def _procedure(cluster: Cluster, window: Sequence[Episode]) -> tuple[str, str, str, list[str]] | None:
-    """A skill from the tool sequence that the task's successful trajectories share (≥ 2 steps)."""
+    """A skill from the tool sequence that successes of the cluster's intent share and its failures
+    lack (≥ 2 steps), whatever said the failures failed — a tool error, a late negative reward, a
+    correction: a skipped verification step raises no error, only a worse outcome."""
     wins = [e for e in (cluster.requests or window) if e.success and len(e.tools) >= 2
             and e.tenant_id in cluster.tenants and (cluster.task is None or e.task == cluster.task)]
     if len(wins) < 1:
@@ -546,8 +714,9 @@ def _procedure(cluster: Cluster, window: Sequence[Episode]) -> tuple[str, str, s
     seq, _ = seqs.most_common(1)[0]
     if len(seq) < 2:
         return None
-    failed = Counter(tuple(t.name for t in e.tools) for e in cluster.failures)
-    if failed.most_common(1)[0][0] == seq:
+    # The failures lack the procedure when most of them do not follow it (its steps in this order).
+    follows = sum(_subsequence(seq, tuple(t.name for t in e.tools if t.ok)) for e in cluster.failures)
+    if follows * 2 >= cluster.size:
         return None  # the failures already follow this procedure: it is not what they lack
     keys: dict[str, None] = {}
     for e in wins:
@@ -562,3 +731,8 @@ def _procedure(cluster: Cluster, window: Sequence[Episode]) -> tuple[str, str, s
     trigger = f"{task} requests; mentions " + ", ".join(w for w, _ in questions.most_common(3))
     src = [e.trajectory_id for e in wins]
     return f"{task} procedure", trigger, instructions, src
+
+
+def _subsequence(seq: tuple[str, ...], of: tuple[str, ...]) -> bool:
+    it = iter(of)
+    return all(step in it for step in seq)

@@ -57,6 +57,7 @@ from molt.control.diagnose import (
     Candidate,
     Cluster,
     cluster_failures,
+    environment_fault,
     propose,
     rollback_candidate,
     same_pattern,
@@ -165,6 +166,8 @@ class ControlPlane:
         judge: the judge model's backend for generic replay, asked when neither a verifier nor the
             user's correction can judge a replayed answer (default: the agent's replay backend, the
             served model).
+        reflector: a :class:`molt.control.reflector.Reflector` — a model that reads each significant
+            cluster and writes candidates beside the templates' (``None``: templates only).
     """
 
     def __init__(self, store: Store, backend: BaseBackend | Mapping[str, BaseBackend], *,
@@ -172,7 +175,7 @@ class ControlPlane:
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
                  trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
                  base_parts: PolicyParts | None = None, actor: str = "control-plane", embedder: Any = None,
-                 judge: BaseBackend | None = None):
+                 judge: BaseBackend | None = None, reflector: Any = None):
         self.store = store
         self.backend = backend
         self.live_tools = live_tools
@@ -186,6 +189,7 @@ class ControlPlane:
         self.actor = actor
         self.embedder = embedder
         self.judge = judge
+        self.reflector = reflector
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
@@ -251,6 +255,7 @@ class ControlPlane:
 
         candidates: list[Candidate] = []
         clusters: dict[str, Cluster] = {}
+        faults: dict[str, str] = {}
         previous = self._previous(live)
         if previous is not None:
             rb = self._regression(live, previous, window)
@@ -268,19 +273,41 @@ class ControlPlane:
             if live_runs and not any(e.policy_version == live.version_id for e in c.failures):
                 rec.actions.append(f"cluster {c.key} ({c.size}) not seen under {live.version_id}: already fixed")
                 continue
+            fault = environment_fault(c)
+            if fault is not None:
+                # The agent's call was right and the tool failed: the operator is told; changing the
+                # agent would paper over an outage (and training on it would teach the model to avoid
+                # a tool that works again tomorrow).
+                faults[c.key] = fault
+                rec.actions.append(f"flagged {c.key} ({c.size} failure(s)): {fault}")
+                continue
             clusters[c.key] = c
-            candidates.extend(propose(c, window, live))
-        rec.actions.append(f"{len(clusters)} failure cluster(s) significant at alpha {s.alpha} "
-                           f"(of {len(found)}), {len(candidates)} candidate(s)")
+            candidates.extend(propose(c, window, live, redactor=self.redactor, embedder=self.embedder,
+                                      similarity=s.similarity))
+        if self.reflector is not None and clusters:
+            candidates.extend(await self._reflect(list(clusters.values()), window, live, rec))
+        rec.actions.append(f"{len(clusters) + len(faults)} failure cluster(s) significant at alpha {s.alpha} "
+                           f"(of {len(found)}), {len(faults)} of them environment faults, "
+                           f"{len(candidates)} candidate(s)")
+        rec.signals["clusters"] = [c.summary() | ({"environment_fault": faults[c.key]} if c.key in faults else {})
+                                   for c in found if c.significant]
 
         if not candidates:
-            weak = [c for c in found if not c.significant and c.evidence is not None]
-            best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
-            rec.reason = ("no failure cluster reaches the evidence bar"
-                          + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
-                             f"{best.evidence.requests} requests, p={best.evidence.p_value:.3g} > "
-                             f"{best.evidence.level:.3g})" if best is not None and best.evidence is not None
-                             else " (no failures)"))
+            if faults and not clusters:
+                rec.choice = "environment_fault"
+                rec.reason = "; ".join(f"{k}: {v}" for k, v in faults.items())
+            elif clusters:
+                rec.reason = "no candidate could be built: " + "; ".join(
+                    _no_candidate(c) for c in clusters.values())
+            else:
+                weak = [c for c in found if not c.significant and c.evidence is not None]
+                best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
+                rec.reason = ("no failure cluster reaches the evidence bar"
+                              + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
+                                 f"{best.evidence.requests} requests, p={best.evidence.p_value:.3g} > "
+                                 f"{best.evidence.level:.3g})" if best is not None and best.evidence is not None
+                                 else f" ({sum(c.size for c in found)} failure(s) in {len(found)} cluster(s))"
+                                 if found else " (no failures in the window)"))
             self.log.append(rec)
             return result
 
@@ -307,7 +334,16 @@ class ControlPlane:
 
         chosen, why = self._select(passed, candidates, clusters, result.evaluations)
         if chosen is None:
-            rec.reason = why
+            notes = [f"{c.key}: {n}" for c in clusters.values() for n in c.notes]
+            for c in clusters.values():  # every cluster the log mentions, with what became of its candidates
+                refused = [f"{r.get('kind')}: {r.get('rejected')}" for r in rec.rejected if r.get("cluster") == c.key]
+                if refused and not any(x.get("cluster") == c.key for x in rec.candidates):
+                    notes.append(f"{c.key} ({c.size} failure(s)): every candidate refused — " + "; ".join(refused[:4]))
+            rec.reason = "; ".join([why, *notes])
+            if faults:
+                rec.reason += "; flagged " + "; ".join(f"{k}: {v}" for k, v in faults.items())
+                if not passed and not any(c.kind == "weight_update" for c in candidates):
+                    rec.choice = "environment_fault"
             self.log.append(rec)
             return result
         wu_entry = chosen.model_dump(mode="json", exclude={"parts"})
@@ -324,6 +360,26 @@ class ControlPlane:
         rec.applied_version = result.version.version_id if result.version is not None else None
         self.log.append(rec)
         return result
+
+    async def _reflect(self, clusters: list[Cluster], window: list[Episode], live: PolicyVersion,
+                       rec: DecisionRecord) -> list[Candidate]:
+        """The reflector's candidates for each cluster; what it returned and the gates refused goes to
+        the decision log with the reason. A reflector that fails fails open: the templates remain."""
+        out: list[Candidate] = []
+        for c in clusters:
+            try:
+                got = await self.reflector.areflect(c, window, live, redactor=self.redactor)
+            except Exception as exc:  # never let the reflector break the cycle
+                log.warning("Reflector failed on %s: %s", c.key, exc)
+                rec.rejected.append({"kind": "reflection", "cluster": c.key,
+                                     "rejected": f"reflector: {type(exc).__name__}: {exc}"})
+                continue
+            rec.rejected.extend(got.rejected)
+            rec.actions.append(f"reflector on {c.key}: {len(got.candidates)} candidate(s), "
+                               f"{len(got.rejected)} rejected, {got.cost.get('prompt_tokens', 0)}+"
+                               f"{got.cost.get('completion_tokens', 0)} tokens in {got.cost.get('seconds', 0):.1f} s")
+            out.extend(got.candidates)
+        return out
 
     def agents(self, tenant_id: str | None = None) -> set[tuple[str, str]]:
         """The ``(tenant, agent)`` pairs this plane evolves: every agent with policy versions (of one
@@ -713,6 +769,16 @@ def _stratified_delta(mine: Sequence[Episode], theirs: Sequence[Episode]) -> flo
     if not weight:
         return sum(bool(e.success) for e in mine) / len(mine) - sum(bool(e.success) for e in theirs) / len(theirs)
     return total / weight
+
+
+def _no_candidate(c: Cluster) -> str:
+    """Why no candidate exists for a significant cluster, as the decision log says it."""
+    what = (f"{c.key} ({c.size} failure(s), said by "
+            f"{', '.join(sorted({sig for e in c.failures for sig in e.failure_signals})) or 'rewards'})")
+    if c.notes:
+        return f"{what}: " + "; ".join(c.notes)
+    return (f"{what}: no correction to remember, no tool error naming a parameter or another tool, no "
+            f"format requirement and no procedure its successes share")
 
 
 def _utc(t: datetime) -> datetime:
