@@ -66,13 +66,21 @@ def _free_port() -> int:
 
 class Agent:
     """The generic tool-calling loop: it knows the base URL, its system prompt and its tools, nothing else
-    (the X-Molt-Agent header names it, as a ``default_headers`` option of any OpenAI client would)."""
+    (the X-Molt-Agent header names it, as a ``default_headers`` option of any OpenAI client would).
 
-    def __init__(self, base_url: str):
+    The defaults are this test's storage company; ``bench/bench_evolve.py`` runs the same loop in other
+    domains (its own name, system prompt, tool schemas and tool functions)."""
+
+    def __init__(self, base_url: str, *, agent: str = AGENT, system: str = SYSTEM,
+                 tools: list[dict[str, Any]] | None = None, functions: dict[str, Any] | None = None,
+                 max_tokens: int = 20, temperature: float = 0.0, headers: dict[str, str] | None = None):
         import openai
 
         self.client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=300,
-                                    default_headers={"X-Molt-Agent": AGENT})
+                                    default_headers={"X-Molt-Agent": agent, **(headers or {})})
+        self.system, self.tools = system, TOOLS if tools is None else tools
+        self.functions = functions if functions is not None else {"unit_status": self.unit_status}
+        self.max_tokens, self.temperature = max_tokens, temperature
 
     def unit_status(self, unit: str = "") -> str:
         return orjson.dumps({"unit": unit, "size": "5x10", "paid_up_to": "2026-11-30"}).decode()
@@ -80,18 +88,24 @@ class Agent:
     def ask(self, question: str) -> tuple[str, str, str]:
         """``(answer, trajectory id, policy version)`` — the last two read from the gateway's headers by
         this test, not by the agent."""
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system},
+                                          {"role": "user", "content": question}]
         for _ in range(4):
             raw = self.client.chat.completions.with_raw_response.create(
-                model="smollm2-135m-instruct", messages=messages, tools=TOOLS, temperature=0, max_tokens=20)
+                model="smollm2-135m-instruct", messages=messages, tools=self.tools, temperature=self.temperature,
+                max_tokens=self.max_tokens)
             msg = raw.parse().choices[0].message
             tid, version = raw.headers["x-molt-trajectory"], raw.headers.get("x-molt-policy-version", "")
             messages.append(msg.model_dump(exclude_none=True))
             if not msg.tool_calls:
                 return msg.content or "", tid, version
             for c in msg.tool_calls:
-                args = orjson.loads(c.function.arguments or "{}")
-                out = self.unit_status(**args) if c.function.name == "unit_status" else "unknown tool"
+                try:
+                    args = orjson.loads(c.function.arguments or "{}")
+                    fn = self.functions.get(c.function.name)
+                    out = fn(**args) if fn is not None else "unknown tool"
+                except Exception as exc:  # the agent reports a tool failure to the model, as agents do
+                    out = f"Error: {type(exc).__name__}: {exc}"
                 messages.append({"role": "tool", "tool_call_id": c.id, "content": out})
         return "", tid, version
 
