@@ -111,8 +111,9 @@ class HTTPPool:
         self.ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
         self.prefix = u.path.rstrip("/")
         host_header = self.host if u.port is None else f"{self.host}:{self.port}"
-        self._headers: list[tuple[str, str]] = [("Host", host_header), ("Accept", "*/*"),
-                                                *(headers or {}).items()]
+        self._headers: list[tuple[bytes, bytes]] = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in (("Host", host_header), ("Accept", "*/*"), *(headers or {}).items())]
         self._idle: collections.deque[_Conn] = collections.deque()
         self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
@@ -143,10 +144,12 @@ class HTTPPool:
                        content_type: str) -> bytes:
         headers = self._headers
         if body is not None:
-            headers = [*headers, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
+            headers = [*headers, (b"Content-Type", content_type.encode("latin-1")),
+                       (b"Content-Length", b"%d" % len(body))]
         h = conn.h11
         try:
-            data = h.send(h11.Request(method=method, target=f"{self.prefix}{path}", headers=headers))
+            data = h.send(h11.Request(method=method.encode("latin-1"),
+                                      target=f"{self.prefix}{path}".encode("latin-1"), headers=headers))
             if body:
                 data += h.send(h11.Data(data=body))
             return data + h.send(h11.EndOfMessage())
