@@ -23,6 +23,9 @@ targets, one request each in turn) and with 16 connections in a closed loop (fou
 per target). Interleaving makes a busy neighbour on a shared machine slow every target alike. "Added"
 latency is the target's percentile minus the stub's at the same concurrency; requests/s is what one
 worker completes at concurrency 16.
+
+Last, the upstream client alone: the gateway's ``molt.backends.http.HTTPPool`` (h11 framing) beside
+httpx's ``AsyncClient``, one request each in turn to the stub server.
 """
 
 from __future__ import annotations
@@ -299,6 +302,45 @@ def measure(targets: list[tuple[str, int, str | None]], args: argparse.Namespace
     return uvloop.run(run())
 
 
+def measure_client(upstream: str, requests: int) -> list[dict[str, Any]]:
+    """The upstream client's own cost: the gateway's :class:`molt.backends.http.HTTPPool` (h11 framing)
+    and httpx's ``AsyncClient`` (a general-purpose peer) posting the same request to the stub server,
+    one request each in turn on a keep-alive connection; p50 / p99 per request."""
+    import httpx
+    import uvloop
+
+    from molt.backends.http import HTTPPool
+
+    async def run() -> list[dict[str, Any]]:
+        pool = HTTPPool(upstream)
+        client = httpx.AsyncClient(base_url=upstream)
+
+        async def via_pool() -> int:
+            return (await pool.request("POST", "/chat/completions", BODY)).status
+
+        async def via_httpx() -> int:
+            return (await client.post("/chat/completions", content=BODY,
+                                      headers={"content-type": "application/json"})).status_code
+
+        clients = [("molt.backends.http (h11)", via_pool), ("httpx.AsyncClient", via_httpx)]
+        lat: list[list[float]] = [[] for _ in clients]
+        try:
+            for k in range(requests + 100):
+                for i, (name, post) in enumerate(clients):
+                    t0 = time.perf_counter()
+                    if await post() != 200:
+                        raise RuntimeError(f"{name} got an error from the stub")
+                    if k >= 100:  # after a warm-up
+                        lat[i].append((time.perf_counter() - t0) * 1000.0)
+        finally:
+            await pool.aclose()
+            await client.aclose()
+        return [{"name": name, "n": len(xs), "p50": pct(xs, 50), "p99": pct(xs, 99)}
+                for (name, _), xs in zip(clients, lat, strict=True)]
+
+    return uvloop.run(run())
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -353,6 +395,7 @@ def main() -> None:
                 targets.append(("litellm → stub", port, LITELLM_KEY))
             print("measuring, interleaved (each server: one process, one worker) ...", file=sys.stderr, flush=True)
             results = measure(targets, args)
+            clients = measure_client(upstream, args.requests)
 
     base = results[0]
     rows = []
@@ -382,9 +425,18 @@ def main() -> None:
     if molt and lite:
         print(f"throughput: molt {molt['rps_16']:.0f} req/s vs LiteLLM {lite['rps_16']:.0f} req/s = "
               f"{molt['rps_16'] / lite['rps_16']:.1f}× (goal ≥ 10×)")
+    print()
+    print("The upstream client alone, to the stub server, sequential (round trip per request):")
+    print()
+    print("| client | p50 ms | p99 ms |")
+    print("|---|---|---|")
+    for c in clients:
+        print(f"| {c['name']} | {c['p50']:.3f} | {c['p99']:.3f} |")
+    pool_c, httpx_c = clients
+    print(f"\n{pool_c['name']} p50 = {pool_c['p50'] / httpx_c['p50']:.2f}× httpx's")
     print(f"(whole run {time.perf_counter() - t_start:.0f} s; python bench/bench_gateway.py)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"governance": governance, "rows": rows}, indent=2))
+    args.json.write_text(json.dumps({"governance": governance, "rows": rows, "clients": clients}, indent=2))
 
 
 if __name__ == "__main__":
