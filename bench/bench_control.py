@@ -13,8 +13,10 @@ prints:
 
 3. the same suite, in the same run, captured four ways — the choice = ground truth share of each:
    *registered* (the ``@molt.replayable`` agents recorded in process, the run above); *gateway only*
-   (their twins driven through a real gateway as plain HTTP loops, outcomes posted as late rewards,
-   no entry point registered: the plane replays them from the recording alone); *20 % flipped*
+   (their twins driven through a real gateway as plain HTTP loops with no label — no ``X-Molt-Task``,
+   so no ``metadata.task`` —, outcomes posted as late rewards, no entry point registered: the plane
+   clusters without labels and replays them from the recording alone, judged by the desk's checker
+   registered for the agents, :mod:`molt_desk.gateway`); *20 % flipped*
    (registered, a fifth of the verifier rewards flipped); *late corrections* (registered, the users'
    corrections held back until after a first cycle, which then runs again if it chose nothing).
 

@@ -89,10 +89,10 @@ def test_keys_scope_the_commands(home: Path, capsys: pytest.CaptureFixture[str])
 def test_evolve_run_reaches_a_gateway_captured_agent_with_no_registration(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """An agent that joined through the gateway only — no @molt.replayable, no policy version, no
-    Python registration — is evolved by `molt evolve run`: replayed from its recording, judged by its
-    task's verifier, its users' correction becomes a memory."""
+    Python registration, no task label — is evolved by `molt evolve run`: replayed from its recording,
+    judged by the desk's checker (registered for the agent), its users' correction becomes a memory."""
     from molt.replay import AGENTS
-    from molt_desk.gateway import GatewayDesk, gateway_agent, register_task_verifiers
+    from molt_desk.gateway import GatewayDesk, gateway_agent, register_checkers
 
     monkeypatch.setenv("MOLT_HOME", str(tmp_path))
     monkeypatch.delenv("MOLT_KEYS", raising=False)
@@ -104,14 +104,14 @@ def test_evolve_run_reaches_a_gateway_captured_agent_with_no_registration(
             for i in range(20):
                 q, task = ((f"{f.questions[i % 3]} (ticket {i})", "kb_question") if i < 8
                            else (f"Where is order A-{1000 + i}? (ticket {i})", "status"))
-                tid, answer = desk.ask("acme", AGENT, q, task, World())
+                tid, answer = desk.ask("acme", AGENT, q, World())
                 if not desk.check("acme", tid, q, task, answer):
                     desk.reward("acme", tid, 0.0, "user_correction", f.text)
             desk.flush()
         finally:
             desk.close()
         assert agent not in AGENTS and VersionRegistry(store).live("acme", agent) is None
-    register_task_verifiers()
+    register_checkers({AGENT})
     assert run(["evolve", "run", "--tenant", "acme", "--agent", agent, "--promote", "--json",
                 "--backend", "molt_desk.world:DeskModel"]) == 0
     rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -236,6 +236,30 @@ def test_a_later_turn_that_is_not_a_plain_loop_is_not_replayed(harbour: Harbour)
     assert fixed.status == "ok" and fixed.answer == FACT and fixed.replayed_reward == 1.0
 
 
+def test_an_agents_checker_judges_its_replays_without_a_task_label(harbour: Harbour) -> None:
+    """No task in the traffic: a checker registered for the agent (AGENT_VERIFIERS) judges before the
+    user's word, and sees which request it judges (the trajectory id)."""
+    from molt.replay import AGENT_VERIFIERS
+    from molt.replay.verifiers import CallableVerifier
+
+    tid = harbour.ask("Can I moor overnight at the harbour?", agent="harbour-checked")
+    harbour.correct(tid, CORRECTION)
+    traj = harbour.load(tid)
+    seen: list[str | None] = []
+
+    def check(answer: Any, ctx: Any) -> bool:
+        seen.append(ctx.trajectory_id)
+        return "visitor pontoon" in str(answer)
+
+    AGENT_VERIFIERS.register("harbour-checked", CallableVerifier(check))
+    try:
+        policy = ReplayPolicy(FactStub(), Overrides(memories=("Overnight mooring is at the visitor pontoon.",)))
+        res = _run(replay_recording(traj, policy))
+    finally:
+        AGENT_VERIFIERS.unregister("harbour-checked")
+    assert res.replayed_reward == 1.0 and res.verdict.detail.startswith("verifier") and seen == [tid]
+
+
 def test_checkable_facts() -> None:
     assert checkable_facts("The fee is 42 euros, due by 18:30 on 2026-05-01.") == ["42", "18:30", "2026-05-01"]
     assert checkable_facts("Slip B-12, pier 3.") == ["B-12", "3"]

@@ -24,6 +24,7 @@ _EXPORTS = {
     "ReplayableAgent": "decorator",
     "Reply": "episode",
     "StepResult": "step",
+    "AGENT_VERIFIERS": "verifiers",
     "TASK_VERIFIERS": "verifiers",
     "ToolBox": "episode",
     "ToolFailed": "episode",

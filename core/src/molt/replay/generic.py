@@ -32,7 +32,8 @@ correction's facts may be stated in any of them.
 
 The new answer is judged, in order, by (:func:`judge_answer`):
 
-1. the trajectory's verifier: an explicit one, else its task's (``TASK_VERIFIERS``);
+1. the trajectory's verifier: an explicit one, else its task's (``TASK_VERIFIERS``), else its agent's
+   checker (``AGENT_VERIFIERS``: registered by whoever runs the agent, no label in the traffic);
 2. the user's word: the latest correction (a ``user_correction`` / ``human_label`` reward's reason, a
    ``FEEDBACK`` event's correction), else the accepted recorded answer of a trajectory the user
    rewarded. An answer identical to the recorded one keeps the recorded outcome. Otherwise the
@@ -71,7 +72,15 @@ from molt.replay.episode import EpisodeResult, EpisodeTrace, Step
 from molt.replay.load import model_request, offered_tools
 from molt.replay.policy import ReplayPolicy
 from molt.replay.step import Action, action_of, replay_step
-from molt.replay.verifiers import TASK_VERIFIERS, JudgeVerifier, Verdict, Verifier, VerifyContext, build_verifier
+from molt.replay.verifiers import (
+    AGENT_VERIFIERS,
+    TASK_VERIFIERS,
+    JudgeVerifier,
+    Verdict,
+    Verifier,
+    VerifyContext,
+    build_verifier,
+)
 from molt.store import Trajectory
 
 __all__ = ["LoopShape", "check_tenant", "checkable_facts", "first_turn", "first_wrong_call", "judge_answer",
@@ -342,6 +351,10 @@ def _first_user_text(traj: Trajectory) -> str:
     return ""
 
 
+def _agent(traj: Trajectory) -> str | None:
+    return next((e.metadata.agent_id for e in traj.events if e.metadata is not None and e.metadata.agent_id), None)
+
+
 def _task(traj: Trajectory) -> str | None:
     return next((e.metadata.task for e in traj.events if e.metadata is not None and e.metadata.task), None)
 
@@ -430,9 +443,10 @@ async def replay_recording(traj: Trajectory, policy: ReplayPolicy, *, verifier: 
         raise ReplayError(f"Trajectory {traj.trajectory_id} cannot be replayed from its recording: "
                           f"{shape.why}. Record the agent through the gateway or an adapter that keeps the "
                           f"messages, or register it with @molt.replayable.", trajectory_id=traj.trajectory_id)
-    task = _task(traj)
+    task, agent = _task(traj), _agent(traj)
     ver = build_verifier(verifier) if verifier is not None else (
-        TASK_VERIFIERS.get(task) if task and task in TASK_VERIFIERS else None)
+        TASK_VERIFIERS.get(task) if task and task in TASK_VERIFIERS else
+        AGENT_VERIFIERS.get(agent) if agent and agent in AGENT_VERIFIERS else None)
     judge = judge if judge is not None else policy.backend
     cassette = Cassette.from_events(traj.events, normalization=normalization, live=live,
                                     trajectory_id=traj.trajectory_id)

@@ -33,6 +33,7 @@ from molt.errors import ReplayError
 from molt.registry import Registry
 
 __all__ = [
+    "AGENT_VERIFIERS",
     "TASK_VERIFIERS",
     "VERIFIERS",
     "CallableVerifier",
@@ -232,6 +233,12 @@ for _cls in (ExactMatch, ContainsMatch, RegexMatch, JsonSchemaAnswer, CallableVe
 
 #: The verifier of each task (``metadata.task``), used when neither the call nor the agent names one.
 TASK_VERIFIERS: Registry[Verifier] = Registry("task verifier")
+
+#: An agent's own checker, by agent id, registered by whoever runs the agent (a consumer's parse check,
+#: a unit test of the answer): it judges the replays of that agent's trajectories that have neither an
+#: explicit verifier nor a task's. It needs no label in the traffic — ``VerifyContext.trajectory_id``
+#: names the request, so a checker that knows its own requests can judge each as it judged the original.
+AGENT_VERIFIERS: Registry[Verifier] = Registry("agent verifier")
 
 
 def build_verifier(spec: Verifier | dict[str, Any] | str | Callable[..., Any]) -> Verifier:

@@ -4,10 +4,14 @@
 the live policy versions bound to its router, memories retrieved per request) over the scripted
 :class:`~molt_desk.world.DeskModel`, and drives the desk through it as a plain OpenAI tool-calling loop
 that knows only the base URL: no ``@molt.replayable`` entry point, and agent ids that none is
-registered under (:func:`gateway_agent`). Outcomes arrive the way production sends them: the desk's
-checker posts a late ``verifier`` reward per trajectory, users post corrections
-(``/v1/molt/rewards/trajectory``). The task goes in ``X-Molt-Task`` (as the demo's agents send it), so
-a replay of the recording can be judged by the task's verifier (:func:`register_task_verifiers`).
+registered under (:func:`gateway_agent`). The traffic carries no label: no ``X-Molt-Task``, so no
+``metadata.task`` — the plane clusters by what the requests, tool errors and corrections say.
+Outcomes arrive the way production sends them: the desk's checker posts a late ``verifier`` reward
+per trajectory, users post corrections (``/v1/molt/rewards/trajectory``).
+
+Which consumer sent a request (one wants JSON, one prose) is the checker's own knowledge, never the
+traffic's: it remembers the requests it checked, and :func:`register_checkers` registers it as the
+agents' checker (``AGENT_VERIFIERS``) so that a replay of a request is judged as the original was.
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.binding import GatewayBinding
 from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing, Role
-from molt.replay.verifiers import TASK_VERIFIERS, VerifyContext, build_verifier
+from molt.replay.verifiers import AGENT_VERIFIERS, CallableVerifier, VerifyContext, build_verifier
 from molt_desk.world import LEGACY_AGENT, DeskModel, World, desk_tools, verify
 
-__all__ = ["TASKS", "GatewayDesk", "gateway_agent", "register_task_verifiers"]
+__all__ = ["GatewayDesk", "gateway_agent", "register_checkers"]
 
-#: The desk's tasks (what its agents send in ``X-Molt-Task``).
-TASKS = ("kb_question", "status", "status_json", "refund", "capability")
 _VERIFIER = build_verifier(verify)
+#: The checker's memory of which consumer (the desk's task) sent each request it checked, by trajectory id.
+_CONSUMER: dict[str, str] = {}
 
 
 def gateway_agent(agent: str) -> str:
@@ -39,10 +43,19 @@ def gateway_agent(agent: str) -> str:
     return f"{agent}-via-gateway"
 
 
-def register_task_verifiers() -> None:
-    """The desk's checker as the verifier of each of its tasks (what judges a generic replay)."""
-    for task in TASKS:
-        TASK_VERIFIERS.register(task, _VERIFIER)
+def _check(answer: Any, ctx: VerifyContext) -> Any:
+    """The desk's checker on a request it checked before (a replay of it): as its consumer needs."""
+    task = _CONSUMER.get(ctx.trajectory_id or "")
+    return _VERIFIER.score(answer, VerifyContext(input=ctx.input, trajectory_id=ctx.trajectory_id, task=task)).reward
+
+
+_CHECKER = CallableVerifier(_check)
+
+
+def register_checkers(agents: set[str]) -> None:
+    """The desk's checker as the checker of each gateway-captured desk agent (what judges its replays)."""
+    for agent in agents:
+        AGENT_VERIFIERS.register(gateway_agent(agent), _CHECKER)
 
 
 class GatewayDesk:
@@ -73,14 +86,13 @@ class GatewayDesk:
         """Serve the registry's current live versions (after a promotion)."""
         self.binding.sync()
 
-    def ask(self, tenant: str, agent: str, question: str, task: str, world: World) -> tuple[str, str | None]:
+    def ask(self, tenant: str, agent: str, question: str, world: World) -> tuple[str, str | None]:
         """One conversation of the desk agent ``agent`` (a plain loop: ask, run the tools, ask again,
         up to five model calls). Returns the trajectory id and the answer."""
         tools = desk_tools(clear_ids=agent != LEGACY_AGENT)
         messages: list[dict[str, Any]] = [{"role": "system", "content": "You are Acme's support assistant."},
                                           {"role": "user", "content": question}]
-        headers = {"Authorization": f"Bearer {self.keys[tenant]}", "X-Molt-Agent": gateway_agent(agent),
-                   "X-Molt-Task": task}
+        headers = {"Authorization": f"Bearer {self.keys[tenant]}", "X-Molt-Agent": gateway_agent(agent)}
         tid = ""
         with httpx.Client(base_url=self.url + "/v1", timeout=60) as http:
             for _ in range(5):
@@ -103,7 +115,9 @@ class GatewayDesk:
         return tid, None
 
     def check(self, tenant: str, tid: str, question: str, task: str, answer: str | None) -> bool:
-        """Run the desk's checker on the answer and post its verdict as a late ``verifier`` reward."""
+        """Run the desk's checker on the answer (``task``: which consumer asked) and post its verdict as
+        a late ``verifier`` reward."""
+        _CONSUMER[tid] = task
         v = _VERIFIER.score(answer, VerifyContext(input=question, trajectory_id=tid, task=task))
         self.reward(tenant, tid, v.reward, "verifier", None if v.success else v.detail)
         return v.success

@@ -44,7 +44,7 @@ from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.harness import ToolRewrite
 from molt.replay import ReplayPolicy, record_episode, save_trajectories
 from molt.store import Store
-from molt_desk.gateway import GatewayDesk, gateway_agent, register_task_verifiers
+from molt_desk.gateway import GatewayDesk, gateway_agent, register_checkers
 from molt_desk.world import AGENT, FACTS, LEGACY_AGENT, ORDERS, DeskModel, World, seed
 
 __all__ = ["SCENARIOS", "TRUTH", "Scenario", "ScenarioResult", "Traffic", "base_parts", "degrade", "record_traffic",
@@ -372,7 +372,7 @@ async def arun_scenario(s: Scenario, root: Path, *, settings: PlaneSettings | No
                            root / f"{s.name}-spool") if via else None
         try:
             if desk is not None:
-                register_task_verifiers()
+                register_checkers({t.agent for t in s.traffic})
                 _through(desk, [t for t in s.traffic if t.phase == 0], world)
             else:
                 items = await record_traffic([t for t in s.traffic if t.phase == 0], registry, plane, world, backend)
@@ -428,7 +428,7 @@ async def arun_scenario(s: Scenario, root: Path, *, settings: PlaneSettings | No
 def _through(desk: GatewayDesk, items: Sequence[Traffic], world: World) -> None:
     """Each request through the gateway; the checker's verdict and any correction posted late."""
     for tr in items:
-        tid, answer = desk.ask(tr.tenant, tr.agent, tr.input, tr.task, world)
+        tid, answer = desk.ask(tr.tenant, tr.agent, tr.input, world)
         ok = desk.check(tr.tenant, tid, tr.input, tr.task, answer)
         if tr.correction and not ok:
             desk.reward(tr.tenant, tid, 0.0, "user_correction", tr.correction)
