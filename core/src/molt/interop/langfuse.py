@@ -7,6 +7,7 @@ joined by ``traceId``. Mapping:
 
 - a **trace** is a trajectory (``trajectory_id`` = the trace id) whose root event is an
   ``agent_step`` (``step_type="trace"``, the trace's input and output); ``sessionId`` → ``session_id``;
+  the trace's ``name`` is every event's ``agent_id`` (the name the control plane evolves);
 - an **observation** is an event under its ``parentObservationId`` (or the root): ``GENERATION`` →
   ``model_call`` (input messages as the observation, output text and tool calls, model, model
   parameters as sampling, usage), ``TOOL`` → ``tool_call``, ``RETRIEVER`` → ``retrieval`` (documents
@@ -153,7 +154,7 @@ def _trace(where: str, t: Mapping[str, Any], limit: int) -> Iterator[Row]:
     for i, o in enumerate(observations):
         ow = f"{where}, observations[{i}]"
         try:
-            yield Row(where=ow, trajectory=tid, event=_observation(tid, o, root_id, limit))
+            yield Row(where=ow, trajectory=tid, event=_observation(tid, o, root_id, limit, t.get("name")))
         except (ValueError, TypeError, KeyError, ValidationError) as exc:
             yield Row(where=ow, trajectory=tid, problem=_reason(exc))
     for i, s in enumerate(scores):
@@ -173,7 +174,7 @@ def _reason(exc: Exception) -> str:
     return str(exc)[:500]
 
 
-def _observation(tid: str, o: Any, root_id: str, limit: int) -> Event:
+def _observation(tid: str, o: Any, root_id: str, limit: int, agent: Any = None) -> Event:
     if not isinstance(o, Mapping) or not o.get("id"):
         raise ValueError("not a Langfuse observation (no id)")
     size = raw_size(o)
@@ -193,7 +194,8 @@ def _observation(tid: str, o: Any, root_id: str, limit: int) -> Event:
     obs: Observation | None = observation(inputs)
     md: dict[str, Any] = {"tags": {"source": "langfuse", "source.trace_id": tid, "source.id": oid,
                                    "source.type": otype},
-                          "latency_ms": max(0.0, (end - start).total_seconds() * 1000) if start and end else None}
+                          "latency_ms": max(0.0, (end - start).total_seconds() * 1000) if start and end else None,
+                          "agent_id": str(agent) if agent else None}  # the trace's name, as on its root
     if level == "WARNING" and o.get("statusMessage"):
         md["tags"]["source.warning"] = str(o["statusMessage"])[:500]
     if otype == "GENERATION":
