@@ -12,6 +12,7 @@ from molt.atdp import Event, EventKind, Outcome, RewardAnnotation, ToolCall
 from molt.capture import Recorder
 from molt.errors import NotFound, PayloadTooLarge, StoreError
 from molt.store import Store, sql_str
+from molt.store.scoped import TenantView
 
 
 def _fill(store, molt_home, event_factory, tenants=("acme", "globex"), per=5, n=6):  # type: ignore[no-untyped-def]
@@ -51,6 +52,16 @@ def test_query_by_tenant_agent_time_and_outcome(store, molt_home, event_factory)
     assert [s.trajectory_id for s in store.trajectories(outcome="error")] == [failing]
     with pytest.raises(ValueError, match="outcome"):
         store.trajectories(outcome="meh")
+
+    # A tenant's view lists exactly what the store lists for that tenant: one filter and order.
+    view = TenantView.for_tenant(store, "acme")
+    hour = timedelta(hours=1)
+    for kw in ({}, {"outcome": "success"}, {"outcome": "failure"}, {"outcome": "error"}, {"limit": 2},
+               {"limit": None}, {"agent": "support-bot"}, {"since": datetime.now(UTC) - hour},
+               {"since": datetime.now(UTC) + hour}, {"until": datetime.now(UTC) + hour, "limit": None}):
+        assert view.trajectories(**kw) == store.trajectories(tenant="acme", **kw), kw  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="outcome"):
+        view.trajectories(outcome="meh")
     rec.close()
 
 
