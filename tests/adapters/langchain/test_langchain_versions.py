@@ -30,6 +30,7 @@ from molt.atdp import EventKind, ToolCall
 from molt.capture import MemorySink, Recorder
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
 from molt.harness import HarnessSpec, ToolRewrite
+from molt.replay import load_trajectory
 from molt.store import Store
 from molt_langchain import MoltCallbackHandler
 
@@ -195,7 +196,7 @@ def test_adapter_recording_replays_like_a_gateway_one(tmp_path: Path) -> None:
     the tools the model was offered (as the gateway records them), so a candidate's tool rewrite and
     memory apply to them, the renamed call is answered from the cassette, and the correction judges."""
     from molt.atdp import RewardAnnotation
-    from molt.replay import Overrides, ReplayPolicy, load_trajectory
+    from molt.replay import Overrides, ReplayPolicy
     from molt.replay.generic import loop_shape, replay_recording
     from molt.replay.load import offered_tools
 
@@ -238,7 +239,9 @@ def test_adapter_recording_replays_like_a_gateway_one(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- efficacy on SmolLM2-135M
 
-FACT = "Nordhavn Ferries' lost-property desk is at Pier 19, open 8am to 4pm."
+#: What the users tell the agent when it misses the fact (their correction): one checkable fact, the
+#: pier number, which is also what the live check looks for.
+FACT = "Nordhavn Ferries' lost-property desk is at Pier 19."
 QUESTIONS = [
     "Where is the Nordhavn Ferries lost-property desk?",
     "I left my bag on a Nordhavn ferry. Where do I pick it up?",
@@ -247,17 +250,29 @@ QUESTIONS = [
     "Nordhavn Ferries: where is lost property?",
     "Where do I find the lost and found for Nordhavn Ferries?",
 ]
+#: Other requests the agent serves in the same window (nobody complains about them).
+OTHER = ["Write a two-line poem about the sea.", "Translate 'good morning' into French.",
+         "Give me a synonym for 'happy'.", "Name a fruit that is yellow."]
 SYSTEM = "You are the Nordhavn Ferries customer assistant. Answer in one or two sentences."
 
 
 class LocalChat(BaseChatModel):
-    """The agent's own model: Molt's in-process local backend (SmolLM2-135M), greedy."""
+    """The agent's own model: Molt's in-process local backend (SmolLM2-135M), greedy. Its sampling
+    parameters are model fields reported in ``_identifying_params``, as a provider's chat model
+    (``ChatOpenAI(temperature=0, max_tokens=28)``) reports them: LangChain hands them to callbacks, so
+    the recording says how the agent sampled and replay samples the same way."""
 
     backend: Any
+    temperature: float = 0.0
+    max_tokens: int = 28
 
     @property
     def _llm_type(self) -> str:
         return "molt-local"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.backend.model, "temperature": self.temperature, "max_tokens": self.max_tokens}
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
@@ -266,54 +281,86 @@ class LocalChat(BaseChatModel):
         from molt.backends.base import ChatRequest
 
         req = ChatRequest(model=self.backend.model, messages=convert_to_openai_messages(messages),
-                          temperature=0.0, max_tokens=28)
+                          temperature=self.temperature, max_tokens=self.max_tokens)
         text = asyncio.run(self.backend.chat(req)).choices[0].text
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
 
 @pytest.mark.slow
-def test_memory_version_fixes_a_langchain_agent_on_smollm2(tmp_path: Path) -> None:
+@pytest.mark.timeout(1800)  # about a minute on a quiet machine; generous for a loaded one
+def test_plane_fixes_a_langchain_agent_through_the_adapter_on_smollm2(tmp_path: Path) -> None:
+    """No gateway, no registration: the users correct the answers that miss the fact, the control plane
+    replays a memory candidate on the adapter's recordings (generic replay, SmolLM2 as the replay
+    backend) and promotes it; the adapter applies the new version at its next poll and fresh traffic
+    gets the fact, the version in provenance."""
+    from molt.atdp import RewardAnnotation
     from molt.backends import LocalBackend
     from molt.backends.model import ensure_policy_model
     from molt.control.memory import MemoryStore, RetrievalHarness
+    from molt.control.plane import ControlPlane, PlaneSettings
+    from molt.replay import AGENTS
 
     home = Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models"))
     backend = LocalBackend(model_path=ensure_policy_model(home), threads=2)
     asyncio.run(backend.start())
-    sink = MemorySink()
     # raw capture: what the adapter maps, value by value (governance would redact some of it)
-    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
-    with Store.open(tmp_path / "store") as store:
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
         registry, memories = VersionRegistry(store), MemoryStore(store)
-        base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="smollm2")))
+        parts = PolicyParts(model=ModelPart(base=backend.model))
+        base = registry.ensure_base(TENANT, AGENT, parts)
         handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT, versions=registry,
                                       harness=RetrievalHarness(memories), version_poll_s=1.0)
         agent = create_react_agent(handler.wrap(LocalChat(backend=backend)), [], prompt=SYSTEM)
 
-        def ask() -> list[bool]:
-            got = []
-            for q in QUESTIONS:
-                out = agent.invoke({"messages": [HumanMessage(q)]}, {"callbacks": [handler]})
-                got.append("19" in str(out["messages"][-1].content))
-            return got
+        def ask(questions: list[str]) -> list[bool]:
+            return ["19" in str(agent.invoke({"messages": [HumanMessage(q)]}, {"callbacks": [handler]})
+                                ["messages"][-1].content) for q in questions]
+
+        def trajectories() -> list[str]:
+            assert handler.flush(deliver=True)
+            store.table("events").checkout_latest()
+            rows = store.table("events").search().where("seq = 0").select(["trajectory_id", "ts"]).limit(None)
+            return [r["trajectory_id"] for r in sorted(rows.to_arrow().to_pylist(), key=lambda r: r["ts"])]
 
         try:
-            before = ask()
-            # what the control plane's memory insert does (ControlPlane: add_memory, with_memories, promote)
-            mem = memories.add_memory(TENANT, FACT, agent_id=AGENT)
-            fixed = registry.create(TENANT, AGENT, base.parts.with_memories([mem.memory_id]), parent=base.version_id,
-                                    note="memory insert: lost property")
-            registry.promote(fixed.version_id, actor="control-plane")
+            before = ask(QUESTIONS)
+            ask(OTHER)
+            tids = trajectories()
+            assert len(tids) == len(QUESTIONS) + len(OTHER)
+            for tid, ok in zip(tids, before, strict=False):  # the users' word, late
+                rec.reward(RewardAnnotation(trajectory_id=tid, value=1.0, source="user_feedback") if ok else
+                           RewardAnnotation(trajectory_id=tid, value=0.0, source="user_correction", reason=FACT))
+            assert rec.flush(timeout=60, deliver=True)
+
+            assert AGENT not in AGENTS  # nothing registered the agent
+            plane = ControlPlane(store, backend, base_parts=parts,
+                                 settings=PlaneSettings(promote_directly=True, replay_sample=4))
+            result = plane.run_cycle(TENANT, AGENT)
+            r = result.record
+            assert result.choice == "memory_insert", (r.reason, r.actions, r.rejected, r.candidates)
+            chosen = next(c for c in r.candidates if c["kind"] == "memory_insert")
+            replay = chosen["evidence"]["replay"]
+            assert replay["mode"] == "generic replay from the recording" and replay["success_delta"] > 0
+            fixed = result.version
+            assert fixed is not None and fixed.status == "live"
             _wait_for(handler, fixed.version_id)
-            after = ask()
-            assert handler.flush(deliver=True)
+            after = ask(QUESTIONS)
+            later = [t for t in trajectories() if t not in tids]
+            old = [load_trajectory(store, t) for t in tids]
+            new = [load_trajectory(store, t) for t in later]
         finally:
             handler.close()
             rec.close(timeout=5)
-    print(f"\nSmolLM2-135M LangChain agent, adapter path: {sum(before)}/{len(QUESTIONS)} before, "
-          f"{sum(after)}/{len(QUESTIONS)} after the memory version")
+            asyncio.run(backend.aclose())
+    print(f"\nSmolLM2-135M LangChain agent, adapter path, evolved by the plane: {sum(before)}/{len(QUESTIONS)} "
+          f"before, {sum(after)}/{len(QUESTIONS)} after; replay {replay['baseline_success_rate']:.2f} -> "
+          f"{replay['candidate_success_rate']:.2f} ({replay['scored']} scored, {replay['unknown']} unknown)")
     assert sum(after) >= sum(before) + len(QUESTIONS) // 2, (before, after)
-    gens = [e for e in _all(sink) if e.kind == EventKind.MODEL_CALL]
-    assert len(gens) == 2 * len(QUESTIONS)
-    versions = [e.provenance.policy_version for e in sorted(gens, key=lambda e: e.timestamp)]
-    assert versions == [base.version_id] * len(QUESTIONS) + [fixed.version_id] * len(QUESTIONS)
+    gens = [e for t in old for e in t.events if e.kind == EventKind.MODEL_CALL]
+    assert {e.provenance.policy_version for e in gens} == {base.version_id}
+    # the recording says how the agent sampled, so replay sampled the same way
+    assert all(e.action.sampling == {"temperature": 0.0, "max_tokens": 28} for e in gens)
+    assert len(new) == len(QUESTIONS)
+    assert {e.provenance.policy_version for t in new for e in t.events if e.kind == EventKind.MODEL_CALL} == {
+        fixed.version_id}
