@@ -1,0 +1,437 @@
+"""The control plane on a real model: does it pick the intervention that fixes a cluster, and is the
+cheapest fix cheaper than training? (issue 20; the seed's question)
+
+Windows are produced by SmolLM2-135M itself: the generic OpenAI tool-calling loop of
+``tests/e2e/test_generic_agent.py`` (it knows a base URL only; unmodified, no task labels) runs through
+an in-process Molt gateway (real capture, real store, live versions bound to the router) over a local
+SmolLM2 backend, in two domains the repo uses nowhere else:
+
+- ``pinecrest-help`` (a public library's help desk): the late fine is a fact the model lacks; users
+  correct the wrong answers, each signing with their name and email (personal data the memory must not
+  keep);
+- ``tallyworks-desk`` (a bookkeeping firm's assistant): three-digit multiplication, a capability the
+  model lacks; users correct each answer with its product.
+
+Ground truth is decided by applying each family's context intervention **by hand** and measuring fresh
+traffic (the fine in the system prompt's memories; the self-check rule): a family the hand-applied change
+fixes is that change's; one it does not fix is a weight update.
+
+Printed in one run:
+
+1. the plane's choice per family vs the ground truth — templates only, and templates + SmolLM2 itself as
+   the reflector — beside the "always weights" and "always no-op" baselines; the reflector's cost and how
+   many of its candidates were valid; the live fix rate of the templates' choice on fresh traffic;
+2. the seed's question on the fact family: Molt's plane (one cycle) vs a weight-only loop on the same
+   failing prompts — GRPO with a LoRA adapter (molt_trainer: K samples per prompt, the verifier's reward,
+   one optimiser step, the adapter hot-loaded and re-measured), as agent-lightning and ART evolve agents —
+   CPU-seconds (process time: every thread of this process, the model included), trained tokens, wall
+   time, and the success curve of each.
+
+Reduced to fit a 2-core box in about 15 minutes (sizes printed at the top; all are flags): 6 failing asks
+per family, 4 fresh asks per measurement, 2 GRPO steps of 4 samples per prompt. The weight-only loop is
+run for its steps and stopped, not to convergence: it is the honest lower bound of its cost.
+
+    .venv/bin/python bench/bench_evolve.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from test_generic_agent import Agent  # noqa: E402  (the generic loop: one agent loop in the repo)
+
+MODEL = "smollm2-135m-instruct"
+
+PEOPLE = [("Nadia Haddad", "nadia.h@example.com"), ("Owen Price", "owen.price@mailbox.org"),
+          ("Ingrid Sola", "ingrid.sola@example.net"), ("Kofi Mensah", "kofi.m@example.com"),
+          ("Elena Rossi", "elena.rossi@example.it"), ("Marek Novak", "marek.novak@example.cz"),
+          ("Yuki Sato", "yuki.sato@example.jp"), ("Pablo Ruiz", "pablo.ruiz@example.es")]
+
+LIBRARY = {
+    "agent": "pinecrest-help",
+    "system": "You are the help desk of Pinecrest Public Library. Answer the patron's question in one or two "
+              "sentences.",
+    "tools": [{"type": "function", "function": {
+        "name": "book_status", "description": "Look up a book by ISBN: title, copies on the shelf, due dates.",
+        "parameters": {"type": "object", "properties": {"isbn": {"type": "string"}}, "required": ["isbn"]}}}],
+    "functions": {"book_status": lambda isbn="": orjson.dumps({"isbn": isbn, "on_shelf": 2}).decode()},
+    "fact": "The late fine at Pinecrest Public Library is 35 cents per day.",
+    "before": ["How much is the late fine at Pinecrest Public Library?",
+               "What is the Pinecrest library late fine per day?",
+               "My Pinecrest library book is overdue. How much is the late fine?",
+               "Tell me the late fine for an overdue Pinecrest Public Library book.",
+               "What late fine does Pinecrest Public Library charge?",
+               "How large is the daily late fine at the Pinecrest library?",
+               "Pinecrest Public Library late fine: how much per day?",
+               "What do I pay per day in late fines at Pinecrest Public Library?"],
+    "after": ["What's the late fine at Pinecrest Public Library?",
+              "If I return a Pinecrest library book late, what is the fine per day?",
+              "Could you tell me the Pinecrest Public Library late fine?",
+              "How much will Pinecrest Public Library charge me as a late fine?",
+              "What is the per-day late fine at Pinecrest library?",
+              "Does Pinecrest Public Library have a late fine, and how much is it?"],
+}
+PAIRS = [(487, 356), (623, 418), (739, 257), (812, 364), (574, 691), (938, 472), (365, 829), (246, 713),
+         (691, 538), (457, 926), (318, 745), (864, 293)]
+TALLY = {
+    "agent": "tallyworks-desk",
+    "system": "You are the assistant of Tallyworks, a bookkeeping firm. Answer with the number only.",
+    "tools": [{"type": "function", "function": {
+        "name": "client_file", "description": "Open a client's file by client number.",
+        "parameters": {"type": "object", "properties": {"client": {"type": "string"}}, "required": ["client"]}}}],
+    "functions": {"client_file": lambda client="": orjson.dumps({"client": client, "open": True}).decode()},
+    "before": [f"What is {a} times {b}?" for a, b in PAIRS[:8]],
+    "after": [f"Please compute {a} multiplied by {b}." for a, b in PAIRS[8:]],
+}
+OTHER = ["Write a two-line poem about rain.", "Translate 'thank you' into Spanish.", "Name a green vegetable."]
+SELF_CHECK = "Before answering, re-check every figure and computation step by step."
+
+
+def _expected(family: dict[str, Any], question: str) -> str:
+    if family is LIBRARY:
+        return "35"
+    nums = [int(x) for x in re.findall(r"\d+", question)]
+    return str(nums[0] * nums[1])
+
+
+def _ok(family: dict[str, Any], question: str, answer: str) -> bool:
+    want = _expected(family, question)
+    return re.search(rf"(?<!\d){want}(?!\d)", answer.replace(",", "")) is not None
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--asks", type=int, default=6, help="failing asks per family in the window")
+    p.add_argument("--fresh", type=int, default=4, help="fresh asks per live measurement")
+    p.add_argument("--grpo-steps", type=int, default=2)
+    p.add_argument("--k", type=int, default=4, help="GRPO samples per prompt")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-reflector", action="store_true")
+    p.add_argument("--reflector-on", default="pinecrest-help,tallyworks-desk",
+                   help="families whose cycle is also run with SmolLM2 as the reflector")
+    p.add_argument("--reflector-tokens", type=int, default=160)
+    p.add_argument("--alpha", type=float, default=0.01,
+                   help="the evidence bar's family-wise false-alarm rate (a window of 4 failures cannot reach 1%%)")
+    p.add_argument("--model-home", default=os.environ.get("MOLT_TEST_MODEL_HOME", str(ROOT / ".molt" / "test-models")))
+    return p.parse_args()
+
+
+class World:
+    """The gateway over SmolLM2, its store and registry, and the agents as its clients."""
+
+    def __init__(self, work: Path, model_dir: Path, threads: int):
+        from molt.backends import LocalBackend
+        from molt.capture import Recorder
+        from molt.control.memory import MemoryStore, RetrievalHarness
+        from molt.control.versions import VersionRegistry
+        from molt.gateway import Gateway, GatewayConfig, create_app
+        from molt.gateway.binding import GatewayBinding
+        from molt.gateway.loopback import ServerThread
+        from molt.store import Store
+
+        self.store = Store.open(work / "store", auto_compact=False)
+        self.recorder = Recorder(self.store, spool_dir=work / "spool", fsync="never")
+        self.backend = LocalBackend(model_path=model_dir, threads=threads)
+        self.gateway = Gateway([self.backend], recorder=self.recorder, store=self.store,
+                               harness=RetrievalHarness(MemoryStore(self.store)),
+                               config=GatewayConfig(health_interval_s=0, backend_timeout_s=600))
+        self.registry = VersionRegistry(self.store)
+        self.binding = GatewayBinding(self.gateway, self.registry, model=self.backend.model)
+        self._server = ServerThread(create_app(self.gateway), name="bench-evolve-gateway", start_timeout_s=600)
+        self.url = self._server.__enter__().url
+        self.http = httpx.Client(base_url=self.url, timeout=120)
+
+    def agent(self, family: dict[str, Any]) -> Agent:
+        return Agent(self.url + "/v1", agent=family["agent"], system=family["system"], tools=family["tools"],
+                     functions=family["functions"], max_tokens=28)
+
+    def reward(self, tid: str, ok: bool, correction: str | None) -> None:
+        body = ({"trajectory_id": tid, "value": 1.0, "source": "user_feedback"} if ok or correction is None else
+                {"trajectory_id": tid, "value": 0.0, "source": "user_correction", "reason": correction})
+        self.http.post("/v1/molt/rewards/trajectory", json=body).raise_for_status()
+
+    def flush(self) -> None:
+        assert self.recorder.flush(timeout=300, deliver=True)
+
+    def close(self) -> None:
+        self.http.close()
+        self._server.__exit__(None, None, None)
+        self.recorder.close()
+        self.store.close()
+
+
+def fresh_rate(world: World, family: dict[str, Any], n: int) -> tuple[float, str]:
+    world.binding.sync()
+    agent = world.agent(family)
+    qs = family["after"][:n]
+    wins, version = 0, ""
+    for q in qs:
+        answer, _, version = agent.ask(q)
+        wins += _ok(family, q, answer)
+    return wins / len(qs), version
+
+
+def hand_rate(model_dir: Path, family: dict[str, Any], parts_change: dict[str, Any], n: int, threads: int) -> float:
+    """Fresh traffic with a context change applied by hand (the ground truth's measurement): the same
+    agent loop's first request, with the change applied by the gateway's harness code."""
+    from molt.backends import LocalBackend
+    from molt.replay import Overrides, ReplayPolicy
+
+    backend = LocalBackend(model_path=model_dir, threads=threads)
+
+    async def run() -> float:
+        pol = ReplayPolicy(backend, Overrides(**parts_change))
+        wins = 0
+        for q in family["after"][:n]:
+            msgs: list[dict[str, Any]] = [{"role": "system", "content": family["system"]},
+                                          {"role": "user", "content": q}]
+            d = await pol.decide(msgs, family["tools"], {"temperature": 0, "max_tokens": 28})
+            wins += _ok(family, q, d.text or "")
+        await backend.aclose()
+        return wins / n
+
+    return asyncio.run(run())
+
+
+def window(world: World, family: dict[str, Any], asks: int, pii: bool) -> list[bool]:
+    agent = world.agent(family)
+    results = []
+    for i, q in enumerate(family["before"][:asks]):
+        answer, tid, _ = agent.ask(q)
+        ok = _ok(family, q, answer)
+        results.append(ok)
+        if family is LIBRARY:
+            name, email = PEOPLE[i % len(PEOPLE)]
+            corr = f"Hello, this is {name}. {family['fact']} You can reach me at {email}." if pii else family["fact"]
+        else:
+            corr = f"The answer is {_expected(family, q)}."
+        world.reward(tid, ok, None if ok else corr)
+    for q in OTHER:
+        agent.ask(q)
+    return results
+
+
+def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: int, reflector: bool,
+                asks: int, alpha: float, reflector_tokens: int = 160) -> dict[str, Any]:
+    from molt.backends import LocalBackend
+    from molt.control.plane import ControlPlane, PlaneSettings
+    from molt.control.reflector import Reflector
+    from molt.control.versions import ModelPart, PolicyParts
+
+    backend = LocalBackend(model_path=model_dir, threads=threads)
+    refl = (Reflector(backend=backend, max_tokens=reflector_tokens, timeout_s=900, max_candidates=3)
+            if reflector else None)
+    asked: list[str] = []
+    # The gateway's own store (what it promotes, the gateway serves), or a copy of it.
+    # The window is small (``asks`` failures of one tenant): a gap that context changes were tried on
+    # and did not fix is large enough for weights at that size here (the default, 12, is for real windows).
+    plane = ControlPlane(store, backend, base_parts=PolicyParts(model=ModelPart(base=backend.model)),
+                         settings=PlaneSettings(promote_directly=True, replay_sample=4, regression_sample=3,
+                                                min_weight_cluster=max(2, asks - 1), alpha=alpha),
+                         reflector=refl, trainer=lambda t, a, c: asked.append(a) or "bench-request")
+    c0, w0 = time.process_time(), time.perf_counter()
+    res = plane.run_cycle("default", family["agent"])
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    rec = res.record
+    calls = sum((c.get("evidence") or {}).get("replay", {}).get("model_calls") or 0
+                for c in rec.candidates + rec.rejected)
+    out = {"choice": res.choice, "reason": rec.reason, "cpu_s": cpu, "wall_s": wall, "replay_model_calls": calls,
+           "chosen": res.chosen.description if res.chosen else None,
+           "source": (res.chosen.payload.get("source", "template") if res.chosen else None),
+           "reflector": dict(refl.usage) if refl else None,
+           "reflector_valid": sum(1 for c in rec.candidates + rec.rejected
+                                  if (c.get("payload") or {}).get("source") == "reflector"),
+           "reflector_rejected": [r["rejected"][:90] for r in rec.rejected if r.get("kind") == "reflection"]}
+    asyncio.run(backend.aclose())
+    return out
+
+
+def weight_only(model_dir: Path, family: dict[str, Any], prompts: list[str], steps: int, k: int, fresh: int,
+                threads: int, work: Path) -> dict[str, Any]:
+    """GRPO + LoRA on the failing prompts, as a weight-only evolution loop would: K samples per prompt at
+    temperature 1, the verifier's reward, one optimiser step, the adapter hot-loaded, fresh traffic
+    re-measured. CPU-seconds are this process's (sampling, training and evaluation)."""
+    from molt.backends import LocalBackend
+    from molt.backends.base import ChatRequest
+    from molt_trainer.algos import AlgoSettings
+    from molt_trainer.data import Sample, assign_groups, collate
+    from molt_trainer.policy import LoraSettings, Policy
+    from molt_trainer.publish import Publisher
+    from molt_trainer.step import train_step
+
+    backend = LocalBackend(model_path=model_dir, threads=threads)
+    loop = asyncio.new_event_loop()
+    c0, w0 = time.process_time(), time.perf_counter()
+    policy = Policy.load(LoraSettings(rank=8, micro_batch=8, threads=threads), model_dir)
+    # No publish target: the adapter is hot-loaded into this loop's backend below, as a BackendTarget would.
+    publisher = Publisher(model="smollm2", out_dir=work / "adapters", targets=[])
+    settings = AlgoSettings(advantage="grpo", policy_loss="vanilla")
+    model = MODEL
+    curve: list[tuple[float, float, float]] = []
+    trained = 0
+    signal_groups = 0
+
+    def msgs(q: str) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": family["system"]}, {"role": "user", "content": q}]
+
+    async def sample(q: str, temperature: float, n: int) -> list[Any]:
+        return [await backend.chat(ChatRequest(model=model, messages=msgs(q), tools=family["tools"],
+                                               temperature=temperature, max_tokens=28, logprobs=True))
+                for _ in range(n)]
+
+    async def evaluate() -> float:
+        wins = 0
+        for q in family["after"][:fresh]:
+            r = (await sample(q, 0.0, 1))[0]
+            wins += _ok(family, q, r.choices[0].text or "")
+        return wins / fresh
+
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(backend.start())
+    curve.append((0.0, time.perf_counter() - w0, loop.run_until_complete(evaluate())))
+    for step in range(steps):
+        samples = []
+        for i, q in enumerate(prompts):
+            for j, r in enumerate(loop.run_until_complete(sample(q, 1.0, k))):
+                ch = r.choices[0]
+                if not ch.token_ids or not ch.logprobs or not r.prompt_ids:
+                    continue
+                samples.append(Sample(prompt_ids=list(r.prompt_ids), completion_ids=list(ch.token_ids),
+                                      rollout_logprobs=[lp.logprob for lp in ch.logprobs],
+                                      reward=float(_ok(family, q, ch.text or "")), trajectory_id=f"s{step}-{i}-{j}",
+                                      event_id=f"e{step}-{i}-{j}", turn=0, turns=1, group=f"p{i}"))
+        groups: dict[str, set[float]] = {}
+        for s in samples:
+            groups.setdefault(s.group, set()).add(s.reward)
+        signal_groups += sum(len(v) > 1 for v in groups.values())
+        kept, index, rewards = assign_groups(samples)
+        batch = collate(kept, rewards, index, pad_id=policy.pad_id)
+        train_step(policy, batch, settings)
+        trained += batch.num_tokens
+        result = publisher.publish(policy, step=step + 1)
+
+        # The adapter is served under its version name.
+        model = result.version
+        loop.run_until_complete(backend.load_adapter(model, str(result.path)))
+        curve.append((time.process_time() - c0, time.perf_counter() - w0, loop.run_until_complete(evaluate())))
+        print(f"weight-only step {step + 1}: {batch.num_tokens} trained tokens, groups with signal so far "
+              f"{signal_groups}, success {curve[-1][2]:.2f} at {curve[-1][0]:.0f} CPU-s", flush=True)
+    loop.run_until_complete(backend.aclose())
+    loop.close()
+    return {"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0, "trained_tokens": trained,
+            "samples_per_step": len(prompts) * k, "groups_with_signal": signal_groups, "curve": curve}
+
+
+def main() -> None:
+    args = _args()
+    from molt.backends.model import ensure_policy_model
+
+    model_dir = ensure_policy_model(Path(args.model_home))
+    work = Path(tempfile.mkdtemp(prefix="bench-evolve-"))
+    print(f"bench_evolve: SmolLM2-135M ({model_dir.name}), {args.asks} failing asks per family + {len(OTHER)} "
+          f"others, {args.fresh} fresh asks per measurement, GRPO {args.grpo_steps} step(s) x {args.k} samples "
+          f"per prompt, {args.threads} threads; work dir {work}", flush=True)
+    t0 = time.perf_counter()
+    world = World(work, model_dir, args.threads)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        for fam, pii in ((LIBRARY, True), (TALLY, False)):
+            w = window(world, fam, args.asks, pii)
+            rows[fam["agent"]] = {"window_success": sum(w) / len(w)}
+            print(f"{fam['agent']}: window {sum(w)}/{len(w)} right ({time.perf_counter() - t0:.0f} s)", flush=True)
+        world.flush()
+        for fam in (LIBRARY, TALLY):
+            copy = work / f"store-{fam['agent']}-reflector"
+            shutil.copytree(work / "store", copy)
+            row = rows[fam["agent"]]
+            change = ({"memories": (fam["fact"],)} if fam is LIBRARY else {"system_prompt": SELF_CHECK})
+            row["hand_base"] = hand_rate(model_dir, fam, {}, args.fresh, args.threads)
+            row["hand"] = hand_rate(model_dir, fam, change, args.fresh, args.threads)
+            row["truth"] = ("memory_insert" if fam is LIBRARY else "harness_edit") if row["hand"] >= row["hand_base"] \
+                + 0.5 else "weight_update"
+            print(f"{fam['agent']}: by hand {row['hand_base']:.2f} -> {row['hand']:.2f}: truth {row['truth']} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            # The plane shares the gateway's store: the gateway serves what it promotes.
+            row["templates"] = plane_cycle(world.store, model_dir, fam, args.threads, False, args.asks, args.alpha)
+            print(f"{fam['agent']}: templates -> {row['templates']['choice']}: {row['templates']['reason'][:160]} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            row["live_before"] = rows[fam["agent"]]["window_success"]
+            if row["templates"]["choice"] not in ("noop", "weight_update", "environment_fault"):
+                row["live_after"], row["live_version"] = fresh_rate(world, fam, args.fresh)
+                print(f"{fam['agent']}: live {row['live_before']:.2f} -> {row['live_after']:.2f} on fresh asks "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            if not args.no_reflector and fam["agent"] in args.reflector_on.split(","):
+                from molt.store import Store
+
+                with Store.open(copy, auto_compact=False) as copied:
+                    row["reflector"] = plane_cycle(copied, model_dir, fam, args.threads, True, args.asks, args.alpha,
+                                                   args.reflector_tokens)
+                print(f"{fam['agent']}: templates + reflector -> {row['reflector']['choice']} "
+                      f"({row['reflector']['source']}); reflector {row['reflector']['reflector']}, "
+                      f"rejected {row['reflector']['reflector_rejected']} ({time.perf_counter() - t0:.0f} s)",
+                      flush=True)
+        fam = LIBRARY
+        wo = weight_only(model_dir, fam, fam["before"][:args.asks], args.grpo_steps, args.k, args.fresh,
+                         args.threads, work)
+    finally:
+        world.close()
+
+    print("\n== plane's choice vs ground truth (SmolLM2-135M windows, gateway capture, no labels) ==")
+    print(f"{'family':18} {'truth (by hand)':28} {'templates':16} {'+reflector':16} {'always-weights':15} always-noop")
+    hits = {"templates": 0, "reflector": 0, "weights": 0, "noop": 0}
+    for name, r in rows.items():
+        refl = r.get("reflector", {}).get("choice", "-")
+        hits["templates"] += r["templates"]["choice"] == r["truth"]
+        hits["reflector"] += refl == r["truth"]
+        hits["weights"] += r["truth"] == "weight_update"
+        hits["noop"] += r["truth"] == "noop"
+        truth = f"{r['truth']} ({r['hand_base']:.2f}->{r['hand']:.2f})"
+        print(f"{name:18} {truth:28} "
+              f"{r['templates']['choice']:16} {refl:16} {'weight_update':15} noop")
+    n = len(rows)
+    print(f"{'match':18} {'':28} {hits['templates']}/{n:<14} {hits['reflector']}/{n:<14} {hits['weights']}/{n:<13} "
+          f"{hits['noop']}/{n}")
+    for name, r in rows.items():
+        if "live_after" in r:
+            print(f"live fix ({name}, templates' {r['templates']['choice']}): {r['live_before']:.2f} on the window -> "
+                  f"{r['live_after']:.2f} on {args.fresh} fresh asks (version {r['live_version']})")
+        if "reflector" in r:
+            u = r["reflector"]["reflector"]
+            print(f"reflector cost ({name}): {u['calls']:.0f} call(s), {u['prompt_tokens']:.0f}+"
+                  f"{u['completion_tokens']:.0f} tokens, {u['seconds']:.1f} s; valid candidates "
+                  f"{r['reflector']['reflector_valid']}, rejected: {r['reflector']['reflector_rejected']}")
+    lib = rows[LIBRARY["agent"]]
+    molt_cpu, molt_wall = lib["templates"]["cpu_s"], lib["templates"]["wall_s"]
+    print("\n== the seed's question: the missing fact, Molt's plane vs a weight-only loop (GRPO + LoRA) ==")
+    print(f"Molt plane (templates): 1 cycle, {molt_cpu:.1f} CPU-s, {molt_wall:.1f} s wall, 0 trained tokens; "
+          f"success {lib['live_before']:.2f} -> {lib.get('live_after', float('nan')):.2f} "
+          f"({lib['templates']['choice']})")
+    curve = " -> ".join(f"{s:.2f}@{c:.0f}cpu-s" for c, _, s in wo["curve"])
+    groups = args.grpo_steps * len(LIBRARY["before"][:args.asks])
+    print(f"weight-only loop: {args.grpo_steps} GRPO step(s), {wo['samples_per_step']} samples/step, "
+          f"{wo['trained_tokens']} trained tokens, {wo['cpu_s']:.1f} CPU-s, {wo['wall_s']:.1f} s wall; "
+          f"groups with any reward signal: {wo['groups_with_signal']} of {groups}; "
+          f"success curve {curve}")
+    print(f"ratio: Molt's fix used {molt_cpu / wo['cpu_s']:.3f}x the CPU-seconds of {args.grpo_steps} weight-only "
+          f"step(s) (which {'reached' if wo['curve'][-1][2] >= 0.5 else 'did not reach'} 0.50 success)")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
