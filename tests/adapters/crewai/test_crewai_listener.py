@@ -3,7 +3,6 @@ event classes through the real bus), the framework check and the README quicksta
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,9 +32,6 @@ from crewai.events.types.memory_events import (
 from molt.atdp import EventKind, OutcomeStatus
 from molt.capture import MemorySink, Recorder
 from molt_crewai import MoltEventListener
-
-from ..openai_stub import stub_server
-from .scripted import crew
 
 pytestmark = pytest.mark.crewai
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,21 +122,3 @@ def test_framework_version_is_checked_at_import() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert out.startswith("AdapterError|molt-crewai needs crewai>=1.15, but found 0.80.0.")
 
-
-@pytest.mark.slow
-def test_readme_quickstart_runs() -> None:
-    from molt.store import Store
-
-    readme = (ROOT / "adapters" / "crewai" / "README.md").read_text()
-    snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
-    assert len(snippet.strip().splitlines()) <= 15
-    with stub_server() as srv:
-        ns: dict[str, Any] = {"crew": crew(srv.url, "phi")}
-        exec(compile(snippet, "README.md", "exec"), ns)
-    ns["listener"].close()
-    store = Store.open()
-    try:
-        assert store.count("events") >= 5
-    finally:
-        store.close()
-        ns["recorder"].close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,30 +144,6 @@ def test_framework_version_is_checked_at_import() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("AdapterError|molt-mcp needs mcp>=2.0, but found 1.9.0.")
 
-
-@pytest.mark.slow
-def test_readme_quickstart_runs() -> None:
-    from molt.store import Store
-
-    readme = (ROOT / "adapters" / "mcp" / "README.md").read_text()
-    snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
-    assert len(snippet.strip().splitlines()) <= 15
-    ns: dict[str, Any] = {}
-    exec(compile(snippet, "README.md", "exec"), ns)
-
-    async def go() -> None:
-        async with Client(ns["server"]) as c:
-            for q in ("sigma", "tau"):
-                assert not (await c.call_tool("lookup", {"query": q})).is_error
-
-    asyncio.run(go())
-    ns["server"].middleware[-1].flush(10, deliver=True)
-    store = Store.open()
-    try:
-        assert store.count("events") == 2
-    finally:
-        store.close()
-        ns["recorder"].close()
 
 
 def test_the_proxy_command_starts_without_a_runtime_warning() -> None:

@@ -3,7 +3,6 @@ SDK spans, the framework check and the README quickstart."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -122,22 +121,3 @@ def test_framework_version_is_checked_at_import() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("AdapterError|molt-openai-agents needs openai-agents>=0.20, but found 0.1.0.")
 
-
-@pytest.mark.slow
-def test_readme_quickstart_runs(srv: Any) -> None:
-    from molt.store import Store
-
-    readme = (ROOT / "adapters" / "openai_agents" / "README.md").read_text()
-    snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
-    assert len(snippet.strip().splitlines()) <= 15
-    ns: dict[str, Any] = {"agent": worker(srv.url)}
-    try:
-        exec(compile(snippet, "README.md", "exec"), ns)
-    finally:
-        set_trace_processors([])
-    store = Store.open()
-    try:
-        assert store.count("events") >= 5
-    finally:
-        store.close()
-        ns["recorder"].close()

@@ -146,22 +146,6 @@ def test_replay_step_rejects_non_model_events(store: Any) -> None:
         asyncio.run(replay_step(traj, traj.events[0].event_id, ReplayPolicy(FactStub())))
 
 
-def test_readme_quickstart_runs(store: Any) -> None:
-    import re
-    from pathlib import Path
-
-    from molt.replay import ReplayPolicy
-
-    from .conftest import REFUND_QUESTIONS, FactStub, record_window
-
-    readme = Path(__file__).resolve().parents[3] / "core" / "src" / "molt" / "replay" / "README.md"
-    code = re.search(r"```python\n(.*?)```", readme.read_text(), re.DOTALL).group(1)
-    ids = asyncio.run(record_window(store, ReplayPolicy(FactStub()), REFUND_QUESTIONS[:2]))
-    ns: dict[str, Any] = {"store": store, "ids": ids}
-    exec(compile(code, str(readme), "exec"), ns)
-    assert ns["ev"].scored == 2 and ns["ev"].candidate_id == "mem-1"
-
-
 def test_model_override_must_be_served() -> None:
     from molt.backends import StubBackend
     from molt.replay import Overrides, ReplayPolicy
