@@ -44,27 +44,37 @@ fails as often), gives the Fisher test nothing to compare against. So each clust
 against a stated failure rate the operator tolerates, ``tolerable`` (default 0.5: an intent whose
 requests fail more often than not): under the null hypothesis that the intent's failure rate is at
 most ``tolerable``, P(X ≥ k) for X ~ Binomial(n, tolerable) bounds the chance of an alarm (exact, no
-estimated rate). The two tests split the level (Bonferroni again, ``alpha / 2`` per test and cluster),
-so the family-wise false-alarm rate stays at most ``alpha`` for windows whose failures neither depend
-on the request nor exceed the tolerated rate.
+estimated rate). Rewards are noisy, so each cluster is tested a third time on the failures a signal
+other than the outcome reward confirms (a correction, an unrecovered tool error, a thumbs-down), which
+a flipped reward can neither make nor unmake (:mod:`molt.control.evidence`). The three tests split the
+level (Bonferroni again, ``alpha / 3`` per test and cluster), so the family-wise false-alarm rate stays
+at most ``alpha`` for windows whose failures neither depend on the request nor exceed the tolerated rate.
 
 Each cluster that passes gets the candidates that could fix it, built from the trajectories:
 
 ========================  =====================================================================
-``memory_insert``         the most common user correction in the cluster becomes the memory text
+``memory_insert``         the correction a majority of the cluster's correcting users agree on,
+                          abstracted through the redactor (:func:`agreed_correction`); none
+                          when they disagree (the cluster's ``notes`` say so)
 ``tool_schema_edit``      a tool whose calls fail with an argument error: the error message is
-                          added to the description of each parameter it names
-``skill_patch``           a multi-step request that succeeds in other trajectories of the same
-                          intent: the tool sequence of those successes becomes procedural
-                          instructions with a trigger
+                          added to the description of each parameter it names; an error that
+                          names another tool than the one called (an upstream rename): the
+                          agent's calls dispatched under that name (:func:`rename_targets`)
+``skill_patch``           a multi-step procedure that the intent's successes share and its
+                          failures lack, whatever signalled the failures (a tool error, a late
+                          negative reward, a correction): procedural instructions with a trigger
 ``harness_edit``          format failures: the verdict's format requirement becomes a system-
                           prompt rule; answer failures: a generic "check your work" rule
-``weight_update``         answer failures (no tool error): only when no context change fixes the
-                          cluster in replay (decided by the selector), sized by recurrence across
-                          tenants
+``weight_update``         answer failures (no tool error): only when context changes were
+                          replayed on the cluster and failed (decided by the selector), sized by
+                          recurrence across tenants
 ``rollback``              the live version, promoted in the window, does worse than the version
                           before it
 ========================  =====================================================================
+
+A tool-error cluster whose calls failed outside the agent — a timeout, a refused connection, a 5xx, a
+rate limit — is an *environment fault* (:func:`environment_fault`): no candidate, the operator is told.
+A model can write more candidates for the same cluster: :mod:`molt.control.reflector`.
 
 The candidates' parts are the live version's parts plus the change, so replay evaluates exactly
 the version that would go live.
@@ -85,6 +95,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from molt.atdp.ids import new_id
 from molt.control.embed import Embedder
+from molt.control.evidence import Agreement, agreement
 from molt.control.signals import Episode, arg_pattern
 from molt.control.versions import PolicyParts, PolicyVersion
 from molt.harness import ToolRewrite
@@ -110,6 +121,9 @@ ALPHA = 0.01
 TOLERABLE = 0.5
 #: The feature similarity down to which failures of one signature are joined (see the module docstring).
 SIMILARITY = 0.5
+#: The tests each cluster gets, which split the level (Fisher vs the rest, binomial vs ``tolerable``,
+#: Fisher on the confirmed failures).
+TESTS = 3
 
 _FORMAT = re.compile(r"\b(format|json|schema|markdown|yaml|csv)\b", re.I)
 _ARG_ERRORS = re.compile(r"(validation|value|type|schema|argument|invalid)", re.I)
@@ -126,10 +140,11 @@ class Evidence:
     base_failures: int       # f: failures in the rest of the window
     base_requests: int       # m: requests in the rest of the window
     p_value: float           # one-sided Fisher exact test of k/n against f/m
-    level: float             # alpha / (2 × clusters tested): what either p-value must not exceed
+    level: float             # alpha / (3 × clusters tested): what any of the p-values must not exceed
     significant: bool
     tolerable: float = TOLERABLE  # the failure rate the binomial test's null hypothesis allows
     p_tolerable: float = 1.0      # one-sided binomial test of k of n against ``tolerable``
+    agreement: Agreement | None = None  # the test of the confirmed failures (molt.control.evidence)
 
     @property
     def base_rate(self) -> float:
@@ -141,7 +156,8 @@ class Evidence:
                         "failure rate (Bonferroni)", "k": self.failures,
                 "n": self.requests, "f": self.base_failures, "m": self.base_requests, "p_value": self.p_value,
                 "tolerable": self.tolerable, "p_tolerable": self.p_tolerable,
-                "level": self.level, "significant": self.significant}
+                "level": self.level, "significant": self.significant,
+                "confirmed": self.agreement.summary() if self.agreement is not None else None}
 
 
 @dataclass
@@ -406,7 +422,7 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], vecs: np.ndarray, alp
     if not 0.0 < tolerable < 1.0:
         raise ValueError(f"tolerable must be a failure rate in (0, 1), got {tolerable!r}.")
     tested = [c for c in clusters if c.size >= 2]
-    level = alpha / (2 * max(1, len(tested)))
+    level = alpha / (TESTS * max(1, len(tested)))
     region: dict[str, set[str]] = {}
     for c in clusters:
         member_ids = {e.trajectory_id for e in c.failures}
@@ -432,9 +448,11 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], vecs: np.ndarray, alp
             n = len(region[c.key])
             p = fisher_greater(c.size, n, f, len(rest))
             pt = binomial_greater(c.size, n, tolerable)
+            agreed = agreement(c.failures, n, rest)
             c.evidence = Evidence(failures=c.size, requests=n, base_failures=f, base_requests=len(rest),
-                                  p_value=p, level=level, significant=c.size >= 2 and min(p, pt) <= level,
-                                  tolerable=tolerable, p_tolerable=pt)
+                                  p_value=p, level=level,
+                                  significant=c.size >= 2 and min(p, pt, agreed.p_value) <= level,
+                                  tolerable=tolerable, p_tolerable=pt, agreement=agreed)
         now = {c.key for c in clusters if c.significant}
         if now == found:
             break

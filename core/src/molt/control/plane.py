@@ -13,7 +13,11 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    the one before it (:func:`~molt.control.diagnose.rollback_candidate`); and for every failure
    cluster that passes its test against the agent's base failure rate (a one-sided Fisher exact test,
    family-wise false-alarm rate ``alpha``; :func:`~molt.control.diagnose.cluster_failures`, no task
-   labels needed), the typed candidates of :func:`~molt.control.diagnose.propose`.
+   labels needed), the typed candidates of :func:`~molt.control.diagnose.propose` — and, with a
+   ``reflector``, the ones a model writes for it (:mod:`molt.control.reflector`). A cluster whose tool
+   failed outside the agent (timeouts, 5xx: :func:`~molt.control.diagnose.environment_fault`) gets no
+   candidate: it is flagged to the operator, and the cycle's choice is ``environment_fault`` when
+   nothing else is to be done.
 4. **Gates** for each context candidate, cheapest first: safety (memory and skill text pass
    redaction unchanged — generated text holding PII is rejected; every source trajectory belongs to
    the tenant), **replay** on the failing cluster (:func:`molt.replay.evaluate_candidate`: success
@@ -27,8 +31,10 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    a weight update only for an answer-failure cluster whose evidence is in (a user correction, or a
    cycle has passed since its oldest failure: corrections are late; failures under the live version
    itself) and on which context candidates were generated, replayed and failed, and that recurs
-   across tenants (≥ 2, ``min_cluster`` each) or is large (``min_weight_cluster``); a cluster still
-   waiting is a no-op "waiting for evidence" naming what it waits for; else **no-op**.
+   across tenants (≥ 2, ``min_cluster`` each) or is large (``min_weight_cluster``) — a candidate that
+   could not be replayed is no evidence that context cannot fix it; a cluster still waiting is a no-op
+   "waiting for evidence" naming what it waits for; else **no-op**, naming every significant cluster
+   and what became of its candidates (the record's ``signals["clusters"]`` describes each).
 6. **Apply**: a new version (live parts + the change) goes to canary at ``canary_weight`` — or live
    at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
    ``trainer`` hook (``None``: recorded as requested).
