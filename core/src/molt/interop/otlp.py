@@ -42,6 +42,7 @@ from molt.atdp.validate import MAX_RECORD_BYTES
 from molt.capture.otlp import IngestSpan, OtlpIngest, decode_json, decode_protobuf, event_id_for
 from molt.errors import MoltError
 from molt.interop.ingest import Row
+from molt.interop.source import json_records
 
 __all__ = ["EVALUATION_EVENT", "export_otlp", "read_otlp", "readable_spans", "write_otlp_file"]
 
@@ -82,30 +83,12 @@ def _frames(data: bytes) -> list[bytes] | None:
 
 def _requests(path: Path) -> Iterator[tuple[str, list[IngestSpan] | Exception]]:
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()[:1]
     except OSError as exc:
         raise MoltError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    head = data.lstrip()[:1]
     if head in (b"{", b"["):
-        try:
-            doc = orjson.loads(data)
-            docs: list[tuple[str, Any]] = [(f"item {i}", d) for i, d in enumerate(doc)] if isinstance(doc, list) \
-                else [("document", doc)]
-        except orjson.JSONDecodeError as whole:
-            lines = data.split(b"\n")
-            try:
-                orjson.loads(next(ln for ln in lines if ln.strip()))
-            except orjson.JSONDecodeError:
-                raise MoltError(f"{path} is not valid OTLP/JSON nor JSON lines ({whole}); a truncated export "
-                                f"cannot be imported — export it again.") from None
-            docs = []
-            for i, line in enumerate(lines, 1):
-                if line.strip():
-                    try:
-                        docs.append((f"line {i}", orjson.loads(line)))
-                    except orjson.JSONDecodeError as exc:
-                        docs.append((f"line {i}", MoltError(f"not valid JSON (truncated?): {exc}")))
-        for where, d in docs:
+        for where, d in json_records(path, list_keys=()):  # one line at a time: collector files are large
             if isinstance(d, Exception):
                 yield where, d
                 continue
@@ -114,6 +97,7 @@ def _requests(path: Path) -> Iterator[tuple[str, list[IngestSpan] | Exception]]:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 yield where, MoltError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}")
         return
+    data = path.read_bytes()
     frames = _frames(data)
     for i, body in enumerate(frames or [data]):
         where = f"frame {i}" if frames else "message"
