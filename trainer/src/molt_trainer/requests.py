@@ -6,8 +6,9 @@ plane's weight-update hook; ``molt serve --train`` wires them). For a request it
 1. starts from the weights the agent serves now: the base model with the live version's adapter
    loaded, or a fresh LoRA when it has none (so an adapter trained on top of an adapter continues it);
 2. builds samples from the request's trajectories — the agent's recorded token-level traffic on the
-   failing task — and its anchors (successes on other tasks, so the update does not forget them),
-   grouped by task for GRPO's group-relative advantages (:mod:`molt_trainer.data`);
+   failing task, grouped by task for GRPO's group-relative advantages (:mod:`molt_trainer.data`) — and
+   its anchors (successes on other tasks, a quarter of the batch at most), put in the failing task's
+   group so that they keep a positive advantage and what the agent does right is reinforced too;
 3. takes ``steps`` optimiser steps (:func:`molt_trainer.step.train_step`) on one batch of the newest
    ``max_samples`` samples, reused across steps like verl's PPO epochs. Before each step the serving
    latency is checked (:class:`SloGate`): while the gateway's p99 is over the SLO the run waits, so a
@@ -187,8 +188,15 @@ class RequestTrainer:
         t0 = time.perf_counter()
         stats = DataStats()
         trajs = [*request.trajectories, *request.anchors]
-        samples, _ = build_samples(trajs, group_by="task", max_tokens=s.max_tokens, stats=stats)
-        samples = samples[-s.max_samples:]
+        samples, _ = build_samples(request.trajectories, group_by="task", max_tokens=s.max_tokens, stats=stats)
+        anchors, _ = build_samples(request.anchors, group_by="task", max_tokens=s.max_tokens, stats=stats)
+        # Anchors join the failing task's group: a group of successes alone has no advantage under GRPO
+        # (reward minus its own mean is 0), while beside the failing traffic each keeps a positive one, so
+        # what the agent already does right is reinforced in the same step that changes the failing task.
+        main = Counter(x.group for x in samples).most_common(1)
+        for a in anchors:
+            a.group = main[0][0] if main else a.group
+        samples = samples[-(s.max_samples - min(len(anchors), s.max_samples // 4)):] + anchors[: s.max_samples // 4]
         kept, index, rewards = assign_groups(samples, None, stats)
         if len(kept) < 2 or len(set(rewards)) < 2:
             raise ValueError(f"{len(kept)} trainable samples from {len(trajs)} trajectories, rewards "
@@ -210,7 +218,8 @@ class RequestTrainer:
             loss = metrics.get("actor/pg_loss", 0.0)
             if not math.isfinite(loss) or not math.isfinite(metrics.get("actor/grad_norm", 0.0)):
                 raise FloatingPointError(f"the loss is not finite ({loss}); the run is aborted, nothing saved")
-        step = len(self.publisher.registered()) + len(self.history) + 1
+        # Version names count on from what this publisher registered (a restart continues the numbering).
+        step = (len(self.publisher.registered()) if self.publisher.store is not None else len(self.history)) + 1
         wm = {"request": request.request_id, "tenant": request.tenant_id, "agent": request.agent_id,
               "task": request.task, "trajectories": sorted({x.trajectory_id for x in kept}), "samples": len(kept),
               "events": sorted({x.event_id for x in kept})}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["compose", "main_ppo_overrides"]
+__all__ = ["compose", "main_ppo_overrides", "validate"]
 
 
 def main_ppo_overrides(data: str, model_path: str, *, n_gpus: int = 1, batch_size: int = 64, lora_rank: int = 8,
@@ -57,3 +57,30 @@ def compose(overrides: list[str]) -> Any:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def validate(cfg: Any) -> None:
+    """verl's own ``validate_config`` on a composed config (batch sizes against GPUs, micro-batches, the
+    actor, the algorithm's rollout correction). Its last check, the LoRA rank against the ranks vLLM
+    allows, imports vLLM's rollout, which exists only where vLLM is installed (the GPU environment):
+    here it runs with the rollout named ``hf`` (that check skipped) and the rank is checked against the
+    ranks vLLM accepts (verl's own fallback list when vLLM is absent)."""
+    import copy
+    from typing import get_args
+
+    from omegaconf import open_dict
+    from verl.utils.config import validate_config
+
+    c = copy.deepcopy(cfg)
+    with open_dict(c):
+        c.actor_rollout_ref.rollout.name = "hf"
+    validate_config(c, use_reference_policy=bool(c.actor_rollout_ref.actor.use_kl_loss), use_critic=False)
+    try:
+        from vllm.config.lora import MaxLoRARanks  # type: ignore[import-not-found]
+
+        allowed = set(get_args(MaxLoRARanks))
+    except Exception:
+        allowed = {1, 8, 16, 32, 64, 128, 256, 320, 512}
+    rank = int(cfg.actor_rollout_ref.model.lora_rank)
+    if rank > 0 and rank not in allowed:
+        raise ValueError(f"LoRA rank {rank} is not one vLLM serves ({sorted(allowed)}).")
