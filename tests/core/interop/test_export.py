@@ -21,15 +21,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 LANGFUSE = "7f3a2c1e-5b4d-4e8f-9a01-2b3c4d5e6f70"
 
 
-@pytest.fixture(scope="module")
-def pipeline() -> Any:
-    from molt.governance.pipeline import GovernancePipeline
-
-    p = GovernancePipeline()
-    p.warm()
-    return p
-
-
 @pytest.fixture
 def stores(tmp_path: Path) -> Iterator[Any]:
     opened: list[Store] = []

@@ -21,15 +21,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PII = ["jane.doe@example.com", "415 555 0134", "4111 1111 1111 1111", "Maria Lopez", "tom.hanson@example.org"]
 
 
-@pytest.fixture(scope="module")
-def pipeline() -> Any:
-    from molt.governance.pipeline import GovernancePipeline
-
-    p = GovernancePipeline()
-    p.warm()  # the redaction lexicons load once for the module
-    return p
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(tmp_path / "store", auto_compact=False)
