@@ -211,6 +211,7 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=100_000)
     ap.add_argument("--spans-per-request", type=int, default=500)
     ap.add_argument("--cpu", type=int, default=0, help="the core the timed process is pinned to")
+    ap.add_argument("--only", choices=["import", "gateway"], help="time one path (a rerun of the other's half)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
@@ -231,16 +232,22 @@ def main() -> None:
         n = sum(1 for _ in range(args.spans // SPANS_PER_RUN)) * SPANS_PER_RUN
         print(f"{n:,} spans in {len(lines):,} requests, {path.stat().st_size / 1e6:.1f} MB (OTLP/JSON lines); "
               f"timed process on core {cpu}, client on core {client_cpu}", flush=True)
-        out = subprocess.run([sys.executable, __file__, "--import-file", str(path), "--home", tmp + "/imp",
-                              "--cpu", str(cpu)], capture_output=True, text=True, check=True)
-        imp = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"import (molt trajectories import --format otlp): {imp['events']:,} events in {imp['seconds']:.1f} s "
-              f"= {imp['events'] / imp['seconds']:,.0f} events/s", flush=True)
-        gw = run_gateway(lines, Path(tmp) / "gw", cpu, client_cpu, n)
-        print(f"gateway /v1/traces: {gw['events']:,} events stored in {gw['seconds']:.1f} s "
-              f"= {gw['events'] / gw['seconds']:,.0f} events/s (posting took {gw['posted_seconds']:.1f} s)", flush=True)
-        ratio = (imp["events"] / imp["seconds"]) / (gw["events"] / gw["seconds"])
-        print(f"import / gateway throughput: {ratio:.2f}x")
+        imp = gw = None
+        if args.only in (None, "import"):
+            out = subprocess.run([sys.executable, __file__, "--import-file", str(path), "--home", tmp + "/imp",
+                                  "--cpu", str(cpu)], capture_output=True, text=True, check=True)
+            imp = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"import (molt trajectories import --format otlp): {imp['events']:,} events in "
+                  f"{imp['seconds']:.1f} s = {imp['events'] / imp['seconds']:,.0f} events/s", flush=True)
+        if args.only in (None, "gateway"):
+            gw = run_gateway(lines, Path(tmp) / "gw", cpu, client_cpu, n)
+            print(f"gateway /v1/traces: {gw['events']:,} events stored in {gw['seconds']:.1f} s = "
+                  f"{gw['events'] / gw['seconds']:,.0f} events/s (posting took {gw['posted_seconds']:.1f} s)",
+                  flush=True)
+        ratio = None
+        if imp and gw:
+            ratio = (imp["events"] / imp["seconds"]) / (gw["events"] / gw["seconds"])
+            print(f"import / gateway throughput: {ratio:.2f}x")
         if args.out:
             args.out.write_text(json.dumps({"spans": n, "import": imp, "gateway": gw, "ratio": ratio}, indent=2))
 
