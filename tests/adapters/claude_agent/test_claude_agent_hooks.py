@@ -164,3 +164,35 @@ def test_readme_quickstart_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         store.close()
         ns["recorder"].close()
+
+
+def test_a_failed_run_is_recorded_as_failed(hooks: MoltClaudeHooks) -> None:
+    """Claude Code not logged in: the prompt hook fires, then the CLI ends with an error result and no
+    Stop. Watched, the turn ends as an error (no healthy-looking trajectory, no orphaned prompt)."""
+    from claude_agent_sdk import ResultMessage
+
+    async def failing_run() -> Any:
+        data = {"session_id": "s1", "transcript_path": "/dev/null", "cwd": "/", "hook_event_name": "UserPromptSubmit",
+                "prompt": "help alpha"}
+        await hooks._on_hook(data, None, {"signal": None})  # type: ignore[arg-type]
+        yield ResultMessage(subtype="success", duration_ms=5, duration_api_ms=0, is_error=True, num_turns=0,
+                            session_id="s1", result="Invalid API key · Please run /login")
+
+    async def crashing_run() -> Any:
+        yield ResultMessage(subtype="success", duration_ms=1, duration_api_ms=0, is_error=False, num_turns=0,
+                            session_id="s2")
+        raise RuntimeError("the CLI exited with 1")
+
+    async def consume(stream: Any) -> list[Any]:
+        return [m async for m in stream]
+
+    assert len(asyncio.run(consume(hooks.watch(failing_run())))) == 1  # the stream passes through unchanged
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        asyncio.run(consume(hooks.watch(crashing_run())))
+    evs = _events(hooks)
+    turns = [e for e in evs if e.kind == EventKind.AGENT_STEP and e.name == "turn"]
+    assert len(turns) == 2 and all(t.outcome.status == OutcomeStatus.ERROR for t in turns)
+    assert "Please run /login" in str(turns[0].outcome.error)
+    assert "exited with 1" in str(turns[1].outcome.error)
+    [prompt] = [e for e in evs if e.kind == EventKind.USER_MESSAGE]
+    assert prompt.parent_id == turns[0].event_id  # the prompt's parent is recorded now

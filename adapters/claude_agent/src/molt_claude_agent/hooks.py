@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions, HookContext, HookInput, HookJSONOutput, HookMatcher
+from claude_agent_sdk import (
+    ClaudeAgentOptions,
+    HookContext,
+    HookInput,
+    HookJSONOutput,
+    HookMatcher,
+    ResultMessage,
+)
 
 from molt.capture.instrumentor import Instrumentor
 
@@ -50,8 +58,9 @@ class MoltClaudeHooks(Instrumentor):
 
     Example::
 
-        options = MoltClaudeHooks(recorder).attach(ClaudeAgentOptions(allowed_tools=["Read"]))
-        async for message in query(prompt="Summarise README.md", options=options):
+        hooks = MoltClaudeHooks(recorder, tenant_id="acme", agent_id="coder")
+        options = hooks.attach(ClaudeAgentOptions(allowed_tools=["Read"]))
+        async for message in hooks.watch(query(prompt="Summarise README.md", options=options)):
             ...
     """
 
@@ -89,6 +98,30 @@ class MoltClaudeHooks(Instrumentor):
         except Exception as exc:  # never into the agent
             self.capture.fail(exc)
         return answer
+
+    async def watch(self, messages: AsyncIterable[Any]) -> AsyncIterator[Any]:
+        """The SDK's message stream, passed through unchanged, with how the run ended recorded.
+
+        Hooks never hear of a run that fails — Claude Code not logged in, an API error, the CLI
+        crashing — so without this its turn is never closed and its trajectory looks healthy. An error
+        result (``ResultMessage.is_error``) or an exception from the stream ends the turn as an error;
+        the exception is re-raised. ``async for message in hooks.watch(query(prompt=…, options=…))``.
+        """
+        try:
+            async for message in messages:
+                if isinstance(message, ResultMessage) and message.is_error:
+                    why = "; ".join(message.errors or []) or message.result or message.subtype
+                    self._run_failed(message.session_id, f"the run failed ({message.subtype}): {why}")
+                yield message
+        except Exception as exc:
+            self._run_failed(None, f"the run raised {type(exc).__name__}: {exc}")
+            raise
+
+    def _run_failed(self, session: str | None, reason: str) -> None:
+        try:
+            self.capture.submit(self._mapper.run_failed, session, reason, time.time_ns())
+        except Exception as exc:  # never into the agent
+            self.capture.fail(exc)
 
     def _version_context(self, prompt: str) -> HookJSONOutput:
         """The live version rendered by the harness as the system text of this prompt, as context."""

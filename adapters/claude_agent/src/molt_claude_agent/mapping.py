@@ -123,6 +123,14 @@ class HookMapper:
             )
         )
 
+    def run_failed(self, session: str | None, reason: str, t_ns: int) -> None:
+        """The run ended in an error no hook hears of (no login, an API error, the CLI crashing): end
+        its open turn (of ``session``, or every open one) as an error — or, when its turn was already
+        closed or never opened, record an errored turn in that trajectory — so it never looks healthy."""
+        keys = [k for s, k in self._turn.items() if k in self.spans and (session is None or s == session)]
+        for key in keys or [self._turn_key(session or "", t_ns)]:
+            self._end_turn(key, t_ns, error_outcome(reason))
+
     def stop(self, data: Mapping[str, Any], _tid: str | None, t_ns: int) -> None:
         session = str(data.get("session_id") or "")
         key = self._turn_key(session, t_ns)
