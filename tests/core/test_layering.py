@@ -104,51 +104,43 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _own_names(tree: ast.AST) -> set[str]:
-    """The private names a module defines: functions, classes, ``self.x`` / ``cls.x`` and other
-    assignments, and ``__slots__`` entries."""
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(node.name)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            out.add(node.id)
-        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
-            out.add(node.attr)
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__"
-                                                  for t in node.targets):
-            out.update(c.value for c in ast.walk(node.value)
-                       if isinstance(c, ast.Constant) and isinstance(c.value, str))
-    return {n for n in out if _private(n)}
-
-
 def private_reach_ins(files: Iterable[Path], root: Path) -> list[str]:
     """Each place where a module touches a private name it does not define: ``obj._x`` (read or
     assigned) on anything but ``self`` / ``cls``, ``getattr(obj, "_x")`` and its siblings, and
-    ``from module import _x``."""
+    ``from module import _x``. A module defines a name by a function, a class, an assignment
+    (``self.x`` / ``cls.x`` included) or a ``__slots__`` entry."""
     bad = []
     for f in files:
         rel = f.relative_to(root).as_posix()
-        tree = ast.parse(f.read_text())
-        own = _own_names(tree)
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Attribute) and _private(node.attr):
-                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
-                    names = [node.attr]
+        own: set[str] = set()
+        touched: list[tuple[ast.AST, str, bool]] = []  # (node, name, whether defining it here is enough)
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    if isinstance(node.ctx, ast.Store):
+                        own.add(node.attr)
+                else:
+                    touched.append((node, node.attr, True))
+            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__"
+                                                      for t in node.targets):
+                own.update(c.value for c in ast.walk(node.value)
+                           if isinstance(c, ast.Constant) and isinstance(c.value, str))
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                   and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
                   and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
                   and _private(node.args[1].value)
                   and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))):
-                names = [node.args[1].value]
+                touched.append((node, node.args[1].value, True))
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [a.name for a in node.names if _private(a.name)]
-            for name in names:
-                if (isinstance(node, ast.ImportFrom) or name not in own) and name not in PUBLIC_UNDERSCORED \
-                        and (rel, name) not in KNOWN:
-                    bad.append(f"{rel}:{node.lineno} touches {name} ({ast.unparse(node)[:80]})")
+                touched += [(node, a.name, False) for a in node.names if _private(a.name)]
+        for node, name, own_ok in touched:
+            if (own_ok and name in own) or name in PUBLIC_UNDERSCORED or (rel, name) in KNOWN:
+                continue
+            bad.append(f"{rel}:{getattr(node, 'lineno', 0)} touches {name} ({ast.unparse(node)[:80]})")
     return bad
 
 
