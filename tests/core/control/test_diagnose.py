@@ -243,6 +243,49 @@ def test_power_and_stability_under_flipped_rewards_and_late_corrections() -> Non
     assert late / runs >= 0.95, late
 
 
+def _confirmed_null_window(rng: random.Random, p: float) -> list[Episode]:
+    """Failures independent of the request, half of them confirmed by a correction, and 20 % of the
+    outcome rewards flipped: a confirmed-failure alarm here is a false alarm too."""
+    out = _null_window(rng, p=p)
+    for i, e in enumerate(out):
+        corr = ["That is wrong."] if e.success is False and rng.random() < 0.5 else []
+        ok = e.success if corr or rng.random() >= 0.2 else not e.success
+        out[i] = ep(i, e.question, False if corr else ok, corrections=corr)
+    return out
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3])
+def test_false_alarm_rate_with_confirmed_failures_is_at_most_alpha(p: float) -> None:
+    rng = random.Random(f"null-confirmed-{p}")
+    emb = IntentEmbedder()
+    windows = 300
+    alarms = sum(any(c.significant for c in cluster_failures(_confirmed_null_window(rng, p), embedder=emb))
+                 for _ in range(windows))
+    assert alarms / windows <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / windows), alarms
+
+
+def test_failures_another_signal_confirms_survive_flipped_rewards() -> None:
+    """A legacy tool rejects every lookup of one intent (6 requests, each an unrecovered tool error); 20 % of
+    the other 30 requests' rewards are flipped to failures (9 fail). Counting every failure, the rest of the window
+    fails as often as a pattern's neighbours would and the Fisher test waits (and 6 of 6 is too few for
+    the binomial one); the tool errors, which no reward flip makes or unmakes, stand out."""
+    from molt.control.evidence import confirmed
+
+    rng = random.Random("confirmed")
+    bad = ToolUse("lookup_order", {"order_id": "1003"}, False, "ValidationError", "order_id must keep the A- prefix")
+    window = [ep(i, f"intentz lookup {_tag(rng)}", False, tools=[bad]) for i in range(6)]
+    for k in range(30):
+        window.append(ep(len(window), f"intent{'abc'[k % 3]} ask {_tag(rng)}", k % 10 not in (0, 3, 7)))  # 9 failed
+    window = [w if w.success is not False or not w.tools else
+              w.__class__(**{**w.__dict__, "failure_signals": ["tool_error"]}) for w in window]
+    assert sum(confirmed(e) for e in window) == 6
+    sig = [c for c in cluster_failures(window, embedder=IntentEmbedder()) if c.significant]
+    assert len(sig) == 1 and {e.question.split()[0] for e in sig[0].failures} == {"intentz"}
+    ev = sig[0].evidence
+    assert ev is not None and ev.agreement is not None
+    assert min(ev.p_value, ev.p_tolerable) > ev.level >= ev.agreement.p_value, ev.summary()
+
+
 def test_same_pattern_across_tenants() -> None:
     emb = IntentEmbedder()
     a = [ep(i, f"intentx ask {i}x", i % 5 != 0, tenant="acme") for i in range(1, 30)]
