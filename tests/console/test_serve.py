@@ -190,7 +190,8 @@ def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(molt.control.plane, "run_scheduled", fake_run_scheduled)
     keys = tmp_path / "keys.toml"
-    keys.write_text('[[keys]]\nkey = "sk-t-admin"\ntenant = "acme"\nrole = "admin"\n')
+    keys.write_text('[[keys]]\nkey = "sk-t-admin"\ntenant = "acme"\nrole = "admin"\n'
+                    '[[keys]]\nkey = "sk-t-op"\ntenant = "platform"\nrole = "operator"\n')
     rc, app = _serve_in_process(monkeypatch, ["--no-record", "--keys", str(keys), "--train", "--vllm",
                                               "--evolve-every", "3600"])
     assert rc == 0
@@ -207,7 +208,16 @@ def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.Monk
     [backend] = gw.backends.values()
     assert isinstance(backend, VLLMBackend) and backend.server is not None
     # the loop loads adapters through the admin API with a key of its own, the platform operator's
-    assert len(gw.keyring) == 2 and gw.keyring.tenants() == {"acme", "platform"}
+    assert len(gw.keyring) == 3 and gw.keyring.tenants() == {"acme", "platform"}
+    # its state in /metrics for the operator (runs, serving budget, pauses), not for a tenant's admin
+    from starlette.testclient import TestClient
+
+    client = TestClient(app)
+    text = client.get("/metrics", headers={"authorization": "Bearer sk-t-op"}).text
+    for gauge in ("molt_trainer_runs 0", "molt_trainer_slo_pauses 0", "molt_weights_published 0",
+                  "molt_weights_failed_runs 0"):
+        assert gauge in text, gauge
+    assert "molt_trainer_runs" not in client.get("/metrics", headers={"authorization": "Bearer sk-t-admin"}).text
 
 
 def _start_serve(home: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:

@@ -243,7 +243,7 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
 
 def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str | None, model: str,
                    model_path: Path | None, governance: str | None, ungoverned: bool, registry: Any,
-                   latency_slo_ms: float | None, home: Path) -> Any:
+                   latency_slo_ms: float | None, home: Path, gateway_sources: list[Any]) -> Any:
     """The weight loop (the plane's weight-update hook) with its trainer, or ``None`` when it cannot run."""
     # The trainer is an optional distribution that core never imports statically; the composition
     # root loads it by name, like the cli's mounted commands.
@@ -291,6 +291,8 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
                 gate.observe_idle()
 
     stack.spawn("weights-watch", watch)
+    gateway_sources.append(trainer.status)
+    gateway_sources.append(loop.status)
     budget = f"{latency_slo_ms:g} ms" if latency_slo_ms else "2 x the p99 while not training"
     stack.status["trainer"] = (
         "weight updates the plane decides, trained on " + ("[red]UNGOVERNED data (--train-on-ungoverned-data)[/red]"
@@ -478,7 +480,7 @@ def serve_command(
             weights = _start_trainer(stack, shared, gateway_url=base, admin_key=trainer_key, model=public,
                                      model_path=model_path or getattr(be, "model_path", None), governance=policy,
                                      ungoverned=train_on_ungoverned_data, registry=registry,
-                                     latency_slo_ms=latency_slo_ms, home=home)
+                                     latency_slo_ms=latency_slo_ms, home=home, gateway_sources=gw.status_sources)
     else:
         stack.status["trainer"] = "off (--train to run it)"
     _start_control(stack, shared, evolve_every, replay_backend, registry, weights)

@@ -381,6 +381,12 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:
             held = await run_in_threadpool(gw.store.cache_bytes)
             gauges.append(("molt_store_cache_bytes", "Bytes held by the gateway process's LanceDB caches "
                            "(index + metadata; bounded).", {}, float(held)))
+        if reader.operator:  # platform state (training runs, pauses for serving): the operator's to see
+            for source in gw.status_sources:
+                for part in source().values():
+                    for k, v in part.items():
+                        if isinstance(v, int | float) and not isinstance(v, bool):
+                            gauges.append(("molt_" + k.replace(".", "_"), f"molt serve status {k}.", {}, float(v)))
         versions = gw.router.table.versions
         text = gw.metrics.render(gauges, version_visible=lambda v: reader.sees_version(versions.get(v)))
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")

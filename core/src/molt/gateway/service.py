@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +169,9 @@ class Gateway:
             multi_tenant=keyring.multi_tenant if keyring is not None else (lambda: False),
             max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         self.started_at = time.time()
+        #: Parts started beside the gateway (``molt serve``'s weight loop and trainer) whose numeric status
+        #: (a :data:`molt.status.StatusSource`) ``/metrics`` shows the platform operator as ``molt_*`` gauges.
+        self.status_sources: list[Callable[[], dict[str, dict[str, Any]]]] = []
         self._health_task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
 
