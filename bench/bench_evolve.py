@@ -6,7 +6,7 @@ Windows are produced by SmolLM2-135M itself: the generic OpenAI tool-calling loo
 an in-process Molt gateway (real capture, real store, live versions bound to the router) over a local
 SmolLM2 backend, in two domains the repo uses nowhere else:
 
-- ``pinecrest-help`` (a public library's help desk): the late fine is a fact the model lacks; users
+- ``library-desk`` (Pinecrest, a public library's help desk): the late fine is a fact the model lacks; users
   correct the wrong answers, each signing with their name and email (personal data the memory must not
   keep);
 - ``tallyworks-desk`` (a bookkeeping firm's assistant): three-digit multiplication, a capability the
@@ -63,7 +63,7 @@ PEOPLE = [("Nadia Haddad", "nadia.h@example.com"), ("Owen Price", "owen.price@ma
           ("Yuki Sato", "yuki.sato@example.jp"), ("Pablo Ruiz", "pablo.ruiz@example.es")]
 
 LIBRARY = {
-    "agent": "pinecrest-help",
+    "agent": "library-desk",  # "pinecrest-help" reads as a person to the NER model: the gateway redacts it
     "system": "You are the help desk of Pinecrest Public Library. Answer the patron's question in one or two "
               "sentences.",
     "tools": [{"type": "function", "function": {
@@ -122,7 +122,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--k", type=int, default=4, help="GRPO samples per prompt")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-reflector", action="store_true")
-    p.add_argument("--reflector-on", default="pinecrest-help,tallyworks-desk",
+    p.add_argument("--reflector-on", default="library-desk,tallyworks-desk",
                    help="families whose cycle is also run with SmolLM2 as the reflector")
     p.add_argument("--reflector-tokens", type=int, default=160)
     p.add_argument("--alpha", type=float, default=0.01,
@@ -233,6 +233,8 @@ def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: in
     from molt.control.reflector import Reflector
     from molt.control.versions import ModelPart, PolicyParts
 
+    for name in ("events", "rewards"):  # what the gateway's recorder wrote since this handle last read
+        store.table(name).checkout_latest()
     backend = LocalBackend(model_path=model_dir, threads=threads)
     refl = (Reflector(backend=backend, max_tokens=reflector_tokens, timeout_s=900, max_candidates=3)
             if reflector else None)
