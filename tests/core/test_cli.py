@@ -234,6 +234,9 @@ def test_ids_are_never_cut_in_a_narrow_terminal(molt_home: Path, filled: list[st
     out = molt("trajectories", "ls", home=molt_home).stdout
     assert all(t in out for t in filled), out
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= max(width, len(filled[0]) + 2)
+    shown = molt("trajectories", "show", filled[0], home=molt_home).stdout
+    events = json.loads(molt("trajectories", "show", filled[0], "--json", home=molt_home).stdout)["events"]
+    assert all(e["event_id"] in shown for e in events), shown  # what `molt reward --event` takes
 
 
 def test_an_agent_beside_molt_serve_records_through_its_own_spool(molt_home: Path, event_factory) -> None:  # type: ignore[no-untyped-def]

@@ -263,10 +263,15 @@ def trajectories_show(
     if as_json:
         sys.stdout.write(traj.model_dump_json(indent=2) + "\n")
         return
-    t = Table("seq", "kind", "name", "parent", "status", "reward", title=f"trajectory {trajectory_id}")
+    # the event id is what `molt reward --event` takes: shown whole; the parent by its seq (readable,
+    # and unambiguous within the trajectory)
+    seq_of = {e.event_id: e.seq for e in traj.events}
+    t = Table("seq", "kind", "name", "parent", "status", "reward", "event", title=f"trajectory {trajectory_id}")
+    t.columns[-1].no_wrap, t.columns[-1].min_width = True, max((len(e.event_id) for e in traj.events), default=5)
     for e in traj.events:
-        t.add_row(str(e.seq), e.kind.value, e.name or "", (e.parent_id or "")[-12:],
-                  e.outcome.status.value if e.outcome else "", "" if e.reward is None else f"{e.reward:.3g}")
+        parent = "" if e.parent_id is None else str(seq_of.get(e.parent_id, f"missing {e.parent_id}"))
+        t.add_row(str(e.seq), e.kind.value, e.name or "", parent, e.outcome.status.value if e.outcome else "",
+                  "" if e.reward is None else f"{e.reward:.3g}", e.event_id)
     console.print(t)
     for r in traj.rewards:
         target = f"event {r.event_id}" if r.event_id else "trajectory"
