@@ -176,7 +176,12 @@ class WeightLoop:
                              anchors=[got[t] for t in others[: self.max_anchors] if t in got])
 
     def __call__(self, tenant_id: str, agent_id: str, cand: Any) -> ModelPart:
-        req = self.request(tenant_id, agent_id, cand)
+        try:
+            req = self.request(tenant_id, agent_id, cand)
+        except Exception as exc:  # an unreadable store or a refused read: a logged no-op, never a crashed cycle
+            self.counters["failed"] += 1
+            raise InterventionError(f"weight update for {tenant_id}/{agent_id}: reading its trajectories failed "
+                                    f"({type(exc).__name__}: {exc}); nothing trained") from exc
         entry: dict[str, Any] = {**req.summary(), "at": time.time(), "outcome": "running"}
         self.runs.append(entry)
         try:
