@@ -203,7 +203,7 @@ def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.Monk
         threading.Event().wait(0.1)
     [plane] = planes
     assert isinstance(plane.trainer, WeightLoop) and isinstance(plane.trainer.train, RequestTrainer)
-    assert plane.trainer.train._policy is None      # nothing trains (or loads a model) before a decision
+    assert plane.trainer.train.status()["state"]["trainer.runs"] == 0 and plane.trainer.runs == []
     gw = app.state.gateway
     [backend] = gw.backends.values()
     assert isinstance(backend, VLLMBackend) and backend.server is not None
