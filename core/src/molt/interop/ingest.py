@@ -253,7 +253,7 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
             source_tid[tid] = ev.trajectory_id
             ev = _rehome(ev, tid, ns, tenant)
         by_traj[ev.trajectory_id].append((where, ev))
-
+    events.clear()  # by_traj holds them now
     # the tree: cycles and in-file duplicates with other content
     for tid, items in by_traj.items():
         seen: dict[str, Event] = {}
@@ -324,6 +324,10 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
 
     stored = _existing_events(store, list(kept))
     heads = store.chain_heads([t for t in kept if t in stored]) if stored else {}
+    # everything is checked: from here rows are written as they are sealed, a batch at a time, so an
+    # import holds its events but not their sealed copies too
+    sink_for = getattr(hook, "sink_for", None)
+    sink = sink_for(store) if sink_for is not None else store  # decisions are stored with their events
     new_rows: list[SealedRow] = []
     present: dict[str, set[str]] = {}  # trajectory -> event ids stored after this import
     traj_tenant: dict[str, str | None] = {}  # trajectory -> tenant of its events
@@ -360,10 +364,15 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
                                       digest=sealed.digest, prev_hash=sealed.prev_hash, hash=sealed.hash))
             ok.add(ev.event_id)
             traj_tenant[tid] = ev.metadata.tenant_id  # as governance stamped it: the rewards take the same
+            if len(new_rows) >= batch_rows:
+                sink.write_batch(SinkBatch(events=new_rows, redelivery=True))
+                report.imported += len(new_rows)
+                new_rows = []
+        items.clear()  # written: the trajectory's events are not needed any more
         if ok:
             present[tid] = ok
             report.trajectories += 1
-    report.imported = len(new_rows)
+    report.imported += len(new_rows)
 
     for tid in present.keys() - traj_tenant.keys():  # nothing new in it: its stored events' tenant
         traj_tenant[tid] = store.trajectory_tenant(tid)
@@ -373,8 +382,6 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
     reward_rows = [r for r in reward_rows if r["annotation_id"] not in existing]
     report.rewards = len(reward_rows)
 
-    sink_for = getattr(hook, "sink_for", None)
-    sink = sink_for(store) if sink_for is not None else store  # decisions are stored with their events
     for i in range(0, max(len(new_rows), len(quarantine), len(reward_rows), 1), batch_rows):
         batch = SinkBatch(events=new_rows[i:i + batch_rows], quarantine=quarantine[i:i + batch_rows],
                           rewards=reward_rows[i:i + batch_rows], redelivery=True)
