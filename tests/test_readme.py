@@ -62,7 +62,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
                              "--evolve-every", "0"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # start-up takes minutes on a loaded 2-core machine
     while True:
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
