@@ -124,8 +124,9 @@ def test_a_recycled_capture_process_hands_its_spool_over_with_nothing_lost_or_do
         pids.add(proc._proc.pid)
     finally:
         assert proc.close(timeout=60)
-    # each child takes `recycle` records, more when a request in flight postponed its replacement
-    assert 2 <= proc.recycled <= calls // recycle and len(pids) == proc.recycled + 1
+    # each child takes `recycle` records, more when a request in flight or a child still starting postponed
+    # its replacement (then a child can come and go between two of the pids sampled here)
+    assert 2 <= proc.recycled <= calls // recycle and len(pids) <= proc.recycled + 1
     stats = proc.stats
     with Store.open(tmp_path / "store", auto_compact=False) as store:
         events = store.table("events").to_arrow().select(["event_id", "trajectory_id", "seq"]).to_pylist()

@@ -63,6 +63,10 @@ _CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", 
 _LEN = struct.Struct("<I")
 _RECORDS = frozenset((_CALL, _EVENT, _REWARD))  # what counts towards recycling the child
 _FINAL = "final"  # id of the stats a child sends as it exits
+#: The frame a child sends once it holds the spool. A child is replaced only after it sent it:
+#: otherwise, under load, several replacements start before their predecessors took the spool and
+#: race for it, and a loser that never gets it dies with the records in its pipe.
+_HOLDS_SPOOL = orjson.dumps({"id": "holds-spool", "ok": True, "stats": {}})
 #: RecorderStats fields that count since the Recorder opened (the rest are gauges of the live child):
 #: a recycled child's last values are added to its successors', so the gateway's counters never go back.
 _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dropped_spool_full", "quarantined",
@@ -293,6 +297,8 @@ def main() -> None:
                 warned = True
             time.sleep(0.02)
     capture = CallRecorder(rec)
+    stdout.write(_frame(_STATS, _HOLDS_SPOOL))
+    stdout.flush()
     try:
         while True:
             head = _read_exact(stdin, 4)
@@ -327,6 +333,11 @@ def main() -> None:
             except Exception:  # one bad record never stops capture
                 log.exception("The capture process could not handle a %r record.", kind)
     finally:
+        # What this process was sent is made durable in the spool first, however long that takes under
+        # load (up to handover_s: the parent kills a replaced child that is still here well after it),
+        # and only delivery to the store is bounded by close_timeout: a record still queued in memory
+        # when the process ends is lost, one left in the spool goes to the next child.
+        rec.flush(timeout=float(config.get("handover_s", 90.0)))
         done = rec.close(timeout=float(config.get("close_timeout", 10.0)))
         # Last words for a parent that recycles this process: its counters, to carry over. Sent as
         # soon as the spool is handed over (before the store's compactor is joined), so the parent
@@ -376,14 +387,17 @@ class CaptureProcess:
         if not spool_wait_s >= 0:
             raise ValueError(f"spool_wait_s must be a number of seconds, 0 or more, got {spool_wait_s}.")
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
+        # how long a replaced child may take to make what it was sent durable before it is killed
+        self._handover_s = start_timeout_s + 30.0
         self._config: dict[str, Any] = {
             "store_uri": str(store_uri or os.path.join(home, "store")),
             "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
             "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids,
-            "chain_heads": chain_heads, "spool_wait_s": spool_wait_s}
+            "chain_heads": chain_heads, "spool_wait_s": spool_wait_s, "handover_s": self._handover_s}
         self.start_timeout_s = start_timeout_s
         self.recycle_after = recycle_after
         self._proc = self._spawn(self._config)
+        self._holds_spool = False  # whether the current child said it took the spool (_HOLDS_SPOOL)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._stdin = self._proc.stdin
         self._stdout_fd = self._proc.stdout.fileno()
@@ -462,11 +476,16 @@ class CaptureProcess:
     def _recycle_due(self) -> bool:
         return bool(self.recycle_after) and self._to_child >= self.recycle_after and not self._closed
 
+    def _handover_ready(self) -> bool:
+        """A handover is due and the current child holds the spool, so its successor cannot take the
+        spool before it (one owner at a time, in the order the records were sent)."""
+        return self._recycle_due() and self._holds_spool
+
     def _request(self, kind: bytes, timeout: float, **fields: Any) -> dict[str, Any] | None:
         # A handover that is due needs this lock between two requests: let the sender take it first,
         # or frequent requests (a status poll) keep one child for far longer than recycle_after.
         wait_until = time.monotonic() + 2.0
-        while self._recycle_due() and time.monotonic() < wait_until:
+        while self._handover_ready() and time.monotonic() < wait_until:
             time.sleep(0.005)
         with self._request_lock:
             rid = new_id()
@@ -487,7 +506,13 @@ class CaptureProcess:
             data = os.read(self._stdout_fd, 65536)
             if data:
                 self._reply_buf += data
-        out, self._reply_buf = _split_frames(self._reply_buf)
+        frames, self._reply_buf = _split_frames(self._reply_buf)
+        out = []
+        for kind, payload in frames:
+            if kind == _STATS and payload == _HOLDS_SPOOL:
+                self._holds_spool = True
+            else:
+                out.append((kind, payload))
         return out
 
     def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
@@ -604,14 +629,20 @@ class CaptureProcess:
             old = self._proc
             if old.poll() is not None:
                 return  # a dead child is not replaced here (its records are counted as dropped)
+            if not self._holds_spool:
+                self._read_replies(0)  # its _HOLDS_SPOOL frame may be waiting (other replies are stale)
+                if not self._holds_spool:
+                    return  # still starting: replaced once it holds the spool
             try:
-                new = self._spawn({**self._config, "spool_wait_s": self.start_timeout_s, "replacing": True})
+                # It waits for the spool as long as its predecessor may take to hand it over (see _reap).
+                new = self._spawn({**self._config, "spool_wait_s": self._handover_s + 30.0, "replacing": True})
             except OSError as exc:
                 log.warning("Could not start a new capture process (the current one goes on): %r", exc)
                 self._to_child = 0
                 return
             assert new.stdin is not None and new.stdout is not None
             self._proc, self._stdin, self._stdout_fd, self._reply_buf = new, new.stdin, new.stdout.fileno(), b""
+            self._holds_spool = False
             with self._carried_lock:  # the old child's counters count until its final ones replace them
                 self._provisional[old.pid] = {k: int(self._last_stats.get(k) or 0) for k in _COUNTERS}
                 self._last_stats = {}
@@ -631,7 +662,7 @@ class CaptureProcess:
         for it to exit."""
         assert old.stdout is not None
         fd, buf, final = old.stdout.fileno(), b"", None
-        deadline = time.monotonic() + self.start_timeout_s + 60.0
+        deadline = time.monotonic() + self._handover_s + 30.0
         try:
             while time.monotonic() < deadline:
                 ready, _, _ = select.select([fd], [], [], 1.0)
