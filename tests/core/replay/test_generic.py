@@ -332,11 +332,14 @@ def test_plane_fixes_an_unregistered_agent_through_generic_replay(harbour: Harbo
     from molt.control.versions import ModelPart, PolicyParts
     from molt.replay import AGENTS
 
-    fee = [harbour.ask(f"How much is the overnight mooring fee at the harbour? (boat {i})") for i in range(5)]
+    # 6 failures beside 6 successes: the smallest balanced window whose cluster clears the evidence bar's
+    # three Bonferroni-split tests (Fisher 1/C(12,6) = 0.0011 < 0.01/3; with 5 beside 5 it is 0.0040)
+    fee = [harbour.ask(f"How much is the overnight mooring fee at the harbour? (boat {i})") for i in range(6)]
     for tid in fee:
         harbour.correct(tid, CORRECTION)
     for q in ("Is the fuel dock open on Sundays?", "Where can I empty my holding tank?",
-              "Do you sell ice at the chandlery?", "Can I rent a kayak here?", "Is there wifi on the pontoons?"):
+              "Do you sell ice at the chandlery?", "Can I rent a kayak here?", "Is there wifi on the pontoons?",
+              "Where is the harbour master's office?"):
         harbour.ask(q)
     harbour.load(fee[-1])
     assert "harbour-desk" not in AGENTS
