@@ -4,7 +4,6 @@ approval decisions, hidden LangGraph runs, the framework check and the README qu
 from __future__ import annotations
 
 import contextlib
-import re
 import subprocess
 import sys
 import uuid
@@ -171,23 +170,3 @@ def test_framework_version_is_checked_at_import() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("AdapterError|molt-langchain needs langchain-core>=1.0, but found 0.3.9.")
     assert "install it with: pip install" in out
-
-
-@pytest.mark.slow
-def test_readme_quickstart_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("langgraph")
-    from molt.store import Store
-
-    from .scripted import build_graph
-
-    readme = (ROOT / "adapters" / "langchain" / "README.md").read_text()
-    snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
-    assert len(snippet.strip().splitlines()) <= 15
-    ns: dict[str, Any] = {"agent": build_graph(approvals=False)}
-    exec(compile(snippet, "README.md", "exec"), ns)
-    store = Store.open()
-    try:
-        assert store.count("events") >= 5
-    finally:
-        store.close()
-        ns["recorder"].close()
