@@ -250,9 +250,12 @@ QUESTIONS = [
     "Nordhavn Ferries: where is lost property?",
     "Where do I find the lost and found for Nordhavn Ferries?",
 ]
-#: Other requests the agent serves in the same window (nobody complains about them).
+#: Other requests the agent serves in the same window (nobody complains about them): as many as the
+#: questions, so 6 failures beside 6 others clear the evidence bar split three ways (Fisher 1/C(12,6) =
+#: 0.0011 < 0.01/3; beside 4 others it is 1/C(10,6) = 0.0048).
 OTHER = ["Write a two-line poem about the sea.", "Translate 'good morning' into French.",
-         "Give me a synonym for 'happy'.", "Name a fruit that is yellow."]
+         "Give me a synonym for 'happy'.", "Name a fruit that is yellow.",
+         "What is the capital of Norway?", "Spell the word 'harbour' backwards."]
 SYSTEM = "You are the Nordhavn Ferries customer assistant. Answer in one or two sentences."
 
 
