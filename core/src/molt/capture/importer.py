@@ -45,7 +45,7 @@ from molt.capture.sinks import SealedRow, SinkBatch
 from molt.capture.tenancy import store_tenant
 from molt.errors import MoltError
 
-__all__ = ["ImportReport", "import_parquet"]
+__all__ = ["ParquetImportReport", "import_parquet"]
 
 _NEEDED = ("event_id", "trajectory_id", "seq", "envelope", "payload", "payload_salt", "chain")
 _HEX = frozenset("0123456789abcdef")
@@ -54,7 +54,7 @@ _SHOWN = 10
 
 
 @dataclass
-class ImportReport:
+class ParquetImportReport:
     """What an import did: rows read, rows written, rows already in the store, trajectories."""
 
     rows: int = 0
@@ -95,7 +95,7 @@ def _open_rows(path: Path, batch_rows: int) -> Any:
 
 def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str | None = None,
                    max_record_bytes: int = MAX_RECORD_BYTES, batch_rows: int = 4096,
-                   pipeline: Any = DEFAULT_PIPELINE) -> ImportReport:
+                   pipeline: Any = DEFAULT_PIPELINE) -> ParquetImportReport:
     """Import the events of a Parquet trajectory export into ``store`` (see the module docstring).
 
     Args:
@@ -107,12 +107,12 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
         pipeline: the governance pipeline (``"default"``: the built-in policy; ``None``: off, events are
             stored exactly as exported).
 
-    Returns the :class:`ImportReport`. Raises :class:`~molt.errors.MoltError` listing the problems when
+    Returns the :class:`ParquetImportReport`. Raises :class:`~molt.errors.MoltError` listing the problems when
     any row is refused; nothing is written then.
     """
     if max_record_bytes <= 0 or batch_rows <= 0:
         raise ValueError("max_record_bytes and batch_rows must be positive.")
-    report = ImportReport()
+    report = ParquetImportReport()
     by_traj: dict[str, list[SealedEvent]] = defaultdict(list)
     problems = report.problems
     n = 0
@@ -199,7 +199,7 @@ def import_parquet(store: Any, path: str | os.PathLike[str], *, tenant_id: str |
 
 
 def _govern(hook: Any, row: SealedRow, event: Event, quarantine: list[dict[str, Any]],
-            report: ImportReport) -> SealedRow:
+            report: ParquetImportReport) -> SealedRow:
     """``row`` with the pipeline's decision; its payload erased when the pipeline would change or reject it."""
     res = hook.process(event)
     if res.event is not None and all(getattr(res.event, f) == getattr(event, f) for f in PAYLOAD_FIELDS):

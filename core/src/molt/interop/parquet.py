@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from molt.atdp.validate import parse_reward
-from molt.capture.importer import ImportReport as ParquetReport
+from molt.capture.importer import ParquetImportReport as ParquetReport
 from molt.capture.importer import import_parquet
 from molt.capture.recorder import DEFAULT_PIPELINE
 from molt.capture.sinks import SinkBatch
