@@ -192,3 +192,41 @@ def test_a_build_whose_last_module_fails_after_the_others_loaded_falls_back_whol
     assert got["status"]["reason"].startswith("failed to load"), got["status"]
     assert all(f.endswith(".py") for f in got["status"]["modules"].values()), got["status"]["modules"]
     assert got["text"] == "Write to <EMAIL_ADDRESS_1>, <PERSON_1>, <CREDIT_CARD_1>"
+
+
+# Threads that build detectors at once in a fresh process (the gateway warms the lexicon in the
+# background while the control plane builds its redactor): those that wait for the one loading the
+# lexicon must get the same lexicon, not an error.
+_CONCURRENT_FIRST_LOAD = textwrap.dedent(
+    """
+    import json, threading
+    from molt.governance.redaction import native
+    from molt.governance.redaction.lexicon import get_lexicon
+
+    barrier, got, errors = threading.Barrier(4), [], []
+
+    def load():
+        barrier.wait()
+        try:
+            got.append(id(get_lexicon()))
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps({"in_use": native.status()["in_use"], "lexicons": len(set(got)), "loads": len(got),
+                      "errors": errors}))
+    """
+)
+
+
+@pytest.mark.parametrize("build", ["compiled", "python"])
+def test_threads_that_wait_for_the_first_lexicon_load_get_the_same_lexicon(build: str) -> None:
+    if build == "compiled" and not _built():
+        pytest.skip(f"no compiled build here: {native.probe(native.native_dir())}")
+    got = _run(_CONCURRENT_FIRST_LOAD, {"MOLT_NATIVE": "0"} if build == "python" else {})
+    assert got["in_use"] is (build == "compiled")
+    assert got["errors"] == [] and got["loads"] == 4 and got["lexicons"] == 1, got

@@ -251,27 +251,39 @@ def _cache_path() -> Path:
 
 def get_lexicon() -> Lexicon:
     """The process-wide lexicon: loaded from the pickle cache, or built and cached on first use."""
+    lex = _cached
+    if lex is not None:
+        return lex
+    with _lock:
+        return _load_once()
+
+
+def _load_once() -> Lexicon:
+    """The lexicon, loaded by the first caller to hold ``_lock`` (the others find it in ``_cached``).
+
+    A function of its own, not a second ``if _cached is not None`` inside :func:`get_lexicon`: mypy
+    narrows the global to ``None`` after the first check, so the compiled build (mypyc enforces the
+    narrowed type) raised "None object expected; got Lexicon" in each thread that had waited for the
+    lock while another one loaded.
+    """
     global _cached
     if _cached is not None:
         return _cached
-    with _lock:
-        if _cached is not None:
-            return _cached
-        path = _cache_path()
-        try:
-            with path.open("rb") as f:
-                lex = pickle.load(f)
-            if not isinstance(lex, Lexicon):
-                raise TypeError
-        except (OSError, pickle.UnpicklingError, EOFError, TypeError, AttributeError):
-            lex = _build()
-            try:  # best effort: an unwritable cache only costs the next process a rebuild
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-                with os.fdopen(fd, "wb") as f:
-                    pickle.dump(lex, f, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(tmp, path)
-            except OSError:
-                pass
-        _cached = lex
-        return lex
+    path = _cache_path()
+    try:
+        with path.open("rb") as f:
+            lex = pickle.load(f)
+        if not isinstance(lex, Lexicon):
+            raise TypeError
+    except (OSError, pickle.UnpicklingError, EOFError, TypeError, AttributeError):
+        lex = _build()
+        try:  # best effort: an unwritable cache only costs the next process a rebuild
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(lex, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    _cached = lex
+    return lex
