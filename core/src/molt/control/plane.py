@@ -49,7 +49,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -249,7 +249,7 @@ class ControlPlane:
             live = self.registry.ensure_base(tenant_id, agent_id, self.base_parts, actor=self.actor)
         self._current = live
         self._live_evals = {}
-        window = episodes(self.store, tenant_id, agent_id, limit=s.window)
+        window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
                              signals=signals.model_dump(mode="json"))
@@ -386,6 +386,23 @@ class ControlPlane:
                                f"{got.cost.get('completion_tokens', 0)} tokens in {got.cost.get('seconds', 0):.1f} s")
             out.extend(got.candidates)
         return out
+
+    def _served_under(self, window: list[Episode], tenant_id: str, agent_id: str) -> list[Episode]:
+        """``window`` with each run's version as the registry knows it: a run stamped with a version the
+        registry does not hold for this agent — traffic served before the agent had a policy version
+        (the gateway stamps its own model version), or by a server not bound to the registry — was
+        served the model alone, which is the agent's base version (its first: what the plane creates
+        from ``base_parts``, the served model with no change). Without this, failures recorded before
+        the plane existed were "under an earlier version" forever: never evidence against the live one,
+        and every candidate paid a replay of the live version as its baseline. Unstamped runs (imports,
+        adapters without provenance) stay unstamped."""
+        versions = self.registry.list(tenant_id, agent_id)
+        if not versions:
+            return window
+        known = {v.version_id for v in versions}
+        base = versions[-1].version_id  # newest first: the last is the agent's first version
+        return [e if e.policy_version is None or e.policy_version in known
+                else replace(e, policy_version=base) for e in window]
 
     def agents(self, tenant_id: str | None = None) -> set[tuple[str, str]]:
         """The ``(tenant, agent)`` pairs this plane evolves: every agent with policy versions (of one
