@@ -3,7 +3,7 @@
 ::
 
     molt-trainer serve --gateway http://127.0.0.1:8000 --admin-key sk-admin --model smollm2-135m-instruct \\
-        [--governance governance.yaml --tenant acme] [--latency-slo-ms 2000] [--min-samples 16]
+        --agent support-bot [--governance governance.yaml --tenant acme] [--latency-slo-ms 2000] [--min-samples 16]
     molt-trainer algos          # the registered advantage estimators and policy losses (verl names)
     molt-trainer ray-config     # the verl main_ppo overrides for the Ray scale-out path
 
@@ -12,7 +12,13 @@ built-in policy by default, and ``--tenant``, ``default`` by default): events re
 governance have no decision and are never read. ``--train-on-ungoverned-data`` reads the store as
 recorded instead (unredacted, no eligibility checks; development only). It trains when enough fresh
 samples are there and serving latency is within its SLO, and publishes each adapter through the
-gateway's admin API as a canary. Metrics go to ``--metrics-file`` (Prometheus text) after each tick; its
+gateway's admin API. With ``--agent`` (the way to deploy it) it trains on that agent's traffic and each
+adapter becomes a canary composite version of ``tenant/agent`` under the agent's routing key
+(:class:`molt.control.weights.CanaryTarget`), which the control plane of the ``molt serve`` holding the
+store promotes or aborts on the canary's rewarded traffic, as it does the in-process loop's
+(``molt serve --train``). Without ``--agent`` it publishes on the plain model key at
+``--canary-weight`` (deprecated: agents the plane adopted are routed by their own keys and never
+reach it, and nothing judges it; the command says so when it starts). Metrics go to ``--metrics-file`` (Prometheus text) after each tick; its
 fault counters to ``$MOLT_HOME/status/``, where ``molt doctor`` shows them.
 """
 
@@ -23,6 +29,7 @@ import logging
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the gateway's platform-operator key (loading adapters into the shared backend is "
                         "the operator's)")
     s.add_argument("--model", required=True, help="public model name the adapters are versions of")
+    s.add_argument("--agent", default=None,
+                   help="the agent (X-Molt-Agent) to train: its traffic only, each adapter a canary version of "
+                        "tenant/agent that the control plane of molt serve promotes or aborts")
     s.add_argument("--base-version", default=None, help="the version serving now (default <model>@base)")
     s.add_argument("--model-path", default=None, help="HF model directory (default: the SmolLM2 policy)")
     s.add_argument("--governance", default="default",
@@ -90,17 +100,26 @@ def _serve(args: argparse.Namespace) -> None:
     from molt_trainer.algos import AlgoSettings
     from molt_trainer.policy import LoraSettings, Policy
     from molt_trainer.publish import GatewayTarget, Publisher
-    from molt_trainer.service import GatewayLatencyProbe, GovernedSource, OnlineTrainer, StoreSource, TrainerSettings
+    from molt.governance.policy import ANONYMOUS_TENANT
+    from molt_trainer.service import (
+        AgentSource,
+        GatewayLatencyProbe,
+        GovernedSource,
+        OnlineTrainer,
+        StoreSource,
+        TrainerSettings,
+    )
 
     store = Store.open(args.store)
+    if args.agent is not None:  # a canary version belongs to one tenant's agent: only its traffic is read
+        args.tenant = args.tenant or ANONYMOUS_TENANT
     if args.train_on_ungoverned_data:
         logging.getLogger("molt_trainer").warning(
             "molt-trainer serve: --train-on-ungoverned-data: training on the store as recorded, unredacted and "
             "without eligibility checks.")
-        source: GovernedSource | StoreSource = StoreSource(store, tenant=args.tenant)
+        source: GovernedSource | StoreSource | AgentSource = StoreSource(store, tenant=args.tenant)
     else:
         from molt.governance import Principal, Role, TrainingQueue, load_policy_file
-        from molt.governance.policy import ANONYMOUS_TENANT
 
         args.tenant = args.tenant or ANONYMOUS_TENANT
         policy = load_policy_file(args.governance)
@@ -110,13 +129,29 @@ def _serve(args: argparse.Namespace) -> None:
             logging.getLogger("molt_trainer").warning(
                 "molt-trainer serve: tenant %r has not opted in to training under policy %r, so no trajectory is "
                 "eligible: give --governance a policy file with training.opt_in: true.", args.tenant, policy.name)
+    if args.agent is not None:
+        source = AgentSource(source, args.agent)
     settings = TrainerSettings(algo=AlgoSettings(advantage=args.advantage, policy_loss=args.policy_loss,
                                                  kl_coef=args.kl_coef),
                                lora=LoraSettings(rank=args.rank, lr=args.lr), min_samples=args.min_samples,
                                max_batch=args.max_batch, latency_slo_ms=args.latency_slo_ms)
     base = args.base_version or f"{args.model}@base"
+    if args.agent is not None:
+        # The composition root wires the trainer to the plane's version registry (molt_trainer itself never
+        # imports molt.control): the adapter is served only through the agent's canary version.
+        from molt.control.weights import CanaryTarget, gateway_loader
+
+        targets: list[Any] = [CanaryTarget(store, args.tenant, args.agent, base=args.model, weight=args.canary_weight,
+                                           loader=gateway_loader(args.gateway, args.admin_key, args.model))]
+    else:
+        logging.getLogger("molt_trainer").warning(
+            "molt-trainer serve without --agent publishes each adapter on the plain model key %r at weight %.2f "
+            "(deprecated): agents the control plane adopted are routed by their own keys (model#tenant/agent) "
+            "and never reach it, and no plane judges it. Pass --agent AGENT to publish canary versions of that "
+            "agent, or run `molt serve --train`.", args.model, args.canary_weight)
+        targets = [GatewayTarget(args.gateway, args.admin_key, args.model, weight=args.canary_weight)]
     publisher = Publisher(model=args.model, out_dir=Path(args.out), store=store, tenant_id=args.tenant,
-                          targets=[GatewayTarget(args.gateway, args.admin_key, args.model, weight=args.canary_weight)])
+                          agent_id=args.agent, targets=targets)
     trainer = OnlineTrainer(Policy.load(settings.lora, args.model_path), publisher, source, settings,
                             base_version=base, latency_probe=GatewayLatencyProbe(args.gateway, args.admin_key))
     stop = threading.Event()

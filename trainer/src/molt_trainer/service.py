@@ -56,7 +56,7 @@ from molt_trainer.policy import LoraSettings, Policy
 from molt_trainer.publish import Publisher
 from molt_trainer.step import train_step
 
-__all__ = ["GatewayLatencyProbe", "GovernedSource", "OnlineTrainer", "Source", "StoreSource", "TrainerSettings"]
+__all__ = ["AgentSource", "GatewayLatencyProbe", "GovernedSource", "OnlineTrainer", "Source", "StoreSource", "TrainerSettings"]
 
 log = logging.getLogger("molt.trainer")
 
@@ -144,6 +144,17 @@ class StoreSource:
                 out.append(t)
         out.sort(key=lambda t: t.events[0].timestamp if t.events else datetime.min.replace(tzinfo=UTC))
         return out
+
+
+class AgentSource:
+    """The trajectories of one agent (``agent_id`` of their first event) from another :class:`Source`."""
+
+    def __init__(self, source: Source, agent_id: str):
+        self.source = source
+        self.agent_id = agent_id
+
+    def read(self, since: datetime | None) -> list[Trajectory]:
+        return [t for t in self.source.read(since) if t.events and t.events[0].metadata.agent_id == self.agent_id]
 
 
 class GatewayLatencyProbe:

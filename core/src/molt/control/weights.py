@@ -31,6 +31,11 @@ outcomes of this process for ``molt doctor`` and ``/metrics``.
 :func:`restore_adapters` loads the adapters of every live and canary version into a freshly started
 server (through :func:`gateway_loader`, the gateway's admin API), so a restarted ``molt serve`` serves
 what the registry says rather than the base model.
+
+:class:`CanaryTarget` is the same last step for the trainer run as a service of its own
+(``molt-trainer serve --agent``): each adapter it publishes is checked, loaded at weight 0 and made a
+canary composite version of that agent, which the control plane of ``molt serve`` promotes or aborts
+like the in-process loop's.
 """
 
 from __future__ import annotations
@@ -53,8 +58,8 @@ from molt.errors import InterventionError
 from molt.store import Store, sql_str
 from molt.store.query import Trajectory
 
-__all__ = ["WeightLoop", "WeightRequest", "check_adapter", "gateway_loader", "governed_reader", "restore_adapters",
-           "store_reader", "training_run"]
+__all__ = ["CanaryTarget", "WeightLoop", "WeightRequest", "check_adapter", "gateway_loader", "governed_reader",
+           "restore_adapters", "store_reader", "training_run"]
 
 log = logging.getLogger("molt.control.weights")
 
@@ -303,3 +308,54 @@ def gateway_loader(url: str, admin_key: str | None, model: str, *, timeout_s: fl
             raise InterventionError(f"the gateway answered {r.status_code}: {r.text[:300]}")
 
     return load
+
+
+class CanaryTarget:
+    """A publish target of ``molt_trainer.publish.Publisher`` (``name`` and ``load(version, path, previous)``)
+    for a trainer in its own process: the adapter becomes a canary composite version of ``tenant/agent``.
+
+    ``load`` is checked (:func:`check_adapter`) and loaded into the serving backends with ``loader``
+    (:func:`gateway_loader`: weight 0 on the plain model key, so only the version's routing key reaches it);
+    then a version with the live parts and this adapter as its model part is created and canaried at
+    ``weight``. A canary this target made earlier and the plane has not judged yet is aborted first
+    (superseded: one change at a time per agent, and the newest weights are the ones worth judging); a
+    canary someone else made (the plane's context fix) is left alone and this adapter waits, registered
+    but not routed. A failed check or load raises before any version names the adapter.
+    """
+
+    name = "canary"
+
+    def __init__(self, store: Store, tenant_id: str, agent_id: str, *, base: str,
+                 loader: Callable[[str, str], None] | None, weight: float = 0.2, actor: str = "molt-trainer"):
+        self.store = store
+        self.tenant_id = tenant_id
+        self.agent_id = agent_id
+        self.base = base
+        self.loader = loader
+        self.weight = weight
+        self.actor = actor
+        self.versions: list[str] = []
+
+    def load(self, version: str, path: Path, previous: list[str]) -> None:
+        from molt.control.versions import EVENTS_TABLE, VERSIONS_TABLE, PolicyParts
+
+        check_adapter(path)
+        if self.loader is not None:
+            self.loader(version, str(path))
+        registry = VersionRegistry(self.store)  # makes the tables on a first start
+        for name in (VERSIONS_TABLE, EVENTS_TABLE):  # what the plane in another process changed since
+            self.store.table(name).checkout_latest()
+        t, a = self.tenant_id, self.agent_id
+        live = registry.ensure_base(t, a, PolicyParts(model=ModelPart(base=self.base)), actor=self.actor)
+        for c in registry.canaries(t, a):
+            if c.created_by != self.actor:
+                log.info("trainer adapter %s waits: %s/%s has a canary under judgement (%s)", version, t, a,
+                         c.version_id)
+                return
+            registry.abort(c.version_id, actor=self.actor, reason=f"superseded by adapter {version}")
+        parts = live.parts.with_model(ModelPart(base=live.parts.model.base, adapter=version, adapter_path=str(path)))
+        v = registry.create(t, a, parts, parent=live.version_id, created_by=self.actor,
+                            note=f"weight update: trainer adapter {version}")
+        registry.canary(v.version_id, self.weight, actor=self.actor, reason=f"trainer adapter {version}")
+        self.versions.append(v.version_id)
+        log.info("trainer adapter %s is canary %s of %s/%s at %.2f", version, v.version_id, t, a, self.weight)
