@@ -25,6 +25,12 @@ and :func:`import_rows` writes them as live capture would:
   stored and counts them as duplicates; new events of a stored trajectory continue its chain.
 
 Events of a trajectory are chained in start-time order (a parent before a child that starts with it).
+
+Memory does not grow with the file: checked rows wait on disk (:class:`~molt.interop.spill.Spill`)
+until the file is read, then come back a trajectory at a time, twice (the checks that need a whole
+trajectory; then governing, sealing and writing). What is held is one page of trajectories, one write
+batch, and per refused row its reason. The format module's reader bounds the rest (OTLP streams its
+file; the Langfuse and LangSmith readers hold their source records, which they link across the file).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeli
 from molt.capture.sinks import SealedRow, SinkBatch
 from molt.capture.tenancy import TrajectoryNamespace, store_tenant
 from molt.errors import MoltError
+from molt.interop.spill import Spill
 from molt.store.query import sql_str
 
 __all__ = ["ImportMode", "ImportRefused", "ImportReport", "Row", "import_rows"]
@@ -105,10 +112,6 @@ class ImportRefused(MoltError):
     def __init__(self, report: ImportReport, message: str) -> None:
         super().__init__(message)
         self.report = report
-
-
-def _size(ev: Event) -> int:
-    return len(ev.model_dump_json())
 
 
 def _cycles(events: Sequence[Event]) -> set[str]:
@@ -176,7 +179,8 @@ def _rehome(ev: Event, tid: str, ns: TrajectoryNamespace, tenant: str) -> Event:
 def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str | None = None,
                 namespace: TrajectoryNamespace | None = None, pipeline: Any = DEFAULT_PIPELINE,
                 mode: ImportMode = "all-or-nothing", max_record_bytes: int = MAX_RECORD_BYTES,
-                batch_rows: int = 4096, progress: Callable[[int], None] | None = None) -> ImportReport:
+                batch_rows: int = 4096, progress: Callable[[int], None] | None = None,
+                spill_dir: str | None = None) -> ImportReport:
     """Check, govern and store mapped rows (see the module docstring).
 
     Args:
@@ -189,17 +193,33 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
         pipeline: the governance pipeline (``"default"``, a ``GovernancePipeline``, or ``None``: off).
         mode: ``"all-or-nothing"`` (default) or ``"per-trajectory"``.
         progress: called with the number of rows handled, as they are.
+        spill_dir: where the checked rows wait for the rest of the file (default: the system's
+            temporary directory; about the size of the file's events as JSON).
 
     Raises :class:`ImportRefused` (all-or-nothing, or a file mixing tenants without a key) with the
     report; nothing is stored then.
     """
     if mode not in MODES:
         raise MoltError(f"mode must be one of {', '.join(MODES)}, not {mode!r}.")
+    with Spill(spill_dir) as spill:
+        return _import(store, rows, spill, source=source, tenant_id=tenant_id, namespace=namespace,
+                       pipeline=pipeline, mode=mode, max_record_bytes=max_record_bytes, batch_rows=batch_rows,
+                       progress=progress)
+
+
+#: (where, reason, event id, event kind) of a refused row
+_Refusal = tuple[str, str, str | None, str | None]
+
+
+def _import(store: Any, rows: Iterable[Row], spill: Spill, *, source: str, tenant_id: str | None,
+            namespace: TrajectoryNamespace | None, pipeline: Any, mode: str, max_record_bytes: int,
+            batch_rows: int, progress: Callable[[int], None] | None) -> ImportReport:
     report = ImportReport(source=source, mode=mode)
-    events: list[tuple[str, Event]] = []
-    rewards: list[tuple[str, RewardAnnotation]] = []
-    bad: dict[str, list[tuple[str, str, Event | None]]] = defaultdict(list)  # trajectory -> (where, reason, event)
+    bad: dict[str, list[_Refusal]] = defaultdict(list)  # source trajectory -> its refused rows
     loose: list[str] = []  # refusals that belong to no trajectory
+    stated: set[str] = set()  # tenants the file names
+
+    # 1. read: what a row alone can tell is checked now; the rest waits on disk, by trajectory
     n = 0
     for row in rows:
         n += 1
@@ -209,23 +229,37 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
             if row.trajectory is None:
                 loose.append(f"{row.where}: {row.problem}")
             else:
-                bad[row.trajectory].append((row.where, row.problem, row.event))
+                ev = row.event
+                bad[row.trajectory].append((row.where, row.problem, ev.event_id if ev else None,
+                                            ev.kind.value if ev else None))
         elif row.event is not None:
-            size = _size(row.event)
-            if size > max_record_bytes:
-                bad[row.event.trajectory_id].append(
-                    (row.where, f"{size:,} bytes, over the {max_record_bytes:,}-byte record limit", row.event))
+            ev = row.event
+            data = ev.model_dump_json()
+            owner = ev.metadata.tenant_id
+            if len(data) > max_record_bytes:
+                bad[ev.trajectory_id].append((row.where, f"{len(data):,} bytes, over the {max_record_bytes:,}-byte "
+                                                         f"record limit", ev.event_id, ev.kind.value))
+            elif tenant_id is not None and owner not in (None, tenant_id):
+                bad[ev.trajectory_id].append((row.where, f"names tenant {owner!r}, but this key imports tenant "
+                                                         f"{tenant_id!r}", ev.event_id, ev.kind.value))
             else:
-                events.append((row.where, row.event))
+                spill.event(ev.trajectory_id, row.where, data)
+            if owner is not None:
+                stated.add(owner)
         elif row.reward is not None:
-            rewards.append((row.where, row.reward))
+            r = row.reward
+            if r.tenant_id is not None:
+                stated.add(r.tenant_id)
+            if tenant_id is not None and r.tenant_id not in (None, tenant_id):
+                bad[r.trajectory_id].append((row.where, f"names tenant {r.tenant_id!r}, but this key imports "
+                                                        f"tenant {tenant_id!r}", None, None))
+            else:
+                spill.reward(r.trajectory_id, row.where, r.model_dump_json())
     if progress is not None:
         progress(n % 256)
     report.rows = n
 
     # tenants: a key's import takes its tenant; without a key the file must name at most one
-    stated = {e.metadata.tenant_id for _, e in events if e.metadata.tenant_id is not None}
-    stated |= {r.tenant_id for _, r in rewards if r.tenant_id is not None}
     if tenant_id is None and len(stated) > 1:
         shown = ", ".join(repr(t) for t in sorted(stated)[:5])
         report.refused.append(f"{source}: the file mixes the tenants {shown}"
@@ -234,186 +268,197 @@ def import_rows(store: Any, rows: Iterable[Row], *, source: str, tenant_id: str 
                                     f"no tenant key was given; import each tenant's part with that tenant's key "
                                     f"(--api-key), or split the file.")
     tenant = tenant_id if tenant_id is not None else next(iter(stated), None)
-    if tenant_id is not None:
-        for where, r in rewards:
-            if r.tenant_id not in (None, tenant_id):
-                bad[r.trajectory_id].append((where, f"names tenant {r.tenant_id!r}, but this key imports tenant "
-                                                    f"{tenant_id!r}", None))
-        rewards = [(w, r) for w, r in rewards if r.tenant_id in (None, tenant_id)]
     ns = namespace if namespace is not None else TrajectoryNamespace(store_tenant(store))
-    by_traj: dict[str, list[tuple[str, Event]]] = defaultdict(list)
-    source_tid: dict[str, str] = {}  # resolved -> source trajectory id
-    for where, ev in events:
-        if tenant_id is not None and ev.metadata.tenant_id not in (None, tenant_id):
-            bad[ev.trajectory_id].append((where, f"names tenant {ev.metadata.tenant_id!r}, but this key imports "
-                                                 f"tenant {tenant_id!r}", ev))
-            continue
-        if tenant is not None:
-            tid = ns.resolve(tenant, ev.trajectory_id) if tenant_id is not None else ev.trajectory_id
-            source_tid[tid] = ev.trajectory_id
-            ev = _rehome(ev, tid, ns, tenant)
-        by_traj[ev.trajectory_id].append((where, ev))
-    events.clear()  # by_traj holds them now
-    # the tree: cycles and in-file duplicates with other content
-    for tid, items in by_traj.items():
+
+    def resolved(stid: str) -> str:
+        return ns.resolve(tenant, stid) if tenant is not None and tenant_id is not None else stid
+
+    def load(stid: str, tid: str) -> tuple[list[tuple[str, Event]], list[_Refusal], int]:
+        """A trajectory's events re-homed, without in-file copies; refusals of copies with other content."""
         seen: dict[str, Event] = {}
-        unique = []
-        for where, ev in items:
+        unique: list[tuple[str, Event]] = []
+        refused: list[_Refusal] = []
+        copies = 0
+        for where, data in spill.events(stid):
+            ev = Event.model_validate_json(data)
+            if tenant is not None:
+                ev = _rehome(ev, tid, ns, tenant)
             first = seen.get(ev.event_id)
             if first is None:
                 seen[ev.event_id] = ev
                 unique.append((where, ev))
             elif first != ev:
-                bad[source_tid.get(tid, tid)].append((where, f"event {ev.event_id} appears twice with other content",
-                                                      ev))
+                refused.append((where, f"event {ev.event_id} appears twice with other content", ev.event_id,
+                                ev.kind.value))
             else:
-                report.duplicates += 1
-        by_traj[tid] = unique
-        cyc = _cycles([ev for _, ev in unique])
-        if cyc:
-            for where, ev in unique:
-                if ev.event_id in cyc:
-                    bad[source_tid.get(tid, tid)].append(
-                        (where, f"its parent links form a cycle ({len(cyc)} events on it); the tree has no root there",
-                         ev))
+                copies += 1
+        return unique, refused, copies
 
-    # a trajectory stored under another tenant cannot be extended by this key's import
-    if tenant_id is not None:
-        owner_of = store_tenant(store)
-        for tid in list(by_traj):
-            owner = owner_of(tid)
-            if owner is not None and owner != tenant_id:
-                bad[source_tid.get(tid, tid)].append(
-                    (f"trajectory {tid[:80]!r}", "holds another tenant's events in this store", None))
-
-    refused_tids = set(bad)
+    # 2. check what needs a whole trajectory: copies with other content, cycles, another tenant's trajectory
+    owner_of = store_tenant(store) if tenant_id is not None else None
+    for page in spill.trajectories():
+        for stid in page:
+            tid = resolved(stid)
+            unique, refused, copies = load(stid, tid)
+            report.duplicates += copies
+            if refused:
+                bad[stid].extend(refused)
+            cyc = _cycles([ev for _, ev in unique])
+            if cyc:
+                bad[stid].extend((where, f"its parent links form a cycle ({len(cyc)} events on it); the tree has "
+                                         f"no root there", ev.event_id, ev.kind.value)
+                                 for where, ev in unique if ev.event_id in cyc)
+            if owner_of is not None:
+                owner = owner_of(tid)
+                if owner is not None and owner != tenant_id:
+                    bad[stid].append((f"trajectory {tid[:80]!r}", "holds another tenant's events in this store",
+                                      None, None))
+    bad = {k: v for k, v in bad.items() if v}
     for refused in bad.values():
-        report.refused.extend(f"{where}: {reason}" for where, reason, _ in refused)
+        report.refused.extend(f"{where}: {reason}" for where, reason, _, _ in refused)
     report.refused.extend(loose)
     if report.refused and mode == "all-or-nothing":
         more = f" (and {len(report.refused) - _SHOWN} more)" if len(report.refused) > _SHOWN else ""
         raise ImportRefused(report, f"Nothing imported from {source} (all or nothing): {len(report.refused)} "
                                     f"row(s) refused{more}:\n  " + "\n  ".join(report.refused[:_SHOWN]))
 
+    # 3. write: everything is checked; a page of trajectories at a time, each governed, sealed and
+    # written with its rewards, so what is held is one page's rows and one write batch
     hook = resolve_pipeline(pipeline)
-    quarantine: list[dict[str, Any]] = []
-    now_us = int(time.time() * 1_000_000)
-    # per-trajectory: each refused row, and the rest of its trajectory, to quarantine with the reason
-    for stid, refused in bad.items():
-        for where, reason, bad_ev in refused:
-            quarantine.append({"stage": "import", "reason": f"{source}, {where}: {reason}"[:2000], "ts_us": now_us,
-                               "event_id": bad_ev.event_id if bad_ev else None,
-                               "trajectory_id": bad_ev.trajectory_id if bad_ev else stid, "tenant_id": tenant,
-                               "kind": bad_ev.kind.value if bad_ev else None})
-    for line in loose:  # a record that names no trajectory (a truncated line): its reason, nothing else
-        quarantine.append({"stage": "import", "reason": f"{source}, {line}"[:2000], "ts_us": now_us,
-                           "tenant_id": tenant})
-    kept = {tid: items for tid, items in by_traj.items() if source_tid.get(tid, tid) not in refused_tids
-            and tid not in refused_tids}
-    for tid, items in by_traj.items():
-        if tid in kept:
-            continue
-        refused_ids = {e.event_id for _, _, e in bad.get(source_tid.get(tid, tid), []) + bad.get(tid, [])
-                       if e is not None}
-        for where, ev in items:
-            if ev.event_id not in refused_ids:
-                quarantine.append({"stage": "import", "reason": f"{source}, {where}: another row of its trajectory "
-                                                                f"was refused", "ts_us": now_us,
-                                   "event_id": ev.event_id, "trajectory_id": tid, "tenant_id": tenant,
-                                   "kind": ev.kind.value})
-
-    stored = _existing_events(store, list(kept))
-    heads = store.chain_heads([t for t in kept if t in stored]) if stored else {}
-    # everything is checked: from here rows are written as they are sealed, a batch at a time, so an
-    # import holds its events but not their sealed copies too
     sink_for = getattr(hook, "sink_for", None)
     sink = sink_for(store) if sink_for is not None else store  # decisions are stored with their events
-    new_rows: list[SealedRow] = []
-    present: dict[str, set[str]] = {}  # trajectory -> event ids stored after this import
-    traj_tenant: dict[str, str | None] = {}  # trajectory -> tenant of its events
-    for tid, items in kept.items():
-        have = stored.get(tid, set())
-        depth = _depths([ev for _, ev in items])
-        fresh = sorted((ev for _, ev in items if ev.event_id not in have),
-                       key=lambda e: (e.timestamp, depth[e.event_id], e.event_id))
-        report.duplicates += len(items) - len(fresh)
-        seq, prev = heads.get(tid, (-1, GENESIS))
-        ok = set(have)
-        for ev in fresh:
-            annotations = None
-            if hook is not None:
-                res = hook.process(ev)
-                if res.event is None:
-                    report.quarantined += 1
-                    rec = res.record
-                    quarantine.append({"stage": res.stage or "governance", "reason": (res.reason or "rejected")[:2000],
-                                       "ts_us": now_us, "event_id": ev.event_id, "trajectory_id": tid,
-                                       "tenant_id": ev.metadata.tenant_id, "kind": ev.kind.value,
-                                       **({"record": rec.decode("utf-8", "replace")} if rec else {})})
-                    continue
-                if any(getattr(res.event, f) != getattr(ev, f) for f in PAYLOAD_FIELDS):
-                    report.redacted += 1
-                ev, annotations = res.event, res.annotations
-            seq += 1
-            sealed = seal(ev, seq, prev)
-            prev = sealed.hash
-            x = index_fields(ev, seq)
-            if annotations is not None:
-                x["annotations"] = annotations
-            new_rows.append(SealedRow(x=x, envelope=sealed.envelope, payload=sealed.payload, salt=sealed.salt,
-                                      digest=sealed.digest, prev_hash=sealed.prev_hash, hash=sealed.hash))
-            ok.add(ev.event_id)
-            traj_tenant[tid] = ev.metadata.tenant_id  # as governance stamped it: the rewards take the same
-            if len(new_rows) >= batch_rows:
-                sink.write_batch(SinkBatch(events=new_rows, redelivery=True))
-                report.imported += len(new_rows)
-                new_rows = []
-        items.clear()  # written: the trajectory's events are not needed any more
-        if ok:
-            present[tid] = ok
-            report.trajectories += 1
-    report.imported += len(new_rows)
-
-    for tid in present.keys() - traj_tenant.keys():  # nothing new in it: its stored events' tenant
-        traj_tenant[tid] = store.trajectory_tenant(tid)
-    reward_rows = _rewards(rewards, present, source_tid, ns, traj_tenant, hook, report)
-    existing = _existing_rewards(store, [r["annotation_id"] for r in reward_rows]) if reward_rows else set()
-    report.reward_duplicates = len(existing)
-    reward_rows = [r for r in reward_rows if r["annotation_id"] not in existing]
-    report.rewards = len(reward_rows)
-
-    for i in range(0, max(len(new_rows), len(quarantine), len(reward_rows), 1), batch_rows):
-        batch = SinkBatch(events=new_rows[i:i + batch_rows], quarantine=quarantine[i:i + batch_rows],
-                          rewards=reward_rows[i:i + batch_rows], redelivery=True)
-        if batch.events or batch.quarantine or batch.rewards:
-            sink.write_batch(batch)
+    now_us = int(time.time() * 1_000_000)
+    out = _Batches(sink, batch_rows, report)
+    # per-trajectory: each refused row, and the rest of its trajectory, to quarantine with the reason
+    for stid, refused in bad.items():
+        for where, reason, eid, kind in refused:
+            out.quarantine.append({"stage": "import", "reason": f"{source}, {where}: {reason}"[:2000],
+                                   "ts_us": now_us, "event_id": eid, "trajectory_id": resolved(stid),
+                                   "tenant_id": tenant, "kind": kind})
+    for line in loose:  # a record that names no trajectory (a truncated line): its reason, nothing else
+        out.quarantine.append({"stage": "import", "reason": f"{source}, {line}"[:2000], "ts_us": now_us,
+                               "tenant_id": tenant})
+    for page in spill.trajectories():
+        tids = {stid: resolved(stid) for stid in page}
+        kept = [stid for stid in page if stid not in bad]
+        stored = _existing_events(store, [tids[s] for s in kept])
+        heads = store.chain_heads([tids[s] for s in kept if tids[s] in stored]) if stored else {}
+        reward_rows: list[dict[str, Any]] = []
+        for stid in page:
+            tid = tids[stid]
+            items, _, _ = load(stid, tid)
+            if stid in bad:
+                refused_ids = {eid for _, _, eid, _ in bad[stid] if eid is not None}
+                out.quarantine.extend(
+                    {"stage": "import", "reason": f"{source}, {where}: another row of its trajectory was refused",
+                     "ts_us": now_us, "event_id": ev.event_id, "trajectory_id": tid, "tenant_id": tenant,
+                     "kind": ev.kind.value} for where, ev in items if ev.event_id not in refused_ids)
+                report.rewards_dropped += len(spill.rewards(stid))
+                out.flush()
+                continue
+            present, owner = _write_trajectory(items, tid, stored.get(tid, set()), heads.get(tid, (-1, GENESIS)),
+                                               hook, out, report, now_us)
+            if present:
+                report.trajectories += 1
+            if owner is _NONE_NEW:  # nothing new in it: its stored events' tenant
+                owner = store.trajectory_tenant(tid) if present else None
+            rewards = [(w, RewardAnnotation.model_validate_json(d)) for w, d in spill.rewards(stid)]
+            reward_rows += _rewards(rewards, stid, tid, present, ns, owner, hook, report)
+        existing = _existing_rewards(store, [r["annotation_id"] for r in reward_rows]) if reward_rows else set()
+        report.reward_duplicates += len(existing)
+        fresh = [r for r in reward_rows if r["annotation_id"] not in existing]
+        report.rewards += len(fresh)
+        out.rewards.extend(fresh)
+        out.flush()
+    report.rewards_dropped += spill.orphan_rewards()
+    out.flush(force=True)
     return report
 
 
-def _rewards(rewards: list[tuple[str, RewardAnnotation]], present: dict[str, set[str]],
-             source_tid: dict[str, str], ns: TrajectoryNamespace, owner: dict[str, str | None], hook: Any,
-             report: ImportReport) -> list[dict[str, Any]]:
-    """The reward rows to store: re-homed like their events, reasons redacted, dropped with their event."""
-    resolved = {src: tid for tid, src in source_tid.items()}
+class _Batches:
+    """Rows on their way to the sink, written ``batch_rows`` at a time (events, quarantine, rewards)."""
+
+    def __init__(self, sink: Any, batch_rows: int, report: ImportReport) -> None:
+        self.sink, self.batch_rows, self.report = sink, batch_rows, report
+        self.events: list[SealedRow] = []
+        self.quarantine: list[dict[str, Any]] = []
+        self.rewards: list[dict[str, Any]] = []
+
+    def flush(self, *, force: bool = False) -> None:
+        while max(len(self.events), len(self.quarantine), len(self.rewards)) >= (1 if force else self.batch_rows):
+            k = self.batch_rows
+            batch = SinkBatch(events=self.events[:k], quarantine=self.quarantine[:k], rewards=self.rewards[:k],
+                              redelivery=True)
+            self.sink.write_batch(batch)
+            self.report.imported += len(batch.events)
+            del self.events[:k], self.quarantine[:k], self.rewards[:k]
+
+
+_NONE_NEW: Any = object()  # a trajectory with no new event: its tenant is its stored events'
+
+
+def _write_trajectory(items: list[tuple[str, Event]], tid: str, have: set[str], head: tuple[int, str], hook: Any,
+                      out: _Batches, report: ImportReport, now_us: int) -> tuple[set[str], Any]:
+    """Govern, seal and queue a trajectory's new events after its stored ones; returns the ids present
+    after the import and the tenant its new events were stamped with (``_NONE_NEW`` if none is new)."""
+    depth = _depths([ev for _, ev in items])
+    fresh = sorted((ev for _, ev in items if ev.event_id not in have),
+                   key=lambda e: (e.timestamp, depth[e.event_id], e.event_id))
+    report.duplicates += len(items) - len(fresh)
+    seq, prev = head
+    ok = set(have)
+    owner: Any = _NONE_NEW
+    for ev in fresh:
+        annotations = None
+        if hook is not None:
+            res = hook.process(ev)
+            if res.event is None:
+                report.quarantined += 1
+                rec = res.record
+                out.quarantine.append({"stage": res.stage or "governance", "reason": (res.reason or "rejected")[:2000],
+                                       "ts_us": now_us, "event_id": ev.event_id, "trajectory_id": tid,
+                                       "tenant_id": ev.metadata.tenant_id, "kind": ev.kind.value,
+                                       **({"record": rec.decode("utf-8", "replace")} if rec else {})})
+                continue
+            if any(getattr(res.event, f) != getattr(ev, f) for f in PAYLOAD_FIELDS):
+                report.redacted += 1
+            ev, annotations = res.event, res.annotations
+        seq += 1
+        sealed = seal(ev, seq, prev)
+        prev = sealed.hash
+        x = index_fields(ev, seq)
+        if annotations is not None:
+            x["annotations"] = annotations
+        out.events.append(SealedRow(x=x, envelope=sealed.envelope, payload=sealed.payload, salt=sealed.salt,
+                                    digest=sealed.digest, prev_hash=sealed.prev_hash, hash=sealed.hash))
+        ok.add(ev.event_id)
+        owner = ev.metadata.tenant_id  # as governance stamped it: the rewards take the same
+        if len(out.events) >= out.batch_rows:
+            out.flush()
+    return ok, owner
+
+
+def _rewards(rewards: list[tuple[str, RewardAnnotation]], stid: str, tid: str, present: set[str],
+             ns: TrajectoryNamespace, owner: str | None, hook: Any, report: ImportReport) -> list[dict[str, Any]]:
+    """A trajectory's reward rows to store: re-homed like its events, reasons redacted, dropped with their
+    event."""
     out: list[dict[str, Any]] = []
     for _, r in rewards:
-        tid = resolved.get(r.trajectory_id, r.trajectory_id)
         eid = r.event_id
-        if tid != r.trajectory_id and eid is not None:
+        if tid != stid and eid is not None:
             eid = ns.event_id(tid, eid)
-        have = present.get(tid)
-        if have is None or (eid is not None and eid not in have):
+        if not present or (eid is not None and eid not in present):
             report.rewards_dropped += 1
             continue
         reason = r.reason
         if reason and hook is not None:
             probe = Event(trajectory_id=tid, kind=EventKind.FEEDBACK, action=FeedbackAction(comment=reason),
-                          metadata={"tenant_id": owner.get(tid)})
+                          metadata={"tenant_id": owner})
             res = hook.process(probe)
             act = res.event.action if res.event is not None else None
             reason = act.comment if isinstance(act, FeedbackAction) else None
-        annotation_id = ns.event_id(tid, r.annotation_id) if tid != r.trajectory_id else r.annotation_id
+        annotation_id = ns.event_id(tid, r.annotation_id) if tid != stid else r.annotation_id
         out.append(r.model_copy(update={"trajectory_id": tid, "event_id": eid, "reason": reason,
-                                        "tenant_id": owner.get(tid), "annotation_id": annotation_id}
+                                        "tenant_id": owner, "annotation_id": annotation_id}
                                 ).model_dump(mode="json"))
     return out

@@ -67,46 +67,93 @@ def _mapper() -> OtlpIngest:
 # --------------------------------------------------------------------------- import
 
 
-def _frames(data: bytes) -> list[bytes] | None:
-    """The messages of a length-prefixed (4-byte big-endian) protobuf file, or None when it is not one."""
-    out, p = [], 0
-    while p < len(data):
-        if p + 4 > len(data):
+def _varint(f: Any) -> int | None:
+    """A protobuf varint read from ``f`` (``None`` if the file ends or it runs over 10 bytes)."""
+    n: int = 0
+    shift = 0
+    for _ in range(10):
+        b = f.read(1)
+        if not b:
             return None
-        (n,) = struct.unpack_from(">I", data, p)
-        if n == 0 or p + 4 + n > len(data):
-            return None
-        out.append(data[p + 4:p + 4 + n])
-        p += 4 + n
-    return out or None
+        n |= (b[0] & 0x7F) << shift
+        if b[0] < 0x80:
+            return n
+        shift += 7
+    return None
+
+
+def _messages(path: Path, f: Any) -> Iterator[tuple[str, bytes | Exception]]:
+    """The protobuf messages of an OTLP file, one resource's spans (or one frame) at a time.
+
+    Two layouts, told apart by the first byte: the collector's ``format: proto`` frames (a 4-byte
+    big-endian length, then the message: a frame under 16 MiB starts with 0x00), and one
+    ``ExportTraceServiceRequest`` or several concatenated (protobuf reads them as one), which is a run
+    of field-1 ``resource_spans`` entries (tag 0x0A): each entry is read and decoded alone, so memory is
+    bounded by the largest entry rather than the file.
+    """
+    f.seek(0)
+    first = f.read(1)
+    f.seek(0)
+    i = 0
+    if first == b"\x00":
+        while header := f.read(4):
+            size = struct.unpack(">I", header)[0] if len(header) == 4 else 0
+            body = f.read(size) if size else b""
+            if not size or len(body) < size:
+                yield f"frame {i}", MoltError("a truncated or empty length-prefixed frame")
+                return
+            yield f"frame {i}", body
+            i += 1
+        return
+    if first != b"\x0a":
+        raise MoltError(f"{path} is neither OTLP/JSON nor OTLP/protobuf (it starts with byte {first!r}).")
+    while tag := f.read(1):
+        where = f"resource_spans {i}"
+        n = _varint(f) if tag == b"\x0a" else None
+        body = f.read(n) if n is not None else b""
+        if n is None or len(body) < n:
+            yield where, MoltError("not an OTLP/protobuf ExportTraceServiceRequest (truncated, or a field other "
+                                   "than resource_spans)")
+            return
+        yield where, b"\x0a" + _encode_varint(n) + body
+        i += 1
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _requests(path: Path) -> Iterator[tuple[str, list[IngestSpan] | Exception]]:
     try:
-        with open(path, "rb") as f:
-            head = f.read(4096).lstrip()[:1]
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it while it is consumed
     except OSError as exc:
         raise MoltError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    if head in (b"{", b"["):
-        for where, d in json_records(path, list_keys=()):  # one line at a time: collector files are large
-            if isinstance(d, Exception):
-                yield where, d
+    with f:
+        head = f.read(4096).lstrip()[:1]
+        if head in (b"{", b"["):
+            f.close()
+            for where, d in json_records(path, list_keys=()):  # a line at a time: collector files are large
+                if isinstance(d, Exception):
+                    yield where, d
+                    continue
+                try:
+                    yield where, decode_json(d)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    yield where, MoltError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}")
+            return
+        for where, body in _messages(path, f):
+            if isinstance(body, Exception):
+                yield where, body
                 continue
             try:
-                yield where, decode_json(d)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                yield where, MoltError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}")
-        return
-    data = path.read_bytes()
-    frames = _frames(data)
-    for i, body in enumerate(frames or [data]):
-        where = f"frame {i}" if frames else "message"
-        try:
-            yield where, decode_protobuf(body)
-        except Exception as exc:  # protobuf's DecodeError, or a value it cannot take
-            if frames is None:
-                raise MoltError(f"{path} is neither OTLP/JSON nor OTLP/protobuf ({exc}).") from None
-            yield where, MoltError(f"not an OTLP/protobuf ExportTraceServiceRequest: {exc}")
+                yield where, decode_protobuf(body)
+            except Exception as exc:  # protobuf's DecodeError, or a value it cannot take
+                yield where, MoltError(f"not an OTLP/protobuf ExportTraceServiceRequest: {exc}")
 
 
 def _attr_bytes(s: IngestSpan) -> int:

@@ -54,33 +54,45 @@ def raw_size(record: Any) -> int:
 def json_records(path: Path, *, list_keys: tuple[str, ...] = ("data",)) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for each top-level record of a JSON or JSON-lines export.
 
-    A JSON document (one object, or a list, or an object whose ``list_keys`` entry is the list) yields
-    its items; a document that does not parse as a whole is read as JSON lines, where a line that
-    does not parse yields ``(where, MoltError)`` — a truncated last line costs that line only. A file
-    that is neither is refused whole.
+    JSON lines (a first line that parses, and more after it) are read a line at a time, so memory is
+    bounded by the longest line, not the file; a line that does not parse yields ``(where,
+    MoltError)`` — a truncated last line costs that line only. Otherwise the file is one JSON
+    document (one object, or a list, or an object whose ``list_keys`` entry is the list), parsed
+    whole, and its items are yielded. A file that is neither is refused whole.
     """
     try:
-        data = path.read_bytes()
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it while it is consumed
     except OSError as exc:
         raise MoltError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as whole:
-        lines = data.split(b"\n")
-        first = next((ln for ln in lines if ln.strip()), b"")
+    with f:
+        lineno, first = _next_line(f, 0)
         try:
-            orjson.loads(first)
+            head = orjson.loads(first)
         except orjson.JSONDecodeError:
-            raise MoltError(f"{path} is not valid JSON nor JSON lines ({whole}); a truncated export cannot "
-                            f"be imported — export it again.") from None
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
+            head = _NOT_JSON
+        if head is not _NOT_JSON:
+            second_no, second = _next_line(f, lineno)
+            if second:  # JSON lines
+                yield f"line {lineno}", head
+                del head
+                lineno, line = second_no, second
+                while line:
+                    try:
+                        yield f"line {lineno}", orjson.loads(line)
+                    except orjson.JSONDecodeError as exc:
+                        yield f"line {lineno}", MoltError(f"not valid JSON (truncated?): {exc}")
+                    lineno, line = _next_line(f, lineno)
+                return
+            doc = head  # one document on one line
+        else:  # a document over several lines (pretty-printed), or not JSON at all
+            f.seek(0)
+            data = f.read()
             try:
-                yield f"line {i}", orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                yield f"line {i}", MoltError(f"not valid JSON (truncated?): {exc}")
-        return
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError as whole:
+                raise MoltError(f"{path} is not valid JSON nor JSON lines ({whole}); a truncated export cannot "
+                                f"be imported — export it again.") from None
+            del data
     if isinstance(doc, Mapping):
         for key in list_keys:
             if isinstance(doc.get(key), list):
@@ -91,6 +103,18 @@ def json_records(path: Path, *, list_keys: tuple[str, ...] = ("data",)) -> Itera
             yield f"item {i}", item
     else:
         yield "document", doc
+
+
+_NOT_JSON = object()
+
+
+def _next_line(f: Any, lineno: int) -> tuple[int, bytes]:
+    """The next non-blank line after line ``lineno`` (``(n, b"")`` at the end of the file)."""
+    while True:
+        line = f.readline()
+        lineno += 1
+        if not line or line.strip():
+            return lineno, line
 
 
 def provenance(integration: str, framework: str | None = None, framework_version: str | None = None) -> Provenance:
