@@ -1,6 +1,4 @@
-"""molt-trainer imports molt.store / molt.backends / molt.governance, never molt.gateway or molt.control —
-except its command (cli.py, the composition root of ``molt-trainer serve``), which wires the trainer's
-publisher to the plane's version registry through molt.control.weights' public CanaryTarget."""
+"""molt-trainer imports molt.store / molt.backends / molt.governance, never molt.gateway or molt.control."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ def test_trainer_never_imports_gateway_or_control() -> None:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            bad += [f"{path.name}: {n}" for n in names if n.startswith(("molt.gateway", "molt.control"))
-                    and not (path.name == "cli.py" and n == "molt.control.weights")]
+            bad += [f"{path.name}: {n}" for n in names if n.startswith(("molt.gateway", "molt.control"))]
     assert bad == []
 
 

@@ -25,6 +25,7 @@ fault counters to ``$MOLT_HOME/status/``, where ``molt doctor`` shows them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import signal
 import threading
@@ -137,12 +138,17 @@ def _serve(args: argparse.Namespace) -> None:
                                max_batch=args.max_batch, latency_slo_ms=args.latency_slo_ms)
     base = args.base_version or f"{args.model}@base"
     if args.agent is not None:
-        # The composition root wires the trainer to the plane's version registry (molt_trainer itself never
-        # imports molt.control): the adapter is served only through the agent's canary version.
-        from molt.control.weights import CanaryTarget, gateway_loader
-
-        targets: list[Any] = [CanaryTarget(store, args.tenant, args.agent, base=args.model, weight=args.canary_weight,
-                                           loader=gateway_loader(args.gateway, args.admin_key, args.model))]
+        # The composition root wires the trainer to the plane's version registry, loaded by name like
+        # molt serve loads molt_trainer: the control plane is an optional part of an installation, and
+        # molt_trainer's modules never import it. The adapter is served only through the agent's canary.
+        try:
+            weights = importlib.import_module("molt.control.weights")
+        except ImportError as exc:
+            raise SystemExit(f"molt-trainer serve --agent: the control plane is not installed ({exc}); it keeps "
+                             f"the agent's versions and judges the canaries. Install molt with it, or drop --agent.")
+        targets: list[Any] = [weights.CanaryTarget(store, args.tenant, args.agent, base=args.model,
+                                                   weight=args.canary_weight,
+                                                   loader=weights.gateway_loader(args.gateway, args.admin_key, args.model))]
     else:
         logging.getLogger("molt_trainer").warning(
             "molt-trainer serve without --agent publishes each adapter on the plain model key %r at weight %.2f "
