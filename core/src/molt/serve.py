@@ -9,7 +9,11 @@ What starts, in one process (plus the capture child and, with ``--vllm``, a supe
 - the **web console** at ``/console`` (:mod:`molt.console`), tenant-scoped by the API key it is
   opened with;
 - the **control plane** every ``--evolve-every`` seconds (``molt.control.plane.run_scheduled``) when
-  it is installed;
+  it is installed, with ``--plane-setting KEY=VALUE`` thresholds. It learns which calls failed from the
+  reward endpoints (``/v1/molt/rewards/*``: a client's verifier, tests, user feedback and corrections)
+  and judges the answers it replays with ``--verifier TASK=SPEC`` / ``--agent-verifier AGENT=SPEC``
+  (``contains:…``, ``regex:…``, ``exact:…`` or an importable ``module:function``) — without one, only a
+  user's correction (or a judge model) can say whether a context fix works;
 - the **weight loop** with ``--train`` (``molt_trainer`` installed): the control plane's weight-update
   decision for a failure cluster of ``tenant/agent`` starts a training run on that agent's traffic
   (:class:`molt_trainer.requests.RequestTrainer` through the plane's hook
@@ -67,7 +71,7 @@ from molt.gateway.cli import build_gateway, is_loopback, make_backend, tune_proc
 from molt.gateway.service import GatewayConfig
 from molt.governance.access import KeyRing, Role, generate_key, hash_key
 
-__all__ = ["Stack", "console_keyring", "serve_command"]
+__all__ = ["Stack", "console_keyring", "plane_settings", "register_verifiers", "serve_command"]
 
 log = logging.getLogger("molt.serve")
 
@@ -90,6 +94,62 @@ def _recycle_count(value: int) -> int:
     if 0 < value < MIN_RECYCLE_AFTER:
         raise typer.BadParameter(f"must be 0 (never) or at least {MIN_RECYCLE_AFTER:,}, got {value}.")
     return value
+
+
+def _resolve_check(spec: str) -> Any:
+    """A verifier spec: ``contains:…`` / ``regex:…`` / ``exact:…`` as :func:`molt.replay.build_verifier`
+    reads them, else ``module:function`` (or ``module:Class`` / an instance), imported."""
+    from molt.replay.verifiers import build_verifier
+
+    kind, _, rest = spec.partition(":")
+    if kind in ("contains", "regex", "exact"):
+        return build_verifier(spec)
+    if not rest or not kind:
+        raise typer.BadParameter(f"{spec!r}: give contains:TEXT, regex:PATTERN, exact:TEXT or module:function.")
+    try:
+        obj: Any = importlib.import_module(kind)
+        for attr in rest.split("."):
+            obj = getattr(obj, attr)
+    except (ImportError, AttributeError) as exc:
+        raise typer.BadParameter(f"{spec!r}: cannot import it ({exc}); is its module on PYTHONPATH?") from exc
+    return build_verifier(obj)
+
+
+def register_verifiers(task_specs: list[str], agent_specs: list[str]) -> list[str]:
+    """Register ``NAME=SPEC`` verifiers for the plane's replays in this process: by task label
+    (``TASK_VERIFIERS``: traffic sent with ``X-Molt-Task: NAME``) and by agent (``AGENT_VERIFIERS``:
+    ``X-Molt-Agent: NAME``, no task label needed). Returns what was registered, for the banner.
+
+    Without a verifier the plane judges a replayed answer only by the users' corrections (or a judge
+    model), so a cluster that nobody corrects can neither confirm a context fix nor rule it out; the
+    rewards of live traffic still come from the reward endpoints (``/v1/molt/rewards/*``)."""
+    from molt.replay.verifiers import AGENT_VERIFIERS, TASK_VERIFIERS
+
+    done = []
+    for registry, specs, what in ((TASK_VERIFIERS, task_specs, "task"), (AGENT_VERIFIERS, agent_specs, "agent")):
+        for item in specs:
+            name, sep, spec = item.partition("=")
+            if not sep or not name.strip() or not spec.strip():
+                raise typer.BadParameter(f"{item!r}: expected NAME=SPEC (e.g. arithmetic=mychecks:opens_with_number).")
+            registry.register(name.strip(), _resolve_check(spec.strip()))
+            done.append(f"{what} {name.strip()}: {spec.strip()}")
+    return done
+
+
+def plane_settings(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs of :class:`molt.control.plane.PlaneSettings` (values read as JSON, else as text)."""
+    import orjson
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE (e.g. canary_min=6).")
+        try:
+            out[key.strip()] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
 
 
 def console_keyring(home: Path, *, create: bool) -> tuple[KeyRing | None, str | None]:
@@ -204,7 +264,7 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
 
 
 def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Callable[[], Any],
-                   registry: Any = None, weights: Any = None) -> None:
+                   registry: Any = None, weights: Any = None, settings: dict[str, Any] | None = None) -> None:
     if every_s <= 0:
         stack.status["control plane"] = "off (--evolve-every 0)"
         return
@@ -227,7 +287,7 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
             be = replay_backend()
             # Agents seen in the traffic get a first version (the served model, no harness changes).
             plane = mod.ControlPlane(store, be, base_parts=mod.PolicyParts(model=mod.ModelPart(base=be.model)),
-                                     trainer=weights)
+                                     trainer=weights, settings=mod.PlaneSettings(**(settings or {})))
             if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
                 plane.registry = registry
             if weights is not None and getattr(be.capabilities, "lora", False):
@@ -238,7 +298,8 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
         run_scheduled(store, stack.stop, every_s, **kwargs)
 
     stack.spawn("control-plane", run)
-    stack.status["control plane"] = f"every {every_s:g} s"
+    stack.status["control plane"] = f"every {every_s:g} s" + (
+        "; " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else "")
 
 
 def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str | None, model: str,
@@ -391,6 +452,16 @@ def serve_command(
              "(development only).")] = False,
     vllm: Annotated[bool, typer.Option(
         help="Serve through a supervised vLLM server (the .venv-vllm environment); same as --backend vllm.")] = False,
+    verifier: Annotated[list[str] | None, typer.Option(
+        "--verifier", help="TASK=SPEC (repeatable): judges the plane's replays of traffic labelled TASK "
+                           "(X-Molt-Task). SPEC: contains:TEXT, regex:PATTERN, exact:TEXT or module:function "
+                           "(fn(answer[, context]): False / AssertionError fails, a number is the reward).")] = None,
+    agent_verifier: Annotated[list[str] | None, typer.Option(
+        "--agent-verifier", help="AGENT=SPEC (repeatable): the same for an agent's traffic (X-Molt-Agent), "
+                                 "with or without task labels.")] = None,
+    plane_setting: Annotated[list[str] | None, typer.Option(
+        "--plane-setting", help="KEY=VALUE (repeatable): a control-plane threshold (molt.control.plane."
+                                "PlaneSettings, e.g. canary_min=6, replay_sample=8).")] = None,
 ) -> None:
     """Serve the whole stack: gateway, governance, store, console, control plane, trainer, vLLM."""
     import uvicorn
@@ -422,6 +493,13 @@ def serve_command(
     if model_path is not None and backend not in ("local", "vllm"):
         typer.secho("molt serve: --model-path is for the local and vllm backends.", fg="red", err=True)
         raise typer.Exit(2)
+    settings = plane_settings(plane_setting or [])
+    if settings and importlib.util.find_spec("molt.control.plane") is not None:
+        try:  # a typo fails the start, not the plane's thread later
+            importlib.import_module("molt.control.plane").PlaneSettings(**settings)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--plane-setting") from exc
+    judged = register_verifiers(verifier or [], agent_verifier or [])
     be = _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url, upstream_key=upstream_key,
                   max_model_len=max_model_len, timeout_s=backend_timeout)
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
@@ -483,7 +561,9 @@ def serve_command(
                                      latency_slo_ms=latency_slo_ms, home=home, gateway_sources=gw.status_sources)
     else:
         stack.status["trainer"] = "off (--train to run it)"
-    _start_control(stack, shared, evolve_every, replay_backend, registry, weights)
+    _start_control(stack, shared, evolve_every, replay_backend, registry, weights, settings)
+    stack.status["verifiers"] = "; ".join(judged) if judged else (
+        "none: the plane judges replays by the users' corrections (--verifier / --agent-verifier to add one)")
     stack.status["vLLM"] = (f"supervised at {server.base_url}" if server is not None
                             else f"upstream {upstream_url}" if backend == "vllm" else "not used")
     rows.extend(stack.status.items())
