@@ -20,8 +20,8 @@ queue (``max_queue``) or the spool (``max_spool_bytes``) is full, records are dr
 Governance is on by default: every event goes through the built-in governance policy (redaction,
 classification, eligibility, retention; ``molt.governance``) on the writer thread before it is
 sealed, so neither the spool nor the store ever holds what it redacts, and each event's decision is
-stored with it. ``pipeline=`` takes a policy of your own (``GovernancePipeline.from_file(...)``);
-``pipeline=None`` records events as they are, PII included — such events have no decision, so the
+stored with it. ``hook=`` takes a policy of your own (``GovernancePipeline.from_file(...)``);
+``hook=None`` records events as they are, PII included — such events have no decision, so the
 training queue never hands them to a trainer.
 
 Example::
@@ -34,6 +34,9 @@ Example::
         tid = rec.new_trajectory()
         rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE,
                          action=UserMessage(content="hi")))
+
+One module at ~860 lines because it is one idea: the durable write path (queue, writer thread, spool,
+delivery thread) whose guarantees (acknowledged means durable, chain order, dedupe) span all of it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -76,11 +80,12 @@ __all__ = ["DEFAULT_PIPELINE", "Recorder", "RecorderStats", "index_fields", "res
 
 log = logging.getLogger("molt.capture")
 
-#: ``Recorder(pipeline=...)``'s default: the governance pipeline of the built-in policy. Capture knows
+#: ``Recorder(hook=...)``'s default: the governance pipeline of the built-in policy. Capture knows
 #: only the hook protocol, so the pipeline is imported by name when a Recorder is built.
 DEFAULT_PIPELINE = "default"
 _DEFAULT_PIPELINE_CLASS = ("molt.governance.pipeline", "GovernancePipeline")
 _warned_ungoverned = False
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True)
@@ -157,12 +162,13 @@ class Recorder:
             until the bound is reached: a gateway passes its ``max_sessions``, the trajectories it can
             still append to.
         strict: raise :class:`~molt.errors.MoltError` from ``record()`` instead of counting (tests).
-        pipeline: the :class:`~molt.capture.CaptureHook` run on the writer thread before sealing:
+        hook: the :class:`~molt.capture.CaptureHook` run on the writer thread before sealing:
             ``"default"`` (default) is the governance pipeline of the built-in policy, or pass a
             ``GovernancePipeline`` of your own; ``None`` turns governance off (events are stored as
             recorded, PII included, and never trained on). A hook that raises or rejects an event
             quarantines it; the caller never sees either. When the hook has ``sink_for`` the Recorder
-            delivers to ``pipeline.sink_for(sink)``: a store gets the governance decisions too.
+            delivers to ``hook.sink_for(sink)``: a store gets the governance decisions too.
+        pipeline: the former name of ``hook`` (deprecated: a DeprecationWarning, then the same).
     """
 
     def __init__(
@@ -182,8 +188,15 @@ class Recorder:
         chain_heads: int = 200_000,
         strict: bool = False,
         name: str = "molt",
-        pipeline: CaptureHook | str | None = DEFAULT_PIPELINE,
+        hook: CaptureHook | str | None = DEFAULT_PIPELINE,
+        pipeline: CaptureHook | str | None = _UNSET,
     ):
+        if pipeline is not _UNSET:
+            if hook is not DEFAULT_PIPELINE:
+                raise TypeError("Recorder() takes hook= or its deprecated name pipeline=, not both.")
+            warnings.warn("Recorder(pipeline=...) is deprecated; pass hook=... (the CaptureHook run before "
+                          "sealing).", DeprecationWarning, stacklevel=2)
+            hook = pipeline
         if not 1 <= max_queue <= 10_000_000:
             raise ValueError(f"max_queue must be between 1 and 10,000,000, got {max_queue}.")
         if not 1 <= batch_size <= 100_000:
@@ -195,12 +208,12 @@ class Recorder:
         default_spool = spool_dir is None
         if spool_dir is None:
             spool_dir = Path(os.environ.get("MOLT_HOME", "~/.molt")).expanduser() / "spool"
-        hook = resolve_pipeline(pipeline)
-        sink_for = getattr(hook, "sink_for", None)
+        resolved = resolve_pipeline(hook)
+        sink_for = getattr(resolved, "sink_for", None)
         # one argument attaches the hook and where its decisions go: a store left bare would silently
         # drop them
         self.sink = sink_for(sink) if sink_for is not None else sink
-        self.pipeline = hook
+        self.hook: CaptureHook | None = resolved
         self.strict = strict
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -386,7 +399,7 @@ class Recorder:
 
     def _write_loop(self) -> None:
         q = self._queue
-        warm = getattr(self.pipeline, "warm", None)
+        warm = getattr(self.hook, "warm", None)
         if warm is not None:  # the hook's lazy loads (redaction lexicons: seconds) start now, not at the first
             try:              # event: records made just before the process exits reach the spool in its budget
                 warm()
@@ -462,7 +475,7 @@ class Recorder:
     def _seal_frame(self, event: Event, staged: dict[str, tuple[int, str]]) -> tuple[bytes, tuple[int, str] | None]:
         tid = event.trajectory_id
         annotations = None
-        if self.pipeline is not None:
+        if self.hook is not None:
             verdict = self._run_pipeline(event)
             if isinstance(verdict, bytes):
                 return verdict, None
@@ -489,9 +502,9 @@ class Recorder:
 
     def _run_pipeline(self, event: Event) -> bytes | tuple[Event, dict[str, Any] | None]:
         """The hook's verdict: ``(event to seal, annotations)``, or a quarantine frame. Fails closed."""
-        assert self.pipeline is not None
+        assert self.hook is not None
         try:
-            res = self.pipeline.process(event)
+            res = self.hook.process(event)
             if res.event is None:
                 return self._quarantine_frame(event, res.stage or "pipeline",
                                               res.reason or "rejected by the pipeline", record=res.record)
@@ -673,9 +686,9 @@ class Recorder:
         if self._closed:
             return self._all_delivered()
         deadline = time.monotonic() + timeout
-        adapt = sys.modules.get("molt.capture.adapt")
-        if adapt is not None:  # adapters queue events on their dispatcher before record(): hand them over
-            adapt.drain_all(timeout=max(0.0, min(2.0, timeout / 2)))
+        dispatch = sys.modules.get("molt.capture.dispatch")
+        if dispatch is not None:  # adapters queue events on their dispatcher before record(): hand them over
+            dispatch.drain_all(timeout=max(0.0, min(2.0, timeout / 2)))
         self.flush(timeout=max(0.0, deadline - time.monotonic()))
         if self.sink is not None:
             self._deliver_while_healthy(deadline)
@@ -737,6 +750,12 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def pipeline(self) -> CaptureHook | None:
+        """The former name of :attr:`hook` (deprecated)."""
+        warnings.warn("Recorder.pipeline is deprecated; read Recorder.hook.", DeprecationWarning, stacklevel=2)
+        return self.hook
+
 
 def resolve_pipeline(pipeline: CaptureHook | str | None) -> CaptureHook | None:
     """The hook a recording path runs: ``"default"`` builds the built-in governance pipeline, ``None``
@@ -745,8 +764,8 @@ def resolve_pipeline(pipeline: CaptureHook | str | None) -> CaptureHook | None:
     if pipeline is None:
         if not _warned_ungoverned:
             _warned_ungoverned = True
-            log.warning("Molt is recording WITHOUT governance (pipeline=None): events are stored as recorded, "
-                        "PII included, and never trained on. Leave pipeline at its default to redact them.")
+            log.warning("Molt is recording WITHOUT governance (no capture hook): events are stored as recorded, "
+                        "PII included, and never trained on. Leave the hook at its default to redact them.")
         return None
     if isinstance(pipeline, str):
         if pipeline != DEFAULT_PIPELINE:
@@ -754,7 +773,8 @@ def resolve_pipeline(pipeline: CaptureHook | str | None) -> CaptureHook | None:
         import importlib
 
         module, cls = _DEFAULT_PIPELINE_CLASS
-        return getattr(importlib.import_module(module), cls)()
+        default: CaptureHook = getattr(importlib.import_module(module), cls)()
+        return default
     return pipeline
 
 
