@@ -1,7 +1,7 @@
 """Capture benchmark: Recorder caller cost, sustained ingest into LanceDB, read by id at scale.
 
 Prints three tables, each with a reference measured in the same run. Capture alone: the Recorders
-here run without the governance pipeline (``pipeline=None``); ``bench/bench_governance.py`` measures
+here run without the governance pipeline (``hook=None``); ``bench/bench_governance.py`` measures
 the default, governed Recorder (caller cost, writer throughput, governed ingest).
 
 1. ``record()`` caller-side cost p50/p99 — the time the agent's thread spends per event — next to
@@ -97,7 +97,7 @@ def caller_cost(n: int, tmp: Path) -> Table:
     for paced in (False, True):
         # capture alone, as these rows always measured it: bench_governance.py measures the governance
         # pipeline a Recorder runs by default, beside this
-        rec = Recorder(None, spool_dir=tmp / f"spool-{paced}", max_queue=10 * n, pipeline=None)
+        rec = Recorder(None, spool_dir=tmp / f"spool-{paced}", max_queue=10 * n, hook=None)
         measure("molt Recorder.record()", rec.record, paced)
         rec.close(timeout=30)
 
@@ -128,7 +128,7 @@ def caller_cost(n: int, tmp: Path) -> Table:
 def ingest(n: int, tmp: Path, naive_n: int) -> Table:
     events = make_events(n, 1000, seed=2)
     store = Store.open(tmp / "ingest-store", auto_compact=True)
-    rec = Recorder(store, spool_dir=tmp / "ingest-spool", max_queue=n + 1, batch_size=8192, pipeline=None)
+    rec = Recorder(store, spool_dir=tmp / "ingest-spool", max_queue=n + 1, batch_size=8192, hook=None)
     t0 = time.perf_counter()
     for ev in events:
         rec.record(ev)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +63,34 @@ def test_registry_rejects_conflicts_and_lists_known_names() -> None:
     with pytest.raises(RegistryError, match="registered widgets: a"):
         r.get("zzz")
     assert "a" in r and r.names() == ["a"] and len(r) == 1
+
+
+def test_recorder_takes_its_capture_hook_as_hook_and_the_old_name_with_a_deprecation(tmp_path: Path,
+                                                                                     event_factory: Any) -> None:
+    """Deliberate change: ``Recorder(pipeline=...)`` is ``Recorder(hook=...)`` (the parameter takes any
+    CaptureHook, not only the governance pipeline); the old keyword and attribute still work, with a
+    DeprecationWarning, and both names at once are refused."""
+    from molt.capture import HookResult, MemorySink, Recorder
+
+    class Tag:
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def process(self, event: Any) -> HookResult:
+            self.seen += 1
+            return HookResult.accept(event)
+
+    hook = Tag()
+    with Recorder(MemorySink(), spool_dir=tmp_path / "a", hook=hook) as rec:
+        assert rec.hook is hook
+        rec.record(event_factory("t1", 0))
+        assert rec.flush(30, deliver=True)
+    assert hook.seen == 1   # the hook ran on the writer thread before sealing
+    with pytest.warns(DeprecationWarning, match="hook="):
+        rec = Recorder(MemorySink(), spool_dir=tmp_path / "b", pipeline=hook)
+    with rec:
+        assert rec.hook is hook
+        with pytest.warns(DeprecationWarning, match="Recorder.hook"):
+            assert rec.pipeline is hook
+    with pytest.raises(TypeError, match="not both"):
+        Recorder(MemorySink(), spool_dir=tmp_path / "c", hook=hook, pipeline=None)

@@ -116,7 +116,7 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
 
             pipeline = GovernancePipeline.from_file(governance)
         recorder = Recorder(store, spool_dir=home / "spool", name="molt-gateway", dedupe_ids=dedupe_ids,
-                            chain_heads=config.max_sessions, pipeline=pipeline)
+                            chain_heads=config.max_sessions, hook=pipeline)
     keyring = None
     if keys:
         from molt.governance.access import KeyRing

@@ -24,7 +24,7 @@ events and decisions are written together (:class:`~molt.governance.GovernedSink
     store = Store.open("~/.molt/store")
     with Recorder(store) as rec:                      # the default policy
         rec.record(event)
-    with Recorder(store, pipeline=GovernancePipeline.from_file("governance.yaml")) as rec:
+    with Recorder(store, hook=GovernancePipeline.from_file("governance.yaml")) as rec:
         rec.record(event)
 """
 

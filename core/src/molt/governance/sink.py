@@ -30,7 +30,7 @@ class GovernedSink:
 
     Example::
 
-        rec = Recorder(GovernedSink(store), pipeline=GovernancePipeline.from_file("governance.yaml"))
+        rec = Recorder(GovernedSink(store), hook=GovernancePipeline.from_file("governance.yaml"))
     """
 
     def __init__(self, store: Store):
