@@ -95,6 +95,9 @@ def test_otlp_export_over_http_reaches_the_gateway_endpoint(filled: Store, store
     finally:
         rec.close(timeout=10)
     assert _events(target) == _events(filled)  # each span carried its event whole (molt.event)
+    # and its rewards (molt.reward on evaluation events), recorded live as late rewards; the gateway
+    # keeps no explanation text (its reward path runs no redaction)
+    assert _rewards(target) == {k: {**r, "reason": None} for k, r in _rewards(filled).items()}
     assert all(target.verify(t).ok for t in target.trajectory_ids())
 
 

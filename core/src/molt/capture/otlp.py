@@ -25,10 +25,16 @@ exporter at an endpoint serving :class:`OtlpIngest` (see :mod:`molt.capture.otlp
   ``gen_ai.response.model`` / ``gen_ai.request.model``, input messages as the observation;
 - **provenance**: ``integration="otlp"`` at molt-core's version, ``framework`` and
   ``framework_version`` from the instrumentation scope; ``service.name`` in ``metadata.tags``.
+- **evaluations as late rewards**: GenAI ``gen_ai.evaluation.result`` results (a span event on the
+  evaluated span, or an evaluation span parented to it, sent later) become
+  reward annotations (``judge``) on the evaluated event, in the same tenant,
+  recorded after it and never folded into it (:func:`evaluations`, :meth:`OtlpIngest.record_span`).
 
-Payloads are bounded like an adapter's (:func:`~molt.capture.adapt.bound_payload`). Spans are recorded
-in the order they arrive (end order), so ``seq`` follows end times as with every adapter. A span
-written by :func:`molt.atdp.otel.event_to_span` comes back as exactly the event it carried.
+Decoding (protobuf, JSON, SDK spans; the older GenAI message conventions) is
+:mod:`molt.capture.otlp_decode`. Payloads are bounded like an adapter's
+(:func:`~molt.capture.adapt.bound_payload`). Spans are recorded in the order they arrive (end order),
+so ``seq`` follows end times as with every adapter. A span written by
+:func:`molt.atdp.otel.event_to_span` comes back as exactly the event it carried.
 
 Example::
 
@@ -40,31 +46,29 @@ Example::
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import threading
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from molt.atdp.models import Event, Observation, Outcome, OutcomeStatus, Provenance
-from molt.atdp.otel import AttributeValue, OtelSpan, span_to_event
+from molt.atdp.models import Event, Observation, Outcome, OutcomeStatus, Provenance, RewardAnnotation
+from molt.atdp.otel import span_to_event
 from molt.capture.adapt import Capture, CaptureStats, distribution_version
+from molt.capture.otlp_decode import (
+    DecodeError,
+    IngestSpan,
+    decode_json,
+    decode_protobuf,
+    from_readable,
+    genai_messages,
+    trace_service,
+)
 from molt.capture.tenancy import TrajectoryNamespace
-from molt.errors import AdapterError
-
-try:
-    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as _svc
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    err = AdapterError("molt.capture.otlp needs opentelemetry-proto, but it is not installed.")
-    err.add_note(
-        'molt.capture.otlp needs opentelemetry-proto; install it with: pip install "opentelemetry-proto>=1.30"'
-    )
-    raise err from exc
 
 try:  # only MoltSpanProcessor needs the SDK
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -73,47 +77,23 @@ except ImportError:  # pragma: no cover - depends on the environment
     ReadableSpan = Any  # type: ignore[assignment,misc]
 
 __all__ = [
+    "EVALUATION_EVENT",
     "IngestResult",
     "IngestSpan",
     "MoltSpanProcessor",
     "OtlpIngest",
     "decode_json",
     "decode_protobuf",
+    "evaluations",
     "event_id_for",
     "from_readable",
     "genai_messages",
 ]
 
-_REMOTE_KNOWN = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
-_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-_STATUS = {
-    0: "UNSET",
-    1: "OK",
-    2: "ERROR",
-    "STATUS_CODE_UNSET": "UNSET",
-    "STATUS_CODE_OK": "OK",
-    "STATUS_CODE_ERROR": "ERROR",
-}
 #: Event ids from (trajectory, span id): one derivation, shared with the tenant namespace.
 _IDS = TrajectoryNamespace()
 #: Default cap on one request body (after decompression), in bytes.
 MAX_BODY_BYTES = 32 << 20
-
-
-@dataclass(frozen=True)
-class IngestSpan:
-    """One finished span as decoded from OTLP (or taken from the SDK), with what the mapping needs
-    beyond :class:`~molt.atdp.otel.OtelSpan`."""
-
-    span: OtelSpan
-    status_message: str | None = None
-    exception: tuple[str | None, str | None] | None = None  # (type, message) of a recorded exception
-    scope_name: str | None = None
-    scope_version: str | None = None
-    resource: Mapping[str, AttributeValue] = field(default_factory=dict)
-    parent_remote: bool = False
-    #: the span's events as ``(name, attributes)`` (messages, evaluations, exceptions)
-    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +103,10 @@ class IngestResult:
     accepted: int
     rejected: int = 0
     error: str | None = None
+    #: evaluations recorded as late rewards, and those that were not (no numeric score, a failed
+    #: evaluation, one already recorded); OTLP's response has no field for them
+    rewards: int = 0
+    rewards_skipped: int = 0
 
 
 def event_id_for(trace_id: str, span_id: str) -> str:
@@ -130,302 +114,59 @@ def event_id_for(trace_id: str, span_id: str) -> str:
     return _IDS.event_id(trace_id, span_id)
 
 
-# --------------------------------------------------------------------------- decoding
+# --------------------------------------------------------------------------- evaluations
 
 
-def _any_value(v: AnyValue) -> Any:
-    which = v.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [_any_value(x) for x in v.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _any_value(kv.value) for kv in v.kvlist_value.values}
-    if which == "bytes_value":
-        return base64.b64encode(v.bytes_value).decode()
-    return getattr(v, which)
+#: The GenAI conventions' evaluation result (``gen_ai.evaluation.name``, ``…score.value``,
+#: ``…score.label``, ``…explanation``, ``error.type``): a span event on the evaluated span, or — what an
+#: evaluator that runs later can send — a span of its own parented to it.
+EVALUATION_EVENT = "gen_ai.evaluation.result"
 
 
-def _attr(value: Any) -> AttributeValue:
-    """An OTLP value as an OtelSpan attribute: maps (kvlist) and mixed lists travel as JSON text."""
-    if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(x, dict | list) for x in value)):
-        return orjson.dumps(value).decode()
-    return value  # type: ignore[no-any-return]
+def is_evaluation_span(s: IngestSpan) -> bool:
+    """A span that is itself an evaluation result (``gen_ai.evaluation.name`` and no operation): a
+    reward on its parent's event, not a step of the trajectory."""
+    a = s.span.attributes
+    return "gen_ai.evaluation.name" in a and "gen_ai.operation.name" not in a
 
 
-def _exception(events: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[str | None, str | None] | None:
-    for name, attrs in events:
-        if name == "exception":
-            return (_str(attrs.get("exception.type")), _str(attrs.get("exception.message")))
-    return None
+def evaluations(s: IngestSpan, trajectory_id: str, event_id: str | None,
+                tenant_id: str | None) -> list[tuple[str, RewardAnnotation | str]]:
+    """The evaluation results ``s`` carries, as ``(where, reward)`` on ``event_id`` (``None``: the
+    trajectory) — or ``(where, the reason it is not a reward)``.
 
-
-def _str(v: Any) -> str | None:
-    return None if v is None else str(v)
-
-
-def _status(code: Any) -> str:
-    """The status code's name; one outside the OTLP enum is kept visible as ``UNKNOWN(<code>)`` (the
-    mapping treats it as unset; a file import refuses the span with the value)."""
-    try:
-        return _STATUS[code]
-    except (KeyError, TypeError):
-        return f"UNKNOWN({str(code)[:40]})"
-
-
-# GenAI messages: instrumentations emit three generations of the conventions. All are read into the
-# current one (``gen_ai.input.messages`` / ``gen_ai.output.messages`` attributes: role + typed parts),
-# so the mapping below has one form to read:
-# - current: the attributes themselves, or the ``gen_ai.client.inference.operation.details`` event
-#   carrying them;
-# - semconv 1.28-1.36: one span event per message (``gen_ai.system.message``, ``gen_ai.user.message``,
-#   ``gen_ai.assistant.message``, ``gen_ai.tool.message``) and ``gen_ai.choice`` per output, the body
-#   in the event's attributes (or JSON in ``gen_ai.event.content``);
-# - before 1.28 (OpenLLMetry and others): flattened ``gen_ai.prompt.<i>.<field>`` and
-#   ``gen_ai.completion.<i>.<field>`` attributes (``tool_calls.<j>.<field>`` nested the same way).
-_MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
-                   "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
-_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
-
-
-def _json_or(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("[", "{"):
-        with contextlib.suppress(orjson.JSONDecodeError):
-            return orjson.loads(value)
-    return value
-
-
-def _parts(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The typed parts of an OpenAI-style message (content, tool_calls, tool_call_id)."""
-    parts: list[dict[str, Any]] = []
-    content = _json_or(msg.get("content"))
-    if msg.get("role") == "tool" or msg.get("tool_call_id"):
-        return [{"type": "tool_call_response", "id": msg.get("tool_call_id") or msg.get("id"), "response": content}]
-    if isinstance(content, list):
-        for c in content:
-            if isinstance(c, Mapping) and c.get("type") == "text":
-                parts.append({"type": "text", "content": c.get("text", c.get("content"))})
-            elif c is not None:
-                parts.append({"type": "text", "content": c if isinstance(c, str) else orjson.dumps(c).decode()})
-    elif content is not None:
-        text = content if isinstance(content, str) else orjson.dumps(content).decode()
-        parts.append({"type": "text", "content": text})
-    calls = _json_or(msg.get("tool_calls"))
-    for tc in calls if isinstance(calls, list) else []:
-        if not isinstance(tc, Mapping):
-            continue
-        fn: Mapping[str, Any] = tc["function"] if isinstance(tc.get("function"), Mapping) else tc
-        parts.append({"type": "tool_call", "id": tc.get("id"), "name": fn.get("name"),
-                      "arguments": _json_or(fn.get("arguments"))})
-    return parts
-
-
-def _listify(node: Any) -> Any:
-    if isinstance(node, dict):
-        node = {k: _listify(v) for k, v in node.items()}
-        if node and all(isinstance(k, int) for k in node):
-            return [v for _, v in sorted(node.items())]
-    return node
-
-
-def _indexed(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
-    """``prefix.<i>.<path>`` attributes as a list of nested dicts in index order (numeric path
-    segments, as in ``tool_calls.<j>.name``, become lists)."""
-    root: dict[Any, Any] = {}
-    for key, value in attrs.items():
-        if not key.startswith(prefix):
-            continue
-        path: list[Any] = [int(p) if p.isdigit() else p for p in key[len(prefix):].split(".")]
-        if len(path) < 2 or not isinstance(path[0], int):
-            continue
-        node = root
-        for p in path[:-1]:
-            nxt = node.get(p)
-            if not isinstance(nxt, dict):
-                nxt = node[p] = {}
-            node = nxt
-        node[path[-1]] = value
-    out = _listify(root)
-    return [m for m in out if isinstance(m, dict)] if isinstance(out, list) else []
-
-
-def genai_messages(attrs: dict[str, Any], events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> dict[str, Any]:
-    """``attrs`` with ``gen_ai.input.messages`` / ``gen_ai.output.messages`` filled in from the older
-    conventions (see above) when the span does not carry them already; returns ``attrs``."""
-    if "gen_ai.input.messages" in attrs and "gen_ai.output.messages" in attrs:
-        return attrs
-    inputs: list[dict[str, Any]] = []
-    outputs: list[dict[str, Any]] = []
-    reasons: list[str] = []
-    for name, ea in events:
-        if name == _DETAILS_EVENT:
-            for key in ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"):
-                if key in ea and key not in attrs:
-                    attrs[key] = ea[key]
-            continue
-        body = dict(ea)
-        if "gen_ai.event.content" in body:
-            got = _json_or(body.pop("gen_ai.event.content"))
-            body.update(got if isinstance(got, Mapping) else {"content": got})
-        if name in _MESSAGE_EVENTS:
-            inputs.append({"role": body.get("role") or _MESSAGE_EVENTS[name], "parts": _parts(body)})
-        elif name == "gen_ai.choice":
-            msg = _json_or(body.get("message"))
-            msg = msg if isinstance(msg, Mapping) else body
-            outputs.append({"role": msg.get("role") or "assistant", "parts": _parts(msg),
-                            **({"finish_reason": body["finish_reason"]} if body.get("finish_reason") else {})})
-            if body.get("finish_reason"):
-                reasons.append(str(body["finish_reason"]))
-    if not inputs:
-        inputs = [{"role": m.get("role") or "user", "parts": _parts(m)} for m in _indexed(attrs, "gen_ai.prompt.")]
-    if not outputs:
-        for m in _indexed(attrs, "gen_ai.completion."):
-            outputs.append({"role": m.get("role") or "assistant", "parts": _parts(m),
-                            **({"finish_reason": m["finish_reason"]} if m.get("finish_reason") else {})})
-            if m.get("finish_reason"):
-                reasons.append(str(m["finish_reason"]))
-    if inputs and "gen_ai.input.messages" not in attrs:
-        attrs["gen_ai.input.messages"] = orjson.dumps(inputs).decode()
-    if outputs and "gen_ai.output.messages" not in attrs:
-        attrs["gen_ai.output.messages"] = orjson.dumps(outputs).decode()
-        if reasons and "gen_ai.response.finish_reasons" not in attrs:
-            attrs["gen_ai.response.finish_reasons"] = reasons
-    return attrs
-
-
-def decode_protobuf(body: bytes) -> list[IngestSpan]:
-    """The spans of a protobuf ``ExportTraceServiceRequest``."""
-    req = _svc.ExportTraceServiceRequest.FromString(body)
-    out = []
-    for rs in req.resource_spans:
-        resource = {kv.key: _attr(_any_value(kv.value)) for kv in rs.resource.attributes}
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                events = [(e.name, {kv.key: _any_value(kv.value) for kv in e.attributes}) for e in s.events]
-                attrs = genai_messages({kv.key: _any_value(kv.value) for kv in s.attributes}, events)
-                out.append(
-                    IngestSpan(
-                        span=OtelSpan(
-                            name=s.name,
-                            start_time_unix_nano=s.start_time_unix_nano,
-                            end_time_unix_nano=s.end_time_unix_nano or None,
-                            attributes={k: _attr(v) for k, v in attrs.items()},
-                            trace_id=s.trace_id.hex(),
-                            span_id=s.span_id.hex(),
-                            parent_span_id=s.parent_span_id.hex() or None,
-                            status_code=_status(s.status.code),
-                        ),
-                        status_message=s.status.message or None,
-                        exception=_exception(events),
-                        scope_name=ss.scope.name or None,
-                        scope_version=ss.scope.version or None,
-                        resource=resource,
-                        parent_remote=bool(s.flags & _REMOTE_KNOWN and s.flags & _REMOTE),
-                        events=tuple(events),
-                    )
-                )
+    A reward is ``source="judge"``, ``value`` and ``dimensions`` the score under the evaluation's name,
+    ``annotator`` ``otlp:<name>``, ``reason`` the explanation; its id is derived from (trajectory, span,
+    event index), so a re-sent export names the same reward. An evaluation Molt exported itself
+    (``molt.reward``) is the annotation as it was; the caller re-homes it.
+    """
+    sid = s.span.span_id or ""
+    found: list[tuple[str, str, Any]] = [(f"span {sid}, event {i}", str(i), a)
+                                         for i, (name, a) in enumerate(s.events) if name == EVALUATION_EVENT]
+    if is_evaluation_span(s):
+        found.append((f"span {sid}", "span", s.span.attributes))
+    out: list[tuple[str, RewardAnnotation | str]] = []
+    for where, key, a in found:
+        name = str(a.get("gen_ai.evaluation.name") or "evaluation")
+        full = a.get("molt.reward")
+        value = a.get("gen_ai.evaluation.score.value")
+        try:
+            if isinstance(full, str):
+                out.append((where, RewardAnnotation.model_validate(orjson.loads(full))))
+            elif a.get("error.type"):
+                out.append((where, f"evaluation {name!r} failed ({str(a['error.type'])[:200]}); not a reward"))
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                out.append((where, f"evaluation {name!r} has no numeric score.value "
+                                   f"({a.get('gen_ai.evaluation.score.label')!r}); a reward needs a number"))
+            else:
+                expl = a.get("gen_ai.evaluation.explanation")
+                out.append((where, RewardAnnotation(
+                    annotation_id=event_id_for(trajectory_id, f"eval:{sid}:{key}"), trajectory_id=trajectory_id,
+                    event_id=event_id, value=float(value), dimensions={name: float(value)}, source="judge",
+                    reason=str(expl) if expl else None, annotator=f"otlp:{name}"[:200], tenant_id=tenant_id)))
+        except Exception as exc:  # an annotation that does not validate (a NaN score, a malformed molt.reward)
+            out.append((where, f"evaluation {name!r} is not a valid reward: {type(exc).__name__}: {exc}"[:500]))
     return out
-
-
-def _field(d: Mapping[str, Any], camel: str, snake: str, default: Any = None) -> Any:
-    """A field of an OTLP/JSON object by its camelCase name (the spec's) or its snake_case one (the
-    protobuf field name, which some exporters write)."""
-    return d.get(camel, d.get(snake, default))
-
-
-def _json_value(v: Mapping[str, Any]) -> Any:
-    for key, conv in (
-        ("stringValue", str),
-        ("string_value", str),
-        ("boolValue", bool),
-        ("bool_value", bool),
-        ("intValue", int),
-        ("int_value", int),
-        ("doubleValue", float),
-        ("double_value", float),
-    ):
-        if key in v:
-            return conv(v[key])
-    arr = _field(v, "arrayValue", "array_value")
-    if arr is not None:
-        return [_json_value(x) for x in arr.get("values", [])]
-    kvl = _field(v, "kvlistValue", "kvlist_value")
-    if kvl is not None:
-        return {kv["key"]: _json_value(kv.get("value", {})) for kv in kvl.get("values", [])}
-    return _field(v, "bytesValue", "bytes_value")  # base64 text already
-
-
-def _json_attrs(items: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-    return {kv["key"]: _json_value(kv.get("value") or {}) for kv in items or []}
-
-
-def decode_json(body: bytes | Mapping[str, Any]) -> list[IngestSpan]:
-    """The spans of an OTLP/JSON ``ExportTraceServiceRequest`` (hex trace and span ids, camelCase keys;
-    snake_case accepted too)."""
-    doc = orjson.loads(body) if isinstance(body, bytes | bytearray | str) else body
-    out = []
-    for rs in _field(doc, "resourceSpans", "resource_spans", []):
-        resource = {k: _attr(v) for k, v in _json_attrs((rs.get("resource") or {}).get("attributes")).items()}
-        for ss in _field(rs, "scopeSpans", "scope_spans", []):
-            scope = ss.get("scope") or {}
-            for s in ss.get("spans", []):
-                status = s.get("status") or {}
-                events = [(e.get("name", ""), _json_attrs(e.get("attributes"))) for e in s.get("events", [])]
-                flags = int(s.get("flags") or 0)
-                end = int(_field(s, "endTimeUnixNano", "end_time_unix_nano", 0) or 0)
-                out.append(
-                    IngestSpan(
-                        span=OtelSpan(
-                            name=str(s.get("name", "")),
-                            start_time_unix_nano=int(_field(s, "startTimeUnixNano", "start_time_unix_nano", 0) or 0),
-                            end_time_unix_nano=end or None,
-                            attributes={k: _attr(v) for k, v in
-                                        genai_messages(_json_attrs(s.get("attributes")), events).items()},
-                            trace_id=str(_field(s, "traceId", "trace_id", "")).lower(),
-                            span_id=str(_field(s, "spanId", "span_id", "")).lower(),
-                            parent_span_id=str(_field(s, "parentSpanId", "parent_span_id", "")).lower() or None,
-                            status_code=_status(status.get("code", 0)),
-                        ),
-                        status_message=status.get("message") or None,
-                        exception=_exception(events),
-                        scope_name=scope.get("name") or None,
-                        scope_version=scope.get("version") or None,
-                        resource=resource,
-                        parent_remote=bool(flags & _REMOTE_KNOWN and flags & _REMOTE),
-                        events=tuple(events),
-                    )
-                )
-    return out
-
-
-def from_readable(span: ReadableSpan) -> IngestSpan:
-    """An SDK ``ReadableSpan`` (what a SpanProcessor's ``on_end`` gets) as an :class:`IngestSpan`."""
-    ctx = span.context
-    parent = span.parent
-    scope = span.instrumentation_scope
-    events = [(e.name, {k: list(v) if isinstance(v, tuple) else v for k, v in (e.attributes or {}).items()})
-              for e in span.events]
-    attrs = genai_messages({k: list(v) if isinstance(v, tuple) else v for k, v in (span.attributes or {}).items()},
-                           events)
-    return IngestSpan(
-        span=OtelSpan(
-            name=span.name,
-            start_time_unix_nano=span.start_time or 0,
-            end_time_unix_nano=span.end_time,
-            attributes={k: _attr(v) for k, v in attrs.items()},
-            trace_id=f"{ctx.trace_id:032x}" if ctx else None,
-            span_id=f"{ctx.span_id:016x}" if ctx else None,
-            parent_span_id=f"{parent.span_id:016x}" if parent else None,
-            status_code=span.status.status_code.name,
-        ),
-        status_message=span.status.description,
-        exception=_exception(events),
-        scope_name=scope.name if scope else None,
-        scope_version=scope.version if scope else None,
-        resource={k: _attr(v) for k, v in span.resource.attributes.items()} if span.resource else {},
-        parent_remote=bool(parent and parent.is_remote),
-        events=tuple(events),
-    )
 
 
 # --------------------------------------------------------------------------- mapping and recording
@@ -473,6 +214,11 @@ class OtlpIngest:
         self.namespace = namespace
         self._tags = {str(k): str(v) for k, v in (capture_options.get("tags") or {}).items()}
         self._version = distribution_version("molt-core")
+        # annotation ids of the rewards recorded lately: a re-sent export (an exporter's retry) is
+        # not recorded twice (the Recorder deduplicates events the same way, not rewards)
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen_lock = threading.Lock()
+        self._seen_max = 65_536
 
     # ---------------------------------------------------------------- HTTP
 
@@ -528,21 +274,84 @@ class OtlpIngest:
     # ---------------------------------------------------------------- spans
 
     def ingest(self, spans: Iterable[IngestSpan], *, tenant_id: str | None = None) -> IngestResult:
-        """Record each span as an event; a span that cannot be mapped is rejected (counted), not raised.
+        """Record each span as an event, and its evaluations as late rewards; a span that cannot be
+        mapped is rejected (counted), not raised.
 
         ``tenant_id`` overrides the ingest's own and the spans' ``tenant.id`` resource attribute.
         """
-        accepted = rejected = 0
+        accepted = rejected = rewards = skipped = 0
         first: str | None = None
         for s in spans:
             try:
-                self.capture.record(self.to_event(s, tenant_id=tenant_id))
+                got, dropped = self.record_span(s, tenant_id=tenant_id)
                 accepted += 1
+                rewards += got
+                skipped += dropped
             except Exception as exc:
                 rejected += 1
                 first = first or f"span {s.span.span_id} ({s.span.name!r}): {type(exc).__name__}: {exc}"[:500]
                 self.capture.fail(exc)
-        return IngestResult(accepted, rejected, first)
+        return IngestResult(accepted, rejected, first, rewards, skipped)
+
+    def record_span(self, s: IngestSpan, *, tenant_id: str | None = None) -> tuple[int, int]:
+        """Record one span: its event (unless it is an evaluation span), then its evaluations as late
+        rewards. Returns ``(rewards recorded, evaluations not recorded)``; raises if the span cannot be
+        mapped.
+
+        Rewards are appended after the event they point at, never folded into it: the causal record
+        is the same with or without them. They are the caller's tenant's: the target trajectory and
+        event are resolved like the span's own, and a ``molt.reward`` naming other ids is re-homed
+        onto them. The explanation is not kept: the Recorder's reward path runs no governance (the
+        pipeline redacts events), and a judge's explanation quotes the conversation it judged.
+        """
+        if is_evaluation_span(s):
+            tid = self._trace(s, tenant_id)
+            parent = s.span.parent_span_id
+            target = event_id_for(tid, parent) if parent and not s.parent_remote else None
+            tenant = tenant_id or self.tenant_id or s.resource.get("tenant.id")
+            owner = str(tenant) if tenant else None
+        else:
+            ev = self.to_event(s, tenant_id=tenant_id)
+            self.capture.record(ev)
+            if not s.events:
+                return 0, 0
+            tid, target, owner = ev.trajectory_id, ev.event_id, ev.metadata.tenant_id
+        recorded = dropped = 0
+        for _, r in evaluations(s, tid, target, owner):
+            if isinstance(r, str):
+                dropped += 1
+                continue
+            ann = r.model_copy(update={
+                "trajectory_id": tid, "event_id": target if r.event_id is not None else None, "reason": None,
+                "annotation_id": r.annotation_id if r.trajectory_id == tid else event_id_for(tid, r.annotation_id),
+                "tenant_id": owner})
+            if self._reward(ann):
+                recorded += 1
+            else:
+                dropped += 1
+        return recorded, dropped
+
+    def _reward(self, ann: RewardAnnotation) -> bool:
+        """Hand a reward to the Recorder once (a re-sent export names the same annotation id)."""
+        with self._seen_lock:
+            if ann.annotation_id in self._seen:
+                self._seen.move_to_end(ann.annotation_id)
+                return False
+            self._seen[ann.annotation_id] = None
+            if len(self._seen) > self._seen_max:
+                self._seen.popitem(last=False)
+        reward = getattr(self.capture.recorder, "reward", None)
+        if reward is not None and reward(ann):
+            return True
+        with self._seen_lock:  # not taken (queue full, or no reward path): a retry may bring it again
+            self._seen.pop(ann.annotation_id, None)
+        return False
+
+    def _trace(self, s: IngestSpan, tenant_id: str | None) -> str:
+        """The trajectory a span's trace id names within the caller's tenant."""
+        trace = s.span.trace_id or "0" * 32
+        ns = self._namespace(tenant_id)
+        return ns.resolve(tenant_id or "", trace) if ns is not None else trace
 
     def _namespace(self, tenant_id: str | None) -> TrajectoryNamespace | None:
         ns = self.namespace
@@ -562,9 +371,7 @@ class OtlpIngest:
                 update.update(trajectory_id=tid, event_id=ns.event_id(tid, ev.event_id), seq=None,
                               parent_id=ns.event_id(tid, ev.parent_id) if ev.parent_id else None)
             return ev.model_copy(update=update)
-        trace = span.trace_id or "0" * 32
-        if ns is not None:
-            trace = ns.resolve(tenant_id or "", trace)
+        trace = self._trace(s, tenant_id)
         parents = None
         if span.parent_span_id and not s.parent_remote:
             parents = {span.parent_span_id: event_id_for(trace, span.parent_span_id)}
@@ -656,7 +463,7 @@ class MoltSpanProcessor(SpanProcessor):
             self.capture.fail(exc)
 
     def _map(self, span: ReadableSpan) -> None:
-        self.capture.record(self.ingest.to_event(from_readable(span)))
+        self.ingest.record_span(from_readable(span))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Wait until the spans ended so far are durable in the Recorder."""
@@ -726,7 +533,7 @@ def _response_body(result: IngestResult, is_json: bool) -> bytes:
         return orjson.dumps(
             {"partialSuccess": {"rejectedSpans": str(result.rejected), "errorMessage": result.error or ""}}
         )
-    resp = _svc.ExportTraceServiceResponse()
+    resp = trace_service.ExportTraceServiceResponse()
     if result.rejected:
         resp.partial_success.rejected_spans = result.rejected
         resp.partial_success.error_message = result.error or ""

@@ -5,9 +5,9 @@ OTLP/JSON lines (one ``ExportTraceServiceRequest``/``TracesData`` per line, the 
 format) or one JSON document, and OTLP/protobuf (one message, concatenated messages, or the
 collector's length-prefixed ``format: proto`` frames). Decoding and the span → event mapping are the
 gateway's own (:mod:`molt.capture.otlp`: one decoder, one mapping), older GenAI conventions included
-(``gen_ai.prompt.N`` / ``gen_ai.completion.N`` attributes, per-message events). Evaluations on a span
-(``gen_ai.evaluation.result`` events: name, ``score.value``, explanation) become late rewards
-(``judge``) on its event. Refused per span with the reason: a status code outside the OTLP enum, a
+(``gen_ai.prompt.N`` / ``gen_ai.completion.N`` attributes, per-message events). Evaluations
+(:func:`molt.capture.otlp.evaluations`, the gateway's mapping: ``gen_ai.evaluation.result`` span
+events, or an evaluation span of its own) become late rewards (``judge``) on the evaluated event. Refused per span with the reason: a status code outside the OTLP enum, a
 span whose attributes are over the record limit (the live mapping would truncate them; an import says
 so instead), a span the mapping rejects (an unrepresentable time).
 
@@ -39,16 +39,21 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from molt.atdp.models import Event, RewardAnnotation
 from molt.atdp.otel import event_to_span
 from molt.atdp.validate import MAX_RECORD_BYTES
-from molt.capture.otlp import IngestSpan, OtlpIngest, decode_json, decode_protobuf, event_id_for
+from molt.capture.otlp import (
+    EVALUATION_EVENT,
+    IngestSpan,
+    OtlpIngest,
+    decode_json,
+    decode_protobuf,
+    evaluations,
+    event_id_for,
+    is_evaluation_span,
+)
 from molt.errors import MoltError
 from molt.interop.ingest import Row
 from molt.interop.source import json_records
 
 __all__ = ["EVALUATION_EVENT", "export_otlp", "read_otlp", "readable_spans", "write_otlp_file"]
-
-#: The GenAI conventions' evaluation event (name, score, explanation), one per late reward.
-EVALUATION_EVENT = "gen_ai.evaluation.result"
-
 
 class _NoRecorder:
     """The mapping is used without recording: the importer writes through the governed path itself."""
@@ -164,43 +169,16 @@ def _attr_bytes(s: IngestSpan) -> int:
     return n
 
 
-def _rewards(s: IngestSpan, ev: Event) -> Iterator[Row | RewardAnnotation]:
-    for i, (name, a) in enumerate(s.events):
-        if name != EVALUATION_EVENT:
-            continue
-        where = f"span {s.span.span_id}, event {i}"
-        full = a.get("molt.reward")
-        if isinstance(full, str):  # Molt's own export: the annotation as it was
-            try:
-                yield RewardAnnotation.model_validate(orjson.loads(full))
-            except Exception as exc:
-                yield Row(where=where, trajectory=ev.trajectory_id, problem=f"molt.reward does not parse: {exc}"[:500])
-            continue
-        value = a.get("gen_ai.evaluation.score.value")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            yield Row(where=where, trajectory=ev.trajectory_id,
-                      problem=f"evaluation {a.get('gen_ai.evaluation.name')!r} has no numeric score.value "
-                              f"({a.get('gen_ai.evaluation.score.label')!r}); a reward needs a number")
-            continue
-        name_ = str(a.get("gen_ai.evaluation.name") or "evaluation")
-        expl = a.get("gen_ai.evaluation.explanation")
-        yield RewardAnnotation(annotation_id=event_id_for(ev.trajectory_id, f"eval:{s.span.span_id}:{i}"),
-                               trajectory_id=ev.trajectory_id, event_id=ev.event_id, value=float(value),
-                               dimensions={name_: float(value)}, source="judge",
-                               reason=str(expl) if expl else None, annotator=f"otlp:{name_}"[:200],
-                               tenant_id=ev.metadata.tenant_id)
-
-
 def read_otlp(path: str | Path, *, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[Row]:
     """The rows of an OTLP file (see the module docstring)."""
     mapper = _mapper()
-    for where, spans in _requests(Path(path)):
+    for where_, spans in _requests(Path(path)):
         if isinstance(spans, Exception):
-            yield Row(where=where, problem=str(spans))
+            yield Row(where=where_, problem=str(spans))
             continue
         for s in spans:
             trace = s.span.trace_id or None
-            w = f"{where}, span {s.span.span_id} ({s.span.name[:60]!r})"
+            w = f"{where_}, span {s.span.span_id} ({s.span.name[:60]!r})"
             if s.span.status_code.startswith("UNKNOWN"):
                 yield Row(where=w, trajectory=trace, problem=f"status code {s.span.status_code[8:-1]} is not an "
                                                              f"OTLP status (UNSET 0, OK 1, ERROR 2)")
@@ -213,14 +191,25 @@ def read_otlp(path: str | Path, *, max_record_bytes: int = MAX_RECORD_BYTES) -> 
             if not trace or not s.span.span_id:
                 yield Row(where=w, trajectory=trace, problem="the span has no trace id or span id")
                 continue
-            try:
-                ev = mapper.to_event(s)
-            except Exception as exc:
-                yield Row(where=w, trajectory=trace, problem=f"{type(exc).__name__}: {exc}"[:500])
-                continue
-            yield Row(where=w, trajectory=ev.trajectory_id, event=ev)
-            for r in _rewards(s, ev):
-                yield r if isinstance(r, Row) else Row(where=w, trajectory=ev.trajectory_id, reward=r)
+            if is_evaluation_span(s):  # a reward on its parent's event, not a step
+                parent = s.span.parent_span_id
+                target = event_id_for(trace, parent) if parent and not s.parent_remote else None
+                tenant = s.resource.get("tenant.id")
+                found = evaluations(s, trace, target, str(tenant) if tenant else None)
+            else:
+                try:
+                    ev = mapper.to_event(s)
+                except Exception as exc:
+                    yield Row(where=w, trajectory=trace, problem=f"{type(exc).__name__}: {exc}"[:500])
+                    continue
+                yield Row(where=w, trajectory=ev.trajectory_id, event=ev)
+                trace = ev.trajectory_id
+                found = evaluations(s, trace, ev.event_id, ev.metadata.tenant_id) if s.events else []
+            for where, r in found:
+                if isinstance(r, str):
+                    yield Row(where=f"{where_}, {where}", trajectory=trace, problem=r)
+                else:
+                    yield Row(where=w, trajectory=trace, reward=r)
 
 
 # --------------------------------------------------------------------------- export
