@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from molt.control.plane import ControlPlane, PlaneSettings
@@ -33,6 +34,7 @@ class _Scripted(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)  # type: ignore[attr-defined]
+        self.server.headers.append(dict(self.headers))  # type: ignore[attr-defined]
         content, delay = self.server.script.pop(0)  # type: ignore[attr-defined]
         time.sleep(delay)
         out = json.dumps({"id": "r1", "object": "chat.completion", "model": body["model"], "choices": [
@@ -54,7 +56,7 @@ class _Scripted(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[Any]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
-    srv.script, srv.requests = [], []  # type: ignore[attr-defined]
+    srv.script, srv.requests, srv.headers = [], [], []  # type: ignore[attr-defined]
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:
@@ -91,9 +93,9 @@ def test_parse_reflection_accepts_what_small_models_write_and_refuses_the_rest()
 
 
 def test_reflector_candidate_wins_where_templates_have_none(tmp_path: Path, server: Any) -> None:
-    """No correction, so no template memory; the reflector writes the fact (and a useless rule). Both are
-    replayed; the memory fixes the cluster and goes live. The reflector saw the cluster: its requests,
-    answers and verdicts, and the agent's tools."""
+    """No correction, so no template memory; the reflector writes the fact (and a rule). The memory, the
+    cheaper, is replayed first, fixes the cluster and goes live; the rule is not replayed. The reflector
+    saw the cluster: its requests, answers and verdicts, and the agent's tools."""
     server.script.append((_cands({"kind": "harness_rule", "rule": "Answer politely."},
                                  {"kind": "memory", "text": FACT.text}), 0.0))
     with Store.open(tmp_path / "s", auto_compact=False) as store:
@@ -104,7 +106,12 @@ def test_reflector_candidate_wins_where_templates_have_none(tmp_path: Path, serv
         res = plane.run_cycle("acme", AGENT)
         assert res.choice == "memory_insert", (res.record.reason, res.record.rejected)
         assert res.chosen is not None and res.chosen.payload["source"] == "reflector"
-        assert {c["kind"] for c in res.record.candidates} >= {"memory_insert", "harness_edit"}
+        assert {c["kind"] for c in res.record.candidates} == {"memory_insert"}
+        # The rule costs more than the memory, which already fixes the cluster: the cheapest sufficient
+        # candidate wins, so the rule is not replayed at all (and says so).
+        rules = [c for c in res.record.rejected if c["kind"] == "harness_edit"]  # the reflector's and the template's
+        assert {c["payload"].get("source") for c in rules} >= {"reflector"}
+        assert all(c["rejected"].startswith("not replayed: memory_insert") and "evidence" not in c for c in rules)
         prompt = server.requests[0]["messages"][1]["content"]
         assert "lookup_order" in prompt and FACT.questions[0] in prompt and "wrong answer" in prompt
         assert reflector.usage["calls"] == 1 and reflector.usage["prompt_tokens"] == 100
@@ -155,3 +162,49 @@ def test_reflection_with_personal_data_is_abstracted_not_lost(tmp_path: Path, se
         assert res.choice == "memory_insert", res.record.reason
         text = res.chosen.payload["text"] if res.chosen else ""
         assert "Maria" not in text and "@" not in text and FACT.answer in text
+
+
+def test_evolve_run_reflector_url(tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`molt evolve run --reflector-url URL --reflector-model M` asks that endpoint (with the key from
+    $MOLT_REFLECTOR_API_KEY) and its candidate is replayed and chosen like a template's; without the flag
+    the same window has no candidate to offer (no correction: the templates have no fact)."""
+    from molt.cli import run
+
+    monkeypatch.setenv("MOLT_HOME", str(tmp_path))
+    monkeypatch.delenv("MOLT_KEYS", raising=False)
+    monkeypatch.setenv("MOLT_REFLECTOR_API_KEY", "sk-reflector")
+    with Store.open(tmp_path / "store", auto_compact=False) as store:
+        _window(store, ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts()))
+    cmd = ["evolve", "run", "--tenant", "acme", "--agent", AGENT, "--promote", "--json",
+           "--backend", "molt_desk.world:DeskModel", "--live-tools", "molt_desk.world:live_tools"]
+    assert run(cmd) == 0
+    assert orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])["choice"] == "noop"
+    server.script.append((_cands({"kind": "memory", "text": FACT.text}), 0.0))
+    assert run([*cmd, "--reflector-url", f"http://127.0.0.1:{server.server_port}/v1",
+                "--reflector-model", "big-model", "--reflector-max-tokens", "200"]) == 0
+    rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["choice"] == "memory_insert", (rec["reason"], rec["rejected"])
+    [chosen] = [c for c in rec["candidates"] if c["kind"] == "memory_insert"]
+    assert chosen["payload"]["source"] == "reflector"
+    [req] = server.requests
+    assert req["model"] == "big-model" and req["max_tokens"] == 200
+    assert server.headers[0].get("Authorization") == "Bearer sk-reflector"
+    assert run([*cmd, "--reflector-url", "llm.example"]) == 2  # not a URL: refused, naming the option
+    assert "--reflector-url" in capsys.readouterr().err
+
+
+def test_plane_settings_name_the_reflector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`molt serve --plane-setting reflector_url=...` builds the plane with PlaneSettings: the settings
+    alone give the plane its reflector (the key from the environment, never a setting), or the served
+    model with 'served'."""
+    monkeypatch.setenv("MOLT_REFLECTOR_API_KEY", "sk-r")
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), settings=PlaneSettings(
+            reflector_url="http://127.0.0.1:9/v1", reflector_model="m", reflector_max_tokens=64))
+        r = plane.reflector
+        assert isinstance(r, Reflector) and r.url == "http://127.0.0.1:9/v1" and r.api_key == "sk-r"
+        assert r.model == "m" and r.max_tokens == 64
+        served = ControlPlane(store, DeskModel(), settings=PlaneSettings(reflector_url="served")).reflector
+        assert served.backend is not None and served.url is None
+        assert ControlPlane(store, DeskModel()).reflector is None

@@ -11,6 +11,7 @@ install with no key file is its own operator. ::
     molt versions promote support@acme:v2
     molt versions rollback --tenant acme --agent support
     molt evolve run --tenant acme --agent my-agent          # replays with the served model
+    molt evolve run --tenant acme --reflector-url https://llm.example/v1 --reflector-model big-model
     molt evolve log --tenant acme
 """
 
@@ -199,6 +200,18 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
                = None,
                promote: Annotated[bool, typer.Option("--promote", help="Promote at once instead of a canary.")]
                = False,
+               reflector_url: Annotated[str | None, typer.Option(
+                   "--reflector-url", help="A model that reads each failing cluster and writes candidates beside "
+                                           "the templates': an OpenAI-compatible base URL (.../v1; in production a "
+                                           "strong model), or 'served' for the replay backend's model. Default: "
+                                           "templates only.")] = None,
+               reflector_model: Annotated[str | None, typer.Option(
+                   "--reflector-model", help="The model to ask at --reflector-url (default: the backend's).")] = None,
+               reflector_key: Annotated[str | None, typer.Option(
+                   "--reflector-key", envvar="MOLT_REFLECTOR_API_KEY", show_envvar=False,
+                   help="Bearer token for --reflector-url (or $MOLT_REFLECTOR_API_KEY).")] = None,
+               reflector_max_tokens: Annotated[int, typer.Option(
+                   "--reflector-max-tokens", min=16, help="The reflection's completion budget.")] = 512,
                store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False,
                json: JsonOpt = False) -> None:
     """Run one control-plane cycle for an agent (or every agent of the tenant) and print the decision.
@@ -214,8 +227,10 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
         reg = _registry(store)
         be = _backend(backend, base_url, model)
         tools = _factory(live_tools, "--live-tools")() if live_tools else None
+        refl = _reflector(reflector_url, reflector_model, reflector_key, reflector_max_tokens, be)
         plane = ControlPlane(reg.store, be, live_tools=tools, settings=PlaneSettings(promote_directly=promote),
-                             base_parts=PolicyParts(model=ModelPart(base=be.model)), actor=_actor(api_key))
+                             base_parts=PolicyParts(model=ModelPart(base=be.model)), actor=_actor(api_key),
+                             reflector=refl)
         pairs = [(tt, a) for tt, a in sorted(plane.agents(t)) if agent is None or a == agent]
         if not pairs:
             raise MoltError(f"No agent {'named ' + repr(agent) + ' ' if agent else ''}has captured traffic or a "
@@ -230,6 +245,19 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
             typer.echo(orjson.dumps(rec.model_dump(mode="json")).decode())
         else:
             _print_decision(rec)
+
+
+def _reflector(url: str | None, model: str | None, key: str | None, max_tokens: int, backend: Any) -> Any:
+    """The reflector ``--reflector-url`` names (``None``: templates only)."""
+    if not url:
+        return None
+    from molt.control.reflector import Reflector
+
+    if url == "served":
+        return Reflector(backend=backend, model=model, max_tokens=max_tokens)
+    if not url.startswith(("http://", "https://")):
+        raise MoltError(f"--reflector-url {url!r}: give an OpenAI-compatible base URL (http(s)://.../v1) or 'served'.")
+    return Reflector(url, model=model or backend.model, api_key=key, max_tokens=max_tokens)
 
 
 def _backend(kind: str, base_url: str | None, model: str | None) -> Any:

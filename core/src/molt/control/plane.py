@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -110,6 +111,19 @@ class PlaneSettings(BaseModel):
     #: The failure rate of one intent tolerated before acting on it, whatever the rest of the window does
     #: (the second test of molt.control.diagnose; in (0, 1)).
     tolerable: float = TOLERABLE
+    #: A reflector (molt.control.reflector) writing candidates beside the templates': an OpenAI-compatible
+    #: base URL (``.../v1``; in production a strong model), or ``"served"`` for the plane's replay backend
+    #: (the served model). ``None``: templates only. Its bearer token is read from the environment variable
+    #: ``reflector_api_key_env`` names (never a setting: settings are printed in ``molt serve``'s banner).
+    reflector_url: str | None = None
+    #: The model the reflector asks (default: the replay backend's model).
+    reflector_model: str | None = None
+    reflector_api_key_env: str = "MOLT_REFLECTOR_API_KEY"
+    reflector_max_tokens: int = 512
+    reflector_timeout_s: float = 120.0
+    #: Replay every candidate, even those dearer than a sufficient one already found (which cannot win):
+    #: for measuring candidates (bench/bench_evolve.py), not for production cycles.
+    replay_all: bool = False
     #: Entity types that make generated memory / skill text unservable (personal data and secrets;
     #: organisations and places are what policy facts are about, so they do not count).
     pii_types: frozenset[str] = frozenset({
@@ -173,7 +187,8 @@ class ControlPlane:
             user's correction can judge a replayed answer (default: the agent's replay backend, the
             served model).
         reflector: a :class:`molt.control.reflector.Reflector` — a model that reads each significant
-            cluster and writes candidates beside the templates' (``None``: templates only).
+            cluster and writes candidates beside the templates' (default: the one ``settings.reflector_url``
+            names — how ``molt serve --plane-setting reflector_url=...`` configures it — else templates only).
     """
 
     def __init__(self, store: Store, backend: BaseBackend | Mapping[str, BaseBackend], *,
@@ -195,13 +210,31 @@ class ControlPlane:
         self.actor = actor
         self.embedder = embedder
         self.judge = judge
-        self.reflector = reflector
+        self.reflector = reflector if reflector is not None else self._settings_reflector()
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
         self.normalization = Normalization(ignore_key_pattern=r"(_at|_ts)$|timestamp")
+
+    def _settings_reflector(self) -> Any:
+        """The reflector ``settings.reflector_url`` names (``None`` without one)."""
+        s = self.settings
+        if not s.reflector_url:
+            return None
+        from molt.control.reflector import Reflector
+
+        kw: dict[str, Any] = {"max_tokens": s.reflector_max_tokens, "timeout_s": s.reflector_timeout_s}
+        if s.reflector_url == "served":
+            if isinstance(self.backend, Mapping):
+                raise InterventionError("reflector_url='served' needs one replay backend; this plane has one per "
+                                        "agent — give the reflector's URL instead.")
+            return Reflector(backend=self.backend, model=s.reflector_model, **kw)
+        model = s.reflector_model or (None if isinstance(self.backend, Mapping) else self.backend.model)
+        if not model:
+            raise InterventionError("reflector_url needs reflector_model (the model to ask at that endpoint).")
+        return Reflector(s.reflector_url, model=model, api_key=os.environ.get(s.reflector_api_key_env) or None, **kw)
 
     def backend_for(self, agent_id: str) -> BaseBackend:
         """The backend that replays ``agent_id``'s candidates."""
@@ -318,10 +351,19 @@ class ControlPlane:
             return result
 
         passed: list[tuple[Candidate, dict[str, Any]]] = []
-        for cand in candidates:
+        # Cheapest first (stable: templates before the reflector's at equal cost): the cheapest sufficient
+        # candidate wins, so once one is found a dearer one cannot — it is not replayed (each replay is
+        # model calls; this is most of a cycle's compute).
+        found_sufficient: tuple[float, str] | None = None
+        for cand in sorted(candidates, key=lambda c: c.cost):
             if cand.kind == "weight_update":
                 continue
             entry = cand.model_dump(mode="json", exclude={"parts"})
+            if found_sufficient is not None and cand.cost > found_sufficient[0] and not s.replay_all:
+                entry["rejected"] = (f"not replayed: {found_sufficient[1]} (cost {found_sufficient[0]:g}) already "
+                                     f"fixes its cluster sufficiently, and the cheapest sufficient candidate wins")
+                rec.rejected.append(entry)
+                continue
             try:
                 evidence = await self._gates(cand, live, window, clusters.get(cand.cluster))
             except Exception as exc:  # a candidate whose replay or gate errors is rejected, never applied
@@ -337,6 +379,8 @@ class ControlPlane:
             else:
                 rec.candidates.append(entry)
                 passed.append((cand, evidence))
+                if self._sufficient(evidence["replay"]) and found_sufficient is None:
+                    found_sufficient = (cand.cost, cand.kind)
 
         chosen, why = self._select(passed, candidates, clusters, result.evaluations)
         if chosen is None:
@@ -553,7 +597,12 @@ class ControlPlane:
             return out
         held = [e.trajectory_id for e in window if e.success and e.tenant_id == tenant and e.trajectory_id
                 not in set(failing) and e.policy_version in (live.version_id, None)][-s.regression_sample:]
-        if held:
+        if held and not self._clears(out["replay"]):
+            # Gates cheapest first: a candidate whose replay does not clear the evidence bar can be neither
+            # chosen nor more "tried" than it is (the weight rule counts it as replayed and failed), so the
+            # held-back successes are not replayed for it.
+            out["regression"] = {"skipped": "the replay did not clear the evidence bar"}
+        elif held:
             reg = await evaluate_candidate(self.store, held, agent, policy, candidate_id=cand.candidate_id + ":regr",
                                            live=self.live_tools, tenant_id=tenant,
                                            normalization=self.normalization, judge=self.judge_for(live.agent_id))
@@ -581,6 +630,16 @@ class ControlPlane:
                 log.warning("Replaying the live version on %s failed.", cluster.key, exc_info=True)
                 self._live_evals[key] = None
         return self._live_evals[key]
+
+    def _clears(self, replay: Mapping[str, Any]) -> bool:
+        """Whether a replay clears the evidence bar (``min_gain``, interval above zero)."""
+        d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
+        return d is not None and ci is not None and d >= self.settings.min_gain and ci[0] > 0
+
+    def _sufficient(self, replay: Mapping[str, Any]) -> bool:
+        """Whether a replay shows a sufficient fix (``sufficient_gain``, interval above zero)."""
+        d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
+        return d is not None and ci is not None and d >= self.settings.sufficient_gain and ci[0] > 0
 
     def _select(self, passed: list[tuple[Candidate, dict[str, Any]]], all_candidates: list[Candidate],
                 clusters: dict[str, Cluster], evaluations: Mapping[str, dict[str, Any]] | None = None,
