@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,12 +10,6 @@ import pytest
 
 from molt.control.versions import PolicyVersion, VersionRegistry
 from molt.store import Store
-
-# The shared conformance suite lives in tests/conformance; make ``import conformance`` work under
-# pytest's importlib import mode (which leaves sys.path alone).
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
 
 # Frameworks that warn at import or on use about things that are theirs to fix, not ours. Targeted by
 # message and category so that any other warning still fails the test (pyproject: filterwarnings=error).

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from molt.capture import Recorder
+from molt.testing import AdapterConformanceSuite, Capabilities, Script, capture_run
 
-from .suite import AdapterConformanceSuite, Capabilities, Script, capture_run
 from .toy import ToyAgent, ToyHandler
 
 

@@ -28,8 +28,7 @@ from molt.atdp import (
 )
 from molt.capture.adapt import SpanTable, error_outcome
 from molt.capture.instrumentor import Instrumentor
-
-from .suite import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, Script, huge_blob
+from molt.testing import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, Script, huge_blob
 
 
 class ToyAgent:

@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"atdp", "store", "capture", "governance", "harness", "backends"},
     "control": {"atdp", "store", "capture", "governance", "harness", "backends", "replay"},
     "interop": {"atdp", "store", "capture"},  # imports and exports: the capture path's decoders and sinks
+    "testing": {"atdp", "capture", "harness"},  # the adapter conformance suite: on top (no subpackage lists it)
 }
 COMMON = {"errors", "registry"}
 

@@ -20,7 +20,7 @@ from typing import Any
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 from claude_agent_sdk._internal.transport import Transport
 
-from conformance import HUGE_TEXT_CHARS, Script, huge_blob
+from molt.testing import HUGE_TEXT_CHARS, Script, huge_blob
 
 MODEL = "claude-scripted-1"
 

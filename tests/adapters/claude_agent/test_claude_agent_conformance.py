@@ -8,8 +8,8 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
+from molt.testing import AdapterConformanceSuite, Capabilities, Script
 from molt_claude_agent import MoltClaudeHooks
 
 from .scripted import run_query

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
-from conformance import Script
 from molt.atdp import EventKind, OutcomeStatus
 from molt.capture import MemorySink, Recorder
+from molt.testing import Script
 from molt_claude_agent import HOOK_EVENTS, MoltClaudeHooks
 
 from .scripted import ScriptedCLI, run_query

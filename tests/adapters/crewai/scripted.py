@@ -9,7 +9,7 @@ from typing import Any
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
 
-from conformance import HUGE_TEXT_CHARS, huge_blob
+from molt.testing import HUGE_TEXT_CHARS, huge_blob
 
 
 @tool("lookup")

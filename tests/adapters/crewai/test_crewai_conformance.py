@@ -11,8 +11,8 @@ pytest.importorskip(
     "crewai", reason="CrewAI lives in .venv-crewai: .venv-crewai/bin/python -m pytest tests/adapters/crewai"
 )
 
-from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
+from molt.testing import AdapterConformanceSuite, Capabilities, Script
 from molt_crewai import MoltEventListener
 
 from ..openai_stub import stub_server

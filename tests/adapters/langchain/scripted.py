@@ -21,7 +21,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import tool
 
-from conformance import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, huge_blob
+from molt.testing import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, huge_blob
 
 MODEL = "scripted-model"
 

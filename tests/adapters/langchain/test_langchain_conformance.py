@@ -12,8 +12,8 @@ pytest.importorskip("langgraph", reason="the LangGraph story needs langgraph (pi
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
-from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
+from molt.testing import AdapterConformanceSuite, Capabilities, Script
 from molt_langchain import MoltCallbackHandler
 
 from .scripted import ScriptedChatModel, answer, build_graph, config, request

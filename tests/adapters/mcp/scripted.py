@@ -5,8 +5,6 @@ prompt, and a client "agent" that calls them in turn. Also runnable as a stdio s
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from mcp import Client
@@ -14,10 +12,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
 
-if __package__ in (None, ""):  # run as a script: make ``conformance`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from conformance import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, Script, huge_blob
+from molt.testing import FAIL_TOOL, HUGE_TEXT_CHARS, OK_TOOL, Script, huge_blob
 
 
 def build_server(middleware: list[Any] | None = None) -> MCPServer:

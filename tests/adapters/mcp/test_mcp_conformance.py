@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
+from molt.testing import AdapterConformanceSuite, Capabilities, Script
 from molt_mcp import MoltMiddleware, recording_proxy
 
 from .scripted import build_server, run_agent

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from conformance import Script
 from molt.atdp import EventKind, OutcomeStatus, new_id
 from molt.capture import MemorySink, Recorder
+from molt.testing import Script
 from molt_mcp import MoltMiddleware, recording_proxy
 
 from .scripted import build_server, run_agent

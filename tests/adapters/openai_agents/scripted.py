@@ -10,7 +10,7 @@ from typing import Any
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, function_tool
 from openai import AsyncOpenAI
 
-from conformance import HUGE_TEXT_CHARS, huge_blob
+from molt.testing import HUGE_TEXT_CHARS, huge_blob
 
 
 @function_tool

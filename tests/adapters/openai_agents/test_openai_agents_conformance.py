@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from agents import Runner, set_trace_processors
 
-from conformance import AdapterConformanceSuite, Capabilities, Script
 from molt.capture import Recorder
+from molt.testing import AdapterConformanceSuite, Capabilities, Script
 from molt_openai_agents import MoltTracingProcessor
 
 from ..openai_stub import stub_server

@@ -43,6 +43,8 @@ needs an explicit ``xfail`` with a reason — override the test and mark it::
         super().test_ordering(standard_run)
 
 Each check's docstring ends with a "Troubleshooting:" line saying what usually breaks it.
+
+One module at ~800 lines because it is one idea: the checks of one base class an adapter subclasses.
 """
 
 from __future__ import annotations
@@ -75,8 +77,7 @@ from molt.capture import MemorySink, Recorder
 from molt.capture.adapt import Capture, CaptureStats
 from molt.capture.instrumentor import Instrumentor
 from molt.harness import HarnessSpec
-
-from .network import block_network
+from molt.testing.network import block_network
 
 __all__ = [
     "FAIL_TOOL",
@@ -199,7 +200,7 @@ def capture_run(
     """
     sink = MemorySink()
     # raw capture: what the adapter maps, value by value (governance would redact some of it)
-    rec = Recorder(sink, spool_dir=tmp / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
+    rec = Recorder(sink, spool_dir=tmp / "spool", fsync="never", flush_interval_s=0.0, hook=None)
     if versions is not None:
         handle = suite.make_versioned_capture(rec, versions=versions)
     else:
@@ -583,7 +584,7 @@ class AdapterConformanceSuite:
         errors: list[BaseException] = []
         sink = MemorySink()
         # raw capture: what the adapter maps, value by value (governance would redact some of it)
-        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
+        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, hook=None)
         handle = self.make_capture(rec, strict=True)
         barrier = threading.Barrier(2)
 
@@ -618,7 +619,7 @@ class AdapterConformanceSuite:
         self._skip_unless("async_")
         sink = MemorySink()
         # raw capture: what the adapter maps, value by value (governance would redact some of it)
-        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
+        rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, hook=None)
         handle = self.make_capture(rec, strict=True)
 
         async def both() -> list[Any]:
@@ -670,7 +671,7 @@ class AdapterConformanceSuite:
         for patch in (("submit",), ("event", "record")):
             sink = MemorySink()
             # raw capture: what the adapter maps, value by value (governance would redact some of it)
-            rec = Recorder(sink, spool_dir=tmp_path / f"spool-{patch[0]}", fsync="never", pipeline=None)
+            rec = Recorder(sink, spool_dir=tmp_path / f"spool-{patch[0]}", fsync="never", hook=None)
             handle = self.make_capture(rec, strict=False)
             try:
                 with monkeypatch.context() as m:

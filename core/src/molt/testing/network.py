@@ -63,8 +63,8 @@ def block_network() -> Iterator[list[str]]:
             raise socket.gaierror(socket.EAI_NONAME, "network blocked by the Molt conformance suite")
         return orig_getaddrinfo(host, *args, **kwargs)
 
-    socket.socket.connect = connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+    socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
     socket.getaddrinfo = getaddrinfo
     try:
         yield attempts
