@@ -6,6 +6,9 @@ another store URI. So several instances (and tests) never share state by acciden
 
 Commands contributed by other packages (``serve``, ``redact``, ``replay``, ``evolve``, …) are mounted
 from their own ``cli`` modules, listed in :data:`_MOUNTS`, when those modules are importable.
+
+One module at ~690 lines because it is one idea: the commands that open ``$MOLT_HOME``'s store and spool
+themselves, sharing the helpers above that open them and name them in every message.
 """
 
 from __future__ import annotations

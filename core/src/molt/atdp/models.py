@@ -25,6 +25,9 @@ Example::
         action=ToolCall(tool_name="lookup_order", arguments={"order_id": "A-17"}),
         outcome=Outcome(status="ok", output={"state": "shipped"}),
     )
+
+One module at ~610 lines because it is one idea: the ATDP event model, the source of the published JSON
+schema (one class per action kind; split, the schema's definitions would be spread over files).
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ Example::
 
     rec = CaptureProcess(store_uri="~/.molt/store", spool_dir="~/.molt/spool", governance="default")
     gateway = Gateway([backend], recorder=rec)
+
+One module at ~700 lines because it is one idea: the parent's and the child's halves of one protocol
+(batches over the pipe, recycling, the spool's handover, close), which are read and changed together.
 """
 
 from __future__ import annotations
@@ -286,7 +289,7 @@ def main() -> None:
                            deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
                            dedupe_ids=int(config.get("dedupe_ids", 200_000)),
                            chain_heads=int(config.get("chain_heads", 200_000)),
-                           name="molt-gateway-capture", pipeline=pipeline)
+                           name="molt-gateway-capture", hook=pipeline)
             break
         except SpoolInUse as exc:
             if time.monotonic() >= spool_deadline:
