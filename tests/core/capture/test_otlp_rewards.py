@@ -61,7 +61,7 @@ LATE = _export(_span(EVAL, TOOL, "gen_ai.evaluation.result", {
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[tuple[str, Gateway, Recorder, Store]]:
     store = Store.open(tmp_path / "store", auto_compact=False)
-    rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", pipeline=None)
+    rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", hook=None)
     gw = Gateway([StubBackend()], recorder=rec, store=store, keyring=KeyRing.from_mapping(KEYS),
                  config=GatewayConfig(health_interval_s=0))
     with ServerThread(create_app(gw)) as srv:

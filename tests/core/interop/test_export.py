@@ -85,7 +85,7 @@ def test_otlp_export_over_http_reaches_the_gateway_endpoint(filled: Store, store
     from molt.gateway.loopback import ServerThread
 
     target = stores("b")
-    rec = Recorder(target, spool_dir=tmp_path / "spool", fsync="never", pipeline=None)
+    rec = Recorder(target, spool_dir=tmp_path / "spool", fsync="never", hook=None)
     ingest = OtlpIngest(rec, strict=True)
     try:
         with ServerThread(create_app(ingest)) as srv:
