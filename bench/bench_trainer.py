@@ -9,7 +9,13 @@ samples → verl advantages/loss → LoRA step → adapter published. Both sides
   (TRL: step time minus its generation-and-scoring time).
 
 Also: time from "step done" to "adapter served" (publish into an in-process local backend), and
-serving p99 latency of the local backend with and without training running beside it.
+serving p99 latency of the local backend with and without training running beside it; and the
+*gateway's* p99 over HTTP (a real gateway over the local backend, as ``molt serve`` runs it) not
+training, training beside it ungated, and training behind the SLO gate of ``molt serve --train``
+(:class:`molt_trainer.requests.SloGate`, budget 2 × the idle p99 read from the gateway's /metrics; a
+step waits while serving is over it, but one that has started runs to its end). With few requests the
+"p99" is the slowest of them. The load average is printed beside the figures: on a shared machine
+they are only comparable within one run.
 
     python bench/bench_trainer.py [--steps 3] [--batch 8] [--completion 16] [--no-trl] \
         [--json bench/out/bench_trainer.json]
@@ -46,6 +52,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-trl", action="store_true")
     p.add_argument("--no-serving", action="store_true")
+    p.add_argument("--gateway-requests", type=int, default=12, help="requests per gateway latency phase (0: skip)")
     p.add_argument("--json", default=None)
     return p.parse_args()
 
@@ -124,6 +131,84 @@ def bench_molt(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[st
     out = {"e2e_tok_s": statistics.mean(e2e), "opt_tok_s": statistics.mean(opt), "served_s": statistics.mean(serve)}
     if not args.no_serving:
         out.update(serving_latency(backend, policy, settings, batch))
+    if args.gateway_requests:
+        out.update(gateway_latency(model_dir, policy, settings, batch, args))
+    return out
+
+
+def gateway_latency(model_dir: Path, policy: object, settings: object, batch: object,
+                    args: argparse.Namespace) -> dict[str, float]:
+    """The gateway's p99 (slowest of ``--gateway-requests``) over HTTP: not training, training ungated,
+    training behind the SLO gate."""
+    import socket
+
+    import httpx
+    import uvicorn
+
+    from molt.backends import LocalBackend
+    from molt.gateway.app import create_app
+    from molt.gateway.cli import build_gateway
+    from molt.gateway.service import GatewayConfig
+    from molt_trainer.requests import SloGate
+    from molt_trainer.service import GatewayLatencyProbe
+    from molt_trainer.step import train_step
+
+    be = LocalBackend("gw-0", model_path=model_dir, threads=args.threads)
+    gw, _, _ = build_gateway(be, record=False, config=GatewayConfig(backend_timeout_s=600.0), governance=None,
+                             capture_process=False)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(create_app(gw), host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    while not server.started:
+        time.sleep(0.1)
+    http = httpx.Client(base_url=url, timeout=600)
+    public = gw.router.models()[0]
+
+    def lat() -> list[float]:
+        out = []
+        for i in range(args.gateway_requests):
+            t = time.perf_counter()
+            http.post("/v1/chat/completions", json={"model": public, "max_tokens": 8, "temperature": 0.0,
+                                                    "messages": [{"role": "user", "content": PROMPTS[i % 8]}]}
+                      ).raise_for_status()
+            out.append((time.perf_counter() - t) * 1000)
+        return out
+
+    lat()  # warm-up (the backend loads its model on the first call)
+    probe = GatewayLatencyProbe(url)
+    probe()
+    idle = lat()
+    gate = SloGate(probe=probe, factor=2.0, check_s=0.5)
+    gate.observe_idle()
+    out = {"gw_p99_idle_ms": max(idle), "gw_p50_idle_ms": statistics.median(idle)}
+    for name, gated in (("ungated", False), ("gated", True)):
+        stop = threading.Event()
+        steps = [0]
+
+        def train() -> None:
+            while not stop.is_set():
+                if gated:
+                    gate.wait(stop)
+                    if stop.is_set():
+                        return
+                train_step(policy, batch, settings)  # type: ignore[arg-type]
+                steps[0] += 1
+
+        th = threading.Thread(target=train, daemon=True)
+        th.start()
+        busy = lat()
+        stop.set()
+        th.join()
+        out[f"gw_p99_training_{name}_ms"] = max(busy)
+        out[f"gw_p50_training_{name}_ms"] = statistics.median(busy)
+        out[f"gw_training_{name}_steps"] = steps[0]
+    out["gw_slo_budget_ms"] = gate.budget_ms() or 0.0
+    out["gw_gate_pauses"] = gate.counters["paused"]
+    server.should_exit = True
+    http.close()
     return out
 
 
@@ -223,7 +308,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="molt-bench-trainer-") as tmp:
         work = Path(tmp)
         print(f"SmolLM2-135M, LoRA r={args.rank} q/k/v/o, batch {args.batch}, completion {args.completion} tokens, "
-              f"{args.steps} timed steps, {args.threads} thread(s)", flush=True)
+              f"{args.steps} timed steps, {args.threads} thread(s); load average at the start "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores", flush=True)
         molt = bench_molt(model_dir, args, work)
         trl = None if args.no_trl else bench_trl(model_dir, args, work)
     rows = [("end-to-end tokens/s", "e2e_tok_s"), ("optimisation-only tokens/s", "opt_tok_s")]
@@ -235,9 +321,21 @@ def main() -> None:
     if "serve_p99_idle_ms" in molt:
         print(f"{'serving p99, idle':28s} {molt['serve_p99_idle_ms']:8.0f}ms")
         print(f"{'serving p99, training':28s} {molt['serve_p99_training_ms']:8.0f}ms")
+    if "gw_p99_idle_ms" in molt:
+        n = args.gateway_requests
+        print(f"gateway over HTTP, slowest / median of {n} requests (8 tokens):")
+        print(f"{'  not training':28s} {molt['gw_p99_idle_ms']:8.0f}ms / {molt['gw_p50_idle_ms']:.0f}ms")
+        print(f"{'  training, ungated':28s} {molt['gw_p99_training_ungated_ms']:8.0f}ms / "
+              f"{molt['gw_p50_training_ungated_ms']:.0f}ms ({molt['gw_training_ungated_steps']:.0f} steps)")
+        print(f"{'  training, SLO gate':28s} {molt['gw_p99_training_gated_ms']:8.0f}ms / "
+              f"{molt['gw_p50_training_gated_ms']:.0f}ms ({molt['gw_training_gated_steps']:.0f} steps, "
+              f"{molt['gw_gate_pauses']:.0f} pauses, budget {molt['gw_slo_budget_ms']:.0f}ms)")
+    print(f"load average at the end (1/5/15 min): {' '.join(f'{x:.1f}' for x in os.getloadavg())} on "
+          f"{os.cpu_count()} cores")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"args": vars(args), "molt": molt, "trl": trl}, indent=1))
+        Path(args.json).write_text(json.dumps({"args": vars(args), "molt": molt, "trl": trl,
+                                               "loadavg": os.getloadavg()}, indent=1))
 
 
 if __name__ == "__main__":
