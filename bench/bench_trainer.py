@@ -188,7 +188,7 @@ def gateway_latency(model_dir: Path, policy: object, settings: object, batch: ob
         stop = threading.Event()
         steps = [0]
 
-        def train() -> None:
+        def train(stop: threading.Event, gated: bool, steps: list[int]) -> None:
             while not stop.is_set():
                 if gated:
                     gate.wait(stop)
@@ -197,7 +197,7 @@ def gateway_latency(model_dir: Path, policy: object, settings: object, batch: ob
                 train_step(policy, batch, settings)  # type: ignore[arg-type]
                 steps[0] += 1
 
-        th = threading.Thread(target=train, daemon=True)
+        th = threading.Thread(target=train, args=(stop, gated, steps), daemon=True)
         th.start()
         busy = lat()
         stop.set()

@@ -3,7 +3,8 @@
 ::
 
     molt-trainer serve --gateway http://127.0.0.1:8000 --admin-key sk-admin --model smollm2-135m-instruct \\
-        --agent support-bot [--governance governance.yaml --tenant acme] [--latency-slo-ms 2000] [--min-samples 16]
+        --agent support-bot [--governance governance.yaml --tenant acme] [--latency-slo-ms 2000] \\
+        [--min-samples 16]
     molt-trainer algos          # the registered advantage estimators and policy losses (verl names)
     molt-trainer ray-config     # the verl main_ppo overrides for the Ray scale-out path
 
@@ -18,8 +19,9 @@ adapter becomes a canary composite version of ``tenant/agent`` under the agent's
 store promotes or aborts on the canary's rewarded traffic, as it does the in-process loop's
 (``molt serve --train``). Without ``--agent`` it publishes on the plain model key at
 ``--canary-weight`` (deprecated: agents the plane adopted are routed by their own keys and never
-reach it, and nothing judges it; the command says so when it starts). Metrics go to ``--metrics-file`` (Prometheus text) after each tick; its
-fault counters to ``$MOLT_HOME/status/``, where ``molt doctor`` shows them.
+reach it, and nothing judges it; the command says so when it starts). Metrics go to ``--metrics-file``
+(Prometheus text) after each tick; its fault counters to ``$MOLT_HOME/status/``, where ``molt doctor``
+shows them.
 """
 
 from __future__ import annotations
@@ -96,12 +98,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     from molt.backends.model import molt_home
+    from molt.governance.policy import ANONYMOUS_TENANT
     from molt.status import StatusReporter
     from molt.store import Store
     from molt_trainer.algos import AlgoSettings
     from molt_trainer.policy import LoraSettings, Policy
     from molt_trainer.publish import GatewayTarget, Publisher
-    from molt.governance.policy import ANONYMOUS_TENANT
     from molt_trainer.service import (
         AgentSource,
         GatewayLatencyProbe,
@@ -145,10 +147,11 @@ def _serve(args: argparse.Namespace) -> None:
             weights = importlib.import_module("molt.control.weights")
         except ImportError as exc:
             raise SystemExit(f"molt-trainer serve --agent: the control plane is not installed ({exc}); it keeps "
-                             f"the agent's versions and judges the canaries. Install molt with it, or drop --agent.")
+                             f"the agent's versions and judges the canaries. Install molt with it, or drop --agent."
+                             ) from None
+        load = weights.gateway_loader(args.gateway, args.admin_key, args.model)
         targets: list[Any] = [weights.CanaryTarget(store, args.tenant, args.agent, base=args.model,
-                                                   weight=args.canary_weight,
-                                                   loader=weights.gateway_loader(args.gateway, args.admin_key, args.model))]
+                                                   weight=args.canary_weight, loader=load)]
     else:
         logging.getLogger("molt_trainer").warning(
             "molt-trainer serve without --agent publishes each adapter on the plain model key %r at weight %.2f "

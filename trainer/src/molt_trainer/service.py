@@ -56,7 +56,8 @@ from molt_trainer.policy import LoraSettings, Policy
 from molt_trainer.publish import Publisher
 from molt_trainer.step import train_step
 
-__all__ = ["AgentSource", "GatewayLatencyProbe", "GovernedSource", "OnlineTrainer", "Source", "StoreSource", "TrainerSettings"]
+__all__ = ["AgentSource", "GatewayLatencyProbe", "GovernedSource", "OnlineTrainer", "Source", "StoreSource",
+           "TrainerSettings"]
 
 log = logging.getLogger("molt.trainer")
 

@@ -347,7 +347,8 @@ class CanaryTarget:
             self.store.table(name).checkout_latest()
         t, a = self.tenant_id, self.agent_id
         live = registry.ensure_base(t, a, PolicyParts(model=ModelPart(base=self.base)), actor=self.actor)
-        for c in registry.canaries(t, a):
+        pending: Sequence[Any] = registry.canaries(t, a)  # (mypy reads list[...] there as the registry's .list)
+        for c in pending:
             if c.created_by != self.actor:
                 log.info("trainer adapter %s waits: %s/%s has a canary under judgement (%s)", version, t, a,
                          c.version_id)
