@@ -463,11 +463,11 @@ class EntityDetector:
         Jiménez & Asociados S.L.U.")."""
         assert self._legal is not None
         for m in self._legal.finditer(text):
-            k = m.start()
+            k = m.start(1)
             head = _FIRM_NAME.search(text, max(0, k - 80), k)
             if head is None:
                 continue
-            a, b = head.start(), m.end()
+            a, b = head.start(), m.end(1)
             a = self._firm_start(text, a, k)
             keep: list[Span] = []
             again: list[tuple[int, int]] = []
@@ -1156,7 +1156,9 @@ def _legal_form_rx(forms: Iterable[str]) -> re.Pattern[str] | None:
     if not variants:
         return None
     trie = _trie_pattern(sorted(variants))
-    return re.compile(rf"(?<=[^\W_])[ ](?:{trie})(?:[ ](?:{trie}))*(?![^\W_])")
+    # led by a capitalised word, so the scan only tries at capitals, not at every space (a third
+    # of the time on typical events); group 1 is the forms with the space before them
+    return re.compile(rf"[{_UP}][^\W_]*([ ](?:{trie})(?:[ ](?:{trie}))*)(?![^\W_])")
 
 
 # the name a legal form follows: capitalised words, "&" and the words that join a firm's names
