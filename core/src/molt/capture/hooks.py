@@ -21,15 +21,19 @@ The agent never sees the error either way.
 A hook may also say where its annotations go: the Recorder delivers to ``hook.sink_for(sink)`` when
 the hook has that method (the governance pipeline wraps a store so that decisions are stored with
 their events), so passing the hook is the one call that attaches both.
+
+A late reward's free text (its ``reason``, e.g. a user's correction, and its ``annotator``) is client
+text like an event's payload: :func:`govern_reward` puts it through the same hook before the reward is
+kept, so every path that stores rewards (the Recorder, trace import) governs it alike.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from molt.atdp.models import Event
+from molt.atdp.models import Event, EventKind, FeedbackAction, RewardAnnotation
 
-__all__ = ["CaptureHook", "HookResult"]
+__all__ = ["CaptureHook", "HookResult", "govern_reward"]
 
 
 class HookResult(NamedTuple):
@@ -60,3 +64,29 @@ class CaptureHook(Protocol):
     def process(self, event: Event) -> HookResult:
         """Decide what to seal (or quarantine) for ``event``."""
         ...
+
+
+def govern_reward(hook: CaptureHook | None, annotation: RewardAnnotation) -> RewardAnnotation:
+    """``annotation`` with its free text (``reason``, ``annotator``) as ``hook`` keeps it.
+
+    Each text goes through the hook as the comment of a feedback event of the annotation's tenant and
+    trajectory, so it is redacted (or kept) exactly as that tenant's recorded feedback is. A text the
+    hook quarantines, or that it fails on, is dropped (fails closed: the score is kept, the text is
+    not). Without a hook (recording ungoverned by the caller's choice) the annotation is unchanged.
+    """
+    if hook is None or not (annotation.reason or annotation.annotator):
+        return annotation
+    governed: dict[str, str | None] = {}
+    for name in ("reason", "annotator"):
+        text = getattr(annotation, name)
+        if not text:
+            continue
+        try:
+            probe = Event(trajectory_id=annotation.trajectory_id, kind=EventKind.FEEDBACK,
+                          action=FeedbackAction(comment=text), metadata={"tenant_id": annotation.tenant_id})
+            res = hook.process(probe)
+            action = res.event.action if res.event is not None else None
+            governed[name] = action.comment if isinstance(action, FeedbackAction) else None
+        except Exception:  # the text could not be governed: it is not kept
+            governed[name] = None
+    return annotation.model_copy(update=governed)

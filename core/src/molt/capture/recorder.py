@@ -64,7 +64,7 @@ from molt.atdp.chain import GENESIS, seal
 from molt.atdp.ids import new_id
 from molt.atdp.models import Event, RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
-from molt.capture.hooks import CaptureHook
+from molt.capture.hooks import CaptureHook, govern_reward
 from molt.capture.sinks import SealedRow, Sink, SinkBatch
 from molt.capture.spool import (
     FRAME_EVENT,
@@ -458,6 +458,7 @@ class Recorder:
                 if head is not None:
                     staged[item.trajectory_id] = head
             elif isinstance(item, RewardAnnotation):
+                item = govern_reward(self.hook, item)
                 frames.append(encode_frame(FRAME_REWARD, orjson.dumps(item.model_dump(mode="json"))))
             else:
                 frames.append(self._quarantine_frame(None, "capture", f"not an ATDP record: {type(item).__name__}"))

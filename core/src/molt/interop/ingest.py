@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from molt.atdp.chain import GENESIS, seal
-from molt.atdp.models import PAYLOAD_FIELDS, Event, EventKind, FeedbackAction, RewardAnnotation
+from molt.atdp.models import PAYLOAD_FIELDS, Event, RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES
+from molt.capture.hooks import govern_reward
 from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeline
 from molt.capture.sinks import SealedRow, SinkBatch
 from molt.capture.tenancy import TrajectoryNamespace, store_tenant
@@ -450,15 +451,8 @@ def _rewards(rewards: list[tuple[str, RewardAnnotation]], stid: str, tid: str, p
         if not present or (eid is not None and eid not in present):
             report.rewards_dropped += 1
             continue
-        reason = r.reason
-        if reason and hook is not None:
-            probe = Event(trajectory_id=tid, kind=EventKind.FEEDBACK, action=FeedbackAction(comment=reason),
-                          metadata={"tenant_id": owner})
-            res = hook.process(probe)
-            act = res.event.action if res.event is not None else None
-            reason = act.comment if isinstance(act, FeedbackAction) else None
         annotation_id = ns.event_id(tid, r.annotation_id) if tid != stid else r.annotation_id
-        out.append(r.model_copy(update={"trajectory_id": tid, "event_id": eid, "reason": reason,
-                                        "tenant_id": owner, "annotation_id": annotation_id}
-                                ).model_dump(mode="json"))
+        rehomed = r.model_copy(update={"trajectory_id": tid, "event_id": eid, "tenant_id": owner,
+                                       "annotation_id": annotation_id})
+        out.append(govern_reward(hook, rehomed).model_dump(mode="json"))
     return out
