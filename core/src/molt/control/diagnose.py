@@ -13,18 +13,25 @@ recover from.
   failures of different signatures never share a cluster;
 - the user's *intent*: the packaged all-MiniLM-L6-v2 embedding (:mod:`molt.control.embed`) of the
   first user message, with ids and numbers masked (an order number is not an intent);
-- the *correction text*, embedded the same way, when both failures have one;
-- ``metadata.task``, when both have one: one more feature (1 when equal, else 0), not a requirement.
+- ``metadata.task``, when there is one: failures of different tasks never share a cluster, and a
+  labelled cluster's requests are of its task; not a requirement. (The correction text decides what
+  a memory says — :func:`agreed_correction` — not which cluster a failure is in.)
 
-Within a signature, failures are joined by average-linkage agglomerative clustering on the mean of the
-features they both have, down to a similarity of ``similarity`` (0.5 of the cosine range: requests
-that share an intent sit above it, unrelated ones below; fixed, not fitted to a suite).
+The *regions* a cluster can cover come from the window's requests alone, never their outcomes
+(:func:`_intent_tree`): an average-linkage tree of the distinct request texts (ids masked) down to
+``similarity`` (0.5 of the cosine range: unrelated requests sit below it). No one similarity
+separates intents in every window — paraphrases of one request merge at 0.8-0.97 and a templated
+request of another intent close by ("Where is order #?" and "Please refund order #." at 0.73) —
+so the tree's first merges up to its largest ratio between consecutive merge distances make the
+*base groups* (rephrasings of one request), and every base group and every node above it is a
+candidate region. Each region that holds two or more failures of one signature (and one task,
+when labelled) is a candidate cluster; all of them are tested and counted, and per signature the
+most significant regions whose failures do not overlap are kept.
 
 **The evidence bar** (:class:`Evidence`) is a one-sided exact test of the cluster's failure rate
-against the agent's base failure rate. A cluster's *requests* are the window's trajectories
-(successes included, and of the same task when both are labelled) whose mean intent similarity to its
-failures is at least ``similarity`` — the requests the linkage would have joined to them had they
-failed; ``k`` of those ``n`` are the cluster's failures. The base rate is the rest of the window's
+against the agent's base failure rate. A cluster's *requests* are its region's (successes included,
+and of the same task when both are labelled); ``k`` of those ``n`` are the cluster's failures. The
+base rate is the rest of the window's
 (``f`` failures in ``m`` requests; a request nothing said failed counts as served). Under the null
 hypothesis — failures do not depend on the request — the ``k + f`` failures fall on the ``n + m``
 requests at random, and the p-value is the hypergeometric tail P(X ≥ k) (Fisher's exact test, one
@@ -35,7 +42,7 @@ without a pattern at a 5 % base rate and alpha 1 %). The
 requests of clusters already found significant are left out of the rest (iterated until the set is
 stable): a second pattern is not the agent's base rate; this only follows a first alarm, so it does
 not raise the chance of one. A cluster of two or more failures is significant when its p-value is at
-most ``alpha`` divided by the number of clusters tested in the window (Bonferroni): the chance that a
+most ``alpha`` divided by the number of candidate clusters tested in the window (Bonferroni): the chance that a
 window without patterns raises any cluster is at most ``alpha`` (default 1 %; measured in the tests).
 
 A comparison with the rest of the window cannot see a pattern that *is* the agent's traffic: an agent
@@ -119,7 +126,7 @@ COSTS: dict[str, float] = {"rollback": 0.5, "memory_insert": 1.0, "tool_schema_e
 ALPHA = 0.01
 #: The failure rate of an intent the operator tolerates before acting on it (the module docstring).
 TOLERABLE = 0.5
-#: The feature similarity down to which failures of one signature are joined (see the module docstring).
+#: The request similarity under which the request tree merges nothing (see the module docstring).
 SIMILARITY = 0.5
 #: The tests each cluster gets, which split the level (Fisher vs the rest, binomial vs ``tolerable``,
 #: Fisher on the confirmed failures).
@@ -285,30 +292,45 @@ def cluster_failures(eps: Sequence[Episode], *, embedder: Embedder | None = None
     emb = _embedder(embedder)
     questions = [intent_text(e.question) for e in eps]
     vecs = _embed(emb, questions)
+    nodes, leaf, groups = _intent_tree(questions, vecs, similarity)
+    base = set(nodes[:groups])
     index = {id(e): i for i, e in enumerate(eps)}
-    groups: dict[tuple[str, str, str | None, str | None], list[Episode]] = {}
+    parts: dict[tuple[tuple[str, str, str | None, str | None], str | None], list[Episode]] = {}
     for e in fails:
-        groups.setdefault(_signature(e), []).append(e)
-    corr_text = {id(e): " ".join(e.corrections) for e in fails if e.corrections}
-    corr_list = list(dict.fromkeys(corr_text.values()))
-    corr_vecs = dict(zip(corr_list, _embed(emb, corr_list), strict=True)) if corr_list else {}
-    clusters: list[Cluster] = []
-    for (sig, kind, tool, et), members in groups.items():
-        iv = vecs[[index[id(e)] for e in members]]
-        cv = [corr_vecs.get(corr_text.get(id(e), "")) for e in members]
-        sim = _feature_similarity(iv, cv, [e.task for e in members])
-        for part in _average_linkage(sim, similarity):
-            mem = [members[i] for i in part]
-            centroid = iv[part].mean(axis=0)
+        parts.setdefault((_signature(e), e.task), []).append(e)
+    # Every region of the request tree that holds two or more of a part's failures is a candidate
+    # cluster; all of them are tested (and counted by the Bonferroni split), the most significant kept.
+    candidates: list[Cluster] = []
+    singles: list[Cluster] = []
+    for ((sig, kind, tool, et), task), members in parts.items():
+        for node in nodes:
+            mem = [e for e in members if leaf[index[id(e)]] in node]
+            if not mem or (len(mem) == 1 and node not in base):
+                continue
+            rows = [index[id(e)] for e in mem]
+            centroid = vecs[rows].mean(axis=0)
             centroid = centroid / (np.linalg.norm(centroid) or 1.0)
-            tasks = Counter(e.task for e in mem if e.task)
-            task = tasks.most_common(1)[0][0] if tasks else None
             intent = _intent_label(mem)
-            key = f"{task or '-'}|{sig}|{intent or '-'}"
-            clusters.append(Cluster(key=key, task=task, signature=sig, kind=kind, failures=mem,  # type: ignore[arg-type]
-                                    tool=tool, error_type=et, intent=intent, centroid=centroid))
-    _unique_keys(clusters)
-    _test(clusters, eps, vecs, alpha, similarity, tolerable)
+            # The cluster's requests: the region's requests (of its task, when labelled).
+            requests = [x for i, x in enumerate(eps) if leaf[i] in node and _same_task(x, task)]
+            c = Cluster(key=f"{task or '-'}|{sig}|{intent or '-'}", task=task, signature=sig, kind=kind,  # type: ignore[arg-type]
+                        failures=mem, tool=tool, error_type=et, intent=intent, centroid=centroid, requests=requests)
+            (candidates if len(mem) >= 2 else singles).append(c)
+    _unique_keys(candidates + singles)
+    _test(candidates + singles, eps, alpha, tolerable)
+    # Keep, per part, the most significant regions whose failures do not overlap; then the failures no
+    # kept region holds, each alone (what the decision log shows as below the bar).
+    kept: list[Cluster] = []
+    taken: set[str] = set()
+    ranked = sorted(candidates, key=lambda c: (not c.significant, _p(c), -c.size, len(c.requests), c.key))
+    for c in ranked:
+        ids = {e.trajectory_id for e in c.failures}
+        if ids & taken:
+            continue
+        kept.append(c)
+        taken |= ids
+    kept += [c for c in singles if c.failures[0].trajectory_id not in taken]
+    clusters = kept
     return sorted(clusters, key=lambda c: (not c.significant, -c.size, c.key))
 
 
@@ -355,46 +377,67 @@ def _embed(emb: Embedder, texts: list[str]) -> np.ndarray:
     return np.asarray(got, np.float32)[[row[t] for t in texts]] if texts else got
 
 
-def _feature_similarity(intent: np.ndarray, corrections: list[np.ndarray | None],
-                        tasks: list[str | None]) -> np.ndarray:
-    """Pairwise similarity: the mean of the features two failures both have (intent always)."""
-    total = intent @ intent.T
-    count = np.ones_like(total)
-    has = np.array([c is not None for c in corrections])
-    if has.any():
-        cm = np.stack([c if c is not None else np.zeros(intent.shape[1], np.float32) for c in corrections])
-        both = np.outer(has, has)
-        total = total + np.where(both, cm @ cm.T, 0.0)
-        count = count + both
-    labelled = np.array([t is not None for t in tasks])
-    if labelled.any():
-        both = np.outer(labelled, labelled)
-        same = np.array([[a == b for b in tasks] for a in tasks])
-        total = total + np.where(both, same.astype(np.float32), 0.0)
-        count = count + both
-    return total / count
+#: Distances below this are one text told twice (MiniLM's rounding between near-identical strings).
+_RESOLUTION = 0.02
 
 
-def _average_linkage(sim: np.ndarray, threshold: float) -> list[list[int]]:
-    """Average-linkage agglomerative clustering: merge the closest pair while its mean similarity is
-    at least ``threshold`` (Lance-Williams update)."""
+def _intent_tree(questions: list[str], vecs: np.ndarray,
+                 floor: float) -> tuple[list[frozenset[int]], list[int], int]:
+    """The window's request regions (base groups first), from the requests alone — never their
+    outcomes —, each request's index among the window's distinct request texts (ids masked), and how
+    many base groups there are.
+
+    Average-linkage clustering of the distinct texts, down to ``floor`` (unrelated requests sit under
+    it). Its first merges join rephrasings of one request; the *base groups* are what they make up to
+    the largest ratio between consecutive merge distances (1 - similarity, the floor's last: a gap in
+    log-distance, so paraphrases 0.09 apart and a template 0.27 away are told apart as well as 0.2
+    and 0.6 would be). The regions are the base groups and every node the later merges make: no one
+    similarity separates intents in every window (paraphrases merge at 0.8-0.97 for MiniLM, and a
+    templated request of another intent close by: "Where is order #?" and "Please refund order #." at
+    0.73), so each coarser region is one more hypothesis the cluster test tries (and counts).
+    """
+    uniq = list(dict.fromkeys(questions))
+    row = {t: i for i, t in enumerate(uniq)}
+    u = vecs[[questions.index(t) for t in uniq]]
+    merges = _average_linkage(u @ u.T, floor) if len(uniq) > 1 else []
+    keep = 0
+    if merges:
+        dist = [max(1.0 - h, _RESOLUTION) for h, _, _ in merges] + [max(1.0 - floor, _RESOLUTION)]
+        keep = 1 + int(np.argmax([dist[i + 1] / dist[i] for i in range(len(dist) - 1)]))
+    nodes: dict[int, frozenset[int]] = {i: frozenset([i]) for i in range(len(uniq))}
+    for _, i, j in merges[:keep]:
+        nodes[i] = nodes[i] | nodes.pop(j)
+    out = list(nodes.values())
+    groups = len(out)
+    for _, i, j in merges[keep:]:
+        nodes[i] = nodes[i] | nodes.pop(j)
+        out.append(nodes[i])
+    return out, [row[t] for t in questions], groups
+
+
+def _average_linkage(sim: np.ndarray, threshold: float) -> list[tuple[float, int, int]]:
+    """Average-linkage agglomerative clustering (Lance-Williams update): the merges, in order, as
+    ``(similarity, i, j)`` (cluster ``j`` into ``i``), while the closest pair's mean similarity is at
+    least ``threshold``."""
     n = sim.shape[0]
     link = sim.astype(np.float64).copy()
     np.fill_diagonal(link, -np.inf)
     sizes = np.ones(n)
-    members: dict[int, list[int]] = {i: [i] for i in range(n)}
-    while len(members) > 1:
+    alive = set(range(n))
+    out: list[tuple[float, int, int]] = []
+    while len(alive) > 1:
         flat = int(np.argmax(link))
         i, j = divmod(flat, n)
         if link[i, j] < threshold:
             break
+        out.append((float(link[i, j]), i, j))
         row = (sizes[i] * link[i] + sizes[j] * link[j]) / (sizes[i] + sizes[j])
         link[i], link[:, i] = row, row
         link[i, i] = -np.inf
         link[j], link[:, j] = -np.inf, -np.inf
         sizes[i] += sizes[j]
-        members[i] += members.pop(j)
-    return [sorted(m) for m in members.values()]
+        alive.discard(j)
+    return out
 
 
 _STOP = frozenset(("about", "after", "again", "could", "from", "have", "please", "that", "their", "there",
@@ -416,25 +459,14 @@ def _unique_keys(clusters: list[Cluster]) -> None:
             c.key = f"{c.key}#{seen[c.key]}"
 
 
-def _test(clusters: list[Cluster], eps: Sequence[Episode], vecs: np.ndarray, alpha: float,
-          similarity: float, tolerable: float) -> None:
-    """Fill each cluster's requests and :class:`Evidence` (see the module docstring)."""
+def _test(clusters: list[Cluster], eps: Sequence[Episode], alpha: float, tolerable: float) -> None:
+    """Fill each cluster's :class:`Evidence` (see the module docstring)."""
     if not 0.0 < tolerable < 1.0:
         raise ValueError(f"tolerable must be a failure rate in (0, 1), got {tolerable!r}.")
+    region = {c.key: {e.trajectory_id for e in c.requests} | {e.trajectory_id for e in c.failures}
+              for c in clusters}
     tested = [c for c in clusters if c.size >= 2]
     level = alpha / (TESTS * max(1, len(tested)))
-    region: dict[str, set[str]] = {}
-    for c in clusters:
-        member_ids = {e.trajectory_id for e in c.failures}
-        rows = [i for i, e in enumerate(eps) if e.trajectory_id in member_ids]
-        # A request is of the cluster's intent when the linkage would have joined it to the failures
-        # had it failed (mean similarity to them >= similarity). Never a radius fitted to the members:
-        # failures are closer to their own centroid than their intent's other requests, and a region
-        # drawn around them would count only them (a false alarm in every window).
-        sims = (vecs @ vecs[rows].T).mean(axis=1)
-        c.requests = [e for i, e in enumerate(eps) if (sims[i] >= similarity and _same_task(e, c))
-                      or e.trajectory_id in member_ids]
-        region[c.key] = {e.trajectory_id for e in c.requests}
     # The base rate leaves out the requests of the clusters already found significant: a second
     # pattern in the window is not the agent's base rate. This only ever follows a first alarm, so the
     # chance of any alarm in a window without patterns is still that of the first pass (<= alpha).
@@ -459,8 +491,15 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], vecs: np.ndarray, alp
         found = now
 
 
-def _same_task(e: Episode, c: Cluster) -> bool:
-    return c.task is None or e.task is None or e.task == c.task
+def _p(c: Cluster) -> float:
+    ev = c.evidence
+    if ev is None:
+        return 1.0
+    return min(ev.p_value, ev.p_tolerable, ev.agreement.p_value if ev.agreement is not None else 1.0)
+
+
+def _same_task(e: Episode, task: str | None) -> bool:
+    return task is None or e.task is None or e.task == task
 
 
 def _normalize(text: str) -> str:
