@@ -260,6 +260,8 @@ def test_an_agent_beside_molt_serve_records_through_its_own_spool(molt_home: Pat
     stranded.record(event_factory(tid, 0))
     assert stranded.flush()
     stranded.close()
-    assert "1 events wait in the spool" in molt("trajectories", "ls", home=molt_home).stderr
+    said = molt("trajectories", "ls", home=molt_home).stderr
+    assert "1 events wait in the spool" in said and "molt spool deliver" in said
+    assert "molt serve" not in said  # `molt serve` delivers only MOLT_HOME/spool, not an agent's spool.<pid>
     assert "Delivered 1 records from" in molt("spool", "deliver", home=molt_home).stdout
     assert tid in molt("trajectories", "ls", home=molt_home).stdout and not (molt_home / "spool.4242").exists()

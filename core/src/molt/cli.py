@@ -94,7 +94,9 @@ def _backlog_text(backlog: Any) -> str:
                f"made without a store only spools (give it one: Recorder(Store.open())), or run `molt spool "
                f"deliver` once that process has exited")
     else:
-        how = "run `molt spool deliver` (`molt serve` also delivers them when it starts)"
+        # `molt serve` opens MOLT_HOME's own spool only; an agent's spool.<pid> needs `molt spool deliver`.
+        how = "run `molt spool deliver`" + (" (`molt serve` also delivers them when it starts)"
+                                            if Path(backlog.directory).name == "spool" else "")
     return f"{what} wait in the spool {backlog.directory}, not in the store yet: {how}."
 
 
