@@ -83,7 +83,9 @@ def test_procedural_failure_signalled_only_by_late_rewards_gets_a_skill() -> Non
             "I need a refill of RX-{}, please."]
     eps = [_episode(i, asks[i % 3].format(100 + i), ["check_interactions", "refill_prescription"], True)
            for i in range(6)]
-    eps += [_episode(10 + i, asks[i % 3].format(200 + i), ["refill_prescription"], False) for i in range(8)]
+    # ten failures beside six successes: the cluster clears the evidence bar split over every region of
+    # the request tree that holds them (eight: Fisher 0.0019 > 0.01 / (3 x 3 regions))
+    eps += [_episode(10 + i, asks[i % 3].format(200 + i), ["refill_prescription"], False) for i in range(10)]
     eps += [_episode(30 + i, q, ["clinic_hours"], True) for i, q in enumerate(
         ["When does the clinic open on Saturday?", "What are your opening hours?", "Are you open on Sunday?"] * 4)]
     [cl] = [c for c in cluster_failures(eps) if c.significant]
@@ -98,9 +100,9 @@ def test_procedural_failure_signalled_only_by_late_rewards_gets_a_skill() -> Non
     assert set(skills[0].source_trajectories) == {f"t{i}" for i in range(6)}
     # The failures that already follow the successes' procedure lack nothing it could add.
     same = [_episode(50 + i, asks[i % 3].format(300 + i), ["check_interactions", "refill_prescription"], False)
-            for i in range(8)]
-    [cl2] = [c for c in cluster_failures(eps[:6] + same + eps[14:]) if c.significant]
-    assert not [c for c in propose(cl2, eps[:6] + same + eps[14:], live) if c.kind == "skill_patch"]
+            for i in range(10)]
+    [cl2] = [c for c in cluster_failures(eps[:6] + same + eps[16:]) if c.significant]
+    assert not [c for c in propose(cl2, eps[:6] + same + eps[16:], live) if c.kind == "skill_patch"]
 
 
 # --------------------------------------------------------------------------- corrections with personal data
