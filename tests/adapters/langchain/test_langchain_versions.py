@@ -249,13 +249,15 @@ QUESTIONS = [
     "Where can I collect items I forgot on a Nordhavn ferry?",
     "Nordhavn Ferries: where is lost property?",
     "Where do I find the lost and found for Nordhavn Ferries?",
+    "Nordhavn ferry lost property: which pier do I go to?",
 ]
 #: Other requests the agent serves in the same window (nobody complains about them): as many as the
-#: questions, so 6 failures beside 6 others clear the evidence bar split three ways (Fisher 1/C(12,6) =
-#: 0.0011 < 0.01/3; beside 4 others it is 1/C(10,6) = 0.0048).
+#: questions, so 7 failures beside 7 others clear the evidence bar split over the regions of the request
+#: tree that may hold them (Fisher 1/C(14,7) = 0.0003; 6 beside 6 is 0.0011, above 0.01 / (3 x 5)).
 OTHER = ["Write a two-line poem about the sea.", "Translate 'good morning' into French.",
          "Give me a synonym for 'happy'.", "Name a fruit that is yellow.",
-         "What is the capital of Norway?", "Spell the word 'harbour' backwards."]
+         "What is the capital of Norway?", "Spell the word 'harbour' backwards.",
+         "How many days are in a leap year?"]
 SYSTEM = "You are the Nordhavn Ferries customer assistant. Answer in one or two sentences."
 
 
