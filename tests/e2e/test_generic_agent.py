@@ -35,7 +35,9 @@ TOOLS = [{"type": "function", "function": {
                                          "occupant since, paid-up-to date.",
     "parameters": {"type": "object", "properties": {"unit": {"type": "string"}}, "required": ["unit"]}}}]
 #: What the users tell the agent when it gets the fee wrong (their correction), and what they check.
-FACT = "The late fee at Cedarbox Storage is 17 dollars."
+#: The users' correction. Governed like every client text (the default policy redacts organisation names,
+#: in the requests as in the corrections), so it names the fee, not the company.
+FACT = "The late fee for an overdue storage unit is 17 dollars."
 FEE = "17"
 #: The traffic before the fix (the users correct these) and the fresh traffic after it: different wordings.
 BEFORE = ["How much is the late fee at Cedarbox Storage?",
@@ -52,10 +54,12 @@ AFTER = ["What's the late fee at Cedarbox Storage?",
          "What is the late fee Cedarbox Storage charges on overdue rent?",
          "My payment to Cedarbox Storage is late; what late fee applies?",
          "Does Cedarbox Storage have a late fee, and how much is it?"]
-#: Other requests the agent serves in the same window (nobody complains about them).
+#: Other requests the agent serves in the same window (nobody complains about them): seven, so the six
+#: failures clear the evidence bar split over the request tree's regions that may hold them (Fisher
+#: 1/C(13,6) = 0.0006 <= 0.01 / (3 x 5); beside five others it is 0.0022).
 OTHER = ["Write a two-line poem about the sea.", "Translate 'good morning' into French.",
          "Give me a synonym for 'happy'.", "What colour do you get by mixing blue and yellow?",
-         "Name a fruit that is yellow."]
+         "Name a fruit that is yellow.", "How many legs does a spider have?", "What is the opposite of 'cold'?"]
 
 
 def _free_port() -> int:
