@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from molt.control.log import DecisionLog
@@ -13,6 +18,31 @@ from molt.control.signals import episodes
 from molt.control.versions import VersionRegistry
 from molt.store import Store
 from molt_desk.world import AGENT, LEGACY_AGENT
+
+
+@contextlib.contextmanager
+def serving(proc: subprocess.Popen[bytes], url: str, log: Path, *, start_timeout_s: float) -> Iterator[None]:
+    """Wait until the ``molt serve`` process ``proc`` answers ``url/health`` (failing with its log if it exits
+    or takes longer than ``start_timeout_s``); on exit, stop it as a user would (SIGINT, then kill)."""
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "molt serve did not start"
+            time.sleep(0.5)
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
 
 #: The support agents' missing facts (refund window, warranty period) are asked as this task.
 FACT_TASK = "kb_question"
@@ -67,3 +97,9 @@ def check_demo_truth(res: dict[str, Any], home: Path) -> None:
 @pytest.fixture
 def demo_truth() -> Callable[[dict[str, Any], Path], None]:
     return check_demo_truth
+
+
+@pytest.fixture
+def molt_serving() -> Callable[..., contextlib.AbstractContextManager[None]]:
+    """:func:`serving`, for the tests that start ``molt serve`` in their own process."""
+    return serving

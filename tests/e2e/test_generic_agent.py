@@ -13,7 +13,6 @@ prints are the README's "generic agent" row:
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -122,7 +121,7 @@ def model_dir() -> Path:
 
 
 @pytest.fixture
-def served(tmp_path: Path, model_dir: Path) -> Iterator[tuple[str, Path]]:
+def served(tmp_path: Path, model_dir: Path, molt_serving: Any) -> Iterator[tuple[str, Path]]:
     """``molt serve --backend local`` (SmolLM2-135M) in its own process; its plane off: this test runs the
     plane's cycle itself, at a moment it chooses, against the same store."""
     home = tmp_path / "home"
@@ -138,23 +137,9 @@ def served(tmp_path: Path, model_dir: Path) -> Iterator[tuple[str, Path]]:
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "molt serve did not start"
-            time.sleep(0.5)
-        yield url, home
+        with molt_serving(proc, url, tmp_path / "serve.log", start_timeout_s=240):
+            yield url, home
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         log.close()
         print("molt serve log (tail):", (tmp_path / "serve.log").read_text(errors="replace")[-2000:], sep="\n")
 

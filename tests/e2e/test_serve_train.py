@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -62,7 +61,7 @@ def model_dir() -> Path:
 
 
 @pytest.fixture
-def served(tmp_path: Path, model_dir: Path) -> Iterator[tuple[str, Path]]:
+def served(tmp_path: Path, model_dir: Path, molt_serving: Any) -> Iterator[tuple[str, Path]]:
     home = tmp_path / "home"
     (home / "models").mkdir(parents=True)
     (home / "models" / model_dir.name).symlink_to(model_dir)
@@ -86,24 +85,10 @@ def served(tmp_path: Path, model_dir: Path) -> Iterator[tuple[str, Path]]:
          *[a for k, v in settings.items() for a in ("--plane-setting", f"{k}={v}")]],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600  # a loaded 2-core CI box took over 300 s to start it once
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "molt serve did not start"
-            time.sleep(0.5)
-        yield url, home
+    try:  # a loaded 2-core CI box took over 300 s to start it once
+        with molt_serving(proc, url, tmp_path / "serve.log", start_timeout_s=600):
+            yield url, home
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         log.close()
         text = (tmp_path / "serve.log").read_text(errors="replace")
         print("molt serve log (plane and trainer lines):",
