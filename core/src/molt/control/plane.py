@@ -457,15 +457,23 @@ class ControlPlane:
             pairs |= self._agents_in_traffic(tenant_id)
         return pairs
 
-    def run_all(self, tenant_id: str | None = None) -> list[CycleResult]:
+    def run_all(self, tenant_id: str | None = None, *, stop: threading.Event | None = None) -> list[CycleResult]:
         """One cycle for every agent of :meth:`agents`. An agent whose cycle raises is logged and
-        skipped: one agent's bad data never stops the others' evolution."""
+        skipped: one agent's bad data never stops the others' evolution. Once ``stop`` is set, the
+        running cycle is cancelled at its next await and no other starts: a cycle replays with the served
+        model for minutes, and a server shutting down must not wait for it. A cancelled cycle has applied
+        and logged nothing (applying a version and logging its decision have no await between them)."""
         out = []
         for t, a in sorted(self.agents(tenant_id)):
+            if stop is not None and stop.is_set():
+                break
             try:
-                out.append(self.run_cycle(t, a))
+                r = self.run_cycle(t, a) if stop is None else asyncio.run(_unless_stopped(self.arun_cycle(t, a), stop))
             except Exception:
                 log.exception("Control-plane cycle for %s/%s failed; the other agents go on.", t, a)
+                continue
+            if r is not None:
+                out.append(r)
         return out
 
     def _agents_in_traffic(self, tenant_id: str | None) -> set[tuple[str, str]]:
@@ -887,8 +895,26 @@ def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane:
         plane = ControlPlane(store, backend, base_parts=PolicyParts(model=ModelPart(base=backend.model)))
     while not stop.wait(every_s):
         try:
-            for r in plane.run_all():
+            for r in plane.run_all(stop=stop):
                 log.info("evolve %s/%s: %s (%s)", r.record.tenant_id, r.record.agent_id, r.choice, r.record.reason)
         except Exception:
             log.exception("Control-plane cycle failed; retrying in %.0f s.", every_s)
 
+
+#: How often a cancellable cycle looks at its stop event (the bound on how long a shutdown waits for it,
+#: beside the model call in flight, which is not interrupted).
+STOP_POLL_S = 0.25
+
+
+async def _unless_stopped(cycle: Any, stop: threading.Event) -> CycleResult | None:
+    """``await cycle``, cancelled once ``stop`` is set (then ``None``)."""
+    task = asyncio.ensure_future(cycle)
+    while not task.done():
+        await asyncio.wait({task}, timeout=STOP_POLL_S)
+        if stop.is_set() and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                return None
+    return task.result()
