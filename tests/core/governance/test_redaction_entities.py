@@ -341,3 +341,26 @@ def test_other_languages_frequent_words_and_place_prepositions(entities) -> None
     # "Sie" is a first name and German's "you"; alone, with no cue, it is the word
     assert not found(entities, "Die Karte wurde abgelehnt, bitte melden Sie sich bei uns.")
     assert ("LOCATION", "Cordier") in found(entities, "Bonjour, je m'appelle Claudine Maillard, j'habite à Cordier.")
+
+
+@pytest.mark.parametrize(
+    "text, address",
+    [
+        # a street led by a street word, its number after a comma (Italian, Brazilian)
+        ("Spedire a Viale Marconi, 12, 40122, Bologna (BO), grazie", "Viale Marconi, 12, 40122, Bologna (BO)"),
+        ("Entregar em Travessa Lima, 88, Jardim Europa, 01450-001 Campinas / SP hoje",
+         "Travessa Lima, 88, Jardim Europa, 01450-001 Campinas / SP"),
+        # a postcode, then its town; a house number with its flat after a slash (Polish, Dutch)
+        ("Send it to ul. Długa 14/3, 80-831 Gdańsk.", "ul. Długa 14/3, 80-831 Gdańsk"),
+        ("Stuur het naar Kerkstraat 7, 3511LX, Utrecht alstublieft", "Kerkstraat 7, 3511LX, Utrecht"),
+        # Indian: house number, street type after the name, town and PIN joined by a hyphen
+        ("Deliver to H.No. 41, Gandhi Marg, Jaipur-302001 please", "H.No. 41, Gandhi Marg, Jaipur-302001"),
+        ("Deliver to 12/7, Nehru Chowk, Pune 411001 please", "12/7, Nehru Chowk, Pune 411001"),
+    ],
+)  # fmt: skip
+def test_addresses_by_their_structure_in_other_postal_systems(entities, text: str, address: str) -> None:  # type: ignore[no-untyped-def]
+    # street word + name + number, then postcode + town and region code, as each system writes them:
+    # one address, none of its words read as a person
+    got = found(entities, text)
+    assert ("ADDRESS", address) in got, got
+    assert not [v for t, v in got if t == "PERSON"], got

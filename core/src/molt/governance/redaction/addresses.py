@@ -32,6 +32,8 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
+from molt.governance.redaction.lexicon import fold
+
 __all__ = ["Address", "AddressFinder"]
 
 
@@ -48,13 +50,14 @@ _STREET_TYPES = _wordset(
     landing commons estates manor meadow meadows orchard pass cove glen vale dale summit track route rte broadway
     embankment center ctr centre harbor harbour shores springs valley village ville lakes lake falls fields
     forest fork forks gateway haven hollow island isle knoll mall mill mills mount mountain mtn oval pines
-    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd via"""
+    plains prairie ranch rapids run skyway spur stream trace tunnel viaduct vista wynd via
+    marg chowk ganj zila nagar colony"""
 )
 # street words that come before the name: "rue Victor Hugo", "ul. Lubartowska", "Calle Mayor"
 _STREET_PREFIXES = _wordset(
     """rue route chemin avenue avenida avda av boulevard bd allée allee impasse place quai cours via viale
     vicolo corso piazza piazzale largo strada calle carrera camino paseo plaza ronda travesía travesia rambla
-    carrer avinguda rua r travessa praça praca estrada alameda ladeira ul ulica al aleja os plac ulitsa
+    carrer avinguda rua r travessa praça praca estrada alameda ladeira ul ulica al aleja os plac pl ulitsa
     prospekt pr pereulok per jalan jl jln lorong soi thanon odos leoforos plateia sokak bulevar bulevardul
     calea drumul aleea intrarea vila postfach rúa camiño vía callejón callejon pasaje pasadizo glorieta cuesta
     urbanización urbanizacion carretera c λ οδός λεωφόρος"""
@@ -76,7 +79,7 @@ _POST_TYPES = _wordset(
     "gade laan straat street road"
 )
 # words before a unit number that can start an address; more only continue one (_PART_UNIT)
-_UNITS = _wordset("apt apartment suite ste unit flat room rm floor fl bldg building dept box psc cmr")
+_UNITS = _wordset("apt apartment suite ste unit flat studio room rm floor fl bldg building dept box psc cmr")
 _CONNECTORS = _wordset("de da do dos das del della di du la le van von der den y e al el u nad am an im i")
 
 # --- candidate regexes (each starts with a digit or a rare literal) ---
@@ -95,7 +98,7 @@ _WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?\b(?![.,
 _MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
 _MILITARY_HINT = "PO "  # in every _MILITARY match: one substring test skips its scan
 # --- tokens of one line, for the small parsers ---
-_TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}[A-Za-z]?\b\.?|\d+|[^\s\w]")
+_TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}(?:/\d{1,5})?[A-Za-z]?\b\.?|\d+|[^\s\w]")
 # --- parts after a street, each tried with .match at the current position ---
 _SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n(?:[\s>*•,-]|\?+[ \t])*|\.?[ \t]+)?")
 _PART_UNIT = re.compile(
@@ -104,9 +107,14 @@ _PART_UNIT = re.compile(
     r"|(?i:p\.?[ ]?o\.?[ ]?box)[ ]*\d{1,6}\b|(?i:box)[ ]\d{1,6}\b)"
 )
 _PART_POSTCODE = re.compile(
-    r"(?:\d{4,6}(?:-\d{4})?|\d{2}-\d{3}|\d{3}[ ]\d{2}|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
+    r"(?:\d{4}[ ]?[A-Z]{2}(?![\w-])|\d{5}-?\d{3}(?![\w-])|\d{4,6}(?:-\d{4})?|\d{2}-\d{3}|\d{3}[ ]\d{2}"
+    r"|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
     r"(?![\w-]|[ ]?[\d(+])"
 )
+# a region code after a slash or in parentheses, as Brazilian and Italian addresses end ("/ MS", "(MO)")
+_PART_PROVINCE = re.compile(r"(?:/[ ]?[A-Z]{2}|\([A-Z]{2}\))(?!\w)")
+# a town joined to its six-digit PIN by a hyphen, as Indian addresses end ("Kozhikode-390762")
+_PART_TOWN_PIN = re.compile(r"(?:[^\W\d_][\w'’.]*[ ]){0,3}[^\W\d_][\w'’.]*-\d{6}(?!\d)")
 _PART_STATE = re.compile(r"[A-Z]{1,3}(?=[ \t]*(?:,[ \t]*)?(?:\d{4,6}|\n|$))")
 _PART_PLACE = re.compile(
     r"[^\W\d_][\w'’.-]*(?:[ ](?:(?:de|del|la|le|di|da|do|du|des|van|von|der|den|am|an|im|upon|on|sur|nad|pod|"
@@ -182,11 +190,19 @@ class AddressFinder:
         is_place: Callable[[str], bool],
         is_common: Callable[[str], bool],
         street_types: frozenset[str] = frozenset(),
+        street_prefixes: frozenset[str] = frozenset(),
     ):
         self._is_place = is_place
         self._is_common = is_common
         #: Street types after the name: the built-in ones plus ``street_types`` (e.g. from a lexicon).
         self.street_types = _STREET_TYPES | street_types
+        #: Street words before the name: the built-in ones plus ``street_prefixes`` (folded: without
+        #: accents, as a lexicon holds them; see :meth:`_prefix`).
+        self.street_prefixes = _STREET_PREFIXES | street_prefixes
+
+    def _prefix(self, key: str) -> bool:
+        """Whether a casefolded word is a street word written before the name."""
+        return key in self.street_prefixes or (not key.isascii() and fold(key) in self.street_prefixes)
 
     # ------------------------------------------------------------------ streets
 
@@ -211,15 +227,15 @@ class AddressFinder:
             i += 1
         if i >= n or not (toks[i].text[0].isalpha() or self._name_word(toks[i], lowercase)):
             return -1
-        if toks[i].key in _STREET_PREFIXES and i + 1 < n:
+        if self._prefix(toks[i].key) and i + 1 < n:
             j = i + 1
             while j < n and j - i <= 6 and self._name_word(toks[j], lowercase or toks[j].key in _CONNECTORS):
                 j += 1
-            if j == i + 1:
-                return -1
-            if j < n and _is_num(toks[j]):
-                return toks[j].end
-            return toks[j - 1].end
+            if j > i + 1:
+                if j < n and _is_num(toks[j]):
+                    return toks[j].end
+                return toks[j - 1].end
+            # no name after it: the word is the street's name itself ("52 Stubben 149")
         j = i
         while j < n and j - i < 6:
             t = toks[j]
@@ -250,15 +266,21 @@ class AddressFinder:
         """The street ends before ``toks[j]``: at the end of the line, a comma or a unit."""
         return j >= len(toks) or toks[j].text == "," or toks[j].key in _UNITS
 
-    def _street_backward(self, text: str, num_start: int, num_end: int, lowercase: bool) -> int:
-        """Start offset of a street that ends with the number at ``num_start``, or -1."""
+    def _street_backward(
+        self, text: str, num_start: int, num_end: int, lowercase: bool, *, prefix_only: bool = False
+    ) -> int:
+        """Start offset of a street that ends with the number at ``num_start``, or -1; with
+        ``prefix_only``, only a street led by a street word ("Via Roma")."""
         a = max(text.rfind("\n", 0, num_start) + 1, num_start - 80)
         words = [w.rstrip(".,").casefold() for w in text[max(a, num_start - 60) : num_start].split()[-6:]]
+        if prefix_only:
+            words = [w for w in words if self._prefix(w)][-1:]
         if not words or not (
             words[-1] in _UNITS
+            or words[-1] == "h.no"
             or words[-1] in _POST_TYPES
             or _morph(words[-1])
-            or any(w in _STREET_PREFIXES for w in words)
+            or any(self._prefix(w) for w in words)
         ):
             return -1
         toks = _tokens(text, a, num_start)
@@ -266,7 +288,9 @@ class AddressFinder:
             return -1
         last = toks[-1]
         k = len(toks) - 1
-        if last.key in _UNITS:
+        if last.key == "no" and k >= 1 and toks[k - 1].key == "h" and not prefix_only:
+            return toks[k - 1].start  # "H.No. 72": a house number, as Indian addresses write it
+        if last.key in _UNITS and not prefix_only:
             if last.key == "box" and k >= 1 and toks[k - 1].key in ("p.o", "po", "o"):
                 k -= 1
                 if k >= 1 and toks[k - 1].key == "p":
@@ -274,7 +298,7 @@ class AddressFinder:
             return toks[k].start
         if not last.text[0].isalpha():
             return -1
-        if _morph(last.key) or last.key in _POST_TYPES:
+        if (_morph(last.key) or last.key in _POST_TYPES) and not prefix_only:
             j = k
             if (
                 last.key in _POST_TYPES
@@ -291,7 +315,7 @@ class AddressFinder:
         # a prefix word up to five words back: "ul. Lubartowska", "Via Roma", "rue de la Paix"
         for j in range(k, max(-1, k - 6), -1):
             t = toks[j]
-            if t.key in _STREET_PREFIXES and j < k:
+            if self._prefix(t.key) and j < k:
                 if all(self._name_word(x, lowercase) for x in toks[j + 1 : k + 1]):
                     return t.start
                 return -1
@@ -304,14 +328,13 @@ class AddressFinder:
     def find(self, text: str, lowercase: bool = False) -> list[Address]:
         """Non-overlapping addresses, sorted. ``lowercase`` also takes all-lowercase street names."""
         cands: list[tuple[int, int]] = []
-        prefixes = _STREET_PREFIXES
         for s, e in _house_numbers(text):
             if s >= 2 and text[s - 2].isdigit():
                 continue  # a group inside a longer number ("032 696 10 69")
             c = text[e]
             if not (lowercase or c.isupper() or c.isdigit()):
                 w = text[e : text.find(" ", e, e + 16)].rstrip(".").casefold()
-                if w not in prefixes:
+                if not self._prefix(w):
                     continue  # "50 year old", "30 days": a quantity, not a street
             line_end = text.find("\n", s, s + 90)
             toks = _tokens(text, s, line_end if line_end >= 0 else min(len(text), s + 90))
@@ -321,6 +344,13 @@ class AddressFinder:
         for m in _WORD_NUMBER.finditer(text):
             num = m.start() + 1
             c = text[m.start() - 1] if m.start() else ""
+            if c == "," and m.start() >= 2 and text[m.start() - 2].isalpha():
+                # the number after a comma, as Italian and Brazilian addresses write it: only after a
+                # street led by a street word ("Piazza Smirnoff, 69"), never a bare name and a number
+                start = self._street_backward(text, m.start() - 1, m.end(), lowercase, prefix_only=True)
+                if start >= 0:
+                    cands.append((start, m.end()))
+                continue
             if not (c.isalpha() or c == "."):
                 continue
             start = self._street_backward(text, num, m.end(), lowercase)
@@ -408,7 +438,7 @@ class AddressFinder:
         line_end = text.find("\n", p, p + 90)
         words = [w.rstrip(".,").casefold() for w in text[p : line_end if line_end >= 0 else p + 60].split()[:7]]
         if not any(
-            w[:1].isdigit() or w in self.street_types or w in _STREET_PREFIXES or w in _POST_TYPES or _morph(w)
+            w[:1].isdigit() or w in self.street_types or self._prefix(w) or w in _POST_TYPES or _morph(w)
             for w in words
         ):
             return p
@@ -446,7 +476,9 @@ class AddressFinder:
                 newline = 1  # a blank line before the last line, a place ("\n\n Greece 79976")
             if newline > 1 or (newline and lines >= 4):
                 break
-            end, kind = self._part(text, p, lowercase, after_newline=bool(newline))
+            end, kind = self._part(
+                text, p, lowercase, after_newline=bool(newline), after_postcode=parts[-1][2] == "postcode"
+            )
             if end <= p:
                 break
             lines += newline
@@ -459,12 +491,15 @@ class AddressFinder:
         m = _PLACE_LINE.match(text, p)
         return m is not None and self._is_place(m.group(1).rstrip("."))
 
-    def _part(self, text: str, p: int, lowercase: bool, *, after_newline: bool) -> tuple[int, str]:
-        """End and kind of the address part at ``p``; the end is ``p`` when none starts there."""
-        for rx in (_MILITARY, _PART_UNIT, _PART_POSTCODE, _PART_STATE):
+    def _part(
+        self, text: str, p: int, lowercase: bool, *, after_newline: bool, after_postcode: bool = False
+    ) -> tuple[int, str]:
+        """End and kind of the address part at ``p``; the end is ``p`` when none starts there. Kind
+        ``"postcode"`` is an address part that a town may follow."""
+        for rx in (_MILITARY, _PART_UNIT, _PART_POSTCODE, _PART_STATE, _PART_PROVINCE, _PART_TOWN_PIN):
             m = rx.match(text, p)
             if m is not None and m.end() > p:
-                return m.end(), "address"
+                return m.end(), "postcode" if rx is _PART_POSTCODE else "address"
         c = text[p]
         if c.isdigit() or c.isalpha():
             end = self._street_at(text, p, lowercase)
@@ -479,6 +514,17 @@ class AddressFinder:
         words = phrase.split(" ")
         if len(words) == 1 and _LABEL_AFTER.match(text, m.end() - phrase.endswith(".")) is not None:
             return p, ""  # a field label before a number ("Tel. +49 …", "Fax: 0113 …"), not the town
+        if after_postcode:
+            # the words after a postcode are its town ("60111 Traore-les-Bains", "84-180 Iława"),
+            # up to the first word that is not part of a name
+            k = 1
+            while k < len(words) and (lowercase or words[k][:1].isupper() or words[k] in _CONNECTORS):
+                k += 1
+            while k > 1 and words[k - 1] in _CONNECTORS:
+                k -= 1
+            town = " ".join(words[:k])
+            if not (k == 1 and self._is_common(town.rstrip("."))):
+                return p + len(town.rstrip(".")), "place"
         if after_newline and len(words) > 1 and _line_ends(text, m.end()):
             return m.end(), "place"  # a line of its own in a block is the town, whole ("Torres de Albánchez")
         # the longest known place, else the whole run if a postcode, a state or the line's end follows

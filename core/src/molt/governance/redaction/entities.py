@@ -308,7 +308,15 @@ class EntityDetector:
             if len(s) >= 3 and s.isalpha() and s not in lx.first_names and s not in lx.last_names
             and lx.zipf(s) < 4.5 and s not in _NOT_STREET_TYPES
         )  # fmt: skip
-        self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word, extra_types)
+        # Faker's street prefixes ("Vereda", "Cañada", "Rodovia"), one word, less names and frequent
+        # words; and its street types that are no English word, which the Romance languages write
+        # before the name ("Piazza Smirnoff", "Borgo Detti")
+        extra_prefixes = frozenset(
+            s for s in lx.street_prefixes
+            if len(s) >= 3 and s.isalpha() and s not in lx.first_names and lx.zipf(s) < 4.5
+            and s not in _NOT_STREET_TYPES
+        ) | frozenset(s for s in extra_types if lx.zipf(s) < 3.5)  # fmt: skip
+        self._addresses = AddressFinder(self._is_place_phrase, self._is_common_word, extra_types, extra_prefixes)
         self._info: dict[str, tuple[str, bool, bool, float]] = {}
         self._word_facts: dict[str, tuple[int, str, str, bool, bool, float, bool, bool, bool, bool]] = {}
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
