@@ -68,3 +68,22 @@ def test_the_slo_gate_waits_while_serving_is_over_budget() -> None:
     fixed = SloGate(probe=lambda: 5000.0, slo_ms=1000.0, check_s=0.01, max_wait_s=0.05)
     fixed.wait(threading.Event())                 # over budget past max_wait_s: the step runs, counted
     assert fixed.counters["pause_timeouts"] == 1
+
+
+def test_closing_the_trainer_abandons_the_run_in_flight_before_its_next_step(tiny_model_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    pub = Publisher(model="m", out_dir=tmp_path / "ad")
+    holder: list[RequestTrainer] = []
+
+    def probe() -> float | None:   # the server stops while the run's first step waits for the serving budget
+        holder[0].close()
+        return None
+
+    trainer = RequestTrainer(pub, RunSettings(lora=LoraSettings(rank=2), steps=50), model_path=tiny_model_dir,
+                             gate=SloGate(probe=probe))
+    holder.append(trainer)
+    with pytest.raises(RuntimeError, match="closed"):
+        trainer(_request(_traffic()))
+    assert not (tmp_path / "ad").exists() and trainer.counters["steps"] == 0 and not trainer.busy()
+    with pytest.raises(RuntimeError, match="closed"):   # and every later request fails at once
+        trainer(_request(_traffic()))

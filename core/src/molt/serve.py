@@ -211,8 +211,18 @@ class Stack:
         return {"faults": faults, "state": state}
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Ask every background part to stop and wait for it (up to ``timeout_s`` each)."""
+        """Ask every background part to stop and wait for it (up to ``timeout_s`` each). Parts with a
+        ``close`` (the weight loop, which closes its trainer) are closed first: a training run in flight is
+        abandoned at its next step, so neither the plane's cycle waiting for it nor the interpreter's exit
+        (which joins the trainer's worker thread) waits for the whole run."""
         self.stop.set()
+        for name, part in self.parts.items():
+            close = getattr(part, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing %s failed; stopping the rest.", name)
         for t in self.threads:
             t.join(timeout_s)
             if t.is_alive():

@@ -194,3 +194,46 @@ def test_check_adapter_refuses_half_written_directories(tmp_path: Path) -> None:
     (tmp_path / "adapter_model.safetensors").write_bytes(b"")
     with pytest.raises(InterventionError, match="empty"):
         check_adapter(tmp_path)
+
+
+def test_closing_the_loop_ends_a_request_waiting_for_its_run_and_closes_the_trainer(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    class Blocking:
+        """A trainer whose run goes on until it is closed (a long run on a CPU)."""
+
+        def __init__(self) -> None:
+            self.started, self.closed = threading.Event(), threading.Event()
+
+        def __call__(self, req: WeightRequest) -> Any:
+            self.started.set()
+            self.closed.wait(60)
+            raise RuntimeError("abandoned")
+
+        def close(self) -> None:
+            self.closed.set()
+
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        train = Blocking()
+        loop = WeightLoop(store, train, read=lambda tenant, ids: [], min_trajectories=0)
+        cand = SimpleNamespace(payload={"task": "capability", "model": {"base": "desk-model"}}, cluster="capability|x",
+                               source_trajectories=[])
+        got: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                loop("acme", AGENT, cand)
+            except BaseException as exc:
+                got.append(exc)
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        assert train.started.wait(30), got
+        t0 = time.monotonic()
+        loop.close()
+        asker.join(10)
+        assert not asker.is_alive() and time.monotonic() - t0 < 10
+        assert train.closed.is_set()
+        assert len(got) == 1 and isinstance(got[0], InterventionError) and "closed" in str(got[0]), got
+        assert loop.runs[-1]["outcome"] == "failed" and loop.status()["faults"]["weights.failed_runs"] == 1

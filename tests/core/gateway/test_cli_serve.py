@@ -133,3 +133,30 @@ def test_make_backend_kinds(capsys: pytest.CaptureFixture[str]) -> None:
     assert molt.cli.run(["serve", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--backend" in out and "--governance" in out and "--capture-process" in out
+
+
+def test_shutdown_closes_the_parts_before_waiting_for_the_threads_they_hold() -> None:
+    """A plane cycle blocked in a training run (the weight loop's hook) ends when the loop is closed, so
+    molt serve's shutdown closes the parts first and then joins the threads, well within its per-thread wait."""
+    import threading
+    import time
+
+    from molt.serve import Stack
+
+    class Loop:  # the weight loop: a request waits until the run ends or the loop is closed
+        def __init__(self) -> None:
+            self.closed = threading.Event()
+
+        def wait_for_run(self) -> None:
+            self.closed.wait(120)
+
+        def close(self) -> None:
+            self.closed.set()
+
+    stack = Stack()
+    loop = Loop()
+    stack.parts["weights"] = loop
+    stack.spawn("control-plane", loop.wait_for_run)
+    t0 = time.monotonic()
+    stack.shutdown(timeout_s=60)
+    assert time.monotonic() - t0 < 10 and not any(t.is_alive() for t in stack.threads)

@@ -164,12 +164,18 @@ class RequestTrainer:
         self._policy: Policy | None = None
         self._fresh: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def policy(self) -> Policy:
         if self._policy is None:
             self._policy = Policy.load(self.settings.lora, self.model_path, device=self.device)
             self._fresh = self._policy.snapshot()
         return self._policy
+
+    def close(self) -> None:
+        """Stop training: the run in flight is abandoned before its next step (nothing is published), and
+        every later request fails at once. A serving process stopping calls this through its weight loop."""
+        self._stop.set()
 
     def busy(self) -> bool:
         """Whether a run is training now."""
@@ -184,6 +190,8 @@ class RequestTrainer:
                 raise
 
     def _train(self, request: Any) -> TrainedAdapter:
+        if self._stop.is_set():
+            raise RuntimeError(f"the trainer is closed; {request.request_id} was not trained")
         s = self.settings
         t0 = time.perf_counter()
         stats = DataStats()
@@ -213,7 +221,10 @@ class RequestTrainer:
         metrics: dict[str, float] = {}
         paused = 0.0
         for _ in range(steps):
-            paused += self.gate.wait()
+            paused += self.gate.wait(self._stop)
+            if self._stop.is_set():
+                raise RuntimeError(f"the trainer was closed during {request.request_id}; the run is abandoned, "
+                                   "nothing published")
             metrics = train_step(policy, batch, s.algo)
             loss = metrics.get("actor/pg_loss", 0.0)
             if not math.isfinite(loss) or not math.isfinite(metrics.get("actor/grad_norm", 0.0)):

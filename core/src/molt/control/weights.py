@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -57,6 +58,9 @@ from molt.control.versions import ModelPart, VersionRegistry
 from molt.errors import InterventionError
 from molt.store import Store, sql_str
 from molt.store.query import Trajectory
+
+#: How often a request waiting for its training run looks whether the loop was closed.
+CLOSE_POLL_S = 0.5
 
 __all__ = ["CanaryTarget", "WeightLoop", "WeightRequest", "check_adapter", "gateway_loader", "governed_reader",
            "restore_adapters", "store_reader", "training_run"]
@@ -162,6 +166,7 @@ class WeightLoop:
         self.runs: list[dict[str, Any]] = []
         self.counters: Counter[str] = Counter()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="molt-weights")
+        self._closing = threading.Event()
 
     def request(self, tenant_id: str, agent_id: str, cand: Any) -> WeightRequest:
         """The request for candidate ``cand`` (a ``weight_update``) of ``tenant_id/agent_id``."""
@@ -209,13 +214,27 @@ class WeightLoop:
         t0 = time.perf_counter()
         # The plane calls the hook from inside its event loop; training (and a load that runs its own loop)
         # goes to a worker thread, and a run that hangs is given up rather than stalling the plane.
+        # The wait is sliced so that close() (a server stopping) ends it at once rather than after the run.
         fut = self._pool.submit(self.train, req)
+        deadline = time.monotonic() + self.timeout_s
         try:
-            adapter = fut.result(self.timeout_s)
-        except concurrent.futures.TimeoutError:
-            raise InterventionError(f"weight update {req.request_id}: the training run did not finish within "
-                                    f"{self.timeout_s:.0f} s; nothing published") from None
+            while True:
+                try:
+                    adapter = fut.result(max(0.0, min(CLOSE_POLL_S, deadline - time.monotonic())))
+                    break
+                except concurrent.futures.TimeoutError:
+                    if self._closing.is_set():
+                        raise InterventionError(f"weight update {req.request_id}: the weight loop was closed (the "
+                                                f"server is stopping) while training; nothing published") from None
+                    if time.monotonic() >= deadline:
+                        raise InterventionError(f"weight update {req.request_id}: the training run did not finish "
+                                                f"within {self.timeout_s:.0f} s; nothing published") from None
+        except InterventionError:
+            raise
         except Exception as exc:
+            if self._closing.is_set():
+                raise InterventionError(f"weight update {req.request_id}: the weight loop was closed (the server is "
+                                        f"stopping) while training ({exc}); nothing published") from exc
             raise InterventionError(f"weight update {req.request_id}: the training run failed "
                                     f"({type(exc).__name__}: {exc}); nothing published") from exc
         entry["train_s"] = round(time.perf_counter() - t0, 2)
@@ -254,6 +273,13 @@ class WeightLoop:
                                           .strip() if last else "none"}}
 
     def close(self) -> None:
+        """Stop: a request waiting for its run fails with the reason, queued runs are dropped, and ``train``
+        (when it has a ``close``, as :class:`molt_trainer.requests.RequestTrainer` does) abandons the run in
+        flight at its next step. Nothing half-trained is published or loaded."""
+        self._closing.set()
+        stop = getattr(self.train, "close", None)
+        if callable(stop):
+            stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
