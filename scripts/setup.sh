@@ -51,13 +51,30 @@ t_start="$(_now_ds)"
 check_python
 say "python: $("$MOLT_PYTHON" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
 
-ensure_env main "$MOLT_VENV" "$(env_manifest main "${MAIN_INPUTS[@]}")" "$fresh" build_main
-ensure_env crewai "$MOLT_VENV_CREWAI" "$(env_manifest crewai "${CREWAI_INPUTS[@]}")" "$fresh" build_crewai
+# The environments are independent (each its own venv, lock and log), so they build at the same time:
+# on a fresh machine the vLLM one alone takes as long as the other two together, mostly downloading.
+# Each one's progress lines are printed when it is done, so that they do not interleave.
+env_jobs=() env_outs=()
+ensure_env_bg() {
+  local out
+  out="$(mktemp "${TMPDIR:-/tmp}/molt-setup-out.XXXXXX")"
+  (ensure_env "$@") >"$out" 2>&1 &
+  env_jobs+=("$!")
+  env_outs+=("$out")
+}
+ensure_env_bg main "$MOLT_VENV" "$(env_manifest main "${MAIN_INPUTS[@]}")" "$fresh" build_main
+ensure_env_bg crewai "$MOLT_VENV_CREWAI" "$(env_manifest crewai "${CREWAI_INPUTS[@]}")" "$fresh" build_crewai
 if ((with_vllm)); then
-  ensure_env vllm "$MOLT_VENV_VLLM" "$(env_manifest vllm "${VLLM_INPUTS[@]}")" "$fresh" build_vllm
-else
-  say "vllm    skipped (--no-vllm)"
+  ensure_env_bg vllm "$MOLT_VENV_VLLM" "$(env_manifest vllm "${VLLM_INPUTS[@]}")" "$fresh" build_vllm
 fi
+env_failed=0
+for i in "${!env_jobs[@]}"; do
+  wait "${env_jobs[$i]}" || env_failed=1
+  cat -- "${env_outs[$i]}"
+  rm -f -- "${env_outs[$i]}"
+done
+((with_vllm)) || say "vllm    skipped (--no-vllm)"
+((env_failed == 0)) || die "an environment could not be built (its lines above say which, and where its log is)"
 say "environments ready in $(_fmt_ds $(($(_now_ds) - t_start)))"
 
 # The compiled (mypyc) build of the redaction detectors, in core/build/native: ~20 s when a detector
