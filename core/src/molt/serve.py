@@ -39,6 +39,10 @@ shows (:class:`molt.status.StatusReporter`).
 Ctrl-C (SIGINT) or SIGTERM stops serving, stops the control plane and the trainer, then closes the
 capture process (every acknowledged event reaches the store) and the store.
 
+One module at ~620 lines because it is one idea: the composition root of ``molt serve``, where each part
+is started, wired to the others and stopped in order (split, the start and stop orders would be in files
+that must change together).
+
 Examples::
 
     molt serve                                          # stub model: try the console and the API
