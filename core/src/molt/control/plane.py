@@ -40,6 +40,10 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    ``trainer`` hook (``None``: recorded as requested).
 
 Defaults work on the labelled scenarios of the desk example (``examples/desk``, :mod:`molt_desk.scenarios`).
+
+One module at ~1,000 lines because it is one idea: the cycle above, whose steps share the cycle's state
+(window, live version, decision record) and are read and changed in their order; what each step computes
+lives in its own module (signals, diagnose, evidence, reflector, replay, versions, weights).
 """
 
 from __future__ import annotations
