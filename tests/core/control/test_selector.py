@@ -260,7 +260,9 @@ def test_timing_out_tool_is_a_flagged_environment_fault(tmp_path: Path) -> None:
         [cl] = [c for c in res.record.signals["clusters"] if "environment_fault" in c]
         assert cl["size"] == 10
         assert plane.registry.live("acme", AGENT).version_id == base.version_id
-        assert res.record.candidates == []
+        # No candidate for the fault (the unanswered warranty asks are screened: a self-check rule is
+        # replayed on them and fixes nothing).
+        assert not [c for c in res.record.candidates if c["cluster"] == cl["key"]]
 
 
 def test_decision_log_names_every_significant_cluster(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ from molt.control.versions import PolicyParts, PolicyVersion
 from molt.harness import ToolRewrite
 from molt.replay.generic import checkable_facts
 
-__all__ = ["ALPHA", "COSTS", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind",
+__all__ = ["ALPHA", "COSTS", "SCREEN", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind",
            "abstract_correction", "agreed_correction", "binomial_greater", "cluster_failures", "environment_fault",
            "fisher_greater", "intent_text", "propose", "rename_targets", "rollback_candidate", "same_pattern"]
 
@@ -124,6 +124,11 @@ COSTS: dict[str, float] = {"rollback": 0.5, "memory_insert": 1.0, "tool_schema_e
 
 #: The family-wise false-alarm rate of a window's cluster tests (see the module docstring).
 ALPHA = 0.01
+#: The smallest p-value under which a cluster the bar does not pass is still *screened*: its context
+#: candidates are replayed and may go live only when the replay confirms them at ``alpha``
+#: (:mod:`molt.control.evidence`). A compute knob, not a false-alarm rate: about this share of the
+#: clusters without a pattern get their candidates replayed.
+SCREEN = 0.1
 #: The failure rate of an intent the operator tolerates before acting on it (the module docstring).
 TOLERABLE = 0.5
 #: The request similarity under which the request tree merges nothing (see the module docstring).
@@ -152,6 +157,12 @@ class Evidence:
     tolerable: float = TOLERABLE  # the failure rate the binomial test's null hypothesis allows
     p_tolerable: float = 1.0      # one-sided binomial test of k of n against ``tolerable``
     agreement: Agreement | None = None  # the test of the confirmed failures (molt.control.evidence)
+    screened: bool = False        # not significant, but its smallest p-value is at most the screen
+
+    @property
+    def p_min(self) -> float:
+        """The smallest of the cluster's three p-values."""
+        return min(self.p_value, self.p_tolerable, self.agreement.p_value if self.agreement is not None else 1.0)
 
     @property
     def base_rate(self) -> float:
@@ -163,7 +174,7 @@ class Evidence:
                         "failure rate (Bonferroni)", "k": self.failures,
                 "n": self.requests, "f": self.base_failures, "m": self.base_requests, "p_value": self.p_value,
                 "tolerable": self.tolerable, "p_tolerable": self.p_tolerable,
-                "level": self.level, "significant": self.significant,
+                "level": self.level, "significant": self.significant, "screened": self.screened,
                 "confirmed": self.agreement.summary() if self.agreement is not None else None}
 
 
@@ -197,6 +208,11 @@ class Cluster:
     @property
     def significant(self) -> bool:
         return self.evidence is not None and self.evidence.significant
+
+    @property
+    def screened(self) -> bool:
+        """Below the bar but within the screen: its candidates need the replay's confirmation."""
+        return self.evidence is not None and self.evidence.screened
 
     def summary(self) -> dict[str, Any]:
         """JSON-able description (what the decision log keeps)."""
@@ -280,7 +296,8 @@ def _sum_exp(terms: list[float]) -> float:
 
 
 def cluster_failures(eps: Sequence[Episode], *, embedder: Embedder | None = None, alpha: float = ALPHA,
-                     similarity: float = SIMILARITY, tolerable: float = TOLERABLE) -> list[Cluster]:
+                     similarity: float = SIMILARITY, tolerable: float = TOLERABLE,
+                     screen: float = SCREEN) -> list[Cluster]:
     """The window's failure clusters with their :class:`Evidence`, significant first, then largest.
 
     ``embedder`` embeds requests and corrections (default: the packaged MiniLM; without it, a bag of
@@ -317,7 +334,7 @@ def cluster_failures(eps: Sequence[Episode], *, embedder: Embedder | None = None
                         failures=mem, tool=tool, error_type=et, intent=intent, centroid=centroid, requests=requests)
             (candidates if len(mem) >= 2 else singles).append(c)
     _unique_keys(candidates + singles)
-    _test(candidates + singles, eps, alpha, tolerable)
+    _test(candidates + singles, eps, alpha, tolerable, screen)
     # Keep, per part, the most significant regions whose failures do not overlap; then the failures no
     # kept region holds, each alone (what the decision log shows as below the bar).
     kept: list[Cluster] = []
@@ -459,7 +476,8 @@ def _unique_keys(clusters: list[Cluster]) -> None:
             c.key = f"{c.key}#{seen[c.key]}"
 
 
-def _test(clusters: list[Cluster], eps: Sequence[Episode], alpha: float, tolerable: float) -> None:
+def _test(clusters: list[Cluster], eps: Sequence[Episode], alpha: float, tolerable: float,
+          screen: float = SCREEN) -> None:
     """Fill each cluster's :class:`Evidence` (see the module docstring)."""
     if not 0.0 < tolerable < 1.0:
         raise ValueError(f"tolerable must be a failure rate in (0, 1), got {tolerable!r}.")
@@ -481,10 +499,11 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], alpha: float, tolerab
             p = fisher_greater(c.size, n, f, len(rest))
             pt = binomial_greater(c.size, n, tolerable)
             agreed = agreement(c.failures, n, rest)
+            least = min(p, pt, agreed.p_value)
             c.evidence = Evidence(failures=c.size, requests=n, base_failures=f, base_requests=len(rest),
-                                  p_value=p, level=level,
-                                  significant=c.size >= 2 and min(p, pt, agreed.p_value) <= level,
-                                  tolerable=tolerable, p_tolerable=pt, agreement=agreed)
+                                  p_value=p, level=level, significant=c.size >= 2 and least <= level,
+                                  tolerable=tolerable, p_tolerable=pt, agreement=agreed,
+                                  screened=c.size >= 2 and level < least <= screen)
         now = {c.key for c in clusters if c.significant}
         if now == found:
             break

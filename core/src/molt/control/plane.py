@@ -53,6 +53,7 @@ import logging
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -63,6 +64,7 @@ from pydantic import BaseModel, ConfigDict
 from molt.backends.base import BaseBackend
 from molt.control.diagnose import (
     ALPHA,
+    SCREEN,
     SIMILARITY,
     TOLERABLE,
     Candidate,
@@ -73,6 +75,7 @@ from molt.control.diagnose import (
     rollback_candidate,
     same_pattern,
 )
+from molt.control.evidence import Confirmation, confirmation, screen_levels
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
@@ -115,6 +118,9 @@ class PlaneSettings(BaseModel):
     #: The failure rate of one intent tolerated before acting on it, whatever the rest of the window does
     #: (the second test of molt.control.diagnose; in (0, 1)).
     tolerable: float = TOLERABLE
+    #: A cluster below the bar whose smallest p-value is at most this is *screened*: its context candidates
+    #: are replayed and go live only when the replay confirms them at ``alpha`` (molt.control.evidence).
+    screen: float = SCREEN
     #: A reflector (molt.control.reflector) writing candidates beside the templates': an OpenAI-compatible
     #: base URL (``.../v1``; in production a strong model), or ``"served"`` for the plane's replay backend
     #: (the served model). ``None``: templates only. Its bearer token is read from the environment variable
@@ -217,6 +223,10 @@ class ControlPlane:
         self.reflector = reflector if reflector is not None else self._settings_reflector()
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
+        # Per cycle: the confirmation level of each screened cluster's candidates (screen_levels), and the
+        # live version's replayed rewards on each screened cluster's region.
+        self._confirm_levels: dict[str, float] = {}
+        self._region_live: dict[tuple[str, str], dict[str, float | None]] = {}
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
@@ -286,6 +296,8 @@ class ControlPlane:
             live = self.registry.ensure_base(tenant_id, agent_id, self.base_parts, actor=self.actor)
         self._current = live
         self._live_evals = {}
+        self._confirm_levels = {}
+        self._region_live = {}
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
@@ -308,9 +320,9 @@ class ControlPlane:
         # the live version no longer shows — it ran the task and never failed this way — is fixed.
         # The evidence bar is each cluster's exact test against the rest of the window (diagnose).
         found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
-                                 tolerable=s.tolerable)
+                                 tolerable=s.tolerable, screen=s.screen)
         for c in found:
-            if not c.significant:
+            if not (c.significant or c.screened):
                 continue
             live_runs = [e for e in c.requests if e.policy_version == live.version_id]
             if live_runs and not any(e.policy_version == live.version_id for e in c.failures):
@@ -325,25 +337,37 @@ class ControlPlane:
                 rec.actions.append(f"flagged {c.key} ({c.size} failure(s)): {fault}")
                 continue
             clusters[c.key] = c
-            candidates.extend(propose(c, window, live, redactor=self.redactor, embedder=self.embedder,
-                                      similarity=s.similarity))
+            made = propose(c, window, live, redactor=self.redactor, embedder=self.embedder, similarity=s.similarity)
+            # A screened cluster is not evidence enough for weights: replay cannot confirm a weight update.
+            candidates.extend(x for x in made if c.significant or x.kind != "weight_update")
         if self.reflector is not None and clusters:
             candidates.extend(await self._reflect(list(clusters.values()), window, live, rec))
-        rec.actions.append(f"{len(clusters) + len(faults)} failure cluster(s) significant at alpha {s.alpha} "
-                           f"(of {len(found)}), {len(faults)} of them environment faults, "
+        # The screened clusters' share of alpha, fixed before anything is replayed (molt.control.evidence).
+        screened = {k: c for k, c in clusters.items() if not c.significant}
+        self._confirm_levels = screen_levels(
+            {k: c.evidence.p_min for k, c in screened.items() if c.evidence is not None},
+            Counter(x.cluster for x in candidates if x.cluster in screened and x.kind != "weight_update"), s.alpha)
+        n_sig = sum(1 for c in clusters.values() if c.significant)
+        rec.actions.append(f"{n_sig + len(faults)} failure cluster(s) significant at alpha {s.alpha} "
+                           f"(of {len(found)}), {len(faults)} of them environment faults, {len(screened)} more "
+                           f"screened at {s.screen} (their candidates need the replay's confirmation), "
                            f"{len(candidates)} candidate(s)")
         rec.signals["clusters"] = [c.summary() | ({"environment_fault": faults[c.key]} if c.key in faults else {})
-                                   for c in found if c.significant]
+                                   for c in found if c.significant or c.key in screened]
 
+        significant = any(c.significant for c in clusters.values())
         if not candidates:
-            if faults and not clusters:
+            if faults and not significant:
                 rec.choice = "environment_fault"
                 rec.reason = "; ".join(f"{k}: {v}" for k, v in faults.items())
-            elif clusters:
+            elif significant:
                 rec.reason = "no candidate could be built: " + "; ".join(
                     _no_candidate(c) for c in clusters.values())
             else:
                 weak = [c for c in found if not c.significant and c.evidence is not None]
+                if screened:
+                    rec.actions.append("no candidate for the screened cluster(s): " + "; ".join(
+                        _no_candidate(c) for c in screened.values()))
                 best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
                 rec.reason = ("no failure cluster reaches the evidence bar"
                               + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
@@ -396,7 +420,9 @@ class ControlPlane:
             rec.reason = "; ".join([why, *notes])
             if faults:
                 rec.reason += "; flagged " + "; ".join(f"{k}: {v}" for k, v in faults.items())
-                if not passed and not any(c.kind == "weight_update" for c in candidates):
+                # Nothing else to do: no significant cluster (a screened one's unconfirmed candidates are
+                # evidence for a later window), or none of the significant ones' candidates passed.
+                if not significant or (not passed and not any(c.kind == "weight_update" for c in candidates)):
                     rec.choice = "environment_fault"
             self.log.append(rec)
             return result
@@ -607,6 +633,19 @@ class ControlPlane:
         if ev.scored == 0 or ev.unknown > s.max_unknown_share * max(ev.sampled, 1):
             out["rejected"] = f"replay: too little coverage ({ev.scored} scored, {ev.unknown} unknown)"
             return out
+        if cluster is not None and cluster.key in self._confirm_levels and cand.kind != "rollback":
+            # A screened cluster: the candidate goes live only if the replay confirms it (evidence.py).
+            if not self._clears(out["replay"]):
+                out["confirmation"] = {"skipped": "the replay did not clear the evidence bar"}
+            else:
+                conf = await self._confirm(cand, cluster, live, ev, policy, agent, tenant)
+                out["confirmation"] = conf.summary()
+                if not conf.confirmed:
+                    out["rejected"] = (f"confirmation: {cluster.key} is screened, not significant, and replay on "
+                                       f"its {conf.pairs} requests does not confirm the candidate ({conf.fixed} "
+                                       f"fixed, {conf.broken} broken; sign test p={conf.p_value:.3g} > "
+                                       f"{conf.level:.3g})")
+                    return out
         held = [e.trajectory_id for e in window if e.success and e.tenant_id == tenant and e.trajectory_id
                 not in set(failing) and e.policy_version in (live.version_id, None)][-s.regression_sample:]
         if held and not self._clears(out["replay"]):
@@ -624,6 +663,31 @@ class ControlPlane:
                 out["rejected"] = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
                                    f"{reg.candidate_success_rate:.2f}")
         return out
+
+    async def _confirm(self, cand: Candidate, cluster: Cluster, live: PolicyVersion, ev: Evaluation,
+                       policy: ReplayPolicy, agent: Any, tenant: str) -> Confirmation:
+        """The replay's paired test of ``cand`` on a screened cluster's region (its requests, failures
+        included, up to ``replay_sample`` of them): the live version replayed once per cluster, the
+        candidate on what its replay on the failures (``ev``) did not cover."""
+        s = self.settings
+        region = list(dict.fromkeys([e.trajectory_id for e in cluster.failures]
+                                    + [e.trajectory_id for e in cluster.requests]))[:s.replay_sample]
+        key = (live.version_id, cluster.key)
+        if key not in self._region_live:
+            ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
+                               tenant_id=tenant)
+            base = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
+            self._region_live[key] = _replayed(await evaluate_candidate(
+                self.store, region, agent, base, candidate_id=f"{live.version_id}:baseline", live=self.live_tools,
+                tenant_id=tenant, normalization=self.normalization, judge=self.judge_for(live.agent_id)))
+        got = _replayed(ev)
+        rest = [t for t in region if t not in got]
+        if rest:
+            got |= _replayed(await evaluate_candidate(
+                self.store, rest, agent, policy, candidate_id=cand.candidate_id + ":region", live=self.live_tools,
+                tenant_id=tenant, normalization=self.normalization, judge=self.judge_for(live.agent_id)))
+        return confirmation(self._region_live[key], {t: got.get(t) for t in region},
+                            self._confirm_levels[cluster.key])
 
     async def _live_replay(self, cluster: Cluster, live: PolicyVersion, failing: list[str], agent: Any,
                            tenant: str) -> Evaluation | None:
@@ -877,6 +941,11 @@ def _no_candidate(c: Cluster) -> str:
 
 def _utc(t: datetime) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def _replayed(ev: Evaluation) -> dict[str, float | None]:
+    """Each replayed trajectory's reward under the evaluated policy (``None``: not scored)."""
+    return {d["trajectory_id"]: d.get("replayed_reward") for d in ev.evidence if d.get("status") == "ok"}
 
 
 def _brief(ev: Evaluation) -> dict[str, Any]:
