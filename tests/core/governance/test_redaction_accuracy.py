@@ -64,7 +64,7 @@ def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
 def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].by_type
     floors = {  # (precision, recall) reached on the held-out templates, less a hair
-        "PERSON": (0.86, 0.89),
+        "PERSON": (0.87, 0.885),  # R was 0.89: a lowercase first name that is an everyday word needs a cue
         "ADDRESS": (0.72, 0.835),  # P was 0.716: "street, Town" now splits the town off (the dev split's convention)
         "LOCATION": (0.75, 0.93),
         "ORGANIZATION": (0.83, 0.65),

@@ -364,3 +364,38 @@ def test_addresses_by_their_structure_in_other_postal_systems(entities, text: st
     got = found(entities, text)
     assert ("ADDRESS", address) in got, got
     assert not [v for t, v in got if t == "PERSON"], got
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("echo the prompt back to me", "echo"),
+        ("call the echo tool with the text", "echo"),
+        ("the server will echo your message", "echo"),
+    ],
+)
+def test_a_first_name_that_is_an_everyday_word_needs_a_cue_in_lowercase(entities, text: str, kept: str) -> None:  # type: ignore[no-untyped-def]
+    assert found(entities, text) == []
+    # the same word with a cue, a surname or a verb of speech is a name
+    for named, name in (("thanks echo", "echo"), ("my name is echo", "echo"), ("echo said no", "echo")):
+        assert ("PERSON", name) in found(entities, named), named
+
+
+@pytest.mark.parametrize(
+    "text, org",
+    [
+        ("WARN payment declined merchant=Hayes, Taylor and Burton retry=2", "Hayes, Taylor and Burton"),
+        ('{"args": {"company": "Moreau"}, "ok": true}', "Moreau"),
+        ("vendor: Lindqvist, invoice 2231 overdue", "Lindqvist"),
+    ],
+)
+def test_a_field_named_for_an_organisation_holds_one(entities, text: str, org: str) -> None:  # type: ignore[no-untyped-def]
+    got = found(entities, text)
+    assert ("ORGANIZATION", org) in got, got
+    assert not [v for t, v in got if t == "PERSON"], got
+
+
+def test_a_word_before_a_full_name_is_not_part_of_it(entities) -> None:  # type: ignore[no-untyped-def]
+    text = "Überweisung an DE44500105175407324931 (Kontoinhaber Greta Lindholm)."
+    assert ("PERSON", "Greta Lindholm") in found(entities, text)
+    assert found(entities, "Our company: we sell shoes") == []

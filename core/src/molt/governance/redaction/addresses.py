@@ -272,7 +272,9 @@ class AddressFinder:
         """Start offset of a street that ends with the number at ``num_start``, or -1; with
         ``prefix_only``, only a street led by a street word ("Via Roma")."""
         a = max(text.rfind("\n", 0, num_start) + 1, num_start - 80)
-        words = [w.rstrip(".,").casefold() for w in text[max(a, num_start - 60) : num_start].split()[-6:]]
+        words = [
+            w.strip("\"'“”‘’«»(").rstrip(".,").casefold() for w in text[max(a, num_start - 60) : num_start].split()[-6:]
+        ]
         if prefix_only:
             words = [w for w in words if self._prefix(w)][-1:]
         if not words or not (

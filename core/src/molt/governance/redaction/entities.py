@@ -71,6 +71,16 @@ _ZIP = re.compile(
     r"|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
     r"(?![\w-])"
 )
+# a field that names an organisation, its value quoted (JSON) or bare up to the next field (logs)
+_ORG_FIELDS = r"(?:company|company_name|employer|organi[sz]ation|merchant|merchant_name|vendor|supplier|firm)"
+_ORG_FIELD_HINTS = ("company", "employer", "organi", "merchant", "vendor", "supplier", "firm")
+_ORG_FIELD_QUOTED = re.compile(rf"(?<![\w-])[\"']{_ORG_FIELDS}[\"'][ ]?:[ ]?[\"']([^\"'\n]{{1,80}})[\"']")
+_ORG_FIELD_BARE = re.compile(  # key=value: the value runs to the next key= ("merchant=Hayes, Taylor and Burton retry=2")
+    rf"(?<![\w\"'-]){_ORG_FIELDS}[ ]?=[ ]?(?![\"' ])([^\n;=&|\"']{{1,80}}?)(?=[ ]+[\w.-]+=|[;&|\n]|$)"
+)
+_ORG_FIELD_COLON = re.compile(  # key: value, to the end of the clause
+    rf"(?<![\w\"'-]){_ORG_FIELDS}[ ]?:[ ]?(?![\"' ])([^\n,;=&|\"']{{1,80}}?)(?=[ ]+[\w.-]+=|[,;&|\n]|$)"
+)
 # between two names of a list: ", word, word and " (items are single words)
 _LIST_GAP = re.compile(r"(?:,[ ]|,?[ ]and[ ])(?:[^\W\d_][\w'’-]*(?:,[ ]|,?[ ]and[ ]))+")
 _LIST_ITEM = re.compile(r"[^\W\d_][\w'’-]*")
@@ -461,7 +471,31 @@ class EntityDetector:
             self._offices(text, out)
         if self._legal is not None and not lowercase:
             self._legal_orgs(source, out)
+        if "=" in text or ":" in text:
+            low = lowered(text)
+            if any(k in low for k in _ORG_FIELD_HINTS):
+                self._org_fields(text, low, out)
         return out
+
+    def _org_fields(self, text: str, low: str, out: list[Span]) -> None:
+        """The value of a field named for an organisation ("company": "Kuhl", merchant=Diaz), in a
+        log line or a JSON document written as text, is an organisation whatever its words are; it
+        wins over a person or a place read in it."""
+        if len(low) != len(text):
+            return
+        for rx in (_ORG_FIELD_QUOTED, _ORG_FIELD_BARE, _ORG_FIELD_COLON):
+            for m in rx.finditer(low):
+                a, b = m.span(1)
+                value = text[a:b].rstrip(" .")
+                b = a + len(value)
+                if not any(c.isalpha() for c in value) or "@" in value or "://" in value:
+                    continue
+                if rx is not _ORG_FIELD_QUOTED and not text[a].isupper():
+                    continue  # "our company: we sell shoes" is prose, not a field
+                if any(s.start < a < s.end or s.start < b < s.end for s in out if s.entity_type == "ADDRESS"):
+                    continue
+                out[:] = [s for s in out if s.end <= a or s.start >= b]
+                out.append(Span(a, b, "ORGANIZATION", 0.8, self.name))
 
     def _legal_orgs(self, text: str, out: list[Span]) -> None:
         """A name followed by a company's legal form ("Malena Leon Pazos S.A.", "Mitoraj Sp. z o.o.
@@ -694,6 +728,15 @@ class EntityDetector:
                 promote_to = i + 1
                 if i + 1 < len(words) and self._surname_after(text, words[i], words[i + 1]):
                     promote_to = i + 2
+                elif (
+                    self._everyday_word(f)
+                    and prev not in _PERSON_CUES
+                    and prev not in _PLACE_CUES
+                    and not (i + 1 < len(words) and words[i + 1][0] == words[i][1] + 1
+                             and (self._lookup(words[i + 1][2])[2] or words[i + 1][2] in _PERSON_VERBS))
+                ):  # fmt: skip
+                    prev = f  # "echo the prompt", "call the echo tool": a word, until a cue says a name
+                    continue
             else:
                 prev = f
                 continue
@@ -752,6 +795,12 @@ class EntityDetector:
             or (z < 4.0 and kind == "city" and len(f) > 3)
             or (kind == "country" and (prev in _PLACE_CUES or z < 4.5))
         )
+
+    def _everyday_word(self, f: str) -> bool:
+        """A first name that is as frequent as an everyday English word ("echo", "grace"): written
+        in lowercase, it is that word unless a cue or a surname says otherwise."""
+        _f, first, last, z = self._lookup(f)
+        return first and not last and z >= 3.5
 
     def _surname_after(self, text: str, word: tuple[int, int, str], nxt: tuple[int, int, str]) -> bool:
         """Whether ``nxt`` is the surname of the lowercase first name ``word``: right after it, and
@@ -1104,6 +1153,10 @@ class EntityDetector:
                 and prev not in _PERSON_CUES
             ):
                 return
+            if n > 2 and not (first.first or first.last) and words[1].first:
+                # a word no lexicon has as a name before a first name and a surname is what they
+                # are ("Kontoinhaber Rebecca Trub": the account holder), not part of the name
+                start = words[1].start
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in _PERSON_CUES:
