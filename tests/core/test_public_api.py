@@ -94,3 +94,20 @@ def test_recorder_takes_its_capture_hook_as_hook_and_the_old_name_with_a_depreca
             assert rec.pipeline is hook
     with pytest.raises(TypeError, match="not both"):
         Recorder(MemorySink(), spool_dir=tmp_path / "c", hook=hook, pipeline=None)
+
+
+@pytest.mark.parametrize(("module", "old", "new"), [
+    ("molt.gateway", "Decision", "Route"), ("molt.gateway.router", "Decision", "Route"),
+    ("molt.gateway", "Generation", "TrafficSplit"), ("molt.gateway.router", "Generation", "TrafficSplit"),
+    ("molt.backends", "Usage", "TokenCounts"), ("molt.backends.base", "Usage", "TokenCounts"),
+    ("molt.replay", "Decision", "ReplayedCall"), ("molt.replay.policy", "Decision", "ReplayedCall"),
+])
+def test_renamed_names_still_resolve_with_a_deprecation_warning(module: str, old: str, new: str) -> None:
+    """One name per idea: these names meant other ideas elsewhere (molt.governance.Decision, molt.atdp's
+    Generation and Usage); the old spellings resolve to the new objects for one deprecation period."""
+    mod = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=new):
+        assert getattr(mod, old) is getattr(mod, new)
+    assert old not in mod.__all__ and new in getattr(mod, "__all__", [new])
+    with pytest.raises(AttributeError):
+        getattr(mod, old + "Nope")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from molt.atdp.ids import new_id
-from molt.backends.base import Choice, Result, Usage
+from molt.backends.base import Choice, Result, TokenCounts
 from molt.gateway.capture import CallRecord
 from molt.gateway.capture_process import CaptureProcess
 from molt.store import Store
@@ -48,7 +48,7 @@ def _call(tid: str, k: int) -> CallRecord:
         messages=[{"role": "system", "content": "You are a soak test."}, {"role": "user", "content": f"load {k}"}],
         sampling={"temperature": 1.0},
         result=Result(choices=[Choice(index=0, text=f"stub reply {k} " * 8, finish_reason="stop", token_ids=None)],
-                      model="stub", usage=Usage(12, 20)),
+                      model="stub", usage=TokenCounts(12, 20)),
         latency_ms=3.0, key_name="load")
 
 

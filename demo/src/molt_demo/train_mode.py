@@ -64,7 +64,7 @@ class TrainMode:
         from molt.control.versions import ModelPart, PolicyParts
         from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec
         from molt.gateway.binding import GatewayBinding
-        from molt.gateway.router import Generation
+        from molt.gateway.router import TrafficSplit
         from molt_desk.world import DeskModel
 
         for tenant in TENANT_KEYS:
@@ -72,8 +72,8 @@ class TrainMode:
         table = RoutingTable(
             versions={f"{MODEL}@base": VersionSpec(version=f"{MODEL}@base", backends=("desk-0",)),
                       f"{self.model}@base": VersionSpec(version=f"{self.model}@base", backends=(self.backend.name,))},
-            models={MODEL: (Generation(weights={f"{MODEL}@base": 1.0}),),
-                    self.model: (Generation(weights={f"{self.model}@base": 1.0}),)})
+            models={MODEL: (TrafficSplit(weights={f"{MODEL}@base": 1.0}),),
+                    self.model: (TrafficSplit(weights={f"{self.model}@base": 1.0}),)})
         gw = Gateway([DeskModel("desk-0", model=MODEL), self.backend], table, recorder=recorder, store=store,
                      keyring=keyring, harness=harness, config=GatewayConfig(health_interval_s=0, backend_timeout_s=300))
         GatewayBinding(gw, registry, model=MODEL, backends=("desk-0",)).sync()

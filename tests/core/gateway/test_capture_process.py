@@ -91,14 +91,14 @@ def test_gateway_with_a_capture_process(tmp_path: Path) -> None:
 
 def _call(tid: str, k: int) -> CallRecord:
     from molt.atdp.ids import new_id
-    from molt.backends.base import Choice, Result, Usage
+    from molt.backends.base import Choice, Result, TokenCounts
 
     return CallRecord(
         endpoint="chat.completions", event_ids=[new_id()], trajectory_id=tid, session_id=f"s-{tid}", parent_id=None,
         tenant_id="acme", agent_id="recycle", public_model="stub", decision=None, started=time.time(),
         messages=[{"role": "user", "content": f"call {k}"}], sampling={"temperature": 1.0},
         result=Result(choices=[Choice(index=0, text=f"reply {k}", finish_reason="stop", token_ids=None)],
-                      model="stub", usage=Usage(3, 2)),
+                      model="stub", usage=TokenCounts(3, 2)),
         latency_ms=1.0, key_name="load")
 
 

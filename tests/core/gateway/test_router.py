@@ -9,13 +9,13 @@ import pytest
 
 from molt.atdp import new_id
 from molt.errors import BackendUnavailable, ModelNotFound
-from molt.gateway import Generation, Router, RoutingTable, VersionSpec, choose, session_start
+from molt.gateway import Router, RoutingTable, TrafficSplit, VersionSpec, choose, session_start
 
 
 def _table(weights: dict[str, float], backends: dict[str, tuple[str, ...]] | None = None) -> RoutingTable:
     backends = backends or {}
     versions = {v: VersionSpec(version=v, backends=backends.get(v, ("b0",))) for v in weights}
-    return RoutingTable(versions=versions, models={"m": (Generation(weights=weights),)})
+    return RoutingTable(versions=versions, models={"m": (TrafficSplit(weights=weights),)})
 
 
 def test_routing_is_a_pure_function_of_key_and_table() -> None:
@@ -95,9 +95,9 @@ def test_unknown_model_and_table_validation() -> None:
     with pytest.raises(ModelNotFound, match="served models: m"):
         choose(_table({"v": 1.0}), "other", "k", 0)
     with pytest.raises(ValueError, match="unknown versions"):
-        RoutingTable(versions={}, models={"m": (Generation(weights={"ghost": 1.0}),)})
+        RoutingTable(versions={}, models={"m": (TrafficSplit(weights={"ghost": 1.0}),)})
     with pytest.raises(ValueError, match="weight > 0"):
-        Generation(weights={"v": 0.0})
+        TrafficSplit(weights={"v": 0.0})
     with pytest.raises(ValueError, match="key and the id must match"):
         RoutingTable(versions={"x": VersionSpec(version="y", backends=("b",))}, models={})
 

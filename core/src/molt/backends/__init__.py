@@ -22,10 +22,10 @@ from molt.backends.base import (
     Result,
     StreamEnd,
     StreamItem,
+    TokenCounts,
     TokenLogprob,
     ToolCallDelta,
     ToolCallOut,
-    Usage,
 )
 from molt.backends.local import LocalBackend
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model, find_policy_gguf
@@ -33,6 +33,7 @@ from molt.backends.openai_compat import OpenAIBackend
 from molt.backends.stub import StubBackend, stub_asgi_app
 from molt.backends.vllm import VLLMBackend, VLLMServer, find_vllm_python
 from molt.registry import Registry
+from molt.renamed import renamed
 
 #: Backend classes by kind; ``molt serve --backend KIND`` and routing tables name them.
 BACKENDS: Registry[type[BaseBackend]] = Registry("backend")
@@ -62,10 +63,10 @@ __all__ = [
     "StreamEnd",
     "StreamItem",
     "StubBackend",
+    "TokenCounts",
     "TokenLogprob",
     "ToolCallDelta",
     "ToolCallOut",
-    "Usage",
     "VLLMBackend",
     "VLLMServer",
     "create_backend",
@@ -74,3 +75,5 @@ __all__ = [
     "find_vllm_python",
     "stub_asgi_app",
 ]
+
+__getattr__ = renamed(__name__, {"Usage": "TokenCounts"}, globals())

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from molt.errors import BackendError
+from molt.renamed import renamed
 
 __all__ = [
     "Backend",
@@ -36,10 +37,10 @@ __all__ = [
     "Result",
     "StreamEnd",
     "StreamItem",
+    "TokenCounts",
     "TokenLogprob",
     "ToolCallDelta",
     "ToolCallOut",
-    "Usage",
 ]
 
 
@@ -115,7 +116,7 @@ class Choice:
 
 
 @dataclass(slots=True)
-class Usage:
+class TokenCounts:
     """Token counts of a call."""
 
     prompt_tokens: int = 0
@@ -133,7 +134,7 @@ class Result:
 
     choices: list[Choice]
     model: str
-    usage: Usage | None = None
+    usage: TokenCounts | None = None
     prompt_ids: list[int] | None = None
     tokenizer: str | None = None
 
@@ -165,7 +166,7 @@ class StreamEnd:
     """The last item of a stream: usage and the prompt tokens, when known."""
 
     model: str
-    usage: Usage | None = None
+    usage: TokenCounts | None = None
     prompt_ids: list[int] | None = None
     tokenizer: str | None = None
 
@@ -292,3 +293,6 @@ def result_as_stream(result: Result) -> list[StreamItem]:
     items.append(StreamEnd(model=result.model, usage=result.usage, prompt_ids=result.prompt_ids,
                            tokenizer=result.tokenizer))
     return items
+
+
+__getattr__ = renamed(__name__, {"Usage": "TokenCounts"}, globals())

@@ -32,9 +32,9 @@ from molt.backends.base import (
     Result,
     StreamEnd,
     StreamItem,
+    TokenCounts,
     TokenLogprob,
     ToolCallDelta,
-    Usage,
 )
 from molt.backends.chat_format import parse_tool_calls
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model
@@ -211,7 +211,7 @@ class LocalBackend(BaseBackend):
                     c.finish_reason = "tool_calls"
             choices.append(c)
         return Result(choices=choices, model=request.model, prompt_ids=prompt_ids, tokenizer=self.tokenizer.name,
-                      usage=Usage(len(prompt_ids), sum(len(c.token_ids or ()) for c in choices)))
+                      usage=TokenCounts(len(prompt_ids), sum(len(c.token_ids or ()) for c in choices)))
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamItem]:
         """Stream tokens as they are sampled (with tools, the answer is parsed, then sent whole)."""
@@ -260,7 +260,7 @@ class LocalBackend(BaseBackend):
         choice = await task  # re-raises a sampling error
         yield Delta(index=0, finish_reason=choice.finish_reason)
         yield StreamEnd(model=request.model, prompt_ids=prompt_ids, tokenizer=tk.name,
-                        usage=Usage(len(prompt_ids), len(choice.token_ids or ())))
+                        usage=TokenCounts(len(prompt_ids), len(choice.token_ids or ())))
 
     async def complete(self, request: CompletionRequest) -> Result:
         """Continue a text or token prompt."""
@@ -269,7 +269,7 @@ class LocalBackend(BaseBackend):
         prompt_ids = request.prompt if isinstance(request.prompt, list) else self.tokenizer.encode(request.prompt)
         choices = [await asyncio.to_thread(self._run, prompt_ids, request, i) for i in range(request.n)]
         return Result(choices=choices, model=request.model, prompt_ids=prompt_ids, tokenizer=self.tokenizer.name,
-                      usage=Usage(len(prompt_ids), sum(len(c.token_ids or ()) for c in choices)))
+                      usage=TokenCounts(len(prompt_ids), sum(len(c.token_ids or ()) for c in choices)))
 
     async def stream_complete(self, request: CompletionRequest) -> AsyncIterator[StreamItem]:
         """Stream a continuation token by token."""

@@ -21,10 +21,10 @@ from molt.backends.base import (
     Result,
     StreamEnd,
     StreamItem,
+    TokenCounts,
     TokenLogprob,
     ToolCallDelta,
     ToolCallOut,
-    Usage,
 )
 from molt.errors import InvalidRequest
 
@@ -301,7 +301,7 @@ def completion_request_body(req: CompletionRequest, *, stream: bool = False) -> 
 # --------------------------------------------------------------------------------- response bodies
 
 
-def usage_dict(usage: Usage | None) -> dict[str, int] | None:
+def usage_dict(usage: TokenCounts | None) -> dict[str, int] | None:
     """OpenAI ``usage`` object."""
     if usage is None:
         return None
@@ -350,7 +350,7 @@ def chat_response(result: Result, *, id: str, created: int, model: str, logprobs
 
 
 def chat_chunk(*, id: str, created: int, model: str, delta: Delta | None = None, first: bool = False,
-               logprobs: bool = False, usage: Usage | None = None) -> dict[str, Any]:
+               logprobs: bool = False, usage: TokenCounts | None = None) -> dict[str, Any]:
     """A ``chat.completion.chunk`` for one delta (or, with ``usage`` and no delta, the usage chunk)."""
     out: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model}
     if delta is None:
@@ -409,7 +409,7 @@ def completion_response(result: Result, *, id: str, created: int, model: str,
 
 
 def completion_chunk(*, id: str, created: int, model: str, delta: Delta | None = None,
-                     logprobs: bool = False, usage: Usage | None = None) -> dict[str, Any]:
+                     logprobs: bool = False, usage: TokenCounts | None = None) -> dict[str, Any]:
     """A streamed ``text_completion`` chunk (or, with ``usage`` and no delta, the usage chunk)."""
     out: dict[str, Any] = {"id": id, "object": "text_completion", "created": created, "model": model}
     if delta is None:
@@ -425,10 +425,10 @@ def completion_chunk(*, id: str, created: int, model: str, delta: Delta | None =
 # --------------------------------------------------------------------------------- response parsing
 
 
-def _parse_usage(u: Any) -> Usage | None:
+def _parse_usage(u: Any) -> TokenCounts | None:
     if not isinstance(u, dict):
         return None
-    return Usage(prompt_tokens=int(u.get("prompt_tokens") or 0),
+    return TokenCounts(prompt_tokens=int(u.get("prompt_tokens") or 0),
                  completion_tokens=int(u.get("completion_tokens") or 0))
 
 

@@ -45,10 +45,10 @@ from molt.backends.base import (
     Result,
     StreamEnd,
     StreamItem,
+    TokenCounts,
     TokenLogprob,
     ToolCallDelta,
     ToolCallOut,
-    Usage,
 )
 from molt.backends.chat_format import render_chatml, template_messages, text_content
 from molt.errors import BackendStreamError, BackendUnavailable, InvalidRequest, MoltError
@@ -167,7 +167,7 @@ class StubBackend(BaseBackend):
         prompt_ids, choices = self._prepare(request)
         n_out = sum(len(c.token_ids or ()) for c in choices)
         return Result(choices=choices, model=request.model, prompt_ids=prompt_ids, tokenizer=TOKENIZER,
-                      usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=n_out))
+                      usage=TokenCounts(prompt_tokens=len(prompt_ids), completion_tokens=n_out))
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[StreamItem]:
         """Answer word by word; tool calls come as one delta each."""
@@ -197,7 +197,7 @@ class StubBackend(BaseBackend):
                 await asyncio.sleep(chunk_delay)
         n_out = sum(len(c.token_ids or ()) for c in choices)
         yield StreamEnd(model=request.model, prompt_ids=prompt_ids, tokenizer=TOKENIZER,
-                        usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=n_out))
+                        usage=TokenCounts(prompt_tokens=len(prompt_ids), completion_tokens=n_out))
 
     # ------------------------------------------------------------------ completions
 
@@ -216,7 +216,7 @@ class StubBackend(BaseBackend):
         choices = [Choice(index=i, text=text, finish_reason=finish, token_ids=ids, logprobs=_logprobs(ids))
                    for i in range(request.n)]
         return Result(choices=choices, model=request.model, prompt_ids=prompt_ids, tokenizer=TOKENIZER,
-                      usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(ids) * request.n))
+                      usage=TokenCounts(prompt_tokens=len(prompt_ids), completion_tokens=len(ids) * request.n))
 
     # ------------------------------------------------------------------ adapters, health
 

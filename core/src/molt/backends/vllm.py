@@ -41,9 +41,9 @@ from molt.backends.base import (
     Result,
     StreamEnd,
     StreamItem,
+    TokenCounts,
     TokenLogprob,
     ToolCallDelta,
-    Usage,
 )
 from molt.backends.chat_format import parse_tool_calls
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model, molt_home
@@ -168,7 +168,7 @@ class VLLMBackend(OpenAIBackend):
                                f"{len(prompt_ids)}); the recorded trace would be wrong.", backend=self.name)
         usage = body.get("usage") or {}
         return Result(choices=choices, model=req.model, prompt_ids=prompt_ids, tokenizer=self._tk().name,
-                      usage=Usage(int(usage.get("prompt_tokens", len(prompt_ids))),
+                      usage=TokenCounts(int(usage.get("prompt_tokens", len(prompt_ids))),
                                   int(usage.get("completion_tokens", sum(len(c.token_ids or ()) for c in choices)))))
 
     # ------------------------------------------------------------------ the backend protocol
@@ -206,7 +206,7 @@ class VLLMBackend(OpenAIBackend):
                             logprobs=lps or None, finish_reason=c.get("finish_reason"))
             if chunk.get("usage"):
                 u = chunk["usage"]
-                usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)))
+                usage = TokenCounts(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)))
         yield StreamEnd(model=req.model, usage=usage, prompt_ids=prompt_ids, tokenizer=self._tk().name)
 
     async def complete(self, request: CompletionRequest) -> Result:

@@ -4,26 +4,27 @@ over backends and policy versions, the harness application point, feedback and a
 from molt.gateway.app import create_app, error_body
 from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler
 from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallReward, TrajectoryReward
-from molt.gateway.router import Decision, Generation, Router, RoutingTable, VersionSpec, choose, session_start
+from molt.gateway.router import Route, Router, RoutingTable, TrafficSplit, VersionSpec, choose, session_start
 from molt.gateway.service import Call, Gateway, GatewayConfig
 from molt.gateway.sessions import Sessions, TrajectoryState
+from molt.renamed import renamed
 
 __all__ = [
     "Call",
     "CallRecord",
     "CallRecorder",
     "CallReward",
-    "Decision",
     "EndTrajectory",
     "Feedback",
     "Gateway",
     "GatewayConfig",
-    "Generation",
     "LastCallReward",
+    "Route",
     "Router",
     "RoutingTable",
     "Sessions",
     "StreamAssembler",
+    "TrafficSplit",
     "TrajectoryReward",
     "TrajectoryState",
     "VersionSpec",
@@ -32,3 +33,5 @@ __all__ = [
     "error_body",
     "session_start",
 ]
+
+__getattr__ = renamed(__name__, {"Decision": "Route", "Generation": "TrafficSplit"}, globals())

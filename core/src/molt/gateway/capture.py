@@ -43,10 +43,9 @@ from molt.atdp.models import (
     ToolCallRequest,
     Usage,
 )
-from molt.backends.base import Choice, Delta, Result, StreamEnd, TokenLogprob, ToolCallOut
-from molt.backends.base import Usage as BackendUsage
+from molt.backends.base import Choice, Delta, Result, StreamEnd, TokenCounts, TokenLogprob, ToolCallOut
 from molt.backends.chat_format import text_content
-from molt.gateway.router import Decision
+from molt.gateway.router import Route
 from molt.gateway.sessions import normalize_arguments
 
 __all__ = ["CallRecord", "CallRecorder", "StreamAssembler", "tool_results"]
@@ -69,7 +68,7 @@ class CallRecord:
     tenant_id: str
     agent_id: str | None
     public_model: str
-    decision: Decision | None
+    decision: Route | None
     started: float
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
@@ -282,7 +281,7 @@ class StreamAssembler:
         end = self.end
         usage = end.usage if end is not None else None
         if usage is None and choices and all(c.token_ids is not None for c in choices):
-            usage = BackendUsage(0, sum(len(c.token_ids or ()) for c in choices))
+            usage = TokenCounts(0, sum(len(c.token_ids or ()) for c in choices))
         return Result(choices=choices, model=self.model, usage=usage,
                       prompt_ids=end.prompt_ids if end is not None else None,
                       tokenizer=end.tokenizer if end is not None else None)

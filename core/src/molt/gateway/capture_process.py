@@ -53,10 +53,10 @@ import orjson
 
 from molt.atdp.ids import new_id
 from molt.atdp.models import Event, OutcomeStatus, RewardAnnotation
-from molt.backends.base import Choice, Result, TokenLogprob, ToolCallOut, Usage
+from molt.backends.base import Choice, Result, TokenCounts, TokenLogprob, ToolCallOut
 from molt.capture.recorder import RecorderStats
 from molt.gateway.capture import CallRecord, CallRecorder
-from molt.gateway.router import Decision, VersionSpec
+from molt.gateway.router import Route, VersionSpec
 
 __all__ = ["CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main"]
 
@@ -138,10 +138,10 @@ def call_from_wire(data: bytes) -> CallRecord:
                           logprobs=[TokenLogprob(token="", logprob=x) for x in c["lps"]] if c["lps"] else None)
                    for c in r["choices"]]
         result = Result(choices=choices, model=r["model"], prompt_ids=r["prompt_ids"], tokenizer=r["tokenizer"],
-                        usage=Usage(*r["usage"]) if r["usage"] else None)
+                        usage=TokenCounts(*r["usage"]) if r["usage"] else None)
     decision = None
     if d["version"] is not None:
-        decision = Decision(VersionSpec.model_validate(d["version"]), d["backend"])
+        decision = Route(VersionSpec.model_validate(d["version"]), d["backend"])
     error: BaseException | None = None
     if d["error"] is not None:
         error = _WireError(*d["error"])

@@ -22,7 +22,7 @@ Example::
 
     table = RoutingTable.single("smollm2", VersionSpec(version="smollm2@base", backends=("vllm-0",)))
     router = Router(table)
-    decision = router.route("smollm2", session_key="0193…")      # → Decision(version=…, backend="vllm-0")
+    decision = router.route("smollm2", session_key="0193…")      # → Route(version=…, backend="vllm-0")
     router.add_version("smollm2", VersionSpec(version="smollm2@lora-7", backends=("vllm-0",),
                                               upstream_model="lora-7", lora_adapter="/ckpt/7"), weight=0.1)
 """
@@ -42,8 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from molt.errors import BackendUnavailable, ModelNotFound
 from molt.gateway.sessions import IdleLRU
 from molt.harness import HarnessSpec
+from molt.renamed import renamed
 
-__all__ = ["Decision", "Generation", "Router", "RoutingTable", "VersionSpec", "choose", "scope_key", "session_start"]
+__all__ = ["Route", "Router", "RoutingTable", "TrafficSplit", "VersionSpec", "choose", "scope_key", "session_start"]
 
 _DATA = ConfigDict(extra="forbid", frozen=True)
 _MAX_GENERATIONS = 64
@@ -73,8 +74,9 @@ class VersionSpec(BaseModel):
     skill_ids: tuple[str, ...] = ()
 
 
-class Generation(BaseModel):
-    """From ``since`` (Unix seconds) on, new sessions of a model split between versions by ``weights``."""
+class TrafficSplit(BaseModel):
+    """From ``since`` (Unix seconds) on, new sessions of a model split between versions by ``weights``
+    (one *generation* of a model's routing: sessions keep the split they started under)."""
 
     model_config = _DATA
 
@@ -82,7 +84,7 @@ class Generation(BaseModel):
     weights: dict[str, float]
 
     @model_validator(mode="after")
-    def _valid(self) -> Generation:
+    def _valid(self) -> TrafficSplit:
         for v, w in self.weights.items():
             if not (math.isfinite(w) and w >= 0):
                 raise ValueError(f"weight of version {v!r} must be a finite number ≥ 0, got {w}.")
@@ -97,7 +99,7 @@ class RoutingTable(BaseModel):
     model_config = _DATA
 
     versions: dict[str, VersionSpec]
-    models: dict[str, tuple[Generation, ...]]
+    models: dict[str, tuple[TrafficSplit, ...]]
 
     @model_validator(mode="after")
     def _consistent(self) -> RoutingTable:
@@ -120,7 +122,7 @@ class RoutingTable(BaseModel):
     @classmethod
     def single(cls, model: str, version: VersionSpec) -> RoutingTable:
         """A table serving one model with one version."""
-        return cls(versions={version.version: version}, models={model: (Generation(weights={version.version: 1.0}),)})
+        return cls(versions={version.version: version}, models={model: (TrafficSplit(weights={version.version: 1.0}),)})
 
     def current_weights(self, model: str) -> dict[str, float]:
         """The weights new sessions of ``model`` get now."""
@@ -132,7 +134,7 @@ class RoutingTable(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Route:
     """Where a request goes: the policy version and the backend instance."""
 
     version: VersionSpec
@@ -168,7 +170,7 @@ def session_start(key: str) -> float | None:
         return None
 
 
-def _generation(gens: tuple[Generation, ...], started_at: float) -> Generation:
+def _generation(gens: tuple[TrafficSplit, ...], started_at: float) -> TrafficSplit:
     chosen = gens[0]
     for g in gens:
         if g.since <= started_at:
@@ -178,7 +180,7 @@ def _generation(gens: tuple[Generation, ...], started_at: float) -> Generation:
     return chosen
 
 
-def _ranked_versions(table: RoutingTable, gen: Generation, key: str) -> list[str]:
+def _ranked_versions(table: RoutingTable, gen: TrafficSplit, key: str) -> list[str]:
     """The generation's versions, best first, by weighted rendezvous score ``-w / ln(u)``."""
     scored = []
     for vid, w in gen.weights.items():
@@ -196,7 +198,7 @@ def _pick_backend(spec: VersionSpec, key: str, healthy: Callable[[str], bool]) -
 
 
 def choose(table: RoutingTable, model: str, key: str, started_at: float,
-           healthy: Iterable[str] | None = None) -> Decision:
+           healthy: Iterable[str] | None = None) -> Route:
     """The pure routing function (see the module docstring).
 
     ``model`` is a public model name or a version id (which pins the version). ``healthy`` is the set
@@ -214,7 +216,7 @@ def choose(table: RoutingTable, model: str, key: str, started_at: float,
         if backend is None:
             raise BackendUnavailable(f"No healthy backend serves version {model!r} (backends: "
                                      f"{', '.join(spec.backends)}).")
-        return Decision(spec, backend)
+        return Route(spec, backend)
     gens = table.models.get(model)
     if gens is None:
         known = ", ".join(sorted(table.models)) or "none"
@@ -223,12 +225,12 @@ def choose(table: RoutingTable, model: str, key: str, started_at: float,
     for i, vid in enumerate(ranked):
         backend = _pick_backend(table.versions[vid], key, ok)
         if backend is not None:
-            return Decision(table.versions[vid], backend, failover=i > 0)
+            return Route(table.versions[vid], backend, failover=i > 0)
     # Every version of the session's generation is down: fall over to the current generation.
     for vid in _ranked_versions(table, gens[-1], key):
         backend = _pick_backend(table.versions[vid], key, ok)
         if backend is not None:
-            return Decision(table.versions[vid], backend, failover=True)
+            return Route(table.versions[vid], backend, failover=True)
     raise BackendUnavailable(f"No healthy backend serves model {model!r}; check the backends' health.")
 
 
@@ -271,7 +273,7 @@ class Router:
             self._first_seen.put(key, seen)
         return seen
 
-    def route(self, model: str, session_key: str, *, exclude: Iterable[str] = ()) -> Decision:
+    def route(self, model: str, session_key: str, *, exclude: Iterable[str] = ()) -> Route:
         """The version and backend for a request of ``session_key`` to ``model``."""
         excluded = set(exclude)
         healthy = [b for b, ok in self._health.items() if ok and b not in excluded]
@@ -298,7 +300,7 @@ class Router:
             t = self._table
             versions = {**t.versions, **{sp.version: sp for sp in specs}}
             if immediate:
-                models = {**t.models, key: (Generation(since=0.0, weights=dict(weights)),)}
+                models = {**t.models, key: (TrafficSplit(since=0.0, weights=dict(weights)),)}
                 used = {v for gens in models.values() for g in gens for v in g.weights}
                 self._table = RoutingTable(versions={k: v for k, v in versions.items() if k in used}, models=models)
                 for sp in specs:
@@ -369,7 +371,8 @@ class Router:
             for m, gens in t.models.items():
                 # A generation left without weight is dropped: its sessions fall back to the one before.
                 left = [(g.since, {k: w for k, w in g.weights.items() if k != version}) for g in gens]
-                kept = tuple(Generation(since=since, weights=w) for since, w in left if any(x > 0 for x in w.values()))
+                kept = tuple(TrafficSplit(since=since, weights=w) for since, w in left
+                             if any(x > 0 for x in w.values()))
                 if kept:
                     models[m] = kept
             self._table = RoutingTable(versions=versions, models=models)
@@ -381,8 +384,11 @@ class Router:
         gens = t.models.get(model, ())
         if gens and gens[-1].since > now:
             now = gens[-1].since
-        gens = (*gens, Generation(since=now, weights=weights))[-_MAX_GENERATIONS:]
+        gens = (*gens, TrafficSplit(since=now, weights=weights))[-_MAX_GENERATIONS:]
         self._table = RoutingTable(versions=versions, models={**t.models, model: gens})
         for spec in versions.values():
             for b in spec.backends:
                 self._health.setdefault(b, True)
+
+
+__getattr__ = renamed(__name__, {"Decision": "Route", "Generation": "TrafficSplit"}, globals())

@@ -34,7 +34,7 @@ from molt.errors import (
 )
 from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
 from molt.gateway.metrics import Metrics
-from molt.gateway.router import Decision, Router, RoutingTable, VersionSpec
+from molt.gateway.router import Route, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import KeyRing, Principal, Role
 from molt.harness import Applied, HarnessApplier, StaticHarness
@@ -84,7 +84,7 @@ class Call:
     public_model: str
     resolution: Resolution | None
     record: CallRecord
-    decision: Decision
+    decision: Route
     backend: BaseBackend
     applied: Applied | None
     want_logprobs: bool = False

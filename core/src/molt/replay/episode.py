@@ -27,7 +27,7 @@ from molt.atdp.models import EventKind, Generation, Outcome, OutcomeStatus, Pass
 from molt.errors import ReplayError
 from molt.replay.cassette import Cassette, CassetteMiss, Channel, Hit, LiveTools, Miss, Normalization
 from molt.replay.decorator import AGENTS, ReplayableAgent
-from molt.replay.policy import Decision, ReplayPolicy
+from molt.replay.policy import ReplayedCall, ReplayPolicy
 from molt.replay.step import Action, action_of
 from molt.replay.verifiers import TASK_VERIFIERS, Verdict, Verifier, VerifyContext, build_verifier
 from molt.store import Trajectory
@@ -54,7 +54,7 @@ class Step:
     request: Any = None
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
-    decision: Decision | None = None
+    decision: ReplayedCall | None = None
     outcome: Outcome | None = None
     passages: list[Passage] | None = None
     match: str | None = None

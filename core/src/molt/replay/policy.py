@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from molt.backends.base import BaseBackend, ChatRequest
 from molt.errors import ReplayError
 from molt.harness import HarnessSpec, Skill, StaticHarness, ToolRewrite
+from molt.renamed import renamed
 
-__all__ = ["Decision", "Overrides", "ReplayPolicy", "parse_overrides"]
+__all__ = ["Overrides", "ReplayPolicy", "ReplayedCall", "parse_overrides"]
 
 
 class Overrides(BaseModel):
@@ -107,7 +108,7 @@ def parse_overrides(items: list[str]) -> Overrides:
 
 
 @dataclass(slots=True)
-class Decision:
+class ReplayedCall:
     """A re-decided model call: text and tool calls (client tool names), with cost."""
 
     text: str | None
@@ -160,7 +161,7 @@ class ReplayPolicy:
         return p
 
     async def decide(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                     sampling: dict[str, Any] | None = None) -> Decision:
+                     sampling: dict[str, Any] | None = None) -> ReplayedCall:
         """Ask the backend, after the harness, what to do next (``sampling``: recorded values)."""
         await self.start()
         o = self.overrides
@@ -196,7 +197,7 @@ class ReplayPolicy:
         self.calls += 1
         self.prompt_tokens += pt
         self.completion_tokens += ct
-        return Decision(text=c.text, tool_calls=calls, finish_reason=c.finish_reason, prompt_tokens=pt,
+        return ReplayedCall(text=c.text, tool_calls=calls, finish_reason=c.finish_reason, prompt_tokens=pt,
                         completion_tokens=ct, latency_s=dt, harness_fingerprint=applied.fingerprint)
 
 
@@ -206,3 +207,6 @@ def _num(v: Any) -> float | None:
 
 def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+__getattr__ = renamed(__name__, {"Decision": "ReplayedCall"}, globals())

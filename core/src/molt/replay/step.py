@@ -23,7 +23,7 @@ import orjson
 from molt.atdp.models import Event, EventKind, Generation, RewardSource
 from molt.errors import ReplayError
 from molt.replay.load import model_request, offered_tools
-from molt.replay.policy import Decision, ReplayPolicy
+from molt.replay.policy import ReplayedCall, ReplayPolicy
 from molt.store import Trajectory
 
 __all__ = ["Action", "StepResult", "action_of", "corrected_action", "replay_step", "replay_steps"]
@@ -59,7 +59,7 @@ def _canon(args: Any) -> str:
     return orjson.dumps(args if args is not None else {}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def action_of(x: Generation | Decision) -> Action:
+def action_of(x: Generation | ReplayedCall) -> Action:
     """The comparable :class:`Action` of a recorded generation or a replayed decision."""
     if isinstance(x, Generation):
         calls = tuple((c.name, _canon(c.arguments)) for c in x.tool_calls or [])
@@ -100,7 +100,7 @@ class StepResult:
     recorded: Action
     replayed: Action
     corrected: str | None
-    decision: Decision
+    decision: ReplayedCall
 
     @property
     def same_as_recorded(self) -> bool:
