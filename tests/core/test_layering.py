@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "interop": {"atdp", "store", "capture"},  # imports and exports: the capture path's decoders and sinks
     "testing": {"atdp", "capture", "harness"},  # the adapter conformance suite: on top (no subpackage lists it)
 }
-COMMON = {"errors", "registry"}
+COMMON = {"errors", "registry", "renamed"}
 
 
 def _imports(path: Path) -> set[str]:
