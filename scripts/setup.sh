@@ -118,8 +118,9 @@ ensure_chromium
 # The main job. Nothing here may reach a model hub: everything it needs was installed above.
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
 if "$MOLT_VENV/bin/molt" demo --help >/dev/null 2>&1; then
-  say "running: molt demo --quick"
-  exec "$MOLT_VENV/bin/molt" demo --quick
+  # Its report goes under .molt/ (ignored), not into the clone as an untracked folder.
+  say "running: molt demo --quick --out .molt/demo"
+  exec "$MOLT_VENV/bin/molt" demo --quick --out "$MOLT_ROOT/.molt/demo"
 else
   say "running: python -m molt.smoke ('molt demo' does not exist yet)"
   exec "$MOLT_VENV/bin/python" -m molt.smoke
