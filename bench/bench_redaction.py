@@ -494,7 +494,7 @@ redactor = Redactor()
 lex = get_lexicon()
 held = pause()
 sets = [frozenset(getattr(lex, f.name)) for f in dataclasses.fields(lex) if isinstance(getattr(lex, f.name), dict)]
-sets += [frozenset(d._promotable) for d in redactor.detectors if hasattr(d, "_promotable")]
+sets += [frozenset(d.facts.promotable) for d in redactor.detectors if hasattr(d, "facts")]
 print(held, pause())
 """
 

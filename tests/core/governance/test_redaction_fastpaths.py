@@ -14,7 +14,7 @@ from molt.atdp import Event, EventKind, Message, Observation, Outcome, ToolCall,
 from molt.governance.redaction import Redactor, redact_event
 from molt.governance.redaction.addresses import _house_numbers
 from molt.governance.redaction.event import RedactedSpan, RedactionReport
-from molt.governance.redaction.patterns import _BARE_TLDS
+from molt.governance.redaction.internet import _BARE_TLDS
 
 
 def _event() -> Event:
@@ -69,7 +69,7 @@ _OLD_DOT_TLD = re.compile(rf"\.(?=[A-Za-z][A-Za-z])(?:{_BARE_TLDS})(?![\w@-]|\.\
 
 
 def test_bare_domain_scan_finds_what_the_tld_alternation_found() -> None:
-    import molt.governance.redaction.patterns as patterns
+    import molt.governance.redaction.internet as internet
 
     rng = random.Random(11)
     words = ["a", "b1", "com", "co", "uk", "Example", "x-y", "de", "py", "", "COM", "io", "online", "onlinex", "shop"]
@@ -79,14 +79,14 @@ def test_bare_domain_scan_finds_what_the_tld_alternation_found() -> None:
         seps = [rng.choice([".", ".", " ", "@", "/", "-", ". ", "_"]) for _ in parts]
         tail = rng.choice(["", ".", "x", "/p"])
         texts.append("see " + "".join(p + s for p, s in zip(parts, seps, strict=True)) + tail)
-    detector = patterns.UrlDetector()
+    detector = internet.UrlDetector()
     new = [detector.detect(t) for t in texts]
-    scan = patterns._DOT_TLD
+    scan = internet._DOT_TLD
     try:  # the old scan: a dot and a TLD in the regex (its one group the TLD, so the set test passes)
-        patterns._DOT_TLD = re.compile(_OLD_DOT_TLD.pattern.replace("(?:" + _BARE_TLDS, "(" + _BARE_TLDS), re.I)
+        internet._DOT_TLD = re.compile(_OLD_DOT_TLD.pattern.replace("(?:" + _BARE_TLDS, "(" + _BARE_TLDS), re.I)
         old = [detector.detect(t) for t in texts]
     finally:
-        patterns._DOT_TLD = scan
+        internet._DOT_TLD = scan
     assert sum(map(len, new)) > 300
     assert new == old
 
@@ -116,7 +116,7 @@ def test_lexicon_word_sets_stay_out_of_the_cycle_collector() -> None:
 
     lex = get_lexicon()
     sets = {f.name: getattr(lex, f.name) for f in dataclasses.fields(lex) if f.name != "max_place_len"}
-    sets["promotable"] = EntityDetector(lex)._promotable
+    sets["promotable"] = EntityDetector(lex).facts.promotable
     assert sum(map(len, sets.values())) > 300_000
     for name, words in sets.items():
         assert words, name

@@ -23,6 +23,7 @@ _native.activate(__path__)
 
 from molt.governance.redaction import credentials as _credentials  # noqa: F401  (registers secret detectors)
 from molt.governance.redaction import entities as _entities  # noqa: F401  (registers "entities")
+from molt.governance.redaction import internet as _internet  # noqa: F401  (registers "email", "url")
 from molt.governance.redaction import national_ids as _national_ids  # noqa: F401  (registers "national_id")
 from molt.governance.redaction import patterns as _patterns  # noqa: F401  (registers pattern detectors)
 from molt.governance.redaction.base import (

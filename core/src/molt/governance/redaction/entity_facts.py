@@ -1,0 +1,147 @@
+"""What the lexicons say about a word, for the entity rules: first name, last name, English
+frequency, the kind of place a phrase names, and the word lists built from Faker (lorem words, job
+titles), each looked up once and kept."""
+
+from __future__ import annotations
+
+import itertools
+
+from molt.governance.redaction.entity_words import NAME_WORDS
+from molt.governance.redaction.lexicon import Lexicon, fold
+
+__all__ = ["RunWord", "WordFacts"]
+
+
+class RunWord:
+    """One word of a run: offsets, surface text, folded key, and what the lexicons say about it.
+
+    A plain class, not a NamedTuple: compiled, it is a native class built without a Python call
+    (a NamedTuple's ``__new__`` is interpreted code), and every capitalised run builds a few.
+    """
+
+    __slots__ = ("common", "conn", "end", "f", "first", "foreign", "last", "start", "text", "z")
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        text: str,
+        f: str,
+        first: bool,
+        last: bool,
+        z: float,
+        conn: bool,
+        common: bool,
+        foreign: bool,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.text = text
+        self.f = f
+        self.first = first  # a first name
+        self.last = last  # a last name
+        self.z = z  # English Zipf frequency
+        self.conn = conn  # a lowercase connector ("van", "of", "and")
+        self.common = common  # frequent English (Zipf ≥ 3) that is not (also) a name
+        # the same for another European language ("Buongiorno", "Sie"): alone it is a word of
+        # the sentence; beside a first name it may be a rare surname, so it weighs less
+        self.foreign = foreign
+
+
+class WordFacts:
+    """Lexicon lookups shared by the entity detector and its rule modules."""
+
+    def __init__(self, lx: Lexicon) -> None:
+        self.lex = lx
+        self._info: dict[str, tuple[str, bool, bool, float]] = {}
+        #: First names that are also everyday English words ("will", "grace"): in lowercase text
+        #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
+        self.name_words = NAME_WORDS | _lorem_words()
+        # first word of every place name of two or more words -> the most words such a name has
+        multi: dict[str, int] = {}
+        for names in (lx.countries, lx.cities, lx.regions):
+            for p in names:
+                if " " in p:
+                    head, n = p.split(" ", 1)[0], p.count(" ") + 1
+                    if n > multi.get(head, 0):
+                        multi[head] = min(n, 5)
+        self.multi_first = multi
+        #: Every folded word the lowercase promotion could act on (a name, a place, the first word
+        #: of a place of several words): other words are passed over with one lookup. The value
+        #: is the place kind (:meth:`place`), so a place is one lookup, not three.
+        self.promotable = _promotable(lx, multi)
+        #: Last words of job titles ("engineer", "coordinator"), from Faker's job list: a line of a
+        #: signature that ends with one is the person's title, not their company.
+        self.job_words = _job_words()
+
+    def lookup(self, word: str) -> tuple[str, bool, bool, float]:
+        info = self._info.get(word)
+        if info is None:
+            f = fold(word)
+            lx = self.lex
+            info = (f, f in lx.first_names, f in lx.last_names, lx.zipf(f))
+            if len(self._info) > 200_000:
+                self._info.clear()
+            self._info[word] = info
+        return info
+
+    def place(self, key: str) -> str:
+        """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""
+        return self.promotable.get(key) or ""
+
+    def is_place_phrase(self, phrase: str) -> bool:
+        f = fold(phrase)
+        kind = self.place(f)
+        if not kind:
+            return False
+        # a frequent English word that happens to be a small town ("March", "Union") needs a capital
+        return kind == "country" or " " in f or self.lex.zipf(f) < 4.5 or phrase[:1].isupper()
+
+    def is_common_word(self, word: str) -> bool:
+        return self.lookup(word)[3] >= 3.5
+
+    def compound(self, f: str) -> bool:
+        """Two English words run together ("healthmap", "karmadata"): a typical brand name."""
+        if len(f) < 7 or not f.isalpha():
+            return False
+        z = self.lex.zipf
+        return any(z(f[:i]) >= 3.2 and z(f[i:]) >= 3.2 for i in range(3, len(f) - 2))
+
+    def everyday_word(self, f: str) -> bool:
+        """A first name that is as frequent as an everyday English word ("echo", "grace"): written
+        in lowercase, it is that word unless a cue or a surname says otherwise."""
+        _f, first, last, z = self.lookup(f)
+        return first and not last and z >= 3.5
+
+
+_promotable_cache: list[tuple[Lexicon, dict[str, str]]] = []
+
+
+def _promotable(lx: Lexicon, multi: dict[str, int]) -> dict[str, str]:
+    """Names, places and first words of multi-word places → ``"country"``, ``"city"`` (cities and
+    regions) or ``""`` (not a place), built once per lexicon. A dict of strings, so the garbage
+    collector never walks it (see :data:`~molt.governance.redaction.lexicon.WordSet`)."""
+    for known, found in _promotable_cache:
+        if known is lx:
+            return found
+    found = dict.fromkeys(itertools.chain(lx.first_names, lx.last_names, multi), "")
+    found.update(dict.fromkeys(itertools.chain(lx.cities, lx.regions), "city"))
+    found.update(dict.fromkeys(lx.countries, "country"))  # a country that is also a city is a country
+    _promotable_cache[:] = [(lx, found)]
+    return found
+
+
+def _job_words() -> frozenset[str]:
+    try:
+        from faker.providers.job.en_US import Provider
+    except ImportError:  # pragma: no cover - faker is part of the redaction extra
+        return frozenset()
+    return frozenset(fold(j.split(",")[0].split()[-1]) for j in Provider.jobs if j.strip())
+
+
+def _lorem_words() -> frozenset[str]:
+    try:
+        from faker.providers.lorem.en_US import Provider
+    except ImportError:  # pragma: no cover - faker is part of the redaction extra
+        return frozenset()
+    return frozenset(Provider.word_list)
