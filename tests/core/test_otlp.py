@@ -441,3 +441,49 @@ def test_store_as_the_sink(store: Any, tmp_path: Path) -> None:
         assert store.verify(trace).ok
     finally:
         rec.close(timeout=5)
+
+
+def test_one_decoder_reads_the_protobuf_and_the_json_encoding_of_a_request_alike() -> None:
+    """The same request, built as a protobuf message and written by hand as OTLP/JSON (hex ids, camelCase,
+    64-bit integers as strings, enums as numbers): the decoded spans are equal, field for field."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+    from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
+
+    from molt.capture.otlp_decode import decode_json, decode_protobuf
+
+    trace, span, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "53995c3f42cd8ad8"
+    pb_attrs = [KeyValue(key="gen_ai.operation.name", value=AnyValue(string_value="chat")),
+                KeyValue(key="gen_ai.usage.input_tokens", value=AnyValue(int_value=12)),
+                KeyValue(key="temperature", value=AnyValue(double_value=0.5)),
+                KeyValue(key="stream", value=AnyValue(bool_value=True)),
+                KeyValue(key="blob", value=AnyValue(bytes_value=b"\x00\x01")),
+                KeyValue(key="tags", value=AnyValue(array_value=ArrayValue(values=[AnyValue(string_value="a")]))),
+                KeyValue(key="meta", value=AnyValue(kvlist_value=KeyValueList(values=[
+                    KeyValue(key="k", value=AnyValue(int_value=3))])))]
+    pb = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[Span(
+        trace_id=bytes.fromhex(trace), span_id=bytes.fromhex(span), parent_span_id=bytes.fromhex(parent),
+        name="chat m", start_time_unix_nano=1_700_000_000_000_000_000, end_time_unix_nano=1_700_000_000_500_000_000,
+        attributes=pb_attrs, flags=0x300, status=PbStatus(code=2, message="boom"),
+        events=[Span.Event(name="exception", attributes=[
+            KeyValue(key="exception.type", value=AnyValue(string_value="ValueError"))])])])])])
+    js = {"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": trace, "spanId": span, "parentSpanId": parent, "name": "chat m",
+        "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000000500000000",
+        "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                       {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "12"}},
+                       {"key": "temperature", "value": {"doubleValue": 0.5}},
+                       {"key": "stream", "value": {"boolValue": True}},
+                       {"key": "blob", "value": {"bytesValue": "AAE="}},
+                       {"key": "tags", "value": {"arrayValue": {"values": [{"stringValue": "a"}]}}},
+                       {"key": "meta", "value": {"kvlistValue": {"values": [{"key": "k",
+                                                                             "value": {"intValue": "3"}}]}}}],
+        "flags": 768, "status": {"code": 2, "message": "boom"},
+        "events": [{"name": "exception", "attributes": [{"key": "exception.type",
+                                                         "value": {"stringValue": "ValueError"}}]}]}]}]}]}
+    from_pb, from_js = decode_protobuf(pb.SerializeToString()), decode_json(json.dumps(js).encode())
+    assert from_pb == from_js and len(from_pb) == 1
+    got = from_pb[0]
+    assert got.span.trace_id == trace and got.span.parent_span_id == parent and got.parent_remote
+    assert got.span.status_code == "ERROR" and got.exception == ("ValueError", None)
+    assert got.span.attributes["gen_ai.usage.input_tokens"] == 12 and got.span.attributes["blob"] == "AAE="

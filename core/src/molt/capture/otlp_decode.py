@@ -20,9 +20,9 @@ from molt.atdp.otel import AttributeValue, OtelSpan
 from molt.errors import AdapterError
 
 try:
+    from google.protobuf import json_format  # type: ignore[import-untyped]
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_service
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 except ImportError as exc:  # pragma: no cover - depends on the environment
     err = AdapterError("molt.capture.otlp needs opentelemetry-proto, but it is not installed.")
     err.add_note(
@@ -66,19 +66,6 @@ class IngestSpan:
     events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
-
-
-def _any_value(v: AnyValue) -> Any:
-    which = v.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [_any_value(x) for x in v.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _any_value(kv.value) for kv in v.kvlist_value.values}
-    if which == "bytes_value":
-        return base64.b64encode(v.bytes_value).decode()
-    return getattr(v, which)
 
 
 def _attr(value: Any) -> AttributeValue:
@@ -229,37 +216,18 @@ def genai_messages(attrs: dict[str, Any], events: Sequence[tuple[str, Mapping[st
 
 
 def decode_protobuf(body: bytes) -> list[IngestSpan]:
-    """The spans of a protobuf ``ExportTraceServiceRequest``."""
+    """The spans of a protobuf ``ExportTraceServiceRequest``. OTLP/JSON is the protobuf message's JSON
+    mapping with the ids in hex, so the message is read through that mapping and one decoder,
+    :func:`decode_json`, serves both encodings."""
     req = trace_service.ExportTraceServiceRequest.FromString(body)
-    out = []
-    for rs in req.resource_spans:
-        resource = {kv.key: _attr(_any_value(kv.value)) for kv in rs.resource.attributes}
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                events = [(e.name, {kv.key: _any_value(kv.value) for kv in e.attributes}) for e in s.events]
-                attrs = genai_messages({kv.key: _any_value(kv.value) for kv in s.attributes}, events)
-                out.append(
-                    IngestSpan(
-                        span=OtelSpan(
-                            name=s.name,
-                            start_time_unix_nano=s.start_time_unix_nano,
-                            end_time_unix_nano=s.end_time_unix_nano or None,
-                            attributes={k: _attr(v) for k, v in attrs.items()},
-                            trace_id=s.trace_id.hex(),
-                            span_id=s.span_id.hex(),
-                            parent_span_id=s.parent_span_id.hex() or None,
-                            status_code=_status(s.status.code),
-                        ),
-                        status_message=s.status.message or None,
-                        exception=_exception(events),
-                        scope_name=ss.scope.name or None,
-                        scope_version=ss.scope.version or None,
-                        resource=resource,
-                        parent_remote=bool(s.flags & _REMOTE_KNOWN and s.flags & _REMOTE),
-                        events=tuple(events),
-                    )
-                )
-    return out
+    doc = json_format.MessageToDict(req, use_integers_for_enums=True)
+    for rs in doc.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for s in ss.get("spans", ()):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in s:  # the JSON mapping writes bytes as base64; OTLP/JSON writes ids in hex
+                        s[key] = base64.b64decode(s[key]).hex()
+    return decode_json(doc)
 
 
 def _field(d: Mapping[str, Any], camel: str, snake: str, default: Any = None) -> Any:
