@@ -78,7 +78,8 @@ def events(draw: Any) -> Event:
         status=status, output=draw(_json),
         error=ErrorInfo(type="E", message=draw(_text)) if status == "error" else None)
     return Event(
-        trajectory_id="t-" + draw(_text).replace("\x00", ""), kind=kind, name=draw(_opt_text), session_id=draw(_opt_text),
+        trajectory_id="t-" + draw(_text).replace("\x00", ""), kind=kind, name=draw(_opt_text),
+        session_id=draw(_opt_text),
         timestamp=draw(_times), action=action, outcome=outcome,
         reward=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
         observation=draw(st.none() | st.just(Observation(
