@@ -167,3 +167,20 @@ def test_the_private_access_check_fails_on_a_planted_reach_in(tmp_path: Path) ->
                        "from molt.store.lance import _where  # noqa\n")
     found = private_reach_ins([planted], tmp_path)
     assert sorted(line.split(" touches ")[1].split()[0] for line in found) == ["_fresh", "_tables", "_where"], found
+
+
+#: A module longer than this holds one idea only if its docstring says why (issue 24's rule).
+MAX_LINES = 650
+
+
+def test_long_modules_say_why_they_are_one_idea() -> None:
+    """Every module of core, the adapters, the trainer, the demo and the examples is at most ~600 lines, or
+    opens with a docstring that says "One module at ~N lines because it is one idea: …"."""
+    long = []
+    for src in [*SOURCES, *sorted((ROOT / "examples").glob("*/src"))]:
+        for f in src.rglob("*.py"):
+            n = len(f.read_text().splitlines())
+            doc = ast.get_docstring(ast.parse(f.read_text())) or ""
+            if n > MAX_LINES and "because it is one idea" not in doc:
+                long.append(f"{f.relative_to(ROOT)}: {n} lines, no reason in its docstring")
+    assert not long, "\n".join(long)
