@@ -58,6 +58,14 @@ other than the outcome reward confirms (a correction, an unrecovered tool error,
 a flipped reward can neither make nor unmake (:mod:`molt.control.evidence`). The three tests split the
 level (Bonferroni again, ``alpha / 3`` per test and cluster), so the family-wise false-alarm rate stays
 at most ``alpha`` for windows whose failures neither depend on the request nor exceed the tolerated rate.
+
+A cluster below that bar whose smallest p-value is at most ``screen`` (:data:`SCREEN`) is *screened*
+(``Evidence.screened``): the observational test cannot reach ``alpha`` on the window it has (requests
+whose text cannot tell a JSON consumer from a person; a small cluster among flipped rewards), so the
+plane replays its context candidates and lets one go live only when the replay confirms it — an exact
+paired test of the candidate against the live version on the cluster's region, at a weighted share of
+``alpha`` (:mod:`molt.control.evidence`, "Screen, then confirm by replay"). A screened cluster never
+gets a weight update: replay cannot confirm one.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ there. Under the same null hypothesis as diagnose's other tests — failures do 
 request — the confirmed failures fall on the window's requests at random as well, so the one-sided
 Fisher exact test of a cluster's confirmed failures against the rest of the window's
 (:func:`agreement`) is exact and needs no estimate of the flip rate. It is one more test of each
-cluster under diagnose's Bonferroni split (``alpha / 3`` per test and cluster), so the family-wise
+cluster under the clusters' Bonferroni split (``alpha / 3`` per test and cluster), so the family-wise
 false-alarm rate stays at most ``alpha``.
 
 How noisy the outcome rewards are is estimated from the same agreement (:func:`reward_disagreement`):

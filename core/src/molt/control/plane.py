@@ -13,7 +13,9 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    the one before it (:func:`~molt.control.diagnose.rollback_candidate`); and for every failure
    cluster that passes its test against the agent's base failure rate (a one-sided Fisher exact test,
    family-wise false-alarm rate ``alpha``; :func:`~molt.control.diagnose.cluster_failures`, no task
-   labels needed), the typed candidates of :func:`~molt.control.diagnose.propose` — and, with a
+   labels needed) — or that is only *screened* (below the bar, within ``screen``: its context
+   candidates must then pass the replay's confirmation, :mod:`molt.control.evidence`) —, the typed
+   candidates of :func:`~molt.control.diagnose.propose` — and, with a
    ``reflector``, the ones a model writes for it (:mod:`molt.control.reflector`). A cluster whose tool
    failed outside the agent (timeouts, 5xx: :func:`~molt.control.diagnose.environment_fault`) gets no
    candidate: it is flagged to the operator, and the cycle's choice is ``environment_fault`` when
