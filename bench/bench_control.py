@@ -161,6 +161,13 @@ def main() -> None:
     share = {run: sum(r.match for r in by_run[run]) / len(by_run[run]) for run in runs}
     t3.add_row("all", str(n), *[f"[bold]{share[run]:.1%}[/bold]" for run in runs])
     console.print(t3)
+    # The split used to tune the evidence bar (even positions in SCENARIOS) and the one it is reported on (odd).
+    pos = {sc.name: i for i, sc in enumerate(SCENARIOS)}
+    split = {run: {half: (sum(r.match for r in by_run[run] if pos[r.name] % 2 == j),
+                          sum(1 for r in by_run[run] if pos[r.name] % 2 == j))
+                   for j, half in enumerate(("even", "odd"))} for run in runs}
+    console.print("choice = ground truth, tuning (even) / reporting (odd) scenarios: " + "; ".join(
+        f"{run} {v['even'][0]}/{v['even'][1]}, {v['odd'][0]}/{v['odd'][1]}" for run, v in split.items()))
     if "late corrections" in by_run:
         early = [r for r in by_run["late corrections"] if r.first_choice not in ("noop", r.truth)]
         console.print(f"late corrections: {len(early)} first cycle(s) made a wrong change before the corrections "
@@ -177,7 +184,7 @@ def main() -> None:
 
     out: dict[str, Any] = {
         "scenarios": n, "wall_s": wall, "plane_match": plane_match, "baselines": base_match,
-        "plane_cost": plane_cost, "match_by_run": share, "wall_by_run": walls,
+        "plane_cost": plane_cost, "match_by_run": share, "wall_by_run": walls, "even_odd_by_run": split,
         "results": [{k: v for k, v in r.__dict__.items() if k != "cycle"} for r in results],
         "results_by_run": {run: [{k: v for k, v in r.__dict__.items() if k != "cycle"} for r in rs]
                            for run, rs in by_run.items()},
