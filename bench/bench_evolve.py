@@ -4,17 +4,26 @@ cheapest fix cheaper than training? (issue 20; the seed's question)
 Windows are produced by SmolLM2-135M itself: the generic OpenAI tool-calling loop of
 ``tests/e2e/test_generic_agent.py`` (it knows a base URL only; unmodified, no task labels) runs through
 an in-process Molt gateway (real capture, real store, live versions bound to the router) over a local
-SmolLM2 backend, in two domains the repo uses nowhere else:
+SmolLM2 backend, in four domains the repo uses nowhere else — item 4's mixed-failure suite:
 
-- ``library-desk`` (Pinecrest, a public library's help desk): the late fine is a fact the model lacks; users
+- ``library-desk`` (Pinecrest, a public library's help desk), a **missing fact**: the late fine; users
   correct the wrong answers, each signing with their name and email (personal data the memory must not
   keep);
-- ``tallyworks-desk`` (a bookkeeping firm's assistant): three-digit multiplication, a capability the
-  model lacks; users correct each answer with its product.
+- ``tallyworks-desk`` (a bookkeeping firm's assistant), a **capability gap**: three-digit multiplication;
+  users correct each answer with its product;
+- ``kestrel-marina`` (a marina's assistant), a **schema confusion**: the berth-booking tool's description
+  and parameter say the boat's length is in feet, the marina's API takes metres; users correct the unit.
+  SmolLM2-135M makes no tool call in this loop at all (probed: the Hermes prompt, SmolLM2's own
+  function-calling prompt, few-shot calls; 0 calls), so the confusion shows in its answers, which repeat
+  what the schema says, not in a malformed call;
+- ``larchwood-camp`` (a campground's booking assistant), a **format requirement**: the booking widget
+  parses every reply as JSON with an ``"answer"`` key and returns a verifier verdict saying so (no
+  correction: the content is free).
 
-Ground truth is decided by applying each family's context intervention **by hand** and measuring fresh
-traffic (the fine in the system prompt's memories; the self-check rule): a family the hand-applied change
-fixes is that change's; one it does not fix is a weight update.
+Ground truth is decided by applying each family's context interventions **by hand**, cheapest first, and
+measuring fresh traffic with the gateway's harness code (the fine as a memory; the self-check rule; the
+unit as a memory, then the tool's description and parameter edited; the format rule): the cheapest one
+that lifts fresh success by ≥ 0.5 is the family's truth; a family none of them fixes is a weight update.
 
 Printed in one run:
 
@@ -27,11 +36,14 @@ Printed in one run:
    CPU-seconds (process time: every thread of this process, the model included), trained tokens, wall
    time, and the success curve of each.
 
-Reduced to fit a 2-core box in about 15 minutes (sizes printed at the top; all are flags): 6 failing asks
-per family, 4 fresh asks per measurement, 2 GRPO steps of 4 samples per prompt. The weight-only loop is
-run for its steps and stopped, not to convergence: it is the honest lower bound of its cost.
+Sizes are flags (printed at the top): 6 failing asks per family, 4 fresh asks per measurement, 2 GRPO steps
+of 4 samples per prompt. The weight-only loop is run for its steps and stopped, not to convergence: it is
+the honest lower bound of its cost. A full run takes about an hour on a loaded 2-core box; ``--families``,
+``--no-weight-loop`` and ``--no-reflector`` run a part of it (the README says which run gave which figure).
 
-    .venv/bin/python bench/bench_evolve.py
+    .venv/bin/python bench/bench_evolve.py --threads 1 --alpha 0.2
+    .venv/bin/python bench/bench_evolve.py --threads 1 --alpha 0.2 --families kestrel-marina,larchwood-camp \
+        --no-weight-loop --no-reflector
 """
 
 from __future__ import annotations
@@ -98,8 +110,70 @@ TALLY = {
     "before": [f"What is {a} times {b}?" for a, b in PAIRS[:8]],
     "after": [f"Please compute {a} multiplied by {b}." for a, b in PAIRS[8:]],
 }
+# A schema confusion: the booking tool's description is stale (the marina's berth API takes the boat's
+# length in metres; its description and parameter still say feet), and the agent tells boaters what it
+# read there. SmolLM2-135M calls no tool at all in this loop (probed with the Hermes prompt, SmolLM2's
+# own function-calling prompt and few-shot calls in the system prompt: 0 calls in every case), so the
+# confusion cannot show as a malformed call; it shows in the answer, which repeats the schema's unit.
+BERTH_FEET = {"type": "object", "properties": {"length": {"type": "number",
+                                                          "description": "the boat's length in feet"}},
+              "required": ["length"]}
+BERTH_METRES = {"type": "object", "properties": {"length": {"type": "number",
+                                                            "description": "the boat's length in metres"}},
+                "required": ["length"]}
+MARINA = {
+    "agent": "kestrel-marina",
+    "system": "You are the assistant of Kestrel Bay Marina. Answer the boater's question in one sentence.",
+    "tools": [{"type": "function", "function": {
+        "name": "book_berth", "description": "Book a visitor berth for one night. Give the boat's length in feet.",
+        "parameters": BERTH_FEET}}],
+    "functions": {"book_berth": lambda length=0: orjson.dumps({"booked": True, "length_m": length}).decode()},
+    "fact": "Berth bookings at Kestrel Bay Marina take the boat's length in metres, not feet.",
+    "before": ["What unit do I give my boat's length in when I book a berth at Kestrel Bay Marina?",
+               "Should I enter my boat length in feet or metres to book a Kestrel Bay berth?",
+               "Booking a berth at Kestrel Bay Marina: is the boat length in feet or in metres?",
+               "Which unit does the Kestrel Bay Marina berth booking use for boat length?",
+               "For a Kestrel Bay Marina berth booking, do you want my boat's length in feet?",
+               "In which unit should the boat length be for a visitor berth at Kestrel Bay Marina?",
+               "Kestrel Bay Marina berth form: boat length in metres or feet?",
+               "When reserving a berth at Kestrel Bay Marina, what unit is the boat length?"],
+    "after": ["I want to book a Kestrel Bay Marina berth: which unit for my boat's length?",
+              "Does the Kestrel Bay Marina berth booking take boat length in feet or metres?",
+              "What length unit does Kestrel Bay Marina use when booking a visitor berth?",
+              "Is my boat's length for a Kestrel Bay berth booking given in metres?",
+              "For booking a berth at Kestrel Bay Marina, which unit is boat length measured in?",
+              "Kestrel Bay Marina visitor berths: do I state the boat length in feet?"],
+    "hand": [("memory_insert", {"memories": ("Berth bookings at Kestrel Bay Marina take the boat's length in metres, "
+                                             "not feet.",)}),
+             ("tool_schema_edit", {"tool_rewrites": {"book_berth": {
+                 "description": "Book a visitor berth for one night. Give the boat's length in metres.",
+                 "parameters": BERTH_METRES}}})],
+}
+# A format requirement: the campground's booking widget parses every reply as JSON with an "answer" key
+# and says so in its verdict (a verifier reward with the reason, no correction). The content is free.
+CAMP = {
+    "agent": "larchwood-camp",
+    "system": "You are the booking assistant of Larchwood Campground. Answer the camper's question in one sentence.",
+    "tools": [{"type": "function", "function": {
+        "name": "site_availability", "description": "Free pitches for a night.",
+        "parameters": {"type": "object", "properties": {"night": {"type": "string"}}, "required": ["night"]}}}],
+    "functions": {"site_availability": lambda night="": orjson.dumps({"night": night, "free": 4}).decode()},
+    "verdict": 'format: the answer is not a JSON object with an "answer" key',
+    "before": ["Are dogs allowed at Larchwood Campground?", "What time is check-in at Larchwood Campground?",
+               "Can I have a campfire at my pitch at Larchwood?", "Is there hot water in the Larchwood shower block?",
+               "How far is the nearest shop from Larchwood Campground?", "Does Larchwood Campground rent out tents?",
+               "Can I arrive late at Larchwood Campground?", "Is there a playground at Larchwood Campground?"],
+    "after": ["Do you have electric hook-ups at Larchwood Campground?", "When is check-out at Larchwood Campground?",
+              "Is Larchwood Campground open in winter?", "Can I bring my own firewood to Larchwood?",
+              "Are there quiet hours at Larchwood Campground?", "Does Larchwood Campground take caravans?"],
+    "hand": [("harness_edit", {"system_prompt": 'Output format: every answer must be a JSON object with an "answer" '
+                                                'key, for example {"answer": "Check-in starts at 2 pm."}'})],
+}
 OTHER = ["Write a two-line poem about rain.", "Translate 'thank you' into Spanish.", "Name a green vegetable."]
 SELF_CHECK = "Before answering, re-check every figure and computation step by step."
+LIBRARY["hand"] = [("memory_insert", {"memories": (LIBRARY["fact"],)})]
+TALLY["hand"] = [("harness_edit", {"system_prompt": SELF_CHECK})]
+FAMILIES = {f["agent"]: f for f in (LIBRARY, TALLY, MARINA, CAMP)}
 
 
 def _expected(family: dict[str, Any], question: str) -> str:
@@ -109,7 +183,20 @@ def _expected(family: dict[str, Any], question: str) -> str:
     return str(nums[0] * nums[1])
 
 
+def _json_answer(answer: str) -> bool:
+    try:
+        obj = orjson.loads(answer.strip())
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("answer"), str)
+
+
 def _ok(family: dict[str, Any], question: str, answer: str) -> bool:
+    if family is MARINA:
+        a = answer.lower()
+        return ("metre" in a or "meter" in a) and "feet" not in a and "foot" not in a
+    if family is CAMP:
+        return _json_answer(answer)
     want = _expected(family, question)
     return re.search(rf"(?<!\d){want}(?!\d)", answer.replace(",", "")) is not None
 
@@ -121,8 +208,12 @@ def _args() -> argparse.Namespace:
     p.add_argument("--grpo-steps", type=int, default=2)
     p.add_argument("--k", type=int, default=4, help="GRPO samples per prompt")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--families", default=",".join(FAMILIES),
+                   help="the families to run (comma-separated; default all: " + ", ".join(FAMILIES) + ")")
+    p.add_argument("--no-weight-loop", action="store_true",
+                   help="skip the weight-only loop (item 4's compute comparison; it runs on library-desk)")
     p.add_argument("--no-reflector", action="store_true")
-    p.add_argument("--reflector-on", default="library-desk,tallyworks-desk",
+    p.add_argument("--reflector-on", default=",".join(FAMILIES),
                    help="families whose cycle is also run with SmolLM2 as the reflector")
     p.add_argument("--reflector-tokens", type=int, default=160)
     p.add_argument("--alpha", type=float, default=0.01,
@@ -160,9 +251,13 @@ class World:
         return Agent(self.url + "/v1", agent=family["agent"], system=family["system"], tools=family["tools"],
                      functions=family["functions"], max_tokens=28)
 
-    def reward(self, tid: str, ok: bool, correction: str | None) -> None:
-        body = ({"trajectory_id": tid, "value": 1.0, "source": "user_feedback"} if ok or correction is None else
-                {"trajectory_id": tid, "value": 0.0, "source": "user_correction", "reason": correction})
+    def reward(self, tid: str, ok: bool, correction: str | None, verdict: str | None = None) -> None:
+        if verdict is not None:  # a consumer that checks every answer: a verifier's outcome, with its reason
+            body = {"trajectory_id": tid, "value": 1.0 if ok else 0.0, "source": "verifier",
+                    **({} if ok else {"reason": verdict})}
+        else:
+            body = ({"trajectory_id": tid, "value": 1.0, "source": "user_feedback"} if ok or correction is None else
+                    {"trajectory_id": tid, "value": 0.0, "source": "user_correction", "reason": correction})
         self.http.post("/v1/molt/rewards/trajectory", json=body).raise_for_status()
 
     def flush(self) -> None:
@@ -190,12 +285,16 @@ def hand_rate(model_dir: Path, family: dict[str, Any], parts_change: dict[str, A
     """Fresh traffic with a context change applied by hand (the ground truth's measurement): the same
     agent loop's first request, with the change applied by the gateway's harness code."""
     from molt.backends import LocalBackend
+    from molt.harness import ToolRewrite
     from molt.replay import Overrides, ReplayPolicy
 
     backend = LocalBackend(model_path=model_dir, threads=threads)
+    change = dict(parts_change)
+    if "tool_rewrites" in change:
+        change["tool_rewrites"] = {k: ToolRewrite(**v) for k, v in change["tool_rewrites"].items()}
 
     async def run() -> float:
-        pol = ReplayPolicy(backend, Overrides(**parts_change))
+        pol = ReplayPolicy(backend, Overrides(**change))
         wins = 0
         for q in family["after"][:n]:
             msgs: list[dict[str, Any]] = [{"role": "system", "content": family["system"]},
@@ -215,9 +314,14 @@ def window(world: World, family: dict[str, Any], asks: int, pii: bool) -> list[b
         answer, tid, _ = agent.ask(q)
         ok = _ok(family, q, answer)
         results.append(ok)
+        if family is CAMP:
+            world.reward(tid, ok, None, verdict=family["verdict"])
+            continue
         if family is LIBRARY:
             name, email = PEOPLE[i % len(PEOPLE)]
             corr = f"Hello, this is {name}. {family['fact']} You can reach me at {email}." if pii else family["fact"]
+        elif family is MARINA:
+            corr = family["fact"]
         else:
             corr = f"The answer is {_expected(family, q)}."
         world.reward(tid, ok, None if ok else corr)
@@ -401,25 +505,36 @@ def main() -> None:
           f"others, {args.fresh} fresh asks per measurement, GRPO {args.grpo_steps} step(s) x {args.k} samples "
           f"per prompt, {args.threads} threads; work dir {work}", flush=True)
     t0 = time.perf_counter()
+    fams = [FAMILIES[n] for n in args.families.split(",") if n]
+    run_loop = not args.no_weight_loop and LIBRARY in fams
     world = World(work, model_dir, args.threads)
     rows: dict[str, dict[str, Any]] = {}
+    wo: dict[str, Any] | None = None
     try:
-        for fam, pii in ((LIBRARY, True), (TALLY, False)):
-            w = window(world, fam, args.asks, pii)
+        for fam in fams:
+            w = window(world, fam, args.asks, fam is LIBRARY)
             rows[fam["agent"]] = {"window_success": sum(w) / len(w)}
             print(f"{fam['agent']}: window {sum(w)}/{len(w)} right ({time.perf_counter() - t0:.0f} s)", flush=True)
         world.flush()
-        for fam in (LIBRARY, TALLY):
+        for fam in fams:
             copy = work / f"store-{fam['agent']}-reflector"
             shutil.copytree(work / "store", copy)
             row = rows[fam["agent"]]
-            change = ({"memories": (fam["fact"],)} if fam is LIBRARY else {"system_prompt": SELF_CHECK})
+            # Ground truth: the cheapest hand-applied change that fixes fresh traffic (+0.5 over none);
+            # a family none of them fixes is a weight update.
             row["hand_base"] = hand_rate(model_dir, fam, {}, args.fresh, args.threads)
-            row["hand"] = hand_rate(model_dir, fam, change, args.fresh, args.threads)
-            row["truth"] = ("memory_insert" if fam is LIBRARY else "harness_edit") if row["hand"] >= row["hand_base"] \
-                + 0.5 else "weight_update"
-            print(f"{fam['agent']}: by hand {row['hand_base']:.2f} -> {row['hand']:.2f}: truth {row['truth']} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            row["hand_all"] = {}
+            row["truth"], row["hand"] = "weight_update", 0.0
+            for kind, change in fam["hand"]:
+                row["hand_all"][kind] = got = hand_rate(model_dir, fam, change, args.fresh, args.threads)
+                print(f"{fam['agent']}: {kind} by hand {row['hand_base']:.2f} -> {got:.2f} "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+                if got >= row["hand_base"] + 0.5:
+                    row["truth"], row["hand"] = kind, got
+                    break
+            else:
+                row["hand"] = max(row["hand_all"].values())
+            print(f"{fam['agent']}: truth {row['truth']}", flush=True)
             # The plane shares the gateway's store: the gateway serves what it promotes.
             row["templates"] = plane_cycle(world.store, model_dir, fam, args.threads, False, args.asks, args.alpha)
             print(f"{fam['agent']}: templates -> {row['templates']['choice']}: {row['templates']['reason'][:160]} "
@@ -439,12 +554,14 @@ def main() -> None:
                       f"({row['reflector']['source']}); reflector {row['reflector']['reflector']}, "
                       f"rejected {row['reflector']['reflector_rejected']} ({time.perf_counter() - t0:.0f} s)",
                       flush=True)
-        fam = LIBRARY
-        wo = weight_only(model_dir, fam, fam["before"][:args.asks], args.grpo_steps, args.k, args.fresh,
-                         args.threads, work)
+        if run_loop:
+            wo = weight_only(model_dir, LIBRARY, LIBRARY["before"][:args.asks], args.grpo_steps, args.k, args.fresh,
+                             args.threads, work)
     finally:
         world.close()
 
+    # Every figure below, raw (a summary that fails to print loses nothing).
+    print("rows:", orjson.dumps(rows, default=str).decode(), flush=True)
     print("\n== plane's choice vs ground truth (SmolLM2-135M windows, gateway capture, no labels) ==")
     print(f"{'family':18} {'truth (by hand)':28} {'templates':16} {'+reflector':16} {'always-weights':15} always-noop")
     hits = {"templates": 0, "reflector": 0, "weights": 0, "noop": 0}
@@ -457,6 +574,9 @@ def main() -> None:
         truth = f"{r['truth']} ({r['hand_base']:.2f}->{r['hand']:.2f})"
         print(f"{name:18} {truth:28} "
               f"{r['templates']['choice']:16} {refl:16} {'weight_update':15} noop")
+        if len(r["hand_all"]) > 1 or r["truth"] == "weight_update":
+            tried = ", ".join(f"{k} {v:.2f}" for k, v in r["hand_all"].items())
+            print(f"{'':18} by hand: none {r['hand_base']:.2f}, {tried}")
     n = len(rows)
     print(f"{'match':18} {'':28} {hits['templates']}/{n:<14} {hits['reflector']}/{n:<14} {hits['weights']}/{n:<13} "
           f"{hits['noop']}/{n}")
@@ -486,6 +606,11 @@ def main() -> None:
                   f"{refl[1]:.1f} CPU-s, "
                   f"the rest {x['cpu_s'] - rep[1] - refl[1]:.1f} CPU-s; one-time loads {x['load_cpu_s']:.1f} CPU-s; "
                   f"-> {x['choice']}")
+    if wo is None:
+        print("\n(the weight-only loop was not run: --no-weight-loop, or library-desk not among --families)")
+        print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+        shutil.rmtree(work, ignore_errors=True)
+        return
     lib = rows[LIBRARY["agent"]]
     t = lib["templates"]
     molt_cpu, molt_wall, molt_load = t["cpu_s"], t["wall_s"], t["load_cpu_s"]
