@@ -101,6 +101,7 @@ class Spool:
         self.max_bytes = max_bytes
         self._last_fsync = 0.0
         self._cursor = self._read_cursor()
+        self._swept: int | None = None  # segments below this one were deleted by commit() (None: not yet)
         segs = self.segments()
         self._write_seg = segs[-1] if segs else max(1, self._cursor.segment)
         self._recover_tail(self._write_seg)
@@ -244,12 +245,19 @@ class Spool:
             os.fsync(fh.fileno())
         os.replace(tmp, self.dir / "cursor")
         self._cursor = position
-        for s in self.segments():
-            if s < position.segment:
-                (self.dir / _seg_name(s)).unlink(missing_ok=True)
+        # Only the writer makes segments, always above the cursor's: once swept below a segment, a
+        # commit within that same segment has nothing to delete (no directory listing per delivery).
+        if self._swept != position.segment:
+            for s in self.segments():
+                if s < position.segment:
+                    (self.dir / _seg_name(s)).unlink(missing_ok=True)
+            self._swept = position.segment
 
     def pending_bytes(self) -> int:
         """Bytes appended but not yet delivered."""
+        cursor = self._cursor
+        if cursor.segment == self._write_seg:  # one segment holds all of it: no directory listing per append
+            return max(0, self._write_off - cursor.offset)
         total = 0
         for s in self.segments():
             if s < self._cursor.segment:
