@@ -15,7 +15,9 @@ LangChain run the handler sees start and end of (the number of events Molt recor
     python bench/bench_adapters.py             # under 2 minutes on 2 busy cores
     python bench/bench_adapters.py --runs 60   # quicker, noisier
 
-Goal: Molt adds ≤ 20 µs p50 per event on the agent thread and ≤ 0.25× the cheaper peer.
+Goal: Molt adds ≤ 20 µs p50 per event on the agent thread and ≤ 0.25× the cheaper peer. "molt" is the
+default, governed Recorder; "molt, hook=None" the same adapter recording without the governance
+pipeline (capture alone).
 """
 
 from __future__ import annotations
@@ -199,6 +201,10 @@ def handlers(tmp: Path) -> dict[str, tuple[Any, Callable[[], None]]]:
     rec = Recorder(MemorySink(), spool_dir=tmp / "spool")
     molt = MoltCallbackHandler(rec)
     out["molt"] = (molt, lambda: molt.flush(60, deliver=True) and None)
+    # capture alone (no governance pipeline): what the adapter, dispatcher, sealing and spool cost, apart
+    # from redaction (bench_governance.py measures that)
+    bare = MoltCallbackHandler(Recorder(MemorySink(), spool_dir=tmp / "spool-bare", hook=None))
+    out["molt, hook=None"] = (bare, lambda: bare.flush(60, deliver=True) and None)
     try:
         from langchain_core.tracers.langchain import LangChainTracer
         from langsmith import Client
