@@ -31,8 +31,11 @@ def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path, demo_truth:
     assert res["last_success"] > res["first_success"]
     assert res["broken"] == 0 and res["verified"] > 0
     chosen = {(f["tenant"], f["intervention"]) for f in res["fixes"]}
-    assert {("acme", "memory_insert"), ("globex", "memory_insert"), ("globex", "tool_schema_edit"),
-            ("acme", "harness_edit")} <= chosen, chosen
+    assert {("acme", "memory_insert"), ("globex", "memory_insert"), ("globex", "tool_schema_edit")} <= chosen, chosen
+    # acme has two more context gaps, its JSON consumers' format (a harness rule) and its refunds' skipped order
+    # lookup (a skill); one change goes live at a time per agent, so within 8 rounds it fixes whichever the
+    # evidence (the bar, or a screened cluster confirmed by replay) reaches first.
+    assert chosen & {("acme", "harness_edit"), ("acme", "skill_patch")}, chosen
     live = [f for f in res["fixes"] if f.get("live_from") is not None and f["live_from"] <= 8]
     # Three of the four fixes are live within the quick run's 8 rounds; acme's refund-window memory needs its
     # intent to fail ~11 times (the evidence bar at a 1 % family-wise rate) and goes live after the last round.
