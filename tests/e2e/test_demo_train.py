@@ -62,13 +62,15 @@ def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, m
     t = res["training"]
     assert set(t["adapters"]) >= adapters
     # When the plane's evidence bar lets the weight update through depends on sampled answers, so the adapter
-    # serves anywhere from one to four rounds of a 6-round run: the rise is judged by an exact test on what
-    # was served, not by a fixed count, plus an effect size.
+    # serves anywhere from one to four rounds of a 6-round run, for one tenant or both (a tenant whose sampled
+    # failure rate stays under the tolerated one gets no cluster): the rise is judged by an exact test at 1 % on
+    # what was served, not by a fixed count, plus an effect size. (One tenant for two rounds is ~19 requests: a
+    # 0.35 -> 0.74 rise there is p 0.0026.)
     assert t["n_base"] >= 16 and t["n_adapter"] >= 8, t
     assert t["success_adapter"] >= t["success_base"] + 0.2, t
     base_fail = t["n_base"] - round(t["success_base"] * t["n_base"])
     adapter_fail = t["n_adapter"] - round(t["success_adapter"] * t["n_adapter"])
-    assert fisher_greater(base_fail, t["n_base"], adapter_fail, t["n_adapter"]) < 0.001, t
+    assert fisher_greater(base_fail, t["n_base"], adapter_fail, t["n_adapter"]) < 0.01, t
     fix = [f for f in res["fixes"] if f["intervention"] == "weight_update" and f["cluster"].startswith("arithmetic|")]
     # The report shows the gap closing for the weight update: at least one before → after rise in the fixes
     # table (the per-round math sample is 8 requests at temperature 1.0, so a later request made when
