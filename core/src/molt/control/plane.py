@@ -84,7 +84,7 @@ from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, Version
 from molt.errors import InterventionError, MoltError
 from molt.harness import Skill
 from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
-from molt.replay.evaluate import Evaluation, newcombe_diff
+from molt.replay.evaluate import Evaluation, ReplayMemo, newcombe_diff
 from molt.store import Store, sql_str
 
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled"]
@@ -229,6 +229,9 @@ class ControlPlane:
         # live version's replayed rewards on each screened cluster's region.
         self._confirm_levels: dict[str, float] = {}
         self._region_live: dict[tuple[str, str], dict[str, float | None]] = {}
+        # Across cycles: each trajectory's replay under each policy (by content), reused while the
+        # trajectory and its rewards are unchanged — a sliding window meets the same runs cycle after cycle.
+        self.replays = ReplayMemo()
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
@@ -608,9 +611,7 @@ class ControlPlane:
         policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
         failing = cand.source_trajectories if cand.kind == "rollback" else (
             [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
-        ev = await evaluate_candidate(self.store, failing, agent, policy, candidate_id=cand.candidate_id,
-                                      sample=s.replay_sample, live=self.live_tools, tenant_id=tenant,
-                                      normalization=self.normalization, judge=self.judge_for(live.agent_id))
+        ev = await self._replay(failing, agent, policy, live, cand.candidate_id, sample=s.replay_sample)
         out: dict[str, Any] = {"replay": _brief(ev)}
         out["replay"]["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
                                  else "generic replay from the recording")
@@ -656,9 +657,7 @@ class ControlPlane:
             # held-back successes are not replayed for it.
             out["regression"] = {"skipped": "the replay did not clear the evidence bar"}
         elif held:
-            reg = await evaluate_candidate(self.store, held, agent, policy, candidate_id=cand.candidate_id + ":regr",
-                                           live=self.live_tools, tenant_id=tenant,
-                                           normalization=self.normalization, judge=self.judge_for(live.agent_id))
+            reg = await self._replay(held, agent, policy, live, cand.candidate_id + ":regr")
             out["regression"] = _brief(reg)
             if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
                     reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance:
@@ -679,15 +678,12 @@ class ControlPlane:
             ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
                                tenant_id=tenant)
             base = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
-            self._region_live[key] = _replayed(await evaluate_candidate(
-                self.store, region, agent, base, candidate_id=f"{live.version_id}:baseline", live=self.live_tools,
-                tenant_id=tenant, normalization=self.normalization, judge=self.judge_for(live.agent_id)))
+            self._region_live[key] = _replayed(await self._replay(region, agent, base, live,
+                                                                  f"{live.version_id}:baseline"))
         got = _replayed(ev)
         rest = [t for t in region if t not in got]
         if rest:
-            got |= _replayed(await evaluate_candidate(
-                self.store, rest, agent, policy, candidate_id=cand.candidate_id + ":region", live=self.live_tools,
-                tenant_id=tenant, normalization=self.normalization, judge=self.judge_for(live.agent_id)))
+            got |= _replayed(await self._replay(rest, agent, policy, live, cand.candidate_id + ":region"))
         return confirmation(self._region_live[key], {t: got.get(t) for t in region},
                             self._confirm_levels[cluster.key])
 
@@ -700,14 +696,21 @@ class ControlPlane:
                                tenant_id=tenant)
             policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
             try:
-                self._live_evals[key] = await evaluate_candidate(
-                    self.store, failing, agent, policy, candidate_id=f"{live.version_id}:baseline",
-                    sample=self.settings.replay_sample, live=self.live_tools, tenant_id=tenant,
-                    normalization=self.normalization, judge=self.judge_for(live.agent_id))
+                self._live_evals[key] = await self._replay(failing, agent, policy, live, f"{live.version_id}:baseline",
+                                                           sample=self.settings.replay_sample)
             except Exception:
                 log.warning("Replaying the live version on %s failed.", cluster.key, exc_info=True)
                 self._live_evals[key] = None
         return self._live_evals[key]
+
+    async def _replay(self, ids: list[str], agent: Any, policy: ReplayPolicy, live: PolicyVersion,
+                      candidate_id: str, *, sample: int | None = None) -> Evaluation:
+        """Replay ``ids`` under ``policy`` for ``live``'s agent, through the plane's memo of replays."""
+        ev: Evaluation = await evaluate_candidate(
+            self.store, ids, agent, policy, candidate_id=candidate_id, sample=sample, live=self.live_tools,
+            tenant_id=live.tenant_id, normalization=self.normalization, judge=self.judge_for(live.agent_id),
+            memo=self.replays)
+        return ev
 
     def _clears(self, replay: Mapping[str, Any]) -> bool:
         """Whether a replay clears the evidence bar (``min_gain``, interval above zero)."""

@@ -22,6 +22,7 @@ _EXPORTS = {
     "ModelClient": "episode",
     "Normalization": "cassette",
     "Overrides": "policy",
+    "ReplayMemo": "evaluate",
     "ReplayPolicy": "policy",
     "ReplayableAgent": "decorator",
     "Reply": "episode",

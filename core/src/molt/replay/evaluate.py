@@ -12,6 +12,10 @@ each with the task's verifier, and compares with the recorded rewards:
   both estimates (never counted as success or failure); their number is reported.
 - **cost**: model calls, prompt / completion tokens, and wall time of the replays.
 
+A :class:`ReplayMemo` passed as ``memo`` remembers each trajectory's replay under a policy, so a caller
+that meets the same trajectories again (the control plane, cycle after cycle over a sliding window)
+replays only what is new or what changed.
+
 Every per-trajectory result (the evidence) and a summary row are appended to the ``replay_results``
 table of the store, keyed by ``evaluation_id`` and linked to ``candidate_id``. Nothing else in the
 store is written.
@@ -25,13 +29,15 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -44,11 +50,11 @@ from molt.replay.episode import EpisodeResult, replay_episode
 from molt.replay.generic import check_tenant, replay_recording
 from molt.replay.load import load_trajectories
 from molt.replay.policy import ReplayPolicy
-from molt.store import Store, sql_str
+from molt.store import Store, Trajectory, sql_str
 from molt.store.tables import append, ensure_table
 
-__all__ = ["RESULTS_SCHEMA", "RESULTS_TABLE", "Evaluation", "bootstrap_ci", "evaluate_candidate", "load_results",
-           "newcombe_diff", "wilson"]
+__all__ = ["RESULTS_SCHEMA", "RESULTS_TABLE", "Evaluation", "ReplayMemo", "bootstrap_ci", "evaluate_candidate",
+           "load_results", "newcombe_diff", "wilson"]
 
 RESULTS_TABLE = "replay_results"
 RESULTS_SCHEMA = pa.schema([
@@ -129,11 +135,67 @@ class Evaluation:
         return {k: v for k, v in self.__dict__.items() if k != "evidence"}
 
 
+class ReplayMemo:
+    """Replays of (trajectory, policy) pairs kept across evaluations, least recently used dropped first.
+
+    A result is reused only when nothing that decides it changed: the same trajectory with the same
+    events and late rewards (a correction that arrives later changes how the replay is judged), the
+    same overrides by content (a candidate and a live version with equal content are one policy), and
+    the same agent, backend, judge, verifier, live tools and normalisation. A replay that raised is not
+    kept (the next evaluation tries again). One replay of a pair is one sample of what the policy does
+    there: replaying it again every cycle would pay the model calls again and test the same evidence
+    again (each retest a new chance of a false alarm).
+    """
+
+    def __init__(self, max_entries: int = 4096):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._results: OrderedDict[tuple[Hashable, ...], EpisodeResult] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    @staticmethod
+    def key(traj: Trajectory, policy: ReplayPolicy, context: tuple[Hashable, ...]) -> tuple[Hashable, ...]:
+        """What decides a replay: the trajectory as loaded, the policy's content, the replay's context."""
+        seen = (traj.trajectory_id, len(traj.events), tuple(r.annotation_id for r in traj.rewards))
+        return (*seen, policy.overrides.fingerprint(), _identity(policy.backend), *context)
+
+    def get(self, key: tuple[Hashable, ...]) -> EpisodeResult | None:
+        res = self._results.get(key)
+        if res is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._results.move_to_end(key)
+        return res
+
+    def put(self, key: tuple[Hashable, ...], res: EpisodeResult) -> None:
+        if res.status == "error":
+            return
+        self._results[key] = res
+        self._results.move_to_end(key)
+        while len(self._results) > self.max_entries:
+            self._results.popitem(last=False)
+
+
+def _identity(x: Any) -> Hashable:
+    """``x`` itself when hashable by value or identity (a backend, an agent), else its repr."""
+    try:
+        hash(x)
+    except TypeError:
+        return repr(x)
+    return cast(Hashable, x)
+
+
 async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent: str | ReplayableAgent | None,
                              policy: ReplayPolicy, *, candidate_id: str | None = None, sample: int | None = None,
                              seed: int = 0, verifier: Any = None, live: LiveTools | None = None,
                              normalization: Normalization | None = None, tenant_id: str | None = None,
-                             judge: Any = None, save: bool = True,
+                             judge: Any = None, save: bool = True, memo: ReplayMemo | None = None,
                              progress: Callable[[EpisodeResult | None], None] | None = None) -> Evaluation:
     """Replay a sample of ``trajectory_ids`` under ``policy`` and estimate the candidate's effect.
 
@@ -142,7 +204,8 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
     correction, then ``judge`` — a judge model's backend, default the policy's). ``sample`` draws that
     many trajectories (seeded by ``seed``; default all). A trajectory that cannot be replayed (corrupt,
     partial, or — with ``tenant_id`` — another tenant's) is reported as ``invalid`` evidence with the
-    reason and left out of the estimate. ``progress`` is called once per trajectory (for progress bars).
+    reason and left out of the estimate. ``memo`` reuses replays it holds (see :class:`ReplayMemo`);
+    ``cost`` counts only the model calls made. ``progress`` is called once per trajectory (for progress bars).
     """
     ids = list(dict.fromkeys(trajectory_ids))
     window = len(ids)
@@ -155,6 +218,8 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
     evidence: list[dict[str, Any]] = []
     invalid = 0
     loaded = load_trajectories(store, ids)
+    context = (_identity(agent), _identity(verifier), _identity(judge), _identity(live), _identity(normalization),
+               tenant_id)
     for tid in ids:
         traj = loaded[tid]
         if isinstance(traj, ReplayError):
@@ -162,6 +227,14 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
             evidence.append({"trajectory_id": tid, "status": "invalid", "error": str(traj)})
             if progress is not None:
                 progress(None)
+            continue
+        key = ReplayMemo.key(traj, policy, context) if memo is not None else None
+        if memo is not None and key is not None and (kept := memo.get(key)) is not None:
+            res = dataclasses.replace(kept, candidate=cid) if kept.candidate != cid else kept
+            results.append(res)
+            evidence.append(res.as_dict() | {"memo": True})
+            if progress is not None:
+                progress(res)
             continue
         try:
             if agent is None:
@@ -177,6 +250,8 @@ async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent:
             if progress is not None:
                 progress(None)
             continue
+        if memo is not None and key is not None:
+            memo.put(key, res)
         results.append(res)
         evidence.append(res.as_dict())
         if progress is not None:
