@@ -304,7 +304,7 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
                                      trainer=weights, settings=mod.PlaneSettings(**(settings or {})))
             if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
                 plane.registry = registry
-            if weights is not None and getattr(be.capabilities, "lora", False):
+            if callable(getattr(weights, "also_load", None)) and getattr(be.capabilities, "lora", False):
                 weights.also_load(be)  # the plane replays later candidates on versions with the adapter
             kwargs["plane"] = plane
         elif "backend" in params:
@@ -573,6 +573,12 @@ def serve_command(
                                      model_path=model_path or getattr(be, "model_path", None), governance=policy,
                                      ungoverned=train_on_ungoverned_data, registry=registry,
                                      latency_slo_ms=latency_slo_ms, home=home, gateway_sources=gw.status_sources)
+    elif evolve_every > 0 and importlib.util.find_spec("molt.control.weight_queue") is not None:
+        # No trainer in this process: the plane's weight updates are queued in the store for a trainer
+        # service of their own (molt.control.weight_queue), which canaries each adapter for the plane to judge.
+        weights = importlib.import_module("molt.control.weight_queue").WeightQueue(shared)
+        stack.status["trainer"] = ("not in this process (--train runs one): weight updates are queued for "
+                                   "`molt-trainer serve --plane-requests`")
     else:
         stack.status["trainer"] = "off (--train to run it)"
     _start_control(stack, shared, evolve_every, replay_backend, registry, weights, settings)

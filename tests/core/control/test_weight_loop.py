@@ -237,3 +237,56 @@ def test_closing_the_loop_ends_a_request_waiting_for_its_run_and_closes_the_trai
         assert train.closed.is_set()
         assert len(got) == 1 and isinstance(got[0], InterventionError) and "closed" in str(got[0]), got
         assert loop.runs[-1]["outcome"] == "failed" and loop.status()["faults"]["weights.failed_runs"] == 1
+
+
+def test_a_trainer_service_answers_the_planes_requests_through_the_queue(tmp_path: Path) -> None:
+    """``molt serve`` without ``--train`` queues the plane's weight updates (molt.control.weight_queue); a
+    trainer service (``molt-trainer serve --plane-requests``, here in this process) trains each through the
+    same weight loop and canaries the adapter for that agent; the plane judges it as it does its own. A
+    failed run is the request's outcome, with the reason, and names no version."""
+    import threading
+
+    from molt.control.weight_queue import WeightQueue, serve_requests
+
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane, runs, loaded = _setup(store, tmp_path)
+        loop = plane.trainer  # the service's weight loop (in its own process in production)
+        queue = WeightQueue(store)
+        plane.trainer = queue
+        base = plane.registry.live("acme", AGENT)
+        res = _ask_weights(plane)
+        assert res.choice == "weight_update" and res.version is None, res.record.reason
+        [req] = queue.pending("acme", AGENT)
+        assert f"request {req.request_id}" in " ".join(res.record.actions), res.record.actions
+        assert req.cluster == res.chosen.cluster and runs.requests == []  # nothing trained in the plane
+        # While the request is open the plane waits for it; asked anyway, the queue answers with the open one.
+        again = plane.run_cycle("acme", AGENT)
+        assert again.choice == "noop" and "already requested" in again.record.reason, again.record.reason
+        assert queue("acme", AGENT, res.chosen).startswith(req.request_id)
+        assert [r.request_id for r in queue.requests("acme")] == [req.request_id]
+
+        stop = threading.Event()
+        assert serve_requests(queue, loop, stop, tenant_id="acme", canary_weight=0.5, poll_s=0, max_requests=1) == 1
+        assert runs.requests[0].task == "capability" and {t.events[0].tenant_id for t in runs.requests[0].trajectories
+                                                          } == {"acme"}
+        [done] = queue.requests("acme")
+        assert done.status == "done", done
+        v = plane.registry.get(done.detail or "")
+        assert v.status == "canary" and (v.tenant_id, v.agent_id, v.parent_id) == ("acme", AGENT, base.version_id)
+        assert v.parts.model.adapter == "desk-lora-1" and loaded == [("desk-lora-1", str(runs.root / "desk-lora-1"))]
+        assert req.request_id in (v.note or "")
+        _canary_traffic(store, plane, v, _tax(3, ("acme",), 100) + _fine(3, ("acme",)))
+        assert plane.run_cycle("acme", AGENT).choice == "promote"
+        assert plane.registry.live("acme", AGENT).version_id == v.version_id
+
+        # A run that raises: the request fails with the reason; nothing is canaried; the plane asks anew.
+        runs.fail = RuntimeError("CUDA error mid-step")
+        _canary_traffic(store, plane, v, _tax(6, ("acme",), 200))
+        assert _ask_weights(plane).choice == "weight_update"
+        assert serve_requests(queue, loop, stop, tenant_id="acme", poll_s=0, max_requests=1) == 1
+        failed = queue.requests("acme")[-1]
+        assert failed.status == "failed" and "CUDA error mid-step" in (failed.detail or ""), failed
+        assert plane.registry.canaries("acme", AGENT) == [] and plane.registry.live("acme", AGENT).version_id == \
+            v.version_id
+        assert _ask_weights(plane).choice == "weight_update"
+        assert [r.status for r in queue.requests("acme")] == ["done", "failed", "queued"]

@@ -5,8 +5,14 @@
     molt-trainer serve --gateway http://127.0.0.1:8000 --admin-key sk-admin --model smollm2-135m-instruct \\
         --agent support-bot [--governance governance.yaml --tenant acme] [--latency-slo-ms 2000] \\
         [--min-samples 16]
+    molt-trainer serve --plane-requests --gateway http://127.0.0.1:8000 --admin-key sk-admin \\
+        --model smollm2-135m-instruct --governance governance.yaml   # what the control plane asks for
     molt-trainer algos          # the registered advantage estimators and policy losses (verl names)
     molt-trainer ray-config     # the verl main_ppo overrides for the Ray scale-out path
+
+``serve --plane-requests`` trains the weight updates the control plane of ``molt serve`` (run without
+``--train``) queues in the store, one request at a time, through the same weight loop as ``molt serve
+--train``, and canaries each adapter as a version of that agent (:mod:`molt.control.weight_queue`).
 
 ``serve`` reads eligible trajectories through the governance training queue (``--governance``, the
 built-in policy by default, and ``--tenant``, ``default`` by default): events recorded without
@@ -45,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the gateway's platform-operator key (loading adapters into the shared backend is "
                         "the operator's)")
     s.add_argument("--model", required=True, help="public model name the adapters are versions of")
+    s.add_argument("--plane-requests", action="store_true",
+                   help="train what the control plane of molt serve asks for (its weight_requests, queued when "
+                        "molt serve runs without --train): each request's cluster, each adapter a canary version "
+                        "of that agent; --agent / --tenant narrow which requests")
     s.add_argument("--agent", default=None,
                    help="the agent (X-Molt-Agent) to train: its traffic only, each adapter a canary version of "
                         "tenant/agent that the control plane of molt serve promotes or aborts")
@@ -114,6 +124,9 @@ def _serve(args: argparse.Namespace) -> None:
     )
 
     store = Store.open(args.store)
+    if args.plane_requests:
+        _serve_plane_requests(args, store)
+        return
     if args.agent is not None:  # a canary version belongs to one tenant's agent: only its traffic is read
         args.tenant = args.tenant or ANONYMOUS_TENANT
     if args.train_on_ungoverned_data:
@@ -179,5 +192,49 @@ def _serve(args: argparse.Namespace) -> None:
             if args.max_steps is not None and trainer.step >= args.max_steps:
                 break
     finally:
+        reporter.close()
+        store.close()
+
+
+def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
+    """``serve --plane-requests``: the plane's weight updates, trained one request at a time through the
+    same weight loop as ``molt serve --train`` (molt.control.weight_queue), until SIGTERM / SIGINT."""
+    from molt.backends.model import molt_home
+    from molt.status import StatusReporter
+    from molt_trainer.publish import Publisher
+    from molt_trainer.requests import RequestTrainer, SloGate
+    from molt_trainer.service import GatewayLatencyProbe
+
+    try:  # the control plane is an optional part of an installation: loaded by name (see --agent)
+        weights = importlib.import_module("molt.control.weights")
+        queued = importlib.import_module("molt.control.weight_queue")
+    except ImportError as exc:
+        raise SystemExit(f"molt-trainer serve --plane-requests: the control plane is not installed ({exc}); its "
+                         f"requests are what this mode trains.") from None
+    log = logging.getLogger("molt_trainer")
+    if args.train_on_ungoverned_data:
+        log.warning("molt-trainer serve: --train-on-ungoverned-data: training on the store as recorded, unredacted "
+                    "and without eligibility checks.")
+        read = weights.store_reader(store)
+    else:
+        from molt.governance import load_policy_file
+
+        read = weights.governed_reader(store, load_policy_file(args.governance))
+    publisher = Publisher(model=args.model, out_dir=Path(args.out), store=store, prefix="lora")
+    gate = SloGate(probe=GatewayLatencyProbe(args.gateway, args.admin_key), slo_ms=args.latency_slo_ms)
+    trainer = RequestTrainer(publisher, model_path=args.model_path, gate=gate)
+    loop = weights.WeightLoop(store, trainer, read=read, load=weights.gateway_loader(args.gateway, args.admin_key,
+                                                                                    args.model))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    reporter = StatusReporter(molt_home(), "molt-trainer", {"trainer": trainer.status, "weights": loop.status}).start()
+    log.info("molt-trainer serve --plane-requests: training the weight updates the control plane queues (tenant %s, "
+             "agent %s)", args.tenant or "any", args.agent or "any")
+    try:
+        queued.serve_requests(queued.WeightQueue(store), loop, stop, tenant_id=args.tenant, agent_id=args.agent,
+                              canary_weight=args.canary_weight)
+    finally:
+        loop.close()
         reporter.close()
         store.close()

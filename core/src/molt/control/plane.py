@@ -850,7 +850,14 @@ class ControlPlane:
         live = self._current
         model = live.parts.model.model_dump(mode="json")
         asked = set()
+        # A trainer that answers outside the cycle (a trainer service, molt.control.weight_queue) knows
+        # which of its requests are still open: queued, training, or canaried and not yet judged.
+        outstanding = getattr(self.trainer, "outstanding", None)
+        if callable(outstanding):
+            asked.update(outstanding(live.tenant_id, live.agent_id, model))
         for d in self.log.list(live.tenant_id, live.agent_id, choice="weight_update", limit=50):
+            if d.applied_version is None and callable(outstanding):
+                continue  # asked of the service: open only while the service says so (above)
             if d.applied_version is not None:  # the trainer delivered: pending only while its canary runs
                 try:
                     if self.registry.get(d.applied_version).status != "canary":
