@@ -69,6 +69,7 @@ _STREET_MORPHS = tuple(
             """strasse straße str gasse weg vej gade laan straat plein dreef kade steenweg singel gracht gata gatan
     vägen väg veien vei gate tie katu kuja polku utca út útja allee ring platz damm ufer chaussee markt
     stieg pfad torget torv bakken stræde plads vegur stræti gränd gränden ulica iela gatve tänav cesta ulice
+    steeg boulevard plantsoen
     náměstí sokak caddesi bulvar baan hof brink wal dijk kamp veld rakpart körút tér köz sétány"""
         )
     )
@@ -103,13 +104,17 @@ _TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}(?:/\d{1,5})?[A-Za-z]?\b\.?|\d+
 _SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n(?:[\s>*•,-]|\?+[ \t])*|\.?[ \t]+)?")
 _PART_UNIT = re.compile(
     r"(?:(?i:apt|apartment|suite|ste|unit|flat|studio|room|rm|floor|fl|bldg|building|puerta|piso|esc|escalera|porta"
-    r"|andar|etage|étage)\.?[ ]*#?[ ]*[\w-]{1,6}\b"
+    r"|andar|etage|étage)(?![^\W\d_])\.?[ ]*#?[ ]*[\w-]{1,6}\b"
     r"|(?i:p\.?[ ]?o\.?[ ]?box)[ ]*\d{1,6}\b|(?i:box)[ ]\d{1,6}\b)"
 )
 _PART_POSTCODE = re.compile(
     r"(?:\d{4}[ ]?[A-Z]{2}(?![\w-])|\d{5}-?\d{3}(?![\w-])|\d{4,6}(?:-\d{4})?|\d{2}-\d{3}|\d{3}[ ]\d{2}"
     r"|[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)"
     r"(?![\w-]|[ ]?[\d(+])"
+)
+# words that join the words of a place name without being capitalised ("Chiclana de la Frontera")
+_PLACE_JOINERS = _wordset(
+    "de del la le di da do du des van von der den am an im upon on sur nad pod u y i e and of the"
 )
 # a region code after a slash or in parentheses, as Brazilian and Italian addresses end ("/ MS", "(MO)")
 _PART_PROVINCE = re.compile(r"(?:/[ ]?[A-Z]{2}|\([A-Z]{2}\))(?!\w)")
@@ -440,8 +445,7 @@ class AddressFinder:
         line_end = text.find("\n", p, p + 90)
         words = [w.rstrip(".,").casefold() for w in text[p : line_end if line_end >= 0 else p + 60].split()[:7]]
         if not any(
-            w[:1].isdigit() or w in self.street_types or self._prefix(w) or w in _POST_TYPES or _morph(w)
-            for w in words
+            w[:1].isdigit() or w in self.street_types or self._prefix(w) or w in _POST_TYPES or _morph(w) for w in words
         ):
             return p
         toks = _tokens(text, p, line_end if line_end >= 0 else min(len(text), p + 90))
@@ -474,6 +478,8 @@ class AddressFinder:
             if p >= n:
                 break
             newline = text.count("\n", e, p)
+            if not newline and parts[-1][2] != "address" and "." in text[e:p]:
+                break  # ". " after a town, a country or a postcode ends the sentence, not a part
             if newline == 2 and lines < 4 and self._place_line(text, p):
                 newline = 1  # a blank line before the last line, a place ("\n\n Greece 79976")
             if newline > 1 or (newline and lines >= 4):
@@ -514,7 +520,24 @@ class AddressFinder:
         if not (lowercase or phrase[0].isupper()):
             return p, ""
         words = phrase.split(" ")
-        if len(words) == 1 and _LABEL_AFTER.match(text, m.end() - phrase.endswith(".")) is not None:
+        # a place name does not run past the end of a sentence ("…, United Kingdom. We also ship"):
+        # only an abbreviation ("St. Louis", "Ft. Worth") is followed by more of the name after its
+        # dot; and in capitalised text its later words are capitalised or joiners ("de la")
+        k = 1
+        while k < len(words):
+            before, word = words[k - 1], words[k]
+            if before.endswith(".") and len(before) > 4:
+                break
+            if not (lowercase or word[:1].isupper() or word in _PLACE_JOINERS):
+                break
+            k += 1
+        while k > 1 and words[k - 1] in _PLACE_JOINERS:
+            k -= 1
+        if k < len(words):
+            words = words[:k]
+            phrase = " ".join(words)
+        m_end = p + len(phrase)
+        if len(words) == 1 and _LABEL_AFTER.match(text, m_end - phrase.endswith(".")) is not None:
             return p, ""  # a field label before a number ("Tel. +49 …", "Fax: 0113 …"), not the town
         if after_postcode:
             # the words after a postcode are its town ("60111 Traore-les-Bains", "84-180 Iława"),
@@ -527,8 +550,8 @@ class AddressFinder:
             town = " ".join(words[:k])
             if not (k == 1 and self._is_common(town.rstrip("."))):
                 return p + len(town.rstrip(".")), "place"
-        if after_newline and len(words) > 1 and _line_ends(text, m.end()):
-            return m.end(), "place"  # a line of its own in a block is the town, whole ("Torres de Albánchez")
+        if after_newline and len(words) > 1 and _line_ends(text, m_end):
+            return m_end, "place"  # a line of its own in a block is the town, whole ("Torres de Albánchez")
         # the longest known place, else the whole run if a postcode, a state or the line's end follows
         for k in range(len(words), 0, -1):
             cand = " ".join(words[:k]).rstrip(".")
@@ -536,7 +559,7 @@ class AddressFinder:
                 return p + len(cand), "place"
         if len(words) == 1 and self._is_common(words[0].rstrip(".")):
             return p, ""
-        end = m.end()
+        end = m_end
         tail = _SEP.match(text, end)
         q = tail.end() if tail is not None else end
         if _PART_POSTCODE.match(text, q) or _PART_STATE.match(text, q):

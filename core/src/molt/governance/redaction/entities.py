@@ -40,14 +40,13 @@ from molt.governance.redaction.entity_words import (
     CAMEL,
     CASED_WORD,
     CONTRACTION,
-    COORDINATORS,
     COUNTRY_AFTER,
     DATE_WORDS,
     DETERMINERS,
     DIGIT,
     EXCEPTION_TYPE,
     FIRM_HEAD,
-    FIRM_NAME,
+    GREETINGS,
     HONORIFICS,
     JOINERS,
     KEYWORDS,
@@ -63,7 +62,6 @@ from molt.governance.redaction.entity_words import (
     ORG_NOUNS,
     ORG_POSSESSIONS,
     ORG_VERBS,
-    PARTICLES,
     PEOPLE_LIST,
     PERSON_CUES,
     PERSON_VERBS,
@@ -74,7 +72,9 @@ from molt.governance.redaction.entity_words import (
     STREET_WORDS,
     STRONG_ORG_CUES,
     STRONG_PLACE_CUES,
+    TOPONYM_LEADS,
     WORKS,
+    WORLD_REGIONS,
     ZIP,
     ZIP_HINTS,
     legal_form_rx,
@@ -129,6 +129,12 @@ class EntityDetector:
         self.memo_size = MEMO_SIZE
         # per thread: set by a rule that looked beyond the memo key's context
         self._local = threading.local()
+
+    def country_level(self, phrase: str) -> bool:
+        """Whether a place ``phrase`` is a country or larger (see :meth:`WordFacts.country_level`):
+        the seam a :class:`~molt.governance.redaction.redactor.Redactor` asks when its policy keeps
+        country-level places."""
+        return self.facts.country_level(phrase)
 
     # ------------------------------------------------------------------ lexicon helpers
 
@@ -211,43 +217,12 @@ class EntityDetector:
         if " office" in text or " headquarters" in text:
             self.context.offices(text, out)
         if self._legal is not None and not lowercase:
-            self._legal_orgs(source, out)
+            self.context.legal_orgs(source, out, self._legal, self._run)
         if "=" in text or ":" in text:
             low = lowered(text)
             if any(k in low for k in ORG_FIELD_HINTS):
                 self.context.org_fields(text, low, out)
         return out
-
-    def _legal_orgs(self, text: str, out: list[Span]) -> None:
-        """A name followed by a company's legal form ("Malena Leon Pazos S.A.", "Mitoraj Sp. z o.o.
-        Sp.k.", "Cavalcante e Filhos") is an organisation, whatever its words are on their own: it
-        wins over the person or place read in it, and a span that ran into it from before keeps only
-        its part before the firm's name, classified again ("Leyre Mancebo" of "Leyre Mancebo de
-        Jiménez & Asociados S.L.U.")."""
-        assert self._legal is not None
-        for m in self._legal.finditer(text):
-            k = m.start(1)
-            head = FIRM_NAME.search(text, max(0, k - 80), k)
-            if head is None:
-                continue
-            a, b = head.start(), m.end(1)
-            a = self._firm_start(text, a, k)
-            keep: list[Span] = []
-            again: list[tuple[int, int]] = []
-            for sp in out:
-                if sp.end <= a or sp.start >= b:
-                    keep.append(sp)
-                elif sp.start < a:
-                    again.append((sp.start, a))
-            for s0, e0 in again:
-                words = text[s0:e0].split()
-                while words and words[-1].casefold() in PARTICLES:
-                    words.pop()
-                if words:
-                    e1 = text.index(words[-1], s0) + len(words[-1])
-                    self._run(text, s0, e1, keep)
-            keep.append(Span(a, b, "ORGANIZATION", 0.85, self.name))
-            out[:] = keep
 
     def _never_entity(self, word: str) -> int:
         """Whether a single capitalised word can be skipped without classifying it: 1 when no rule
@@ -266,22 +241,6 @@ class EntityDetector:
         if z >= 3.0 and not (first or last) and not self.facts.place(f) and f not in ORG_NOUNS:
             return 1 if z >= 4.2 else 2  # 2: unless a company verb follows ("Deloitte invested")
         return 0
-
-    def _firm_start(self, text: str, a: int, k: int) -> int:
-        """Where the firm's name in ``text[a:k]`` starts: after its last "and" / "y" / "e" when that
-        joins it to another name, not within it — a list ("Healthmap, Solarlist and Morningstar
-        Inc.") or a firm before ("Underwood Group and Spikes Cavell & Co.")."""
-        words = text[a:k].split(" ")
-        listed = text[max(0, a - 2) : a] == ", "
-        pos = a
-        start = a
-        for i, w in enumerate(words):
-            if 0 < i < len(words) - 1 and w in COORDINATORS:
-                before = fold(words[i - 1])
-                if listed or before in ORG_NOUNS or before in self.lex.company_suffixes:
-                    start = pos + len(w) + 1
-            pos += len(w) + 1
-        return start
 
     def _slug(self, word: str) -> bool:
         """An identifier written with hyphens ("Pinecrest-help", "Order-status"): a lowercase part
@@ -475,6 +434,14 @@ class EntityDetector:
             return
         nxt, nxt_char = next_word(text, end)
         name = self.name
+        if n == 1 and first.text.casefold() in GREETINGS:
+            return  # "Olá, …", "Hola Marta": the greeting, not a name
+        joined = first.f if n == 1 else " ".join(w.f for w in words)
+        # a country or a larger place is one whatever its last word is ("Russian Federation",
+        # "United Arab Emirates", "North America"), unless a company word follows ("Ghana office")
+        if (joined in WORLD_REGIONS or (n > 1 and self.facts.place(joined) == "country")) and nxt not in ORG_AFTER:
+            out.append(Span(start, end, "LOCATION", 0.75, name))
+            return
         # organisation: a company word at the end ("Acme Corp", "Wolfram Research")
         if (
             n > 1
@@ -596,6 +563,11 @@ class EntityDetector:
             # a word and a number: a pier, gate, room or model ("Pier 19", "Nimbus 2"), not a person
             if text[end : end + 1] == " " and text[end + 1 : end + 2].isdigit():
                 return
+        if n > 1 and first.f in TOPONYM_LEADS and not last.common and not suffix:
+            # "North Austin", "Lake Iainburgh", "Saint Patricia": people are not named with a
+            # compass point or "Lake" first, whatever the words after it are
+            out.append(Span(start, end, "LOCATION", 0.6, name))
+            return
         if names:
             common = [w for w in words if w.common and not (w.first or w.last or w.conn)]
             if common and prev not in PERSON_CUES:

@@ -1,16 +1,22 @@
 """Rules that read a whole text after its capitalised runs are classified: lists introduced as
 people, "X is a company", "the X office", names joined by "and" to a person, the other items of a
-list of names, the organisation above an address block, and fields named for an organisation."""
+list of names, the organisation above an address block, fields named for an organisation, and
+names followed by a company's legal form."""
 
 from __future__ import annotations
 
 import itertools
+import re
+from collections.abc import Callable
 
 from molt.governance.redaction.base import Span
 from molt.governance.redaction.entity_facts import WordFacts
 from molt.governance.redaction.entity_words import (
     AND_AFTER,
     AND_BEFORE,
+    BEFORE_FIRM,
+    COORDINATORS,
+    FIRM_NAME,
     IS_A,
     LINE_OF_WORDS,
     LIST_GAP,
@@ -19,11 +25,14 @@ from molt.governance.redaction.entity_words import (
     ORG_FIELD_BARE,
     ORG_FIELD_COLON,
     ORG_FIELD_QUOTED,
+    ORG_NOUNS,
+    PARTICLES,
     PEOPLE_ITEMS,
     PEOPLE_NOUNS,
     SUBJECT,
     THE_WORDS,
 )
+from molt.governance.redaction.lexicon import fold
 from molt.governance.redaction.patterns import lowered
 from molt.governance.redaction.positions import (
     word_before,
@@ -159,6 +168,24 @@ class ContextRules:
                 if first or last or z < 3.5:
                     out.append(Span(a.end + w.start(), a.end + w.end(), "PERSON", 0.6, self.name))
 
+    def _surname_below_name(self, text: str, line_start: int, start: int, end: int, sp: Span, out: list[Span]) -> bool:
+        """Whether ``sp`` is a PERSON that is the whole line ``text[start:end]``, one word that is no
+        first name, and the line above is a person's name (a PERSON span led by a first name)."""
+        if sp.entity_type != "PERSON" or sp.start != start or sp.end != end or " " in text[start:end]:
+            return False
+        if self.facts.lookup(text[start:end])[1]:
+            return False
+        above_end = line_start - 1
+        if above_end <= 0:
+            return False
+        above_start = text.rfind("\n", 0, above_end) + 1
+        while above_start < above_end and text[above_start] in " \t>*•?-":
+            above_start += 1
+        for o in out:
+            if o.entity_type == "PERSON" and o.start == above_start and o.end == above_end:
+                return self.facts.lookup(text[o.start : o.end].split(" ")[0])[1]
+        return False
+
     def letterhead(self, text: str, block_at: int, out: list[Span]) -> None:
         """The lines just above an address block laid out one part per line (a signature, an
         envelope): a line of capitalised words that is not a person, a place or a job title is the
@@ -177,7 +204,12 @@ class ContextRules:
                     return  # the block above the address ends at a line that is not a name
                 end = line_start - 1
                 continue
-            if not any(sp.start < end and start < sp.end for sp in out):
+            covering = [i for i, sp in enumerate(out) if sp.start < end and start < sp.end]
+            if len(covering) == 1 and self._surname_below_name(text, line_start, start, end, out[covering[0]], out):
+                # "Étienne Gérard / Renault / 682, rue …": a surname alone on the line under the
+                # person's name, above the address, is the firm named after someone
+                out[covering[0]] = Span(start, end, "ORGANIZATION", 0.6, self.name)
+            elif not covering:
                 words = [self.facts.lookup(w) for w in m.group().split(" ")]
                 place = self.facts.place(" ".join(w[0] for w in words))
                 if not (place or words[0][1] or words[-1][0] in self.facts.job_words) and (
@@ -185,3 +217,57 @@ class ContextRules:
                 ):
                     out.append(Span(start, end, "ORGANIZATION", 0.6, self.name))
             end = line_start - 1
+
+    def legal_orgs(
+        self, text: str, out: list[Span], legal: re.Pattern[str], run: Callable[[str, int, int, list[Span]], None]
+    ) -> None:
+        """A name followed by a company's legal form ("Malena Leon Pazos S.A.", "Mitoraj Sp. z o.o.
+        Sp.k.", "Cavalcante e Filhos") is an organisation, whatever its words are on their own: it
+        wins over the person or place read in it, and a span that ran into it from before keeps only
+        its part before the firm's name, classified again ("Leyre Mancebo" of "Leyre Mancebo de
+        Jiménez & Asociados S.L.U.")."""
+        for m in legal.finditer(text):
+            k = m.start(1)
+            head = FIRM_NAME.search(text, max(0, k - 80), k)
+            if head is None:
+                continue
+            a, b = head.start(), m.end(1)
+            a = self.firm_start(text, a, k)
+            keep: list[Span] = []
+            again: list[tuple[int, int]] = []
+            for sp in out:
+                if sp.end <= a or sp.start >= b:
+                    keep.append(sp)
+                elif sp.start < a:
+                    again.append((sp.start, a))
+            if not again and not any(sp.end > a - 60 and sp.start < a for sp in keep):
+                # nothing read before the firm: a name joined to it by "de" / "da" is its person's,
+                # which the firm's words (often no name at all) hid when the run was classified
+                pre = BEFORE_FIRM.search(text, max(0, a - 80), a)
+                if pre is not None:
+                    again.append((pre.start(1), pre.end(1)))
+            for s0, e0 in again:
+                words = text[s0:e0].split()
+                while words and words[-1].casefold() in PARTICLES:
+                    words.pop()
+                if words:
+                    e1 = text.index(words[-1], s0) + len(words[-1])
+                    run(text, s0, e1, keep)
+            keep.append(Span(a, b, "ORGANIZATION", 0.85, self.name))
+            out[:] = keep
+
+    def firm_start(self, text: str, a: int, k: int) -> int:
+        """Where the firm's name in ``text[a:k]`` starts: after its last "and" / "y" / "e" when that
+        joins it to another name, not within it — a list ("Healthmap, Solarlist and Morningstar
+        Inc.") or a firm before ("Underwood Group and Spikes Cavell & Co.")."""
+        words = text[a:k].split(" ")
+        listed = text[max(0, a - 2) : a] == ", "
+        pos = a
+        start = a
+        for i, w in enumerate(words):
+            if 0 < i < len(words) - 1 and w in COORDINATORS:
+                before = fold(words[i - 1])
+                if listed or before in ORG_NOUNS or before in self.facts.lex.company_suffixes:
+                    start = pos + len(w) + 1
+            pos += len(w) + 1
+        return start

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from molt.governance.redaction.entity_words import NAME_WORDS
+from molt.governance.redaction.entity_words import NAME_WORDS, WORLD_REGIONS
 from molt.governance.redaction.lexicon import Lexicon, fold
 
 __all__ = ["RunWord", "WordFacts"]
@@ -88,6 +88,19 @@ class WordFacts:
     def place(self, key: str) -> str:
         """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""
         return self.promotable.get(key) or ""
+
+    def country_level(self, phrase: str) -> bool:
+        """Whether ``phrase`` names a country or a larger place (a continent, a world region, a
+        union of countries: "Norway", "the EU", "Southeast Asia"); cities, regions inside a
+        country, streets and addresses are not."""
+        f = fold(phrase.strip().rstrip("."))
+        if f.startswith("the "):
+            f = f[4:]
+        if f in WORLD_REGIONS:
+            return True
+        # the lexicon's countries hold a few fragments of longer names ("man" of "Isle of Man",
+        # "el" of "El Salvador"); no country's name is shorter than four letters
+        return len(f) >= 4 and self.place(f) == "country"
 
     def is_place_phrase(self, phrase: str) -> bool:
         f = fold(phrase)

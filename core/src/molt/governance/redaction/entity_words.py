@@ -106,6 +106,44 @@ STRONG_PLACE_CUES = frozenset(
      # "aus Köln", "nach Wien", "moro em Recife", "desde Sevilla", "depuis Nantes"
      "à", "aus", "nach", "em", "desde", "depuis"}
 )  # fmt: skip
+# places larger than a country, folded: continents, world regions, unions and trade areas, and the
+# abbreviations countries go by ("EU", "UK", "USA"). With the countries of the lexicon they are
+# the country-level places a policy may keep (see RedactionPolicy.keep_country_level_places).
+WORLD_REGIONS = frozenset(
+    {"africa", "antarctica", "asia", "europe", "oceania", "australasia", "eurasia", "americas", "the americas",
+     "north america", "south america", "central america", "latin america", "middle east", "near east",
+     "far east", "scandinavia", "nordics", "the nordics", "nordic countries", "baltics", "baltic states",
+     "balkans", "the balkans", "benelux", "caribbean", "the caribbean", "maghreb", "levant", "the levant",
+     "sub-saharan africa", "north africa", "west africa", "east africa", "central africa", "southern africa",
+     "east asia", "south asia", "southeast asia", "south-east asia", "central asia", "western asia",
+     "western europe", "eastern europe", "central europe", "northern europe", "southern europe",
+     "asia-pacific", "asia pacific", "apac", "emea", "latam", "mena", "dach", "eu", "e.u", "european union",
+     "eea", "european economic area", "schengen area", "eurozone", "euro area", "asean", "mercosur",
+     "gulf states", "uk", "u.k", "usa", "u.s.a", "u.s", "uae", "prc", "drc"}
+)  # fmt: skip
+# first words that make a name of two or more words a place, never a person's name: compass
+# points and the generic words of toponyms ("North Austin", "Lake Tahoe", "Port Louis", "Fort
+# Worth", "Mount Vernon", "Saint-Étienne", "San José", "New Haven")
+TOPONYM_LEADS = frozenset(
+    {"north", "south", "east", "west", "northeast", "northwest", "southeast", "southwest", "upper", "lower",
+     "lake", "port", "fort", "mount", "saint", "sainte", "san", "santa", "sankt", "new", "nieuw", "neu",
+     "bad", "porto", "puerto", "villa", "ciudad"}
+)  # fmt: skip
+# greetings that open a message in the languages Molt's users write ("Olá, …", "Hola, …"): a word
+# of the sentence, never a name, and a name may follow them. Written as they are spelt (compared
+# with the word casefolded, accents kept): "Olá" is a greeting where "Ola" is a first name too, so
+# greetings that are also first or last names ("Cara", "Dag", "Tere") are left out
+GREETINGS = frozenset(
+    {"hi", "hello", "hey", "hiya", "howdy", "greetings", "dear", "hola", "olá", "oi", "bonjour",
+     "bonsoir", "salut", "coucou", "hallo", "servus", "moin", "grüezi", "gruezi", "ciao", "salve",
+     "buongiorno", "buonasera", "hej", "hei", "heippa", "moi", "hoi", "ahoj", "cześć", "czesc", "witam",
+     "dzień", "szia", "sziasztok", "merhaba", "selam", "sveiki", "zdravo", "здравствуйте",
+     "привет", "γεια", "namaste", "salaam", "shalom", "aloha", "goedemorgen", "goedendag", "buenas",
+     "buenos", "bom", "boa", "estimado", "estimada", "prezado", "prezada", "liebe", "lieber",
+     "kære", "kæra", "hæ", "halló", "szervusz", "bună"}
+)  # fmt: skip
+# a greeting before a word says a name may follow ("Hola Marta")
+PERSON_CUES = PERSON_CUES | GREETINGS
 PLACE_CUES = STRONG_PLACE_CUES | {"to", "at", "reach", "leaving", "left", "through", "into", "toward"}
 ORG_CUES = frozenset(
     {"works", "work", "working", "worked", "employed", "employer", "company", "firm", "joined", "join",
@@ -290,5 +328,8 @@ def legal_form_rx(forms: Iterable[str]) -> re.Pattern[str] | None:
 # ("Jiménez & Asociados", "Restauración del Levante", "Robledo y asociados"); a particle of a
 # person's name ("de", "da", "van") is where it starts ("Octavio Oliver de Malena Pazos S.A.")
 FIRM_NAME = re.compile(rf"(?<![^\W_])(?:{WORD})(?:[ ](?:{WORD}|&|[yei]|et|and|und|og|del|of|the))*\Z")
+# a person's name, then the "de / da / of / from" that says where they work, right before a firm's
+# name ("Hola, soy Marco Jerez de Fábrica Baró S.A.", "Ana Lima da Silva Ltda.")
+BEFORE_FIRM = re.compile(rf"(?<![^\W_])({WORD}(?:[ ]{WORD}){{1,3}})[ ](?:de|da|do|del|von|van|of|from)[ ]\Z")
 COORDINATORS = frozenset({"and", "y", "e", "i", "et", "und", "og"})
 PARTICLES = frozenset({"de", "da", "do", "dos", "das", "di", "del", "von", "van", "y", "e", "i", "et", "and", "&"})

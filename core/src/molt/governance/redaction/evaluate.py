@@ -7,6 +7,16 @@ precision = correct / predicted, per type and micro-averaged over a set of types
 
 Predictions whose type is out of the evaluated scope are ignored; a type alias table maps a
 predictor's names onto the labels' (Presidio says ``URL`` where the labels say ``DOMAIN_NAME``).
+``skip(entity_type, covered_text)`` takes spans out of the scoring, gold and predicted alike, for
+every predictor: what a policy deliberately leaves in the text although the labels mark it (the
+countries a default policy keeps, :attr:`RedactionPolicy.keep_country_level_places`).
+
+:func:`evaluate_chars` is a second, redaction-centred reading of the same labels: of the characters
+inside labelled spans, how many a predictor covers (recall), and of the characters it covers, how
+many are labelled (precision), whatever the types. Labels draw one postal address whole in some
+templates and in parts (street, city, postcode) in others; the span metric counts a whole-block
+prediction against part labels (and the reverse) as misses and false positives at once, while
+what reaches the store — the characters replaced — is the same either way.
 
 The labelled format is presidio-research's: ``{"full_text", "spans": [{"entity_type",
 "start_position", "end_position"}], "template_id"}``. :func:`split_by_template` makes a
@@ -20,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Scores", "TypeScore", "evaluate", "iou", "load_labelled", "split_by_template"]
+__all__ = ["Scores", "TypeScore", "evaluate", "evaluate_chars", "iou", "load_labelled", "split_by_template"]
 
 SpanT = tuple[int, int, str]
 
@@ -110,6 +120,7 @@ def evaluate(
     types: Iterable[str],
     iou_threshold: float = 0.5,
     aliases: dict[str, str] | None = None,
+    skip: Callable[[str, str], bool] | None = None,
 ) -> Scores:
     """Score ``predict(text) -> [(start, end, entity_type)]`` on labelled ``records`` for ``types``."""
     wanted = set(types)
@@ -125,6 +136,9 @@ def evaluate(
             t = aliases.get(t, t)
             if t in wanted:
                 pred.append((s, e, t))
+        if skip is not None:
+            gold = [g for g in gold if not skip(g[2], text[g[0] : g[1]])]
+            pred = [p for p in pred if not skip(p[2], text[p[0] : p[1]])]
         for gs, ge, gt in gold:
             sc = scores.by_type[gt]
             sc.gold += 1
@@ -136,3 +150,37 @@ def evaluate(
             if any(pt == gt and iou((gs, ge), (ps, pe)) >= iou_threshold for gs, ge, gt in gold):
                 sc.correct += 1
     return scores
+
+
+def evaluate_chars(
+    records: list[dict[str, Any]],
+    predict: Callable[[str], list[SpanT]],
+    *,
+    types: Iterable[str],
+    aliases: dict[str, str] | None = None,
+    skip: Callable[[str, str], bool] | None = None,
+) -> TypeScore:
+    """Character-level counts over ``types``, any type matching any type: ``gold`` / ``predicted``
+    are the non-space characters inside labelled / predicted spans, ``found`` and ``correct`` both
+    the characters inside both (so precision and recall read as for :class:`TypeScore`)."""
+    wanted = set(types)
+    aliases = aliases or {}
+    total = TypeScore()
+    for r in records:
+        text = r["full_text"]
+        gold: set[int] = set()
+        for g in r["spans"]:
+            a, b, t = g["start_position"], g["end_position"], g["entity_type"]
+            if t in wanted and not (skip is not None and skip(t, text[a:b])):
+                gold.update(i for i in range(a, b) if not text[i].isspace())
+        pred: set[int] = set()
+        for a, b, t in predict(text):
+            t = aliases.get(t, t)
+            if t in wanted and not (skip is not None and skip(t, text[a:b])):
+                pred.update(i for i in range(a, b) if not text[i].isspace())
+        both = len(gold & pred)
+        total.gold += len(gold)
+        total.predicted += len(pred)
+        total.found += both
+        total.correct += both
+    return total

@@ -100,6 +100,14 @@ class RedactionPolicy(BaseModel):
     - ``pseudonym_key`` — the tenant's HMAC key, ≥ 16 characters; required for ``pseudonym`` [None].
     - ``pseudonym_length`` — hex digits of the HMAC kept, 6–64 [10].
     - ``token_traces`` — :class:`TokenTraceHandling` [drop_if_redacted].
+    - ``keep_country_level_places`` — leave a LOCATION that is a country or larger (a continent, a
+      world region, the EU) as it is [True]. A country is shared by millions of people and says
+      nothing about which one a trajectory is about — HIPAA's Safe Harbor method removes only
+      "geographic subdivisions smaller than a State" — while it is often what a correction or a
+      reward reason is about ("we ship to all countries in the EU and to Norway"); redacting it
+      would leave the control plane's memory as "<LOCATION_1> … <LOCATION_2>". Cities, regions,
+      streets and addresses are redacted as before. Labelled PII sets (presidio-research's, for
+      one) count countries as LOCATION: set False to redact them as those labels do.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -117,6 +125,7 @@ class RedactionPolicy(BaseModel):
     pseudonym_key: SecretStr | None = None
     pseudonym_length: Annotated[int, Field(ge=6, le=64)] = 10
     token_traces: TokenTraceHandling = TokenTraceHandling.DROP_IF_REDACTED
+    keep_country_level_places: bool = True
 
     @field_validator("entities", "entity_modes")
     @classmethod

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - without mypy there is no compiled buil
     def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[type], type]:  # type: ignore[misc]
         return lambda cls: cls
 
+
 __all__ = ["Redactor", "ReplacementState", "redactors", "resolve_overlaps"]
 
 _DIGIT = re.compile(r"\d")
@@ -109,6 +110,15 @@ class Redactor:
         wanted = self.policy.entities
         self.detectors = [d for d in self.detectors if d.entities & wanted]
         self._plan = [(d, getattr(d, "requires", None)) for d in self.detectors]
+        # the policy keeps countries and larger places (see RedactionPolicy.keep_country_level_places):
+        # a detector that knows the world's countries says which LOCATION spans are one
+        self._country_level: Callable[[str], bool] | None = None
+        if self.policy.keep_country_level_places and "LOCATION" in wanted:
+            for d in self.detectors:
+                judge = getattr(d, "country_level", None)
+                if callable(judge):
+                    self._country_level = judge
+                    break
         if cache_size == 0:  # no memo anywhere: the detectors' own (the entity run memo) off too
             for d in self.detectors:
                 if hasattr(d, "memo_size"):
@@ -156,6 +166,9 @@ class Redactor:
             return found
         if policy.allow_list:
             found = [s for s in found if text[s.start : s.end] not in policy.allow_list]
+        judge = self._country_level
+        if judge is not None:
+            found = [s for s in found if s.entity_type != "LOCATION" or not judge(text[s.start : s.end])]
         return resolve_overlaps(found)
 
     def detect_many(self, texts: list[str]) -> list[list[Span]]:
