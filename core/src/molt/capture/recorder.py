@@ -60,7 +60,7 @@ from typing import Any
 
 import orjson
 
-from molt.atdp.chain import GENESIS, seal
+from molt.atdp.chain import GENESIS, seal_parts
 from molt.atdp.ids import new_id
 from molt.atdp.models import Event, RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
@@ -117,23 +117,26 @@ def index_fields(event: Event, seq: int) -> dict[str, Any]:
     """The denormalized columns the store indexes an event by (tenant, time, kind, outcome, …)."""
     md = event.metadata
     out = event.outcome
+    consent = md.consent
+    # The enums are StrEnums: str() is their value, through a C slot; ``.value`` is a Python-level
+    # descriptor that cost more than the rest of this function's fields together.
     return {
         "event_id": event.event_id,
         "trajectory_id": event.trajectory_id,
         "session_id": event.session_id,
         "parent_id": event.parent_id,
         "seq": seq,
-        "kind": event.kind.value,
+        "kind": str(event.kind),
         "name": event.name,
         "ts_us": int(event.timestamp.timestamp() * 1_000_000),
         "tenant_id": md.tenant_id,
         "agent_id": md.agent_id,
         "task": md.task,
-        "status": out.status.value if out is not None else None,
+        "status": str(out.status) if out is not None else None,
         "reward": event.reward,
         "policy_version": event.provenance.policy_version,
-        "classification": md.classification.value,
-        "subject_id": md.consent.subject_id if md.consent is not None else None,
+        "classification": str(md.classification),
+        "subject_id": consent.subject_id if consent is not None else None,
     }
 
 
@@ -507,24 +510,23 @@ class Recorder:
         try:
             head = staged.get(tid) or self._head(tid)
             seq = head[0] + 1
-            sealed = seal(event, seq, head[1], salt=salt)
+            envelope, payload, digest, link = seal_parts(event, seq, head[1], salt)
             x = index_fields(event, seq)
             if annotations is not None:
                 # as the deliverer would read it back from the spool (a hook's tuple comes back a list)
                 x["annotations"] = orjson.loads(orjson.dumps(annotations))
-            row = SealedRow(x=x, envelope=sealed.envelope, payload=sealed.payload,
-                            salt=sealed.salt, digest=sealed.digest, prev_hash=sealed.prev_hash,
-                            hash=sealed.hash)
+            row = SealedRow(x, envelope, payload, salt, digest, head[1], link)
             body = row.encode()
-            check_size(body, limit=self.max_record_bytes + 4096, what="event",
-                       trajectory_id=tid, event_id=event.event_id)
+            if len(body) > self.max_record_bytes + 4096:
+                check_size(body, limit=self.max_record_bytes + 4096, what="event",
+                           trajectory_id=tid, event_id=event.event_id)
         except _HeadUnknown as exc:
             return self._quarantine_frame(event, "capture", str(exc), record=_raw_record(event)), None, None
         except MoltError as exc:
             return self._quarantine_frame(event, "capture", str(exc)), None, None
         except Exception as exc:  # a bug or an unserializable value: quarantine, never raise
             return self._quarantine_frame(event, "capture", f"sealing failed: {exc!r}"), None, None
-        return encode_frame(FRAME_EVENT, body), (seq, sealed.hash), row
+        return encode_frame(FRAME_EVENT, body), (seq, link), row
 
     def _hand_over(self, before: SpoolPosition, after: SpoolPosition, rows: list[SealedRow | bytes],
                    size: int) -> None:
