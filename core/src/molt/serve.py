@@ -304,8 +304,6 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
                                      trainer=weights, settings=mod.PlaneSettings(**(settings or {})))
             if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
                 plane.registry = registry
-            if callable(getattr(weights, "also_load", None)) and getattr(be.capabilities, "lora", False):
-                weights.also_load(be)  # the plane replays later candidates on versions with the adapter
             kwargs["plane"] = plane
         elif "backend" in params:
             kwargs["backend"] = replay_backend()

@@ -95,8 +95,9 @@ def _ask_weights(plane: ControlPlane) -> Any:
     return res
 
 
-def _canary_traffic(store: Store, plane: ControlPlane, v: PolicyVersion, items: list[Traffic]) -> None:
-    pol = ReplayPolicy(plane.backend, overrides_for(v.parts), version=v.version_id)
+def _canary_traffic(store: Store, plane: ControlPlane, v: PolicyVersion, items: list[Traffic],
+                    served_by: Any = None) -> None:
+    pol = ReplayPolicy(served_by or plane.backend, overrides_for(v.parts), version=v.version_id)
     runs = [asyncio.run(record_episode(AGENT, t.input, pol, World().live_tools(), task=t.task, tenant_id="acme"))
             for t in items]
     save_trajectories(store, [(e, r) for e, r, _ in runs])
@@ -243,7 +244,8 @@ def test_a_trainer_service_answers_the_planes_requests_through_the_queue(tmp_pat
     """``molt serve`` without ``--train`` queues the plane's weight updates (molt.control.weight_queue); a
     trainer service (``molt-trainer serve --plane-requests``, here in this process) trains each through the
     same weight loop and canaries the adapter for that agent; the plane judges it as it does its own. A
-    failed run is the request's outcome, with the reason, and names no version."""
+    failed run is the request's outcome, with the reason, and names no version. The service loads the adapter
+    into the gateway's backends only; the plane loads it into its replay backend when it replays under it."""
     import threading
 
     from molt.control.weight_queue import WeightQueue, serve_requests
@@ -251,6 +253,14 @@ def test_a_trainer_service_answers_the_planes_requests_through_the_queue(tmp_pat
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         plane, runs, loaded = _setup(store, tmp_path)
         loop = plane.trainer  # the service's weight loop (in its own process in production)
+        assert isinstance(loop, WeightLoop)
+        gateway, served_by = [], DeskModel()  # the gateway's backend: the service loads the adapter there
+
+        def gateway_load(name: str, path: str) -> None:
+            asyncio.run(served_by.load_adapter(name, path))
+            gateway.append((name, path))
+
+        loop.load = gateway_load
         queue = WeightQueue(store)
         plane.trainer = queue
         base = plane.registry.live("acme", AGENT)
@@ -273,16 +283,18 @@ def test_a_trainer_service_answers_the_planes_requests_through_the_queue(tmp_pat
         assert done.status == "done", done
         v = plane.registry.get(done.detail or "")
         assert v.status == "canary" and (v.tenant_id, v.agent_id, v.parent_id) == ("acme", AGENT, base.version_id)
-        assert v.parts.model.adapter == "desk-lora-1" and loaded == [("desk-lora-1", str(runs.root / "desk-lora-1"))]
+        assert v.parts.model.adapter == "desk-lora-1" and gateway == [("desk-lora-1", str(runs.root / "desk-lora-1"))]
+        assert loaded == [] and "desk-lora-1" not in asyncio.run(plane.backend.models())
         assert req.request_id in (v.note or "")
-        _canary_traffic(store, plane, v, _tax(3, ("acme",), 100) + _fine(3, ("acme",)))
+        _canary_traffic(store, plane, v, _tax(3, ("acme",), 100) + _fine(3, ("acme",)), served_by)
         assert plane.run_cycle("acme", AGENT).choice == "promote"
         assert plane.registry.live("acme", AGENT).version_id == v.version_id
 
         # A run that raises: the request fails with the reason; nothing is canaried; the plane asks anew.
         runs.fail = RuntimeError("CUDA error mid-step")
-        _canary_traffic(store, plane, v, _tax(6, ("acme",), 200))
+        _canary_traffic(store, plane, v, _tax(6, ("acme",), 200), served_by)
         assert _ask_weights(plane).choice == "weight_update"
+        assert "desk-lora-1" in asyncio.run(plane.backend.models())  # replayed under the live adapter
         assert serve_requests(queue, loop, stop, tenant_id="acme", poll_s=0, max_requests=1) == 1
         failed = queue.requests("acme")[-1]
         assert failed.status == "failed" and "CUDA error mid-step" in (failed.detail or ""), failed

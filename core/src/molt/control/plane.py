@@ -232,6 +232,7 @@ class ControlPlane:
         # Across cycles: each trajectory's replay under each policy (by content), reused while the
         # trajectory and its rewards are unchanged — a sliding window meets the same runs cycle after cycle.
         self.replays = ReplayMemo()
+        self._adapters: set[tuple[int, str]] = set()  # (backend, adapter) pairs the replay backends serve
         # Replay's default normalisation drops every ``*_id`` key when matching a tool request to the
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
@@ -611,7 +612,7 @@ class ControlPlane:
         policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
         failing = cand.source_trajectories if cand.kind == "rollback" else (
             [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
-        ev = await self._replay(failing, agent, policy, live, cand.candidate_id, sample=s.replay_sample)
+        ev = await self._replay(failing, agent, policy, live, cand.candidate_id, parts=parts, sample=s.replay_sample)
         out: dict[str, Any] = {"replay": _brief(ev)}
         out["replay"]["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
                                  else "generic replay from the recording")
@@ -657,7 +658,7 @@ class ControlPlane:
             # held-back successes are not replayed for it.
             out["regression"] = {"skipped": "the replay did not clear the evidence bar"}
         elif held:
-            reg = await self._replay(held, agent, policy, live, cand.candidate_id + ":regr")
+            reg = await self._replay(held, agent, policy, live, cand.candidate_id + ":regr", parts=parts)
             out["regression"] = _brief(reg)
             if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
                     reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance:
@@ -679,11 +680,12 @@ class ControlPlane:
                                tenant_id=tenant)
             base = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
             self._region_live[key] = _replayed(await self._replay(region, agent, base, live,
-                                                                  f"{live.version_id}:baseline"))
+                                                                  f"{live.version_id}:baseline", parts=live.parts))
         got = _replayed(ev)
         rest = [t for t in region if t not in got]
         if rest:
-            got |= _replayed(await self._replay(rest, agent, policy, live, cand.candidate_id + ":region"))
+            got |= _replayed(await self._replay(rest, agent, policy, live, cand.candidate_id + ":region",
+                                                parts=cand.parts or live.parts))
         return confirmation(self._region_live[key], {t: got.get(t) for t in region},
                             self._confirm_levels[cluster.key])
 
@@ -697,20 +699,37 @@ class ControlPlane:
             policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
             try:
                 self._live_evals[key] = await self._replay(failing, agent, policy, live, f"{live.version_id}:baseline",
-                                                           sample=self.settings.replay_sample)
+                                                           parts=live.parts, sample=self.settings.replay_sample)
             except Exception:
                 log.warning("Replaying the live version on %s failed.", cluster.key, exc_info=True)
                 self._live_evals[key] = None
         return self._live_evals[key]
 
     async def _replay(self, ids: list[str], agent: Any, policy: ReplayPolicy, live: PolicyVersion,
-                      candidate_id: str, *, sample: int | None = None) -> Evaluation:
-        """Replay ``ids`` under ``policy`` for ``live``'s agent, through the plane's memo of replays."""
+                      candidate_id: str, *, parts: PolicyParts, sample: int | None = None) -> Evaluation:
+        """Replay ``ids`` under ``policy`` (serving ``parts``) for ``live``'s agent, through the plane's memo
+        of replays."""
+        await self._serve_adapter(live.agent_id, parts)
         ev: Evaluation = await evaluate_candidate(
             self.store, ids, agent, policy, candidate_id=candidate_id, sample=sample, live=self.live_tools,
             tenant_id=live.tenant_id, normalization=self.normalization, judge=self.judge_for(live.agent_id),
             memo=self.replays)
         return ev
+
+    async def _serve_adapter(self, agent_id: str, parts: PolicyParts) -> None:
+        """Load ``parts``' adapter into the replay backend when it does not list it yet: a version with new
+        weights is replayed on those weights, whichever process trained them (``molt serve --train`` or a
+        trainer service that loaded them into the gateway's backends only)."""
+        m = parts.model
+        if not m.adapter or not m.adapter_path:
+            return
+        be = self.backend_for(agent_id)
+        key = (id(be), m.adapter)
+        if key in self._adapters or not getattr(getattr(be, "capabilities", None), "lora", False):
+            return
+        if m.adapter not in await be.models():
+            await be.load_adapter(m.adapter, m.adapter_path)
+        self._adapters.add(key)
 
     def _clears(self, replay: Mapping[str, Any]) -> bool:
         """Whether a replay clears the evidence bar (``min_gain``, interval above zero)."""

@@ -40,7 +40,6 @@ like the in-process loop's.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import threading
@@ -251,18 +250,6 @@ class WeightLoop:
                                         f"{version} ({type(exc).__name__}: {exc}); the live version keeps "
                                         f"serving") from exc
         return ModelPart(base=req.model.base, adapter=str(version), adapter_path=str(path))
-
-    def also_load(self, backend: Any) -> None:
-        """Load each adapter into ``backend`` too (after ``load``): the plane's own replay backend, so later
-        candidates are replayed on versions with the adapter as they are served."""
-        first = self.load
-
-        def load(name: str, path: str) -> None:
-            if first is not None:
-                first(name, path)
-            asyncio.run(backend.load_adapter(name, path))
-
-        self.load = load
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Counters for ``molt doctor`` (a :data:`molt.status.StatusSource`)."""
