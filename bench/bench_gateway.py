@@ -24,8 +24,8 @@ per target). Interleaving makes a busy neighbour on a shared machine slow every 
 latency is the target's percentile minus the stub's at the same concurrency; requests/s is what one
 worker completes at concurrency 16.
 
-Last, the upstream client alone: the gateway's ``molt.backends.http.HTTPPool`` (h11 framing) beside
-httpx's ``AsyncClient``, one request each in turn to the stub server.
+Last, the upstream client alone: the gateway's ``molt.backends.http.HTTPPool`` (llhttp framing, through
+httptools) beside httpx's ``AsyncClient``, one request each in turn to the stub server.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def measure(targets: list[tuple[str, int, str | None]], args: argparse.Namespace
 
 
 def measure_client(upstream: str, requests: int) -> list[dict[str, Any]]:
-    """The upstream client's own cost: the gateway's :class:`molt.backends.http.HTTPPool` (h11 framing)
+    """The upstream client's own cost: the gateway's :class:`molt.backends.http.HTTPPool` (llhttp framing)
     and httpx's ``AsyncClient`` (a general-purpose peer) posting the same request to the stub server,
     one request each in turn on a keep-alive connection; p50 / p99 per request."""
     import httpx
@@ -322,7 +322,7 @@ def measure_client(upstream: str, requests: int) -> list[dict[str, Any]]:
             return (await client.post("/chat/completions", content=BODY,
                                       headers={"content-type": "application/json"})).status_code
 
-        clients = [("molt.backends.http (h11)", via_pool), ("httpx.AsyncClient", via_httpx)]
+        clients = [("molt.backends.http (httptools)", via_pool), ("httpx.AsyncClient", via_httpx)]
         lat: list[list[float]] = [[] for _ in clients]
         try:
             for k in range(requests + 100):

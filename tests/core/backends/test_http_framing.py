@@ -111,13 +111,60 @@ def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
     assert bodies == [b"one", b"two"] and server.connections == 2
 
 
+def test_interim_answers_are_skipped() -> None:
+    """1xx answers (100 Continue, 103 Early Hints) come before the final one and carry no body."""
+    answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + _ok(b"one")
+    server, bodies = _run(lambda n: [answer, _ok(b"two")], _two_posts)
+    assert bodies == [b"one", b"two"] and server.connections == 1
+
+
+def test_a_body_without_length_runs_to_the_connection_end_and_is_not_reused() -> None:
+    server, bodies = _run(lambda n: [b"HTTP/1.1 200 OK\r\n\r\nto the end", "close"] if n == 1 else [_ok(b"two")],
+                          _two_posts)
+    assert bodies == [b"to the end", b"two"] and server.connections == 2
+
+
+def test_bytes_after_the_answer_are_not_read_as_part_of_it() -> None:
+    """A second answer to one request (response splitting) is not appended to the first, and the
+    connection is not reused."""
+    server, bodies = _run(lambda n: [_ok(b"one") + _ok(b"evil")] if n == 1 else [_ok(b"two")], _two_posts)
+    assert bodies == [b"one", b"two"] and server.connections == 2
+
+
+def test_connection_close_is_honoured() -> None:
+    server, bodies = _run(lambda n: [_ok(b"one", b"Connection: close\r\n")] if n == 1 else [_ok(b"two")], _two_posts)
+    assert bodies == [b"one", b"two"] and server.connections == 2
+
+
+def test_a_large_stream_read_slowly_arrives_whole() -> None:
+    """The connection stops reading while the caller is behind (flow control) and resumes as it reads."""
+    piece = b"x" * 65536
+    answer = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+              + b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(64)) + b"0\r\n\r\n")
+
+    async def read_slowly(url: str) -> int:
+        pool = HTTPPool(url)
+        try:
+            async with pool.stream("POST", "/x", b"{}") as (status, _, pieces):
+                assert status == 200
+                total = 0
+                async for p in pieces:
+                    total += len(p)
+                    await asyncio.sleep(0.001)
+                return total
+        finally:
+            await pool.aclose()
+
+    assert _run(lambda n: [answer], read_slowly)[1] == 64 * 65536
+
+
 _BAD = {
     "bad chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
     "negative chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
     "chunk longer than its size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n",
     "truncated Content-Length body": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b",
     "truncated chunked body": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n64\r\nonly ten b",
-    # h11 bounds a head still incomplete after a read; one that arrives whole within a read passes.
+    # bounded whether it arrives whole or piece by piece
     "oversize headers": b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (4 * MAX_HEAD_BYTES) + b"\r\nContent-Length: 0\r\n\r\n",
     "conflicting Content-Lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nhello",
     "unknown transfer coding": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
@@ -193,7 +240,7 @@ def test_a_well_framed_answer_through_the_backend() -> None:
 
 def test_a_header_that_would_split_the_request_is_refused_before_sending() -> None:
     """A configured header value with a line break (an API key pasted with a newline) would inject a
-    header; h11 refuses to write it, and nothing reaches the server."""
+    header; the pool refuses to write it, and nothing reaches the server."""
     async def one(url: str) -> None:
         pool = HTTPPool(url, {"authorization": "Bearer k\r\nX-Injected: 1"})
         try:

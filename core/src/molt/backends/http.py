@@ -1,12 +1,18 @@
 """A small keep-alive HTTP/1.1 client for the hot path to upstream model servers.
 
 The gateway's budget for its own overhead is about a millisecond, and a general-purpose client
-(httpx) spends a large share of that on each request. Upstream calls need little:
-POST a JSON body to one origin and read the answer whole or piece by piece (an SSE stream). So this
-pool does only that, on asyncio streams (TLS included), reusing idle connections. The message framing
-itself is :mod:`h11`'s (RFC 9112): ``Transfer-Encoding: chunked`` beats ``Content-Length`` (§6.3), a
-response carrying both is read as chunked and its connection is not reused (it is a smuggling
-signature), and malformed chunk sizes, bodies cut short and oversized heads are protocol errors.
+(httpx) spends a large share of that on each request. Upstream calls need little: POST a JSON body
+to one origin and read the answer whole or piece by piece (an SSE stream). So this pool does only
+that, reusing idle connections (TLS included), each connection an :class:`asyncio.Protocol` that
+feeds what arrives straight into the parser: no stream buffer between the socket and the parser.
+
+The message framing is llhttp's (Node.js's HTTP/1.1 parser, compiled, through :mod:`httptools`, which
+the gateway's server already uses): malformed chunk sizes, bodies cut short, duplicate or conflicting
+``Content-Length`` s and bad status lines are protocol errors. What RFC 9112 leaves to the recipient is
+decided here: ``Transfer-Encoding: chunked`` beats ``Content-Length`` (§6.3) and such a connection is
+not reused (a smuggling signature); a transfer coding other than ``chunked`` is refused (this client
+decodes no other); a response head larger than :data:`MAX_HEAD_BYTES` is refused; a body without
+either header runs to the connection's end.
 
 A reused connection that the server closed while idle fails before any byte of the answer arrives;
 the request is then retried once on a fresh connection (what browsers and urllib3 do). Timeouts are
@@ -19,24 +25,39 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import re
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import h11
+import httptools
 
-__all__ = ["HTTPPool", "HTTPProtocolError", "Response", "iter_lines"]
+__all__ = ["MAX_HEAD_BYTES", "HTTPPool", "HTTPProtocolError", "Response", "iter_lines"]
 
-#: A response head (status line and headers) still incomplete beyond this many bytes is refused. The
-#: bound is h11's and applies between reads, so a head that arrives whole may be up to one read longer.
+#: A response head (status line and headers) larger than this is refused.
 MAX_HEAD_BYTES = 64 * 1024
-_READ = 64 * 1024
+#: A streamed answer's unread body past which the connection stops reading (TCP flow control takes
+#: over), and the level below which it reads again.
+_HIGH_WATER = 1 << 20
+_LOW_WATER = 1 << 18
+#: RFC 9110 §5.1 field names are tokens; §5.5 field values hold no control characters but HTAB.
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 
 
 class HTTPProtocolError(OSError):
     """The server's answer is not valid HTTP/1.1 (or the connection ended inside it)."""
+
+
+class _SecondAnswer(Exception):
+    """Bytes of another answer after the whole of this one (raised to stop the parser there)."""
+
+
+def _invalid(why: str) -> HTTPProtocolError:
+    return HTTPProtocolError(f"The server's answer is not valid HTTP/1.1: {why}.")
 
 
 @dataclass(slots=True)
@@ -48,49 +69,214 @@ class Response:
     body: bytes
 
 
-class _Conn:
-    """One connection and its h11 state machine."""
+class _Conn(asyncio.Protocol):
+    """One connection: the parser's callbacks fill in the answer in flight, and the one task reading
+    it waits on :meth:`_wait` until there is more (a head, body, the end, or an error)."""
 
-    __slots__ = ("answered", "h11", "loop", "reader", "reusable", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
+    def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.reusable = True  # False once the answer's framing makes the connection suspect
-        self.answered = False  # whether any byte of an answer arrived on this connection
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        # Chunked framing wins over a Content-Length beside it (RFC 9112 §6.3) and the connection is not
+        # reused after it (see on_headers_complete); llhttp alone refuses such an answer, which is what
+        # an httptools too old to relax that one check does.
+        lenient = getattr(self.parser, "set_dangerous_leniencies", None)
+        if lenient is not None:
+            lenient(lenient_chunked_length=True)
+        self.closed = False  # the transport is gone (or going)
+        self.reusable = True  # False once anything makes the connection unfit for another request
+        self.busy = False  # a request is in flight
+        self.answered = False  # whether any byte of the current answer arrived
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.paused = False
+        self._begin()
+
+    def _begin(self) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.head_bytes = 0  # bytes read while the head is incomplete (it may be buffered in the parser)
+        self.head_size = 0  # the header lines' bytes
+        self.head_done = False
+        self.interim = False  # reading a 1xx answer, which a final one follows
+        self.until_eof = False
+        self.done = False
+        self.pieces: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+
+    def start(self, data: bytes) -> None:
+        """Send a request on this (idle) connection."""
+        self._begin()
+        self.busy = True
+        self.answered = False
+        assert self.transport is not None
+        self.transport.write(data)
 
     def close(self) -> None:
-        with contextlib.suppress(RuntimeError):  # its event loop may be gone already
-            self.writer.close()
+        self.reusable = False
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            with contextlib.suppress(RuntimeError):  # its event loop may be gone already
+                self.transport.close()
 
-    async def next_event(self) -> h11.Event:
-        """The next h11 event of the answer, reading from the socket as needed."""
-        h = self.h11
+    def usable(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this idle connection can take another request (a connection opened on another
+        event loop, a test's earlier ``asyncio.run``, cannot)."""
+        return (self.loop is loop and self.reusable and not self.closed and self.transport is not None
+                and not self.transport.is_closing())
+
+    # ------------------------------------------------------------------ the transport's side
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy or self.error is not None:
+            # bytes nobody asked for (or after a refused answer): the connection cannot be trusted
+            self.close()
+            return
+        self.answered = True
+        if not self.head_done:
+            self.head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(_invalid("the server switched protocols"))
+        except httptools.HttpParserError as exc:
+            own = exc.__context__
+            if isinstance(own, _SecondAnswer):
+                self.close()  # the answer read is whole; the connection cannot be trusted with another request
+            else:
+                self._fail(own if isinstance(own, HTTPProtocolError) else _invalid(str(exc) or type(exc).__name__))
+        else:
+            if not self.head_done and self.head_bytes > MAX_HEAD_BYTES:
+                self._fail(_invalid(f"its head is over {MAX_HEAD_BYTES} bytes"))
+            elif self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
+                self.paused = True
+                self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes; connection_lost ends the answer
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
+        if self.busy and not self.done and self.error is None:
+            if self.head_done and self.until_eof:
+                self.done = True  # a body delimited by the connection's end is complete
+            elif not self.answered:
+                self.error = HTTPProtocolError("The server closed the connection before answering.")
+            else:
+                self.error = _invalid("the connection ended inside the answer")
+        self._wake()
+
+    # ------------------------------------------------------------------ the parser's callbacks
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            raise _SecondAnswer
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_size += len(name) + len(value) + 4
+        if self.head_size > MAX_HEAD_BYTES:
+            raise _invalid(f"its head is over {MAX_HEAD_BYTES} bytes")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        if key == "transfer-encoding" and text.strip().lower() != "chunked":
+            raise _invalid(f"transfer coding {text!r} (only chunked is read)")
+        h = self.headers
+        h[key] = f"{h[key]}, {text}" if key in h else text
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (100 Continue, 103 Early Hints): the final one follows
+            self.interim = True
+            self.headers = {}
+            return
+        self.status = status
+        self.head_done = True
+        h = self.headers
+        if "transfer-encoding" in h and "content-length" in h:
+            self.reusable = False  # RFC 9112 §6.3: read as chunked, and the connection is not trusted again
+        self.until_eof = ("transfer-encoding" not in h and "content-length" not in h
+                          and status not in (204, 304))
+        if self.until_eof:
+            self.reusable = False
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+        self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            self.head_bytes = self.head_size = 0
+            return
+        self.done = True
+        if not self.parser.should_keep_alive():
+            self.reusable = False
+
+    # ------------------------------------------------------------------ the reader's side
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.close()
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def _wait(self) -> None:
+        w = self.waiter = self.loop.create_future()
+        try:
+            await w
+        finally:
+            self.waiter = None
+
+    async def head(self) -> None:
+        """Wait for the answer's status and headers."""
+        while not self.head_done:
+            if self.error is not None:
+                raise self.error
+            await self._wait()
+        # an error found later in the same read (a bad chunk) surfaces when the body is read
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The answer's body pieces as they arrive."""
+        pieces = self.pieces
         while True:
-            try:
-                event = h.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise HTTPProtocolError(f"The server's answer is not valid HTTP/1.1: {exc}.") from None
-            if event is not h11.NEED_DATA:
-                return event  # type: ignore[return-value]
-            data = await self.reader.read(_READ)
-            if data:
-                self.answered = True
-            try:
-                h.receive_data(data)  # b"" tells h11 the server closed the connection
-            except h11.RemoteProtocolError as exc:
-                raise HTTPProtocolError(f"The server's answer is not valid HTTP/1.1: {exc}.") from None
+            while pieces:
+                piece = pieces.popleft()
+                self.buffered -= len(piece)
+                if self.paused and self.buffered < _LOW_WATER and self.transport is not None:
+                    self.paused = False
+                    self.transport.resume_reading()
+                yield piece
+            if self.error is not None:
+                raise self.error
+            if self.done:
+                return
+            await self._wait()
+
+    async def read_all(self) -> bytes:
+        """The whole body (the common case: it arrived with the head, and nothing is awaited)."""
+        while not self.done:
+            if self.error is not None:
+                raise self.error
+            await self._wait()
+        if self.error is not None:
+            raise self.error
+        data = b"".join(self.pieces)
+        self.pieces.clear()
+        return data
 
     def finish(self) -> bool:
-        """After the whole answer: ready the connection for the next request; whether it can take one."""
-        h = self.h11
-        if not self.reusable or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
-            return False
-        h.start_next_cycle()
-        self.answered = False
-        return True
+        """After the whole answer: whether the connection can take another request."""
+        self.busy = False
+        return self.done and self.reusable and self.error is None and not self.closed
 
 
 class HTTPPool:
@@ -111,9 +297,17 @@ class HTTPPool:
         self.ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
         self.prefix = u.path.rstrip("/")
         host_header = self.host if u.port is None else f"{self.host}:{self.port}"
-        self._headers: list[tuple[bytes, bytes]] = [
-            (k.encode("latin-1"), v.encode("latin-1"))
-            for k, v in (("Host", host_header), ("Accept", "*/*"), *(headers or {}).items())]
+        head = b""
+        #: Why the configured headers cannot be sent (raised by every request, before sending).
+        self._unsendable: str | None = None
+        for k, v in (("Host", host_header), ("Accept", "*/*"), *(headers or {}).items()):
+            name, value = k.encode("latin-1"), v.encode("latin-1")
+            if not _TOKEN.fullmatch(name):
+                self._unsendable = f"the header name {k!r} is not a token"
+            elif _BAD_VALUE.search(value):
+                self._unsendable = f"the value of header {k!r} holds a control character (a line break?)"
+            head += name + b": " + value.strip(b" \t") + b"\r\n"
+        self._head = head
         self._idle: collections.deque[_Conn] = collections.deque()
         self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
@@ -121,54 +315,51 @@ class HTTPPool:
     # ------------------------------------------------------------------ connections
 
     async def _connect(self) -> _Conn:
-        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=1 << 20)
-        return _Conn(reader, writer)
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(_Conn, self.host, self.port, ssl=self.ssl)
+        return conn
 
     def _take_idle(self) -> _Conn | None:
         loop = asyncio.get_running_loop()
         while self._idle:
             c = self._idle.pop()
-            # A connection opened on another event loop (a test's earlier asyncio.run) is unusable.
-            if c.loop is loop and not c.reader.at_eof() and not c.writer.is_closing():
+            if c.usable(loop):
                 return c
             c.close()
         return None
 
-    def _release(self, c: _Conn, complete: bool) -> None:
-        if complete and not self._closed and not c.writer.is_closing() and c.finish():
+    def _release(self, c: _Conn) -> None:
+        if c.finish() and not self._closed:
             self._idle.append(c)
         else:
             c.close()
 
-    def _request_bytes(self, conn: _Conn, method: str, path: str, body: bytes | None,
-                       content_type: str) -> bytes:
-        headers = self._headers
+    def _request_bytes(self, method: str, path: str, body: bytes | None, content_type: str) -> bytes:
+        if self._unsendable is not None:
+            raise HTTPProtocolError(f"The request cannot be sent as HTTP/1.1: {self._unsendable}.")
+        target = f"{self.prefix}{path}".encode("latin-1")
+        ctype = content_type.encode("latin-1")
+        if (not _TOKEN.fullmatch(method.encode("latin-1")) or _BAD_TARGET.search(target)
+                or _BAD_VALUE.search(ctype)):
+            raise HTTPProtocolError(f"The request cannot be sent as HTTP/1.1: {method} {target!r} ({content_type}).")
+        data = b"%s %s HTTP/1.1\r\n%s" % (method.encode("latin-1"), target, self._head)
         if body is not None:
-            headers = [*headers, (b"Content-Type", content_type.encode("latin-1")),
-                       (b"Content-Length", b"%d" % len(body))]
-        h = conn.h11
-        try:
-            data = h.send(h11.Request(method=method.encode("latin-1"),
-                                      target=f"{self.prefix}{path}".encode("latin-1"), headers=headers))
-            if body:
-                data += h.send(h11.Data(data=body))
-            return data + h.send(h11.EndOfMessage())
-        except h11.LocalProtocolError as exc:  # a header value with a line break, say (a bad API key)
-            raise HTTPProtocolError(f"The request cannot be sent as HTTP/1.1: {exc}.") from None
+            return data + b"Content-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (ctype, len(body), body)
+        return data + b"\r\n"
 
-    async def _send(self, method: str, path: str, body: bytes | None,
-                    content_type: str) -> tuple[_Conn, int, dict[str, str]]:
+    async def _send(self, method: str, path: str, body: bytes | None, content_type: str) -> _Conn:
         """Send the request and read the status and headers (retrying once on a stale connection)."""
+        data = self._request_bytes(method, path, body, content_type)
         for attempt in range(2):
             conn = self._take_idle() if attempt == 0 else None
             reused = conn is not None
             if conn is None:
                 conn = await self._connect()
             try:
-                conn.writer.write(self._request_bytes(conn, method, path, body, content_type))
-                status, headers = await _read_head(conn)
-                return conn, status, headers
-            except (OSError, RuntimeError, asyncio.IncompleteReadError):
+                conn.start(data)
+                await conn.head()
+                return conn
+            except (OSError, RuntimeError):
                 conn.close()
                 # A stale keep-alive connection fails before the answer's first byte; anything
                 # later (or on a fresh connection) is the server's fault and is not retried.
@@ -185,14 +376,14 @@ class HTTPPool:
                       content_type: str = "application/json") -> Response:
         """Send a request and read the whole answer."""
         async with self._slots:
-            conn, status, headers = await self._send(method, path, body, content_type)
+            conn = await self._send(method, path, body, content_type)
             try:
-                data = b"".join([piece async for piece in _iter_body(conn)])
+                data = await conn.read_all()
             except BaseException:
                 conn.close()
                 raise
-            self._release(conn, True)
-            return Response(status, headers, data)
+            self._release(conn)
+            return Response(conn.status, conn.headers, data)
 
     @asynccontextmanager
     async def stream(self, method: str, path: str, body: bytes | None = None, *,
@@ -201,18 +392,14 @@ class HTTPPool:
         """Send a request; yields ``(status, headers, body pieces)`` to read the answer as it comes.
         The connection is reused only if the body was read to its end."""
         async with self._slots:
-            conn, status, headers = await self._send(method, path, body, content_type)
-            state = {"done": False}
-
-            async def pieces() -> AsyncIterator[bytes]:
-                async for piece in _iter_body(conn):
-                    yield piece
-                state["done"] = True
-
+            conn = await self._send(method, path, body, content_type)
             try:
-                yield status, headers, pieces()
+                yield conn.status, conn.headers, conn.body()
             finally:
-                self._release(conn, state["done"])
+                if conn.done and not conn.pieces:
+                    self._release(conn)
+                else:
+                    conn.close()
 
     async def aclose(self) -> None:
         """Close idle connections (and refuse to keep new ones)."""
@@ -234,34 +421,3 @@ async def iter_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             yield line.rstrip(b"\r")
     if buf:
         yield buf
-
-
-async def _read_head(conn: _Conn) -> tuple[int, dict[str, str]]:
-    while True:
-        event = await conn.next_event()
-        if isinstance(event, h11.Response):
-            break
-        if isinstance(event, h11.ConnectionClosed):
-            raise HTTPProtocolError("The server closed the connection before answering.")
-        # h11.InformationalResponse: 1xx interim answers (100 Continue) are skipped.
-    headers: dict[str, str] = {}
-    for name, value in event.headers:
-        key = name.decode("latin-1")
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    if "transfer-encoding" in headers and "content-length" in headers:
-        conn.reusable = False  # RFC 9112 §6.3: chunked was read, the connection is not trusted again
-    return event.status_code, headers
-
-
-async def _iter_body(conn: _Conn) -> AsyncIterator[bytes]:
-    """The answer's body pieces, framed by h11 (chunked, Content-Length or the connection's end)."""
-    while True:
-        event = await conn.next_event()
-        if isinstance(event, h11.Data):
-            if event.data:
-                yield bytes(event.data)
-        elif isinstance(event, h11.EndOfMessage):
-            return
-        else:  # pragma: no cover - h11 raises on a body cut short before any other event
-            raise HTTPProtocolError(f"Unexpected {type(event).__name__} inside the server's answer.")
