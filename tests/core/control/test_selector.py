@@ -237,6 +237,20 @@ def test_upstream_rename_gets_a_rename_candidate_that_works(tmp_path: Path) -> N
         assert _live_successes(plane, "acme", items[:4], world) == 4
 
 
+def test_rename_targets_are_names_the_error_points_to_not_abbreviations() -> None:
+    from molt.control.clusters import Cluster
+    from molt.control.diagnose import rename_targets
+
+    err = ToolUse("lookup_order", {"order_id": "A-1"}, False, "ToolNotFound",
+                  "unknown tool 'lookup_order' (e.g. a renamed one, i.e. see the catalogue); available: get_order")
+    eps = [Episode(trajectory_id=f"t{i}", tenant_id="acme", agent_id=AGENT, task=None, policy_version="v1",
+                   started_at=datetime(2026, 12, 1, tzinfo=UTC), success=False, reward=0.0, question="Where?",
+                   answer=None, tools=[err]) for i in range(3)]
+    cl = Cluster(key="k", task=None, signature="tool:lookup_order:ToolNotFound", kind="tool_error", failures=eps,
+                 tool="lookup_order", error_type="ToolNotFound")
+    assert rename_targets(cl) == ["get_order"]
+
+
 # --------------------------------------------------------------------------- a tool that times out
 
 

@@ -266,6 +266,8 @@ def test_checkable_facts() -> None:
     assert checkable_facts("Mooring is allowed.") == [] and checkable_facts("It costs $17.") == ["17"]
     assert states_fact("The fee is $17.", "17") and states_fact("slip b-12", "B-12")
     assert not states_fact("It is 170.", "17")
+    # A redacted correction: the placeholders stand for values, not facts an answer could state.
+    assert checkable_facts("<PERSON_1> has 2 bikes at dock <ADDRESS_12>.") == ["2"]
 
 
 # ---------------------------------------------------------------------------------------- bad input

@@ -221,7 +221,9 @@ def rename_targets(cluster: Cluster, limit: int = 3) -> list[str]:
             if t.name != cluster.tool:
                 continue
             for name in dict.fromkeys(_IDENT.findall(t.error_message or "")):
-                if name != cluster.tool and name not in offered and name not in params and not re.search(r"\d", name):
+                # "e.g", "i.e": segments of one letter are an abbreviation, not a tool's name.
+                if name != cluster.tool and name not in offered and name not in params and not re.search(r"\d", name) \
+                        and any(len(w) > 1 for w in re.split(r"[_.\-]", name)):
                     counts[name] += 1
     words = set(re.split(r"[_.\-]|(?<=[a-z])(?=[A-Z])", cluster.tool.lower()))
     # Names sharing a word with the called tool first (get_order for lookup_order), then the most named.

@@ -91,6 +91,8 @@ _OUTCOME_SOURCES = {RewardSource.VERIFIER, RewardSource.TEST_RESULT, RewardSourc
                     RewardSource.ENVIRONMENT}
 _FACT = re.compile(r"\S*\d\S*")
 _EDGE = re.compile(r"^[\W_]+|[\W_]+$")
+#: What the redactor's placeholder mode writes (molt.governance.redaction: ``<TYPE_n>``).
+_PLACEHOLDER = re.compile(r"<[A-Z][A-Z_]*_\d+>")
 #: Model calls a re-driven loop may make beyond the recorded ones before it counts as unknown: the
 #: candidate may take a step or two more than the recording, not loop forever.
 EXTRA_CALLS = 4
@@ -280,8 +282,10 @@ def recorded_outcome(traj: Trajectory) -> tuple[float | None, str | None]:
 
 def checkable_facts(text: str) -> list[str]:
     """The words of ``text`` that hold a digit (amounts, dates, times, codes, ids), without the
-    punctuation or currency signs around them: what an answer agreeing with ``text`` must repeat."""
-    return list(dict.fromkeys(_EDGE.sub("", t) for t in _FACT.findall(text)))
+    punctuation or currency signs around them: what an answer agreeing with ``text`` must repeat.
+    Governance's placeholders (``<PERSON_1>``) are not facts: they stand for a value the replay never
+    saw, numbered per scope, so no answer can be asked to repeat them."""
+    return list(dict.fromkeys(_EDGE.sub("", t) for t in _FACT.findall(_PLACEHOLDER.sub(" ", text))))
 
 
 async def judge_answer(answer: Any, traj: Trajectory, *, verifier: Verifier | None = None,
