@@ -11,6 +11,10 @@ through the gateway's admin API and canaried under the agent's routing key (fres
 it, said by ``X-Molt-Policy-Version``), the plane then promotes or aborts it on the canary's rewarded
 traffic, and afterwards the gateway serves whichever version is live. No request fails meanwhile.
 
+The same loop runs with the trainer as a service of its own (the ``service`` case): ``molt serve`` without
+``--train`` queues the plane's weight update in the store, ``molt-trainer serve --plane-requests`` in
+another process trains it and canaries the adapter for the agent, and the plane judges it the same way.
+
     pytest tests/e2e/test_serve_train.py -s
 """
 
@@ -60,8 +64,13 @@ def model_dir() -> Path:
     return ensure_policy_model(Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models")))
 
 
-@pytest.fixture
-def served(tmp_path: Path, model_dir: Path, molt_serving: Any) -> Iterator[tuple[str, Path]]:
+@pytest.fixture(params=["in-process", "service"])
+def served(request: pytest.FixtureRequest, tmp_path: Path, model_dir: Path, molt_serving: Any
+           ) -> Iterator[tuple[str, Path, str]]:
+    """``molt serve --train`` (``in-process``), or ``molt serve`` beside ``molt-trainer serve
+    --plane-requests`` in a process of its own (``service``): the plane's weight updates are queued in the
+    store and the service trains them, as users deploy a trainer on a host of its own."""
+    mode = request.param
     home = tmp_path / "home"
     (home / "models").mkdir(parents=True)
     (home / "models" / model_dir.name).symlink_to(model_dir)
@@ -79,16 +88,29 @@ def served(tmp_path: Path, model_dir: Path, molt_serving: Any) -> Iterator[tuple
                 "min_weight_cluster": 8}
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "molt.cli", "serve", "--backend", "local", "--port", str(port), "--train",
-         "--governance", str(policy), "--evolve-every", "10", "--no-console", "--log-level", "info",
+        [sys.executable, "-m", "molt.cli", "serve", "--backend", "local", "--port", str(port),
+         *(["--train"] if mode == "in-process" else []), "--governance", str(policy), "--evolve-every", "10", "--no-console", "--log-level", "info",
          "--backend-timeout", "600", "--verifier", f"{TASK}=sums_checks:opens_with_number",
          *[a for k, v in settings.items() for a in ("--plane-setting", f"{k}={v}")]],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    service: subprocess.Popen[bytes] | None = None
     try:  # a loaded 2-core CI box took over 300 s to start it once
         with molt_serving(proc, url, tmp_path / "serve.log", start_timeout_s=600):
-            yield url, home
+            if mode == "service":
+                service = subprocess.Popen(
+                    [str(Path(sys.executable).with_name("molt-trainer")), "serve", "--plane-requests",
+                     "--gateway", url, "--model", MODEL, "--store", str(home / "store"), "--governance", str(policy),
+                     "--model-path", str(model_dir), "--out", str(home / "adapters"), "--canary-weight", "0.5"],
+                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            yield url, home, mode
+            if service is not None:  # stopped first: it loads adapters through the gateway
+                assert service.poll() is None, "the trainer service exited"
+                service.terminate()
+                service.wait(60)  # a run in flight ends at its next step
     finally:
+        if service is not None and service.poll() is None:
+            service.kill()
         log.close()
         text = (tmp_path / "serve.log").read_text(errors="replace")
         print("molt serve log (plane and trainer lines):",
@@ -135,14 +157,31 @@ def _decisions(home: Path) -> list[Any]:
         return list(reversed(DecisionLog(store).list("default", AGENT, limit=None)))
 
 
+def _trained_canary(home: Path, mode: str) -> tuple[str | None, bool]:
+    """The canary version the trainer made for the agent (``None`` until then), and whether the last
+    attempt failed (so the test gives the plane more traffic)."""
+    from molt.control.weight_queue import WeightQueue
+    from molt.store import Store
+
+    decisions = _decisions(home)
+    if mode == "in-process":
+        update = next((d for d in decisions if d.choice == "weight_update" and d.applied_version), None)
+        return (update.applied_version if update else None,
+                not any(d.choice == "weight_update" for d in decisions))
+    with Store.open(home / "store", auto_compact=False) as store:
+        requests = WeightQueue(store).requests("default", AGENT)
+    done = next((r.detail for r in requests if r.status == "done"), None)
+    return done, not requests or requests[-1].status == "failed"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a few minutes on a quiet machine; generous for a loaded one
-def test_serve_train_canaries_and_judges_a_trained_adapter_for_the_agent(served: tuple[str, Path]) -> None:
+def test_serve_train_canaries_and_judges_a_trained_adapter_for_the_agent(served: tuple[str, Path, str]) -> None:
     from molt.control.versions import VersionRegistry
     from molt.control.weights import training_run
     from molt.store import Store
 
-    url, home = served
+    url, home, mode = served
     client = Client(url)
     t0 = time.monotonic()
     before = client.round(12, 0)
@@ -153,19 +192,18 @@ def test_serve_train_canaries_and_judges_a_trained_adapter_for_the_agent(served:
     # verifier, and asks the trainer; the adapter becomes a canary of this agent.
     # Traffic goes on meanwhile (a few more sums a minute), as it would: a sampled window with too few
     # failures for the evidence bar gets more.
-    update = None
+    canary = None
     deadline = time.monotonic() + 1200
     more, last = 12, time.monotonic()
-    while update is None:
+    while canary is None:
         assert time.monotonic() < deadline, [(d.choice, d.reason) for d in _decisions(home)]
         time.sleep(5)
-        update = next((d for d in _decisions(home) if d.choice == "weight_update" and d.applied_version), None)
-        if update is None and time.monotonic() - last > 60 and not any(
-                d.choice == "weight_update" for d in _decisions(home)):  # a run that failed: its reason says why
+        canary, stalled = _trained_canary(home, mode)
+        if canary is None and time.monotonic() - last > 60 and stalled:  # a run that failed: its reason says why
             before += client.round(2, more)
             more, last = more + 2, time.monotonic()
-    print(f"weight update at {time.monotonic() - t0:.0f} s: {update.reason}")
-    canary = update.applied_version
+    update = next(d for d in _decisions(home) if d.choice == "weight_update")
+    print(f"weight update ({mode} trainer) at {time.monotonic() - t0:.0f} s: {update.reason}")
     with Store.open(home / "store", auto_compact=False) as store:
         v = VersionRegistry(store).get(canary)
         model = v.parts.model

@@ -228,6 +228,10 @@ def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # A stop ends the run in flight at its next step (that request fails with the reason, and the plane asks
+    # again), rather than after the whole run: closed from a thread, not from the signal handler, which
+    # may interrupt the main thread inside the pool's locks.
+    threading.Thread(target=lambda: (stop.wait(), loop.close()), name="molt-trainer-stop", daemon=True).start()
     reporter = StatusReporter(molt_home(), "molt-trainer", {"trainer": trainer.status, "weights": loop.status}).start()
     log.info("molt-trainer serve --plane-requests: training the weight updates the control plane queues (tenant %s, "
              "agent %s)", args.tenant or "any", args.agent or "any")
