@@ -188,11 +188,14 @@ class ControlPlane:
         memories: a :class:`molt.control.memory.MemoryStore` (default: one over ``store``).
         redactor: checks generated memory / skill text, and redacts what the memory store keeps
             (default: a policy over ``settings.pii_types``, the personal-data and secret types).
-        trainer: ``fn(tenant_id, agent_id, candidate)`` asked for weight updates. It returns a request
-            id (``str``: training happens elsewhere, e.g. ``molt serve --train``), or the
-            :class:`~molt.control.versions.ModelPart` of an adapter it trained and published — then
-            the plane canaries a new version with that model part like any other change. ``None``
-            (no hook) records the request only.
+        trainer: ``fn(tenant_id, agent_id, candidate)`` asked for weight updates. It returns the
+            :class:`~molt.control.versions.ModelPart` of an adapter it trained and published (``molt serve
+            --train``'s :class:`~molt.control.weights.WeightLoop`) — then the plane canaries a new version
+            with that model part like any other change — or a request id (``str``: training happens
+            elsewhere, e.g. a trainer service through :mod:`molt.control.weight_queue`, which canaries the
+            adapter itself; a hook with ``outstanding(tenant_id, agent_id, model) → clusters`` says which
+            requests are still open, so the plane asks again after a failed run). ``None`` (no hook)
+            records the request only.
         base_parts: the parts of an agent's first version when it has none.
         embedder: embeds requests and corrections for failure clustering (default: the packaged MiniLM).
         judge: the judge model's backend for generic replay, asked when neither a verifier nor the
