@@ -302,3 +302,25 @@ def test_a_trainer_service_answers_the_planes_requests_through_the_queue(tmp_pat
             v.version_id
         assert _ask_weights(plane).choice == "weight_update"
         assert [r.status for r in queue.requests("acme")] == ["done", "failed", "queued"]
+
+
+def test_a_claim_whose_service_died_is_queued_again(tmp_path: Path) -> None:
+    """A request left running past ``stale_after_s`` (its service died mid-run) is pending again for the next
+    service, and no longer holds the plane's wait; a fresh claim does both."""
+    from molt.control.diagnose import Candidate
+    from molt.control.weight_queue import WeightQueue
+
+    model = {"base": "m"}
+    cand = Candidate(candidate_id="c1", kind="weight_update", cluster="k", description="d", cost=10.0,
+                     payload={"model": model}, source_trajectories=["t1"])
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        fresh, stale = WeightQueue(store), WeightQueue(store, stale_after_s=0.0)
+        rid = fresh("acme", AGENT, cand)
+        [req] = fresh.pending("acme", AGENT)
+        assert req.request_id == rid and fresh.outstanding("acme", AGENT, model) == {"k"}
+        fresh.claim(req)
+        assert fresh.pending("acme", AGENT) == [] and fresh.outstanding("acme", AGENT, model) == {"k"}
+        assert [r.request_id for r in stale.pending("acme", AGENT)] == [rid]
+        assert stale.outstanding("acme", AGENT, model) == set()
+        fresh.finish(req, "failed", "CUDA error")
+        assert fresh.outstanding("acme", AGENT, model) == set() and stale.pending("acme", AGENT) == []

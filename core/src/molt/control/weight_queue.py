@@ -25,7 +25,9 @@ The path of one request:
 Rows are append-only: each state is a new row, and a request's state is its newest row, so the history of
 a request (queued, running, done/failed) stays readable and no row is ever rewritten. One service claims a
 tenant's requests: two services claiming the same request would each see it queued (a claim is a row, not
-a lock) and train it twice; run one per tenant or per agent.
+a lock) and train it twice; run one per tenant or per agent. A request left *running* longer than
+``stale_after_s`` (its service died mid-run) is queued again: a later service claims it, and the plane's
+wait for it ends.
 """
 
 from __future__ import annotations
@@ -85,9 +87,14 @@ class WeightQueue:
     """The ``weight_requests`` table: the plane's ``trainer`` hook (``queue(tenant, agent, candidate)`` →
     the request id) and the service's view of it (:meth:`pending`, :meth:`claim`, :meth:`finish`)."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, *, stale_after_s: float = 7200.0):
         self.store = store
+        self.stale_after_s = stale_after_s
         self._table = ensure_table(store, REQUESTS_TABLE, REQUESTS_SCHEMA)
+
+    def _stale(self, r: QueuedRequest) -> bool:
+        """A claim older than ``stale_after_s``: the service that made it is gone (a run has a timeout)."""
+        return r.status == "running" and (datetime.now(UTC) - r.updated_at).total_seconds() > self.stale_after_s
 
     def __call__(self, tenant_id: str, agent_id: str, cand: Candidate) -> str:
         """Queue ``cand`` (a ``weight_update`` of ``tenant_id/agent_id``); the open request of the same
@@ -128,7 +135,7 @@ class WeightQueue:
         registry: VersionRegistry | None = None
         out = set()
         for r in self.requests(tenant_id, agent_id):
-            if (r.candidate.get("payload") or {}).get("model") != model or r.status == "failed":
+            if (r.candidate.get("payload") or {}).get("model") != model or r.status == "failed" or self._stale(r):
                 continue
             if r.status == "done":
                 registry = registry or VersionRegistry(self.store)
@@ -141,8 +148,8 @@ class WeightQueue:
         return out
 
     def pending(self, tenant_id: str | None = None, agent_id: str | None = None) -> list[QueuedRequest]:
-        """The queued requests, oldest first."""
-        return [r for r in self.requests(tenant_id, agent_id) if r.status == "queued"]
+        """The queued requests (and stale claims, see the module docstring), oldest first."""
+        return [r for r in self.requests(tenant_id, agent_id) if r.status == "queued" or self._stale(r)]
 
     def claim(self, req: QueuedRequest) -> None:
         """Mark ``req`` as training."""
@@ -171,7 +178,7 @@ def serve_requests(queue: WeightQueue, train: Callable[[str, str, Candidate], Mo
     answered = 0
     while not stop.is_set() and (max_requests is None or answered < max_requests):
         for req in queue.pending(tenant_id, agent_id):
-            if stop.is_set():
+            if stop.is_set() or (max_requests is not None and answered >= max_requests):
                 break
             queue.claim(req)
             try:
