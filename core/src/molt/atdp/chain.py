@@ -144,7 +144,7 @@ def seal_parts(event: Event, seq: int, prev_hash: str, salt: bytes) -> tuple[byt
     that keeps its own row type (the capture Recorder's), where building a frozen ``SealedEvent``
     per event only to copy its fields out cost about as much as the two hashes."""
     env_b, pay_b = canonical_parts(event, seq)
-    digest = _sha256(salt + pay_b).hexdigest()
+    digest = payload_digest(pay_b, salt)
     return env_b, pay_b, digest, link_hash(prev_hash, env_b, digest)
 
 
