@@ -322,25 +322,17 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
     # root loads it by name, like the cli's mounted commands.
     try:
         requests = importlib.import_module("molt_trainer.requests")
-        publish = importlib.import_module("molt_trainer.publish")
-        service = importlib.import_module("molt_trainer.service")
     except ImportError as exc:
         stack.status["trainer"] = f"not installed ({exc.name}); pip install molt-trainer"
         return None
     from molt.control import weights as wl
 
-    if ungoverned:  # --train-on-ungoverned-data: the caller asked for the store as recorded
-        read = wl.store_reader(store)
-    else:
-        from molt.governance import load_policy_file
-
-        read = wl.governed_reader(store, load_policy_file(governance))
     # Saved and registered by the trainer; loaded into the serving backends by the loop (after its checks).
-    publisher = publish.Publisher(model=model, out_dir=home / "adapters", store=store, prefix="lora")
-    gate = requests.SloGate(probe=service.GatewayLatencyProbe(gateway_url, admin_key), slo_ms=latency_slo_ms)
-    trainer = requests.RequestTrainer(publisher, model_path=model_path, gate=gate)
-    load = wl.gateway_loader(gateway_url, admin_key, model)
-    loop = wl.WeightLoop(store, trainer, read=read, load=load)
+    trainer = requests.gateway_trainer(store, gateway_url=gateway_url, admin_key=admin_key, model=model,
+                                       model_path=model_path, out_dir=home / "adapters", slo_ms=latency_slo_ms)
+    gate = trainer.gate
+    loop = wl.WeightLoop(store, trainer, read=wl.training_reader(store, governance, ungoverned=ungoverned),
+                         load=wl.gateway_loader(gateway_url, admin_key, model))
     stack.parts["trainer"] = trainer
     stack.parts["weights"] = loop
 

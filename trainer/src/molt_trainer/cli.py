@@ -201,9 +201,7 @@ def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
     same weight loop as ``molt serve --train`` (molt.control.weight_queue), until SIGTERM / SIGINT."""
     from molt.backends.model import molt_home
     from molt.status import StatusReporter
-    from molt_trainer.publish import Publisher
-    from molt_trainer.requests import RequestTrainer, SloGate
-    from molt_trainer.service import GatewayLatencyProbe
+    from molt_trainer.requests import gateway_trainer
 
     try:  # the control plane is an optional part of an installation: loaded by name (see --agent)
         weights = importlib.import_module("molt.control.weights")
@@ -215,16 +213,12 @@ def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
     if args.train_on_ungoverned_data:
         log.warning("molt-trainer serve: --train-on-ungoverned-data: training on the store as recorded, unredacted "
                     "and without eligibility checks.")
-        read = weights.store_reader(store)
-    else:
-        from molt.governance import load_policy_file
-
-        read = weights.governed_reader(store, load_policy_file(args.governance))
-    publisher = Publisher(model=args.model, out_dir=Path(args.out), store=store, prefix="lora")
-    gate = SloGate(probe=GatewayLatencyProbe(args.gateway, args.admin_key), slo_ms=args.latency_slo_ms)
-    trainer = RequestTrainer(publisher, model_path=args.model_path, gate=gate)
-    loop = weights.WeightLoop(store, trainer, read=read, load=weights.gateway_loader(args.gateway, args.admin_key,
-                                                                                    args.model))
+    trainer = gateway_trainer(store, gateway_url=args.gateway, admin_key=args.admin_key, model=args.model,
+                              model_path=args.model_path, out_dir=args.out, slo_ms=args.latency_slo_ms)
+    loop = weights.WeightLoop(store, trainer,
+                              read=weights.training_reader(store, args.governance,
+                                                           ungoverned=args.train_on_ungoverned_data),
+                              load=weights.gateway_loader(args.gateway, args.admin_key, args.model))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

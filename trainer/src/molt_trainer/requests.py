@@ -45,7 +45,7 @@ from molt_trainer.policy import LoraSettings, Policy
 from molt_trainer.publish import Publisher
 from molt_trainer.step import train_step
 
-__all__ = ["RequestTrainer", "RunSettings", "SloGate", "TrainedAdapter"]
+__all__ = ["RequestTrainer", "RunSettings", "SloGate", "TrainedAdapter", "gateway_trainer"]
 
 log = logging.getLogger("molt.trainer.requests")
 
@@ -258,3 +258,15 @@ class RequestTrainer:
                           "trainer.slo_budget_ms": round(g.budget_ms() or 0.0, 1),
                           "trainer.serving_p99_ms": round(g.last_p99_ms or 0.0, 1),
                           "trainer.slo_pauses": g.counters["paused"], "trainer.slo_paused_ms": g.counters["paused_ms"]}}
+
+
+def gateway_trainer(store: Any, *, gateway_url: str, admin_key: str | None, model: str,
+                    model_path: str | Path | None, out_dir: str | Path, slo_ms: float | None) -> RequestTrainer:
+    """The trainer ``molt serve --train`` and ``molt-trainer serve --plane-requests`` run: adapters saved
+    under ``out_dir`` and registered in ``store`` (loading them is the weight loop's), each step waiting
+    while the gateway's p99 is over ``slo_ms`` (``None``: twice the p99 seen while not training)."""
+    from molt_trainer.service import GatewayLatencyProbe
+
+    publisher = Publisher(model=model, out_dir=Path(out_dir), store=store, prefix="lora")
+    gate = SloGate(probe=GatewayLatencyProbe(gateway_url, admin_key), slo_ms=slo_ms)
+    return RequestTrainer(publisher, model_path=model_path, gate=gate)

@@ -62,7 +62,7 @@ from molt.store.query import Trajectory
 CLOSE_POLL_S = 0.5
 
 __all__ = ["CanaryTarget", "WeightLoop", "WeightRequest", "check_adapter", "gateway_loader", "governed_reader",
-           "restore_adapters", "store_reader", "training_run"]
+           "restore_adapters", "store_reader", "training_reader", "training_run"]
 
 log = logging.getLogger("molt.control.weights")
 
@@ -116,6 +116,17 @@ def store_reader(store: Store) -> Reader:
         return out
 
     return read
+
+
+def training_reader(store: Store, governance: str | None, *, ungoverned: bool = False) -> Reader:
+    """What a weight loop reads: :func:`governed_reader` under the policy file ``governance`` (``None`` or
+    ``"default"``: the built-in policy), or :func:`store_reader` when the caller said to train on
+    ungoverned data (``--train-on-ungoverned-data``)."""
+    if ungoverned:
+        return store_reader(store)
+    from molt.governance import load_policy_file
+
+    return governed_reader(store, load_policy_file(governance))
 
 
 def check_adapter(path: str | Path) -> None:
