@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -207,3 +208,25 @@ def test_a_background_part_of_molt_serve_that_dies_is_counted(molt_home: Path) -
     stack.shutdown(timeout_s=30)
     rep = StatusReporter(molt_home, "molt-serve", {"stack": stack.fault_status})
     assert orjson.loads(rep.write().read_bytes())["faults"] == {"control-plane.stopped_with_error": 1}
+
+
+def test_writes_from_the_reporter_thread_and_a_caller_at_once_never_fail(molt_home: Path) -> None:
+    """The thread and an explicit ``write()`` share one aside file; two writers at once once renamed it
+    away from under each other (``FileNotFoundError`` in the caller)."""
+    reporter = StatusReporter(molt_home, "molt-race", {"x": lambda: {"state": {"n": "x" * 20_000}}})
+    errors: list[BaseException] = []
+
+    def hammer() -> None:
+        for _ in range(200):
+            try:
+                reporter.write()
+            except BaseException as exc:  # noqa: BLE001 — the test reports any failure
+                errors.append(exc)
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert orjson.loads(reporter.path.read_bytes())["component"] == "molt-race"

@@ -51,6 +51,9 @@ class StatusReporter:
         self.started_at = datetime.now(UTC)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The thread and a caller's write() share one aside file: one write at a time, and the later
+        # snapshot is the one left in place.
+        self._write_lock = threading.Lock()
 
     def snapshot(self, *, stopped: bool = False) -> dict[str, Any]:
         """What :meth:`write` writes."""
@@ -71,10 +74,11 @@ class StatusReporter:
 
     def write(self, *, stopped: bool = False) -> Path:
         """Write the status file now (atomically) and return its path."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(self.snapshot(stopped=stopped), default=str, option=orjson.OPT_INDENT_2))
-        os.replace(tmp, self.path)
+        with self._write_lock:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_bytes(orjson.dumps(self.snapshot(stopped=stopped), default=str, option=orjson.OPT_INDENT_2))
+            os.replace(tmp, self.path)
         return self.path
 
     def start(self) -> StatusReporter:
