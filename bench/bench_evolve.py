@@ -30,16 +30,17 @@ Printed in one run:
 1. the plane's choice per family vs the ground truth — templates only, and templates + SmolLM2 itself as
    the reflector — beside the "always weights" and "always no-op" baselines; the reflector's cost and how
    many of its candidates were valid; the live fix rate of the templates' choice on fresh traffic;
-2. the seed's question on the fact family: Molt's plane (one cycle) vs a weight-only loop on the same
-   failing prompts — GRPO with a LoRA adapter (molt_trainer: K samples per prompt, the verifier's reward,
-   one optimiser step, the adapter hot-loaded and re-measured), as agent-lightning and ART evolve agents —
+2. the seed's question on the mixed suite: Molt's plane (one cycle per family) vs a weight-only loop
+   trained on every family's failing prompts together (one adapter for the agent's traffic) — GRPO with
+   a LoRA adapter (molt_trainer: K samples per prompt, the verifier's reward, one optimiser step, the
+   adapter hot-loaded and each family re-measured), as agent-lightning and ART evolve agents —
    CPU-seconds (process time: every thread of this process, the model included), trained tokens, wall
-   time, and the success curve of each.
+   time, and each family's success curve under each.
 
 Sizes are flags (printed at the top): 6 failing asks per family, 4 fresh asks per measurement, 2 GRPO steps
 of 4 samples per prompt. The weight-only loop is run for its steps and stopped, not to convergence: it is
 the honest lower bound of its cost. A full run takes about an hour on a loaded 2-core box; ``--families``,
-``--no-weight-loop`` and ``--no-reflector`` run a part of it (the README says which run gave which figure).
+``--weight-loop-on``, ``--no-weight-loop`` and ``--no-reflector`` run a part of it (the README says which run gave which figure).
 
     .venv/bin/python bench/bench_evolve.py --threads 1 --alpha 0.2
     .venv/bin/python bench/bench_evolve.py --threads 1 --alpha 0.2 --families kestrel-marina,larchwood-camp \
@@ -210,8 +211,10 @@ def _args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--families", default=",".join(FAMILIES),
                    help="the families to run (comma-separated; default all: " + ", ".join(FAMILIES) + ")")
-    p.add_argument("--no-weight-loop", action="store_true",
-                   help="skip the weight-only loop (item 4's compute comparison; it runs on library-desk)")
+    p.add_argument("--no-weight-loop", action="store_true", help="skip the weight-only loop (item 4's comparison)")
+    p.add_argument("--weight-loop-on", default="",
+                   help="families whose failing prompts the weight-only loop trains on, together "
+                        "(comma-separated; default every family run)")
     p.add_argument("--no-reflector", action="store_true")
     p.add_argument("--reflector-on", default=",".join(FAMILIES),
                    help="families whose cycle is also run with SmolLM2 as the reflector")
@@ -411,11 +414,12 @@ def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: in
     return out
 
 
-def weight_only(model_dir: Path, family: dict[str, Any], prompts: list[str], steps: int, k: int, fresh: int,
+def weight_only(model_dir: Path, families: list[dict[str, Any]], asks: int, steps: int, k: int, fresh: int,
                 threads: int, work: Path) -> dict[str, Any]:
-    """GRPO + LoRA on the failing prompts, as a weight-only evolution loop would: K samples per prompt at
-    temperature 1, the verifier's reward, one optimiser step, the adapter hot-loaded, fresh traffic
-    re-measured. CPU-seconds are this process's (sampling, training and evaluation)."""
+    """GRPO + LoRA on every family's failing prompts at once, as a weight-only evolution loop would (one
+    adapter for the agent's whole traffic): K samples per prompt at temperature 1, the verifier's reward,
+    one optimiser step, the adapter hot-loaded, each family's fresh traffic re-measured. CPU-seconds are
+    this process's (sampling, training and evaluation; evaluation is reported apart)."""
     from molt.backends import LocalBackend
     from molt.backends.base import ChatRequest
     from molt_trainer.algos import AlgoSettings
@@ -433,42 +437,49 @@ def weight_only(model_dir: Path, family: dict[str, Any], prompts: list[str], ste
     publisher = Publisher(model="smollm2", out_dir=work / "adapters", targets=[])
     settings = AlgoSettings(advantage="grpo", policy_loss="vanilla")
     model = MODEL
-    curve: list[tuple[float, float, float]] = []
+    prompts = [(fam, q) for fam in families for q in fam["before"][:asks]]
+    curve: list[tuple[float, float, dict[str, float]]] = []
     trained = 0
     signal_groups = 0
 
-    def msgs(q: str) -> list[dict[str, Any]]:
-        return [{"role": "system", "content": family["system"]}, {"role": "user", "content": q}]
-
-    async def sample(q: str, temperature: float, n: int) -> list[Any]:
-        return [await backend.chat(ChatRequest(model=model, messages=msgs(q), tools=family["tools"],
+    async def sample(fam: dict[str, Any], q: str, temperature: float, n: int) -> list[Any]:
+        msgs = [{"role": "system", "content": fam["system"]}, {"role": "user", "content": q}]
+        return [await backend.chat(ChatRequest(model=model, messages=msgs, tools=fam["tools"],
                                                temperature=temperature, max_tokens=28, logprobs=True))
                 for _ in range(n)]
 
-    async def evaluate() -> float:
+    async def evaluate() -> dict[str, float]:
         nonlocal eval_cpu
         e0 = time.process_time()
-        wins = 0
-        for q in family["after"][:fresh]:
-            r = (await sample(q, 0.0, 1))[0]
-            wins += _ok(family, q, r.choices[0].text or "")
+        rates = {}
+        for fam in families:
+            wins = 0
+            for q in fam["after"][:fresh]:
+                r = (await sample(fam, q, 0.0, 1))[0]
+                wins += _ok(fam, q, r.choices[0].text or "")
+            rates[fam["agent"]] = wins / fresh
         eval_cpu += time.process_time() - e0
-        return wins / fresh
+        return rates
+
+    def shown(rates: dict[str, float]) -> str:
+        return ", ".join(f"{a} {v:.2f}" for a, v in rates.items())
 
     asyncio.set_event_loop(loop)
     loop.run_until_complete(backend.start())
     load_cpu = time.process_time() - c0
     curve.append((0.0, time.perf_counter() - w0, loop.run_until_complete(evaluate())))
+    print(f"weight-only loop: {len(prompts)} prompts of {len(families)} families; before training: "
+          f"{shown(curve[-1][2])}", flush=True)
     for step in range(steps):
         samples = []
-        for i, q in enumerate(prompts):
-            for j, r in enumerate(loop.run_until_complete(sample(q, 1.0, k))):
+        for i, (fam, q) in enumerate(prompts):
+            for j, r in enumerate(loop.run_until_complete(sample(fam, q, 1.0, k))):
                 ch = r.choices[0]
                 if not ch.token_ids or not ch.logprobs or not r.prompt_ids:
                     continue
                 samples.append(Sample(prompt_ids=list(r.prompt_ids), completion_ids=list(ch.token_ids),
                                       rollout_logprobs=[lp.logprob for lp in ch.logprobs],
-                                      reward=float(_ok(family, q, ch.text or "")), trajectory_id=f"s{step}-{i}-{j}",
+                                      reward=float(_ok(fam, q, ch.text or "")), trajectory_id=f"s{step}-{i}-{j}",
                                       event_id=f"e{step}-{i}-{j}", turn=0, turns=1, group=f"p{i}"))
         groups: dict[str, set[float]] = {}
         for s in samples:
@@ -483,15 +494,16 @@ def weight_only(model_dir: Path, family: dict[str, Any], prompts: list[str], ste
         # The adapter is served under its version name.
         model = result.version
         loop.run_until_complete(backend.load_adapter(model, str(result.path)))
-        success = loop.run_until_complete(evaluate())
-        curve.append((time.process_time() - c0 - eval_cpu, time.perf_counter() - w0, success))
+        rates = loop.run_until_complete(evaluate())
+        curve.append((time.process_time() - c0 - eval_cpu, time.perf_counter() - w0, rates))
         print(f"weight-only step {step + 1}: {batch.num_tokens} trained tokens, groups with signal so far "
-              f"{signal_groups}, success {curve[-1][2]:.2f} at {curve[-1][0]:.0f} CPU-s", flush=True)
+              f"{signal_groups}, success {shown(rates)} at {curve[-1][0]:.0f} CPU-s, "
+              f"{curve[-1][1]:.0f} s wall", flush=True)
     loop.run_until_complete(backend.aclose())
     loop.close()
     cpu = time.process_time() - c0 - eval_cpu
     return {"cpu_s": cpu, "load_cpu_s": load_cpu, "step_cpu_s": cpu - load_cpu, "eval_cpu_s": eval_cpu,
-            "wall_s": time.perf_counter() - w0, "trained_tokens": trained,
+            "wall_s": time.perf_counter() - w0, "trained_tokens": trained, "prompts": len(prompts),
             "samples_per_step": len(prompts) * k, "groups_with_signal": signal_groups, "curve": curve}
 
 
@@ -506,7 +518,10 @@ def main() -> None:
           f"per prompt, {args.threads} threads; work dir {work}", flush=True)
     t0 = time.perf_counter()
     fams = [FAMILIES[n] for n in args.families.split(",") if n]
-    run_loop = not args.no_weight_loop and LIBRARY in fams
+    loop_fams = [FAMILIES[n] for n in args.weight_loop_on.split(",") if n] or fams
+    if any(f not in fams for f in loop_fams):
+        sys.exit("--weight-loop-on names a family that is not among --families")
+    run_loop = not args.no_weight_loop
     world = World(work, model_dir, args.threads)
     rows: dict[str, dict[str, Any]] = {}
     wo: dict[str, Any] | None = None
@@ -555,8 +570,7 @@ def main() -> None:
                       f"rejected {row['reflector']['reflector_rejected']} ({time.perf_counter() - t0:.0f} s)",
                       flush=True)
         if run_loop:
-            wo = weight_only(model_dir, LIBRARY, LIBRARY["before"][:args.asks], args.grpo_steps, args.k, args.fresh,
-                             args.threads, work)
+            wo = weight_only(model_dir, loop_fams, args.asks, args.grpo_steps, args.k, args.fresh, args.threads, work)
     finally:
         world.close()
 
@@ -607,33 +621,59 @@ def main() -> None:
                   f"the rest {x['cpu_s'] - rep[1] - refl[1]:.1f} CPU-s; one-time loads {x['load_cpu_s']:.1f} CPU-s; "
                   f"-> {x['choice']}")
     if wo is None:
-        print("\n(the weight-only loop was not run: --no-weight-loop, or library-desk not among --families)")
+        print("\n(the weight-only loop was not run: --no-weight-loop)")
         print(f"\ntotal {time.perf_counter() - t0:.0f} s")
         shutil.rmtree(work, ignore_errors=True)
         return
-    lib = rows[LIBRARY["agent"]]
-    t = lib["templates"]
-    molt_cpu, molt_wall, molt_load = t["cpu_s"], t["wall_s"], t["load_cpu_s"]
-    print("\n== the seed's question: the missing fact, Molt's plane vs a weight-only loop (GRPO + LoRA) ==")
-    print("CPU-seconds are process time (every thread, the model's included); measuring fresh traffic is left out "
-          "of both; one-time loads (models) are shown apart")
-    print(f"Molt plane (templates): 1 cycle, {molt_cpu:.1f} CPU-s (+{molt_load:.1f} loads), {molt_wall:.1f} s wall, "
-          f"0 trained tokens; success {lib['live_before']:.2f} -> {lib.get('live_after', float('nan')):.2f} "
-          f"({t['choice']})")
-    curve = " -> ".join(f"{s:.2f}@{c:.0f}cpu-s" for c, _, s in wo["curve"])
-    groups = args.grpo_steps * len(LIBRARY["before"][:args.asks])
-    reached = wo["curve"][-1][2] >= 0.5
-    print(f"weight-only loop: {args.grpo_steps} GRPO step(s), {wo['samples_per_step']} samples/step, "
-          f"{wo['trained_tokens']} trained tokens, {wo['step_cpu_s']:.1f} CPU-s (+{wo['load_cpu_s']:.1f} loads), "
-          f"{wo['wall_s']:.1f} s wall; groups with any reward signal: {wo['groups_with_signal']} of {groups}; "
-          f"success curve {curve} (CPU-s include its loads)")
-    print(f"ratio: Molt's fix used {molt_cpu / max(wo['step_cpu_s'], 1e-9):.3f}x the CPU-seconds of "
-          f"{args.grpo_steps} weight-only step(s) without loads, "
-          f"{(molt_cpu + molt_load) / max(wo['cpu_s'], 1e-9):.3f}x "
-          f"with them (goal <= 0.1x of the loop's compute to 0.50 success, which these steps "
-          f"{'reached' if reached else 'did not reach: the ratio is an upper bound'})")
+    seed_question(rows, wo, loop_fams, args)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def seed_question(rows: dict[str, dict[str, Any]], wo: dict[str, Any], loop_fams: list[dict[str, Any]],
+                  args: argparse.Namespace, target: float = 0.5) -> None:
+    """Item 4's figure: Molt's plane (one templates cycle per family) beside the weight-only loop trained on
+    the same families' failing prompts together."""
+    names = [f["agent"] for f in loop_fams]
+    print(f"\n== the seed's question on {len(names)} families ({', '.join(names)}): Molt's plane vs a weight-only "
+          "loop (GRPO + LoRA) ==")
+    print("CPU-seconds are process time (every thread, the model's included); measuring fresh traffic is left out "
+          "of both; one-time loads (models) are shown apart")
+    molt_cpu = molt_load = 0.0
+    escalated = []
+    for name in names:
+        r = rows[name]
+        t = r["templates"]
+        molt_cpu += t["cpu_s"]
+        molt_load += t["load_cpu_s"]
+        after = r.get("live_after")
+        if t["choice"] == "weight_update":
+            escalated.append(name)
+        shown = f"{r['live_before']:.2f} -> {after:.2f} fresh" if after is not None else \
+            f"{r['live_before']:.2f} (nothing applied)"
+        print(f"Molt plane, {name:16}: 1 cycle, {t['cpu_s']:.1f} CPU-s (+{t['load_cpu_s']:.1f} loads), "
+              f"{t['wall_s']:.0f} s wall, 0 trained tokens -> {t['choice']}; success {shown}")
+    print(f"Molt plane, all: {molt_cpu:.1f} CPU-s (+{molt_load:.1f} loads), 0 trained tokens; "
+          f"escalated to a weight update: {', '.join(escalated) or 'none'} (their training is not in this figure: "
+          f"{sum(len(FAMILIES[e]['before'][:args.asks]) for e in escalated)} of the loop's {wo['prompts']} prompts)")
+    first, last = wo["curve"][0][2], wo["curve"][-1][2]
+    print(f"weight-only loop: {args.grpo_steps} GRPO step(s), {wo['samples_per_step']} samples/step, "
+          f"{wo['trained_tokens']} trained tokens, {wo['step_cpu_s']:.1f} CPU-s (+{wo['load_cpu_s']:.1f} loads), "
+          f"{wo['wall_s']:.1f} s wall; groups with any reward signal: {wo['groups_with_signal']} of "
+          f"{args.grpo_steps * wo['prompts']}")
+    for name in names:
+        curve = " -> ".join(f"{rates[name]:.2f}@{c:.0f}cpu-s" for c, _, rates in wo["curve"])
+        r = rows[name]
+        molt_after = r.get("live_after", r["live_before"])
+        print(f"  {name:16} loop {curve}; Molt {molt_after:.2f}; target {target:.2f}: Molt "
+              f"{'reached' if molt_after >= target else 'not reached'}, loop "
+              f"{'reached' if last[name] >= target else 'not reached'}"
+              f"{'; the loop keeps more than Molt here' if last[name] > molt_after else ''}"
+              f"{'; the loop regressed it' if last[name] < first[name] else ''}")
+    print(f"ratio: Molt's cycles used {molt_cpu / max(wo['step_cpu_s'], 1e-9):.3f}x the CPU-seconds of "
+          f"{args.grpo_steps} weight-only step(s) without loads, "
+          f"{(molt_cpu + molt_load) / max(wo['cpu_s'], 1e-9):.3f}x with them (goal <= 0.1x of the loop's compute "
+          f"to the target; where the loop has not reached it, the ratio is an upper bound)")
 
 
 if __name__ == "__main__":
