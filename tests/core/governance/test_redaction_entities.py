@@ -33,6 +33,13 @@ def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-d
             "hochstrasse 63 and henriksen street",
         ),
         ("Kreuselgasse 46-20, 72159 Burglengenfeld", None),
+        # a numbered street: the ordinal is the street's name ("40th" is one word, not "40" + "th")
+        ("The letter arrived at 4589 40th Street Suite 603 last night.", "4589 40th Street Suite 603"),
+        ("I want to update my address to 2914 184th Street", "2914 184th Street"),
+        # quoted in a sentence over two lines: the town on the next line is part of the one span
+        ("Ship it to 58 Hexham Road\nHaldenstein, nan 37659 please", "58 Hexham Road\nHaldenstein"),
+        # a unit, the house number, then a street that has only a name and a number
+        ("Send it to Suite 574 34 Sireli 74, thanks", "Suite 574 34 Sireli 74"),
     ],
 )
 def test_inline_addresses_are_one_span(entities, text: str, address: str | None) -> None:  # type: ignore[no-untyped-def]

@@ -99,7 +99,10 @@ _WORD_NUMBER = re.compile(r"[ ]\d{1,5}[A-Za-z]?(?:[-/]\d{1,4}[A-Za-z]?)?\b(?![.,
 _MILITARY = re.compile(r"(?:APO|FPO|DPO)[ ](?:AA|AE|AP)[ ]\d{5}\b")
 _MILITARY_HINT = "PO "  # in every _MILITARY match: one substring test skips its scan
 # --- tokens of one line, for the small parsers ---
-_TOK = re.compile(r"[^\W\d_][\w'’-]*\.?|\d{1,5}(?:/\d{1,5})?[A-Za-z]?\b\.?|\d+|[^\s\w]")
+# an ordinal is one token ("40th Street", "184th"), so a numbered street reads as a name word
+_TOK = re.compile(
+    r"[^\W\d_][\w'’-]*\.?|\d{1,4}(?i:st|nd|rd|th)\b|\d{1,5}(?:/\d{1,5})?[A-Za-z]?\b\.?|\d+|[^\s\w]"
+)
 # --- parts after a street, each tried with .match at the current position ---
 _SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n(?:[\s>*•,-]|\?+[ \t])*|\.?[ \t]+)?")
 _PART_UNIT = re.compile(
@@ -134,7 +137,8 @@ _CROSS = re.compile(r"\.?[ ]+and[ ]+")
 # ", Town" closing a sentence or the text right after a street
 _TRAIL_TOWN = re.compile(r",[ ]([^\W\d_][\w'’-]*(?:[ ][^\W\d_][\w'’-]*){0,2})[ \t]*(?=$|[!?\n]|\.(?:\s|$))")
 # "36 19 folkestone road", "03 Strandalléen 61": a short number, then a street that has its own
-_LEAD = re.compile(r"(\d{1,4}[A-Za-z]?)[ ]+(?=\d|[^\W\d_][^\n]*[ ]\d{1,5}[A-Za-z]?\.?$)")
+# (an ordinal after the number is the street's name, not its number: "2914 184th Street")
+_LEAD = re.compile(r"(\d{1,4}[A-Za-z]?)[ ]+(?=\d(?!\d{0,3}(?i:st|nd|rd|th)\b)|[^\W\d_][^\n]*[ ]\d{1,5}[A-Za-z]?\.?$)")
 _TRAIL = " \t,;:-"
 # what follows a label word: ": " or ". " and a number ("Tel. +49 30 …", "Fax: 0113 …")
 _LABEL_AFTER = re.compile(r"(?::[ \t]*|\.[ \t]*)[+(\d]")
@@ -416,6 +420,8 @@ class AddressFinder:
         has its own number. Anything longer (a unit, a postcode, a country) stays one span."""
         if len(parts) > 2 or parts[0][2] != "address" or (len(parts) == 2 and parts[1][2] != "place"):
             return (), e
+        if len(parts) == 2 and "\n" in text[parts[0][1] : parts[1][0]]:
+            return (), e  # the town on the next line: a postal block quoted in a sentence, one span
         if len(parts) == 1:  # an unknown town at the end of the sentence: "…, 61 Wiesenstrasse 31, Barzheim"
             m = _TRAIL_TOWN.match(text, e)
             if m is not None and (lowercase or m.group(1)[0].isupper()):
@@ -469,7 +475,9 @@ class AddressFinder:
                 parts[-1] = (parts[-1][0], e, "address")
         m = _HOUSE_NUMBER.match(text, e)
         if m is not None:
-            e = m.end()
+            # a house number, and the street it leads when one follows ("Suite 574 34 Sireli 74")
+            y = self._street_at(text, m.start() + 1, lowercase)
+            e = max(y, m.end())
             parts[-1] = (parts[-1][0], e, "address")
         lines = 0
         while e < n and len(parts) < 10:
