@@ -40,7 +40,8 @@ Printed in one run:
 Sizes are flags (printed at the top): 6 failing asks per family, 4 fresh asks per measurement, 2 GRPO steps
 of 4 samples per prompt. The weight-only loop is run for its steps and stopped, not to convergence: it is
 the honest lower bound of its cost. A full run takes about an hour on a loaded 2-core box; ``--families``,
-``--weight-loop-on``, ``--no-weight-loop`` and ``--no-reflector`` run a part of it (the README says which run gave which figure).
+``--weight-loop-on``, ``--no-weight-loop`` and ``--no-reflector`` run a part of it (the README says which
+run gave which figure).
 
     .venv/bin/python bench/bench_evolve.py --threads 1 --alpha 0.2
     .venv/bin/python bench/bench_evolve.py --threads 1 --alpha 0.2 --families kestrel-marina,larchwood-camp \
@@ -358,6 +359,14 @@ def _timed_backend(model_dir: Path, threads: int) -> Any:
     return b
 
 
+def _tried(c: dict[str, Any]) -> str:
+    """One candidate of the decision record, as the bench prints it: kind, what it was, what replay found."""
+    r = (c.get("evidence") or {}).get("replay") or {}
+    found = (f"rejected: {c['rejected'][:100]}" if c.get("rejected") else
+             f"replay {r['success_delta']:+.2f}" if r.get("success_delta") is not None else "not replayed")
+    return f"{c.get('kind')}: {(c.get('description') or '')[:90]} -> {found}"
+
+
 def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: int, reflector: bool,
                 asks: int, alpha: float, reflector_tokens: int = 160) -> dict[str, Any]:
     from molt.control.embed import default_embedder
@@ -409,7 +418,10 @@ def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: in
            "reflector_clears": sum(clears(c, plane.settings.min_gain) for c in mine),
            "reflector_sufficient": sum(clears(c, plane.settings.sufficient_gain) for c in mine),
            "reflector_kinds": [c.get("kind") for c in mine],
-           "reflector_rejected": [r["rejected"][:90] for r in rec.rejected if r.get("kind") == "reflection"]}
+           "reflector_rejected": [r["rejected"][:90] for r in rec.rejected if r.get("kind") == "reflection"],
+           "tried": [_tried(c) for c in rec.candidates + rec.rejected if c.get("kind") != "reflection"],
+           "notes": [f"{cl.get('key')} ({cl.get('size')} failure(s)): {n}"
+                     for cl in rec.signals.get("clusters", []) for n in (cl.get("notes") or [])]}
     asyncio.run(backend.aclose())
     return out
 
@@ -607,6 +619,13 @@ def main() -> None:
                   f"({', '.join(x['reflector_kinds']) or '-'}), replayed {x['reflector_replayed']}, clearing the bar "
                   f"{x['reflector_clears']}, sufficient {x['reflector_sufficient']}; rejected: "
                   f"{x['reflector_rejected']}")
+    print("\n== what each cycle tried (the decision record's candidates and the clusters' notes) ==")
+    for name, r in rows.items():
+        for which in ("templates", "reflector"):
+            for line in (r.get(which) or {}).get("tried", []):
+                print(f"{name:18} {which:10} {line}")
+            for note in (r.get(which) or {}).get("notes", []):
+                print(f"{name:18} {which:10} note: {note[:160]}")
     print("\n== where the plane's cycle spends its CPU (warm: model, embedder, redactor loaded once per process) ==")
     for name, r in rows.items():
         for which in ("templates", "reflector"):
