@@ -148,6 +148,13 @@ def test_quantities_products_and_numbers_are_not_addresses(entities, text: str) 
         ("She joined Healthmap in 2019.", "ORGANIZATION", "Healthmap"),
         ("the verses from Cynthia Vasala's Cautionary Tales", "PERSON", "Cynthia Vasala"),
         ("Please correct it to Dr. Christopher Schmitt", "PERSON", "Christopher Schmitt"),
+        # a word of another language after an employer's cue names the firm
+        ("The version recorded for Allianz sold a million copies.", "ORGANIZATION", "Allianz"),
+        ("Ask Maria Lopez R2 about it", "PERSON", "Maria Lopez"),
+        ("Both Zorblatt and Acme Corp bid for it.", "ORGANIZATION", "Zorblatt"),  # joined to a firm
+        ("An employee of Verizon lost a laptop.", "ORGANIZATION", "Verizon"),
+        ("She joined Stripe in May.", "ORGANIZATION", "Stripe"),
+        ("Your Hexacore account has been locked.", "ORGANIZATION", "Hexacore"),
     ],
 )
 def test_context_rules(entities, text: str, entity: str, value: str) -> None:  # type: ignore[no-untyped-def]
@@ -161,6 +168,7 @@ def test_context_rules(entities, text: str, entity: str, value: str) -> None:  #
         "Hi team, I'm back. My IBAN is on file.",
         "One earlier replacement in March for the same product.",
         "The Aurora Wireless Earbuds and the Juniper Yoga Mat are in stock.",
+        "Dock DK-200 is free until noon; use Gate B12 after that.",  # a word and its code: a place
     ],
 )
 def test_no_entity_in_ordinary_text(entities, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -386,6 +394,15 @@ def test_a_first_name_that_is_an_everyday_word_needs_a_cue_in_lowercase(entities
     # the same word with a cue, a surname or a verb of speech is a name
     for named, name in (("thanks echo", "echo"), ("my name is echo", "echo"), ("echo said no", "echo")):
         assert ("PERSON", name) in found(entities, named), named
+
+
+@pytest.mark.parametrize(
+    "text, name",
+    [("samantha is a very sympathetic person.", "samantha"), ("she named him randy", "randy"), ("why is sara late?", "sara")],
+)
+def test_a_popular_first_name_is_a_name_in_lowercase(entities, text: str, name: str) -> None:  # type: ignore[no-untyped-def]
+    # popular names are frequent in English text as names; that alone does not make them everyday words
+    assert ("PERSON", name) in found(entities, text)
 
 
 @pytest.mark.parametrize(

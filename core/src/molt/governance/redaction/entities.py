@@ -44,6 +44,7 @@ from molt.governance.redaction.entity_words import (
     DATE_WORDS,
     DETERMINERS,
     DIGIT,
+    EMPLOYER_CUES,
     EXCEPTION_TYPE,
     FIRM_HEAD,
     GREETINGS,
@@ -191,7 +192,13 @@ class EntityDetector:
                 drop = skip.get(word)
                 if drop is None:
                     drop = skip[word] = self._never_entity(word)
-                if drop == 1 or (drop == 2 and next_word(source, e)[0] not in ORG_VERBS):
+                if drop == 1 or (
+                    drop == 2
+                    and next_word(source, e)[0] not in ORG_VERBS
+                    and next_word(source, e)[0] not in ORG_AFTER
+                    and prev_word(source, s)[0] not in EMPLOYER_CUES
+                    and OF_ORG.search(source, max(0, s - 30), s) is None
+                ):
                     continue
             if blocked:
                 s, e = outside(blocked, s, e)
@@ -525,14 +532,23 @@ class EntityDetector:
                 return
             out.append(Span(start, end, "LOCATION", 0.6, name))
             return
+        if n == 1 and first.common and prev in EMPLOYER_CUES and not at_start and not kind and first.z < 4.2:
+            # "a year at Verizon", "joined Stripe": a capitalised word English uses, mid-sentence
+            # after an employer's cue, names the firm ("at Home" is frequent enough to be skipped)
+            out.append(Span(start, end, "ORGANIZATION", 0.55, name))
+            return
         if n == 1 and (
             first.common
             or (first.foreign and prev not in PERSON_CUES)
             or first.f in STREET_WORDS
             or (first.text.isupper() and len(first.text) <= 5)
         ):
-            if prev in ("at", "joined", "for") and first.text.isupper() and len(first.text) > 1 and not at_start:
-                out.append(Span(start, end, "ORGANIZATION", 0.55, name))  # "at BBC"
+            if prev in ("at", "joined", "for") and not at_start and (
+                (first.text.isupper() and len(first.text) > 1) or (first.foreign and not first.common and not kind)
+            ):
+                # "at BBC"; "work for Allianz": a capitalised word of another language after an
+                # employer's cue, in English text, is a firm's name, not a word of the sentence
+                out.append(Span(start, end, "ORGANIZATION", 0.55, name))
             return
         if all(w.text.isupper() and len(w.text) > 1 for w in words) and not names:
             return  # acronyms and shouting ("SSN", "CAN I SPEAK")
@@ -569,6 +585,14 @@ class EntityDetector:
             out.append(Span(start, end, "LOCATION", 0.6, name))
             return
         if names:
+            if n > 1 and any(c.isdigit() for w in words for c in w.text):
+                # "Dock DK-200", "Gate B12": a word and its code is a place or a model, as "Pier 19"
+                # is (no name holds a digit); a full name before a code is still one ("Maria Lopez
+                # R2"), and so is one word after a cue ("Mr Lopez R2")
+                k = next(i for i, w in enumerate(words) if any(c.isdigit() for c in w.text))
+                if (k >= 2 or (k == 1 and prev in PERSON_CUES)) and (first.first or first.last):
+                    self._classify(text, words[:k], prev, at_start, out, comma)
+                return
             common = [w for w in words if w.common and not (w.first or w.last or w.conn)]
             if common and prev not in PERSON_CUES:
                 return  # a product or a title ("Aurora Wireless Earbuds")

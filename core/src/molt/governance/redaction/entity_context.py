@@ -150,6 +150,22 @@ class ContextRules:
                 if z or self.facts.place(f) or any(s.start < b and a < s.end for s in out):
                     continue
                 out.append(Span(a, b, "PERSON", 0.55, self.name))
+        # and a word no lexicon knows, joined by "and" to a firm, is a firm too ("Zorblatt and Acme
+        # Corp bid"), not the person it was read as for lack of any cue
+        for o in [s for s in out if s.entity_type == "ORGANIZATION"]:
+            for m in (
+                AND_BEFORE.search(text, max(0, o.start - 40), o.start),
+                AND_AFTER.match(text, o.end),
+            ):
+                if m is None:
+                    continue
+                a, b = m.span(1)
+                f, first, last, z = self.facts.lookup(m.group(1))
+                if z or first or last or self.facts.place(f):
+                    continue
+                for k, sp in enumerate(out):
+                    if sp.start == a and sp.end == b and sp.entity_type == "PERSON" and sp.score <= 0.55:
+                        out[k] = Span(a, b, "ORGANIZATION", 0.55, self.name)
 
     def name_list(self, text: str, out: list[Span]) -> None:
         """The other items of a list of names ("they had 6: natalina, thomas, crystal and omar"):

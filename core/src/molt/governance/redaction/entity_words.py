@@ -154,13 +154,16 @@ ORG_AFTER = frozenset(
     {"office", "offices", "headquarters", "hq", "employees", "staff", "shares", "stock", "invested", "acquired",
      "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures", "sells", "employs",
      "reported", "filed", "ceo", "cto", "spokesperson", "spokesman", "spokeswoman", "board", "branch",
-     "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp"}
+     "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp", "team", "account", "customers"}
 )  # fmt: skip
 # words before a run that make it an employer or a venue ("a year at X", "joined X")
 STRONG_ORG_CUES = frozenset({"at", "joined", "for", "employer", "client", "vendor", "supplier"})
+# the words before a firm that no place or product follows as well: "joined X", "employer: X"
+EMPLOYER_CUES = frozenset({"at", "joined", "employer", "client", "vendor", "supplier"})
 # "the address / headquarters / CEO of X"
 OF_ORG = re.compile(
-    r"(?i:address|headquarters|offices?|ceo|cto|cfo|founder|employees|staff|customers|subsidiary|shares)[ ]of[ ]+$"
+    r"(?i:address|headquarters|offices?|ceo|cto|cfo|founder|employees?|staff|customers?|clients?|shareholders?"
+    r"|subsidiary|shares)[ ]of[ ]+$"
 )
 # what a company has: "Acme's CEO", "Globex's shares"
 ORG_POSSESSIONS = frozenset(
