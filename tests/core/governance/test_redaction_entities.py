@@ -40,6 +40,8 @@ def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-d
         ("Ship it to 58 Hexham Road\nHaldenstein, nan 37659 please", "58 Hexham Road\nHaldenstein"),
         # a unit, the house number, then a street that has only a name and a number
         ("Send it to Suite 574 34 Sireli 74, thanks", "Suite 574 34 Sireli 74"),
+        # a building number before a street-first address is its first part
+        ("Ship it to 64 Boriñaur enparantza 29\n Suite 627\n Campos please", None),
     ],
 )
 def test_inline_addresses_are_one_span(entities, text: str, address: str | None) -> None:  # type: ignore[no-untyped-def]
@@ -371,6 +373,9 @@ def test_other_languages_frequent_words_and_place_prepositions(entities) -> None
         # Indian: house number, street type after the name, town and PIN joined by a hyphen
         ("Deliver to H.No. 41, Gandhi Marg, Jaipur-302001 please", "H.No. 41, Gandhi Marg, Jaipur-302001"),
         ("Deliver to 12/7, Nehru Chowk, Pune 411001 please", "12/7, Nehru Chowk, Pune 411001"),
+        # the street type after the name in Estonian and Basque ("tee", "kalea", "enparantza")
+        ("Saada see aadressile Luite tee 71, Tartu palun", "Luite tee 71"),
+        ("Please ship it to Kale Nagusia kalea 5, Bilbao", "Kale Nagusia kalea 5"),
     ],
 )  # fmt: skip
 def test_addresses_by_their_structure_in_other_postal_systems(entities, text: str, address: str) -> None:  # type: ignore[no-untyped-def]

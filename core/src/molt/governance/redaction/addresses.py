@@ -60,7 +60,7 @@ _STREET_PREFIXES = _wordset(
     carrer avinguda rua r travessa praça praca estrada alameda ladeira ul ulica al aleja os plac pl ulitsa
     prospekt pr pereulok per jalan jl jln lorong soi thanon odos leoforos plateia sokak bulevar bulevardul
     calea drumul aleea intrarea vila postfach rúa camiño vía callejón callejon pasaje pasadizo glorieta cuesta
-    urbanización urbanizacion carretera c λ οδός λεωφόρος"""
+    urbanización urbanizacion carretera c λ οδός λεωφόρος trg námestie nám třída"""
 )
 # a word ending in one of these is a street name (German, Dutch, Nordic, Finnish, Hungarian, Slavic, …)
 _STREET_MORPHS = tuple(
@@ -77,7 +77,7 @@ _STREET_MORPHS = tuple(
 # street types written as their own word between the name and the number ("Dózsa György út 78")
 _POST_TYPES = _wordset(
     "út utca u körút krt tér köz sor sétány rakpart straße strasse str gasse weg allee platz ulica gata vej "
-    "gade laan straat street road"
+    "gade laan straat street road tee maantee puiestee kalea enparantza etorbidea"
 )
 # words before a unit number that can start an address; more only continue one (_PART_UNIT)
 _UNITS = _wordset("apt apartment suite ste unit flat studio room rm floor fl bldg building dept box psc cmr")
@@ -140,6 +140,9 @@ _TRAIL_TOWN = re.compile(r",[ ]([^\W\d_][\w'’-]*(?:[ ][^\W\d_][\w'’-]*){0,2}
 # (an ordinal after the number is the street's name, not its number: "2914 184th Street")
 _LEAD = re.compile(r"(\d{1,4}[A-Za-z]?)[ ]+(?=\d(?!\d{0,3}(?i:st|nd|rd|th)\b)|[^\W\d_][^\n]*[ ]\d{1,5}[A-Za-z]?\.?$)")
 _TRAIL = " \t,;:-"
+# a short number right before a street-first address, itself after a space or a line's start
+# (not the last group of a longer number: "415 555 0100 Hochstrasse 9")
+_NUMBER_BEFORE = re.compile(r"(?:^|(?<=[\s>]))(?<!\d[ ])(\d{1,4}[A-Za-z]?)[ ]\Z", re.MULTILINE)
 # what follows a label word: ": " or ". " and a number ("Tel. +49 30 …", "Fax: 0113 …")
 _LABEL_AFTER = re.compile(r"(?::[ \t]*|\.[ \t]*)[+(\d]")
 
@@ -436,6 +439,10 @@ class AddressFinder:
 
     @staticmethod
     def _extend_back(text: str, s: int) -> int:
+        # a building number before a street that has its own ("01 Luite tee 71"): its first part
+        m = _NUMBER_BEFORE.search(text, max(0, s - 8), s)
+        if m is not None:
+            return m.start(1)
         # "Felicity and Hraunás 84": a street corner whose first street is a bare name
         if text.endswith(" and ", max(0, s - 5), s):
             j = s - 5
