@@ -51,7 +51,7 @@ def scores() -> dict[str, Scores]:
 def test_kept_countries_are_what_the_policy_scope_leaves_out(scores: dict[str, Scores]) -> None:
     # the default policy leaves countries in the text; inside its own scope it is measured as well
     held = scores["policy_held"].micro(IN_SCOPE)
-    assert held.recall >= 0.865 and held.precision >= 0.84, (held.precision, held.recall)
+    assert held.recall >= 0.875 and held.precision >= 0.85, (held.precision, held.recall)  # P 0.856 R 0.879
     assert scores["policy_held"].by_type["LOCATION"].gold < scores["held"].by_type["LOCATION"].gold
 
 
@@ -64,27 +64,27 @@ def test_structured_types_recall(scores: dict[str, Scores]) -> None:
 
 
 def test_all_types_issue_target(scores: dict[str, Scores]) -> None:
-    # issue 3: all in-scope types together, recall ≥ 0.90 and precision ≥ 0.85 (reached: P 0.897, R 0.905)
+    # issue 3: all in-scope types together, recall ≥ 0.90 and precision ≥ 0.85 (reached: P 0.913, R 0.909)
     full = scores["all"].micro(IN_SCOPE)
     assert full.recall >= 0.90, full.recall
     assert full.precision >= 0.85, full.precision
 
 
 def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
-    # the figures this build reaches (held-out P 0.838 R 0.876, all P 0.900 R 0.901), less a hair
+    # the figures this build reaches (held-out P 0.851 R 0.884, all P 0.913 R 0.909), less a hair
     held = scores["held"].micro(IN_SCOPE)
-    assert held.recall >= 0.875 and held.precision >= 0.83
+    assert held.recall >= 0.88 and held.precision >= 0.845
     full = scores["all"].micro(IN_SCOPE)
-    assert full.recall >= 0.90 and full.precision >= 0.89
+    assert full.recall >= 0.905 and full.precision >= 0.905
 
 
 def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].by_type
     floors = {  # (precision, recall) reached on the held-out templates, less a hair
-        "PERSON": (0.87, 0.885),  # R was 0.89: a lowercase first name that is an everyday word needs a cue
-        "ADDRESS": (0.72, 0.835),  # P was 0.716: "street, Town" now splits the town off (the dev split's convention)
-        "LOCATION": (0.75, 0.93),
-        "ORGANIZATION": (0.83, 0.65),
+        "PERSON": (0.875, 0.885),  # P 0.881 R 0.890
+        "ADDRESS": (0.75, 0.865),  # P 0.759 R 0.871
+        "LOCATION": (0.78, 0.93),  # P 0.784 R 0.934
+        "ORGANIZATION": (0.84, 0.665),  # P 0.844 R 0.669
     }
     for t, (p, r) in floors.items():
         assert held[t].precision >= p and held[t].recall >= r, (t, held[t].precision, held[t].recall)
@@ -93,7 +93,7 @@ def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> Non
 @pytest.mark.xfail(
     strict=True,
     reason="issue 21 target (recall ≥ 0.90, precision ≥ 0.85) not reached on held-out templates: "
-    "P 0.838, R 0.876 (all sentences: P 0.900, R 0.901)",
+    "P 0.851, R 0.884 (all sentences: P 0.913, R 0.909); recall is short",
 )
 def test_all_types_issue_target_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].micro(IN_SCOPE)
