@@ -660,12 +660,14 @@ DEDUPE_IDS = 10_000
 MAX_SESSIONS = 2_000
 
 
-def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tuple[list[Row], dict[str, Any]]:
+def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
+              capture_recycle: int | None = None) -> tuple[list[Row], dict[str, Any]]:
     import psutil
 
     from molt.gateway.capture_process import RECYCLE_AFTER
     from molt.store import FOLLOWER_CACHES
 
+    recycle_after = RECYCLE_AFTER if capture_recycle is None else capture_recycle
     home = work / "soak-home"
     home.mkdir(parents=True, exist_ok=True)
     keys = home / "keys.toml"
@@ -686,7 +688,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
                              "--keys", str(keys), "--log-level", "warning",
                              "--session-idle-s", str(min(SESSION_IDLE_S, 0.1 * soak_s)),
                              "--evolve-every", str(min(SESSION_IDLE_S, 0.1 * soak_s)),
-                             "--dedupe-ids", str(DEDUPE_IDS), "--max-sessions", str(MAX_SESSIONS)],
+                             "--dedupe-ids", str(DEDUPE_IDS), "--max-sessions", str(MAX_SESSIONS),
+                             "--capture-recycle", str(recycle_after)],
                             env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     # (seconds, requests so far, serving process MiB, capture child MiB): per process, so a leak in
@@ -696,6 +699,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     # thread of its own (the answer can take seconds while the capture process is busy)
     caches: list[tuple[float, float]] = []
     done_polling = threading.Event()
+    child_pids: set[int] = set()
 
     def poll_caches() -> None:
         while not done_polling.wait(10.0):
@@ -713,6 +717,7 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
             with contextlib.suppress(psutil.Error):
                 own = server.memory_info().rss
             for p in server.children(recursive=True):
+                child_pids.add(p.pid)
                 with contextlib.suppress(psutil.Error):
                     children += p.memory_info().rss
             rss.append((time.monotonic(), done, own / 2**20, children / 2**20))
@@ -732,6 +737,11 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
         logf.close()
     lat = res["lat"]
     n, errors = len(lat), res["errors"]
+    try:
+        stored, quarantined = _stored_events(home, child_pids)
+    except Exception as exc:  # the memory and latency figures stand without the count
+        log(f"counting the stored events failed: {exc!r}")
+        stored = quarantined = -n
     # After warm-up (the first 20 % of the soak: caches fill, the store's first compactions) a leak
     # grows linearly with requests: the slope of a least-squares line through the samples, in MiB per
     # 1,000 requests, is the figure to hold flat (a 100-byte-per-request leak is 0.1).
@@ -748,13 +758,19 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
         (s, "error rate (non-200 or connection errors)", f"{errors / max(1, n + errors):.4%} ({errors})"
          + "".join(f"; {k} × {v}" for k, v in sorted(res["why"].items())), "0"),
     ]
+    # Every answered call is one event. What the capture child had not delivered when the gateway
+    # stopped is in the spool, and a Recorder opened on it delivers it: an event missing after that
+    # was acknowledged and lost.
+    rows.append((s, "events stored / calls answered; quarantined; lost",
+                 f"{stored:,} / {n:,}; {quarantined:,}; {max(0, n - stored - quarantined):,}", "0 lost"))
     for col, who in ((2, "serving process"), (3, "capture child")):
         peak = max(r[col] for r in rss)
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
                      f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {_growth(warm, col)}", "flat"))
     # molt serve replaces its capture child every RECYCLE_AFTER records; while the old one hands the
     # spool over both are alive, so the children's sum peaks for a few seconds at each replacement.
-    rows.append((s, f"capture child replaced by a fresh one (every {RECYCLE_AFTER:,} records); "
+    every = f"every {recycle_after:,} records" if recycle_after else "recycling off"
+    rows.append((s, f"capture child replaced by a fresh one ({every}); "
                     f"2-minute medians of the children's RSS after warm-up: lowest – highest",
                  f"{recycled} times; {_medians_range(warm, 3, 120.0)}", ""))
     # The serving process's LanceDB caches are bounded (molt.store.FOLLOWER_CACHES): growth that is
@@ -773,7 +789,28 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path) -> tu
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
                   "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
                   "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss,
-                  "serving_cache_mb": caches, "capture_recycled": recycled}
+                  "serving_cache_mb": caches, "capture_recycled": recycled, "capture_recycle": recycle_after,
+                  "events_stored": stored, "events_quarantined": quarantined}
+
+
+def _stored_events(home: Path, child_pids: set[int]) -> tuple[int, int]:
+    """Events and quarantined records in the soak's store once the capture children have exited and
+    what they left in the spool is delivered."""
+    import psutil
+
+    from molt.capture import Recorder
+    from molt.store import Store
+
+    deadline = time.monotonic() + 120  # a child makes what it was sent durable, then delivers for up to 10 s
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in child_pids):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    with Store.open(home / "store", auto_compact=False) as store:
+        rec = Recorder(store, spool_dir=home / "spool", fsync="never")
+        rec.flush(timeout=300, deliver=True)
+        rec.close(timeout=60)
+        return store.count(), store.count("quarantine")
 
 
 def _growth(samples: list[tuple[float, int, float, float]], col: int) -> str:
@@ -899,6 +936,8 @@ def main() -> None:
     ap.add_argument("--lives", type=int, default=4, help="kills per trial home (default 4; --quick 2)")
     ap.add_argument("--soak-s", type=float, help="load/soak seconds (default 600; --quick 15)")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--capture-recycle", type=int, default=None,
+                    help="soak: molt serve --capture-recycle (records per capture child; 0 never; default molt's)")
     ap.add_argument("--only", default="1234567", help="sections to run, e.g. 17")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "reliability.json")
     args = ap.parse_args()
@@ -919,7 +958,8 @@ def main() -> None:
             ("4", "fuzz", lambda: fuzz(work, 10 if q else 100, 150 if q else 2000)),
             ("5", "tenants", lambda: tenants(work, 2 if q else 10)),
             ("6", "tamper", lambda: tamper(work, 10 if q else 50, 300 if q else 5000)),
-            ("7", "soak", lambda: load_soak(work, soak_s, args.concurrency, args.json.parent / "soak-server.log")),
+            ("7", "soak", lambda: load_soak(work, soak_s, args.concurrency, args.json.parent / "soak-server.log",
+                                                 args.capture_recycle)),
         ]
         for key, name, fn in steps:
             if key not in args.only:
