@@ -767,8 +767,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
         peak = max(r[col] for r in rss)
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",
                      f"{warm[0][col]:.0f} → {warm[-1][col]:.0f} MiB ({peak:.0f}); {_growth(warm, col)}", "flat"))
-    # molt serve replaces its capture child every RECYCLE_AFTER records; while the old one hands the
-    # spool over both are alive, so the children's sum peaks for a few seconds at each replacement.
+    # With --capture-recycle N molt serve replaces its capture child every N records; while the old one
+    # hands the spool over both are alive, so the children's sum peaks for a few seconds at each one.
     every = f"every {recycle_after:,} records" if recycle_after else "recycling off"
     rows.append((s, f"capture child replaced by a fresh one ({every}); "
                     f"2-minute medians of the children's RSS after warm-up: lowest – highest",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -234,9 +236,52 @@ def test_a_spool_held_for_good_is_a_clear_error_and_the_gateway_goes_on(
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"recycle_after": 999}, "recycle_after must be 0"), ({"spool_wait_s": -1.0}, "spool_wait_s must be"),
     ({"spool_wait_s": float("nan")}, "spool_wait_s must be"), ({"dedupe_ids": 10}, "dedupe_ids must be"),
-    ({"chain_heads": 10}, "chain_heads must be"),
+    ({"chain_heads": 10}, "chain_heads must be"), ({"trim_interval_s": -1.0}, "trim_interval_s must be"),
 ])
 def test_bad_settings_are_refused_before_a_child_starts(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CaptureProcess(tmp_path / "store", tmp_path / "spool", **kwargs)
     assert not (tmp_path / "spool").exists()
+
+
+# A thread allocates 500 blocks of 64 KiB (under the mmap threshold bound_native_heap sets, so they come
+# from glibc's second arena, as LanceDB's and the Recorder's do), keeps a small block after each and
+# frees the large ones: 31 MiB of free chunks that glibc cannot give back from the top of the heap.
+_FRAGMENTED_ARENA = """
+import ctypes, threading
+from molt.gateway.capture_process import bound_native_heap, trim_native_heap
+bound_native_heap()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+def anon():
+    return next(int(l.split()[1]) << 10 for l in open("/proc/self/status") if l.startswith("RssAnon"))
+kept = []
+def work():
+    big = []
+    for _ in range(500):
+        p = libc.malloc(64 << 10)
+        libc.memset(p, 1, 64 << 10)
+        big.append(p)
+        kept.append(libc.malloc(64))
+    for p in big:
+        libc.free(p)
+t = threading.Thread(target=work)
+t.start()
+t.join()
+before = anon()
+trimmed = trim_native_heap()
+print(trimmed, before - anon())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"),
+                    reason="glibc's malloc_trim")
+def test_the_free_memory_held_in_a_fragmented_native_heap_goes_back_to_the_system() -> None:
+    """What the capture child's RSS gained under load was free chunks in glibc's shared arena (LanceDB's
+    and the Recorder's threads free in the middle of it, and glibc returns only its top):
+    trim_native_heap, which the child runs every TRIM_INTERVAL_S, gives their pages back."""
+    out = subprocess.run([sys.executable, "-c", _FRAGMENTED_ARENA], capture_output=True, text=True, timeout=60,
+                         check=True).stdout.split()
+    assert out[0] == "True" and int(out[1]) >= 16 << 20, out

@@ -19,9 +19,10 @@ the frame kinds and their handling change together.
 The child appends small batches for as long as the gateway runs, so it keeps its memory bounded:
 LanceDB's caches get a writer's bounds (each append is a new table version, and the metadata cache
 otherwise fills with the manifests of superseded versions), glibc's allocator is told to return the
-large buffers compaction allocates (see :func:`bound_native_heap`), and after ``recycle_after``
-records the child is replaced by a fresh one that takes its spool over (what is left grows slowly
-in native code; see :data:`RECYCLE_AFTER`).
+large buffers compaction allocates (see :func:`bound_native_heap`) and, every few seconds, the free
+memory left inside its heaps (see :func:`trim_native_heap`), and after ``recycle_after`` records the
+child is replaced by a fresh one that takes its spool over (what is left grows slowly; see
+:data:`RECYCLE_AFTER`).
 
 Example::
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import select
@@ -58,7 +60,7 @@ from molt.capture.recorder import RecorderStats
 from molt.gateway.capture import CallRecord, CallRecorder
 from molt.gateway.router import Route, VersionSpec
 
-__all__ = ["CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main"]
+__all__ = ["CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main", "trim_native_heap"]
 
 log = logging.getLogger("molt.gateway")
 
@@ -81,10 +83,10 @@ _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dro
 # this, and molt.store's FOLLOWER_METADATA_CACHE_BYTES.
 WRITER_INDEX_CACHE_BYTES = 4 << 20
 #: Records after which :class:`CaptureProcess` replaces its child with a fresh one. With its caches
-#: and heap bounded the child still grows slowly, in native allocations on LanceDB's threads that
-#: no profile could attribute; a fresh child costs a second or two of start-up at low priority, so
-#: replacing it every few minutes of heavy load bounds that growth to a few MiB (the soak figures:
-#: bench/reliability/README.md).
+#: bounded and its heap trimmed the child still grows slowly, in memory in use (glibc's main heap and
+#: Python's arenas, about 0.1 MiB per 1,000 requests in a soak) that no one has attributed yet; a fresh
+#: child costs a second or two of start-up at low priority, so replacing it every few minutes of heavy
+#: load bounds that growth to a few MiB (the soak figures: bench/reliability/README.md).
 RECYCLE_AFTER = 100_000
 #: The smallest ``recycle_after`` other than 0: a child's start-up costs a second or two.
 MIN_RECYCLE_AFTER = 1_000
@@ -206,6 +208,48 @@ def bound_native_heap() -> bool:
     return ok
 
 
+#: How often the capture process hands the free memory in glibc's heaps back (see :func:`trim_native_heap`).
+TRIM_INTERVAL_S = 10.0
+
+
+@functools.cache
+def _glibc_malloc_trim() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
+        return ctypes.CDLL(None).malloc_trim
+    except (ValueError, OSError, AttributeError):  # not glibc
+        return None
+
+
+def trim_native_heap() -> bool:
+    """Give the free memory inside glibc's heaps back to the system (``malloc_trim(0)``; Linux with
+    glibc, a no-op elsewhere). Returns whether any was given back.
+
+    LanceDB's threads (appends, compaction) and the Recorder's share one glibc arena besides the main
+    one (:func:`bound_native_heap`). Their transient buffers come and go in it, and what they free in
+    its middle stays in the process: glibc gives a heap's memory back only from its top, and a few
+    long-lived blocks above the holes pin it. So the arena grows to the high-water mark of those
+    buffers and keeps it, mostly free: in the capture process under load, two thirds of it was free
+    chunks (``malloc_info``), and its growth was most of what the child's RSS gained.
+    ``malloc_trim`` releases the whole pages inside free chunks (``MADV_DONTNEED``); it takes each
+    arena's lock for a moment (milliseconds), so a call every few seconds costs nothing measurable.
+    """
+    trim = _glibc_malloc_trim()
+    return bool(trim(0)) if trim is not None else False
+
+
+def _trim_native_heap_every(interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s):
+        try:
+            trim_native_heap()
+        except Exception:  # best effort: memory, never capture
+            log.debug("malloc_trim failed", exc_info=True)
+            return
+
+
 def _read_exact(stream: Any, n: int) -> bytes | None:
     buf = b""
     while len(buf) < n:
@@ -267,6 +311,11 @@ def main() -> None:
     with contextlib.suppress(OSError):
         os.nice(int(config.get("nice", 10)))
     bound_native_heap()  # before LanceDB starts its threads
+    trim_interval_s = float(config.get("trim_interval_s", TRIM_INTERVAL_S))
+    stop_trimming = threading.Event()
+    if trim_interval_s > 0:
+        threading.Thread(target=_trim_native_heap_every, args=(trim_interval_s, stop_trimming),
+                         name="molt-heap-trim", daemon=True).start()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     store = _open_store(config)
     pipeline: Any = None
@@ -351,6 +400,7 @@ def main() -> None:
             stdout.write(_frame(_STATS, orjson.dumps({"id": _FINAL, "ok": done, "stats": final})))
             stdout.flush()
         store.close()
+        stop_trimming.set()
 
 
 # ------------------------------------------------------------------------------------------ parent
@@ -374,13 +424,16 @@ class CaptureProcess:
         spool_wait_s: how long the first child waits for a spool another process holds (default
             :data:`SPOOL_WAIT_S`: time for the child of a gateway that just died to finish); then it exits
             naming the holder, and calls are served unrecorded (counted in :attr:`failed`).
+        trim_interval_s: how often the child gives the free memory in its native heap back to the
+            system (default :data:`TRIM_INTERVAL_S`; 0 never; see :func:`trim_native_heap`).
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
                  *, governance: str | None = "default", fsync: str = "always", max_pending: int = 100_000,
                  nice: int = 10, batch_s: float = 0.005, storage_options: dict[str, str] | None = None,
                  start_timeout_s: float = 60.0, dedupe_ids: int = 200_000, chain_heads: int = 200_000,
-                 recycle_after: int = RECYCLE_AFTER, spool_wait_s: float = SPOOL_WAIT_S):
+                 recycle_after: int = RECYCLE_AFTER, spool_wait_s: float = SPOOL_WAIT_S,
+                 trim_interval_s: float = TRIM_INTERVAL_S):
         if dedupe_ids < 1000:
             raise ValueError(f"dedupe_ids must be at least 1,000, got {dedupe_ids}.")
         if chain_heads < 100:
@@ -389,6 +442,8 @@ class CaptureProcess:
             raise ValueError(f"recycle_after must be 0 (never) or at least {MIN_RECYCLE_AFTER:,}, got {recycle_after}.")
         if not spool_wait_s >= 0:
             raise ValueError(f"spool_wait_s must be a number of seconds, 0 or more, got {spool_wait_s}.")
+        if not trim_interval_s >= 0:
+            raise ValueError(f"trim_interval_s must be a number of seconds, 0 or more, got {trim_interval_s}.")
         home = os.path.expanduser(os.environ.get("MOLT_HOME", "~/.molt"))
         # how long a replaced child may take to make what it was sent durable before it is killed
         self._handover_s = start_timeout_s + 30.0
@@ -396,7 +451,8 @@ class CaptureProcess:
             "store_uri": str(store_uri or os.path.join(home, "store")),
             "spool_dir": str(spool_dir or os.path.join(home, "spool")), "governance": governance,
             "fsync": fsync, "storage_options": storage_options, "nice": nice, "dedupe_ids": dedupe_ids,
-            "chain_heads": chain_heads, "spool_wait_s": spool_wait_s, "handover_s": self._handover_s}
+            "chain_heads": chain_heads, "spool_wait_s": spool_wait_s, "handover_s": self._handover_s,
+            "trim_interval_s": trim_interval_s}
         self.start_timeout_s = start_timeout_s
         self.recycle_after = recycle_after
         self._proc = self._spawn(self._config)
