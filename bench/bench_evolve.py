@@ -668,8 +668,8 @@ def seed_question(rows: dict[str, dict[str, Any]], wo: dict[str, Any], loop_fams
         after = r.get("live_after")
         if t["choice"] == "weight_update":
             escalated.append(name)
-        shown = f"{r['live_before']:.2f} -> {after:.2f} fresh" if after is not None else \
-            f"{r['live_before']:.2f} (nothing applied)"
+        shown = (f"{r['live_before']:.2f} on the window -> {after:.2f} fresh" if after is not None else
+                 f"{r['hand_base']:.2f} fresh (nothing applied)")
         print(f"Molt plane, {name:16}: 1 cycle, {t['cpu_s']:.1f} CPU-s (+{t['load_cpu_s']:.1f} loads), "
               f"{t['wall_s']:.0f} s wall, 0 trained tokens -> {t['choice']}; success {shown}")
     print(f"Molt plane, all: {molt_cpu:.1f} CPU-s (+{molt_load:.1f} loads), 0 trained tokens; "
@@ -683,7 +683,8 @@ def seed_question(rows: dict[str, dict[str, Any]], wo: dict[str, Any], loop_fams
     for name in names:
         curve = " -> ".join(f"{rates[name]:.2f}@{c:.0f}cpu-s" for c, _, rates in wo["curve"])
         r = rows[name]
-        molt_after = r.get("live_after", r["live_before"])
+        # On the fresh asks both sides are measured on: what the plane applied, else the unchanged agent.
+        molt_after = r.get("live_after", r["hand_base"])
         print(f"  {name:16} loop {curve}; Molt {molt_after:.2f}; target {target:.2f}: Molt "
               f"{'reached' if molt_after >= target else 'not reached'}, loop "
               f"{'reached' if last[name] >= target else 'not reached'}"
