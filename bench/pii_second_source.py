@@ -146,6 +146,11 @@ def generate(n: int = 1500, *, seed: int = 2027, blind: bool = False) -> list[di
     fakers = {loc: Faker(loc) for loc in LOCALES}
     for i, f in enumerate(fakers.values()):
         f.seed_instance(seed + i)
+        # Faker's it_IT address provider builds its city list from a set, so the list's order (and
+        # the city a seed picks) changed with PYTHONHASHSEED; sorted, every process makes the same records.
+        for provider in f.providers:
+            if isinstance(getattr(provider, "cities", None), list):
+                provider.cities = sorted(provider.cities)
     us = fakers["en_US"]
     out: list[dict[str, Any]] = []
     for k in range(n):
