@@ -737,11 +737,12 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
         logf.close()
     lat = res["lat"]
     n, errors = len(lat), res["errors"]
+    stored: int | None = None
+    quarantined: int | None = None
     try:
         stored, quarantined = _stored_events(home, child_pids)
     except Exception as exc:  # the memory and latency figures stand without the count
         log(f"counting the stored events failed: {exc!r}")
-        stored = quarantined = -n
     # After warm-up (the first 20 % of the soak: caches fill, the store's first compactions) a leak
     # grows linearly with requests: the slope of a least-squares line through the samples, in MiB per
     # 1,000 requests, is the figure to hold flat (a 100-byte-per-request leak is 0.1).
@@ -761,8 +762,9 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
     # Every answered call is one event. What the capture child had not delivered when the gateway
     # stopped is in the spool, and a Recorder opened on it delivers it: an event missing after that
     # was acknowledged and lost.
-    rows.append((s, "events stored / calls answered; quarantined; lost",
-                 f"{stored:,} / {n:,}; {quarantined:,}; {max(0, n - stored - quarantined):,}", "0 lost"))
+    counted = ("not counted" if stored is None or quarantined is None else
+               f"{stored:,} / {n:,}; {quarantined:,}; {max(0, n - stored - quarantined):,}")
+    rows.append((s, "events stored / calls answered; quarantined; lost", counted, "0 lost"))
     for col, who in ((2, "serving process"), (3, "capture child")):
         peak = max(r[col] for r in rss)
         rows.append((s, f"{who} RSS after warm-up → end (peak); growth after warm-up; over its second half",

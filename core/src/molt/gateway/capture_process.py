@@ -177,6 +177,21 @@ def _split_frames(buf: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
 _M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # mallopt parameters (glibc's malloc.h)
 
 
+@functools.cache
+def _glibc() -> Any:
+    """This process's C library when it is glibc on Linux (``mallopt``, ``malloc_trim``), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
+        libc = ctypes.CDLL(None)
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - both must exist
+    except (ValueError, OSError, AttributeError):  # not glibc (musl has no such name)
+        return None
+    return libc
+
+
 def bound_native_heap() -> bool:
     """Keep glibc's heap from growing with the store (Linux with glibc; a no-op elsewhere).
 
@@ -189,17 +204,10 @@ def bound_native_heap() -> bool:
     arenas bound the rest. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment win.
     Returns whether the settings were applied.
     """
-    if not sys.platform.startswith("linux"):
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return False
-    except (ValueError, OSError):  # not glibc (musl has no such name)
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
+    mallopt = libc.mallopt
     ok = True
     if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
         ok &= mallopt(_M_MMAP_THRESHOLD, 128 << 10) == 1
@@ -210,18 +218,6 @@ def bound_native_heap() -> bool:
 
 #: How often the capture process hands the free memory in glibc's heaps back (see :func:`trim_native_heap`).
 TRIM_INTERVAL_S = 10.0
-
-
-@functools.cache
-def _glibc_malloc_trim() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return None
-        return ctypes.CDLL(None).malloc_trim
-    except (ValueError, OSError, AttributeError):  # not glibc
-        return None
 
 
 def trim_native_heap() -> bool:
@@ -237,8 +233,8 @@ def trim_native_heap() -> bool:
     ``malloc_trim`` releases the whole pages inside free chunks (``MADV_DONTNEED``); it takes each
     arena's lock for a moment (milliseconds), so a call every few seconds costs nothing measurable.
     """
-    trim = _glibc_malloc_trim()
-    return bool(trim(0)) if trim is not None else False
+    libc = _glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
 def _trim_native_heap_every(interval_s: float, stop: threading.Event) -> None:
