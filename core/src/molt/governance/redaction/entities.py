@@ -194,8 +194,8 @@ class EntityDetector:
                     drop = skip[word] = self._never_entity(word)
                 if drop == 1 or (
                     drop == 2
-                    and next_word(source, e)[0] not in ORG_VERBS
-                    and next_word(source, e)[0] not in ORG_AFTER
+                    and (after := next_word(source, e)[0]) not in ORG_VERBS
+                    and after not in ORG_AFTER
                     and prev_word(source, s)[0] not in EMPLOYER_CUES
                     and OF_ORG.search(source, max(0, s - 30), s) is None
                 ):
