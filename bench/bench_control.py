@@ -86,7 +86,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="", help="comma-separated failure kinds to run (default: all)")
     ap.add_argument("--jobs", type=int, default=2, help="runs measured at once, each in its own process")
     ap.add_argument("--gateway-shards", type=int, default=2, help="processes the gateway run is split over")
-    ap.add_argument("--runs", default="", help="comma-separated runs among: " + ", ".join(RUNS).replace("%", "%%") + " (default: all)")
+    ap.add_argument("--runs", default="",
+                    help="comma-separated runs among: " + ", ".join(RUNS).replace("%", "%%") + " (default: all)")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k] or list(TRUTH)
     runs = [r for r in args.runs.split(",") if r] or list(RUNS)

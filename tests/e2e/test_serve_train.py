@@ -89,7 +89,8 @@ def served(request: pytest.FixtureRequest, tmp_path: Path, model_dir: Path, molt
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "molt.cli", "serve", "--backend", "local", "--port", str(port),
-         *(["--train"] if mode == "in-process" else []), "--governance", str(policy), "--evolve-every", "10", "--no-console", "--log-level", "info",
+         *(["--train"] if mode == "in-process" else []), "--governance", str(policy), "--evolve-every", "10",
+         "--no-console", "--log-level", "info",
          "--backend-timeout", "600", "--verifier", f"{TASK}=sums_checks:opens_with_number",
          *[a for k, v in settings.items() for a in ("--plane-setting", f"{k}={v}")]],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

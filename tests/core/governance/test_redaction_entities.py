@@ -336,7 +336,8 @@ def test_a_legal_form_makes_the_name_before_it_an_organisation(entities) -> None
     text = "The big three: Healthmap, Solarlist and Morningstar Inc.. Then"
     assert ("ORGANIZATION", "Morningstar Inc.") in found(entities, text)
     assert ("ORGANIZATION", "Solarlist") in found(entities, text)
-    assert ("ORGANIZATION", "Oller y Canals S.Coop.") in found(entities, "Hola, soy Celia Plaza de Oller y Canals S.Coop.; mi")
+    assert ("ORGANIZATION", "Oller y Canals S.Coop.") in found(
+        entities, "Hola, soy Celia Plaza de Oller y Canals S.Coop.; mi")
     # no legal form: no organisation from this rule ("S.A" inside a word, a lowercase "sa")
     assert not [v for t, v in found(entities, "the USA.Today feed and sa rules") if t == "ORGANIZATION"]
 
@@ -403,7 +404,8 @@ def test_a_first_name_that_is_an_everyday_word_needs_a_cue_in_lowercase(entities
 
 @pytest.mark.parametrize(
     "text, name",
-    [("samantha is a very sympathetic person.", "samantha"), ("she named him randy", "randy"), ("why is sara late?", "sara")],
+    [("samantha is a very sympathetic person.", "samantha"), ("she named him randy", "randy"),
+     ("why is sara late?", "sara")],
 )
 def test_a_popular_first_name_is_a_name_in_lowercase(entities, text: str, name: str) -> None:  # type: ignore[no-untyped-def]
     # popular names are frequent in English text as names; that alone does not make them everyday words
