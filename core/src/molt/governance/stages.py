@@ -162,6 +162,7 @@ class Redact:
     def __init__(self, pipeline: GovernancePipeline):
         self.pipeline = pipeline
         self._redactors: dict[int, Any] = {}
+        self._vocabularies: dict[tuple[int, str | None], Any] = {}
 
     def redactor(self, tenant: TenantPolicy) -> Any:
         """The tenant's redactor, built once."""
@@ -174,6 +175,18 @@ class Redact:
             self._redactors[key] = r
         return r
 
+    def vocabulary(self, tenant: TenantPolicy, tenant_id: str | None) -> Any:
+        """The operator vocabulary of ``tenant_id`` (each tenant its own, also where several share
+        the default policy), or None when its policy turns it off."""
+        key = (id(tenant), tenant_id)
+        v = self._vocabularies.get(key)
+        if v is None:
+            from molt.governance.redaction.vocabulary import OperatorVocabulary
+
+            after = tenant.redaction_policy.operator_vocabulary_after
+            v = self._vocabularies[key] = OperatorVocabulary(after) if after else False
+        return v or None
+
     def run(self, ctx: Context) -> None:
         from molt.governance.envelope import redact_envelope
         from molt.governance.redaction import redact_event
@@ -184,7 +197,11 @@ class Redact:
             return
         try:
             redactor = self.redactor(tenant)
-            event, report = redact_event(ctx.event, redactor=redactor)
+            vocabulary = self.vocabulary(tenant, ctx.event.metadata.tenant_id)
+            keep = vocabulary.keeps if vocabulary is not None else frozenset()
+            event, report = redact_event(ctx.event, redactor=redactor, keep=keep)
+            if vocabulary is not None:
+                _observe_prompts(vocabulary, redactor, ctx.event)
             # the identifiers a client chose that the envelope stores (user → session, agent, task, tags)
             event, envelope = redact_envelope(event, redactor)
         except GovernanceError as exc:
@@ -200,6 +217,29 @@ class Redact:
             policy=report.policy, fingerprint=report.policy_fingerprint, counts=counts,
             fields=sorted({s.field for s in [*report.spans, *envelope]}),
             token_trace_dropped=report.token_trace_dropped)
+
+
+def _observe_prompts(vocabulary: Any, redactor: Any, event: Event) -> None:
+    """Show ``vocabulary`` the system prompts of ``event`` (the original, before redaction) with what
+    the redactor found in them; detection is memoised by text, so this costs a lookup per prompt."""
+    obs = event.observation
+    if obs is None or not obs.messages:
+        return
+    conversation = event.session_id or event.trajectory_id
+    for m in obs.messages:
+        if m.role not in ("system", "developer"):
+            continue
+        if isinstance(m.content, str):
+            texts = [m.content]
+        elif isinstance(m.content, list):
+            texts = [p["text"] for p in m.content
+                     if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        else:
+            continue
+        for text in texts:
+            if text and not text.isspace() and not vocabulary.settled(text):
+                spans = redactor.detect_many([text])[0]
+                vocabulary.observe(conversation, text, [(sp.entity_type, text[sp.start : sp.end]) for sp in spans])
 
 
 @stages.register("classify")

@@ -46,18 +46,24 @@ def _adapter(field: str) -> TypeAdapter[Any]:
 
 
 def redact_event(
-    event: Event, *, redactor: Redactor | None = None, policy_name: str | None = None
+    event: Event,
+    *,
+    redactor: Redactor | None = None,
+    policy_name: str | None = None,
+    keep: frozenset[str] = frozenset(),
 ) -> tuple[Event, RedactionReport]:
     """A redacted copy of ``event`` and the report of what was replaced.
 
     ``redactor`` defaults to the ``default`` policy's. Token ids of a generation are dropped when
     anything in the event was redacted (policy ``token_traces``), because they encode the original
-    text. Raises :class:`~molt.errors.GovernanceError` (with the event's ids) when a detector fails
-    or the redacted payload no longer validates.
+    text. ``keep`` holds organisation and place names left as they are (a tenant's operator
+    vocabulary, :meth:`~molt.governance.redaction.vocabulary.OperatorVocabulary.keeps`). Raises
+    :class:`~molt.errors.GovernanceError` (with the event's ids) when a detector fails or the
+    redacted payload no longer validates.
     """
     redactor = redactor or Redactor()
     policy = redactor.policy
-    walker = Walker(redactor)
+    walker = Walker(redactor, keep)
     # only the payload is walked, so only the payload is dumped (the envelope stays as it is)
     dumped = {
         f: _adapter(f).dump_python(v, mode="json") for f in PAYLOAD_ORDER if (v := getattr(event, f)) is not None

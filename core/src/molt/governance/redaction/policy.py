@@ -108,6 +108,11 @@ class RedactionPolicy(BaseModel):
       would leave the control plane's memory as "<LOCATION_1> … <LOCATION_2>". Cities, regions,
       streets and addresses are redacted as before. Labelled PII sets (presidio-research's, for
       one) count countries as LOCATION: set False to redact them as those labels do.
+    - ``operator_vocabulary_after`` — keep the organisation and place names of a system prompt once
+      the same prompt, naming no person and holding no identifier, has been seen in this many
+      distinct conversations of the tenant: it is then the operator's configuration, and its names
+      are kept wherever they appear (:mod:`~molt.governance.redaction.vocabulary`); 0 turns it off
+      [3].
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -126,6 +131,15 @@ class RedactionPolicy(BaseModel):
     pseudonym_length: Annotated[int, Field(ge=6, le=64)] = 10
     token_traces: TokenTraceHandling = TokenTraceHandling.DROP_IF_REDACTED
     keep_country_level_places: bool = True
+    operator_vocabulary_after: Annotated[int, Field(ge=0)] = 3
+
+    @field_validator("operator_vocabulary_after")
+    @classmethod
+    def _vocabulary_after(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("operator_vocabulary_after must be 0 (off) or at least 2: a prompt seen in one "
+                             "conversation may be about its user.")
+        return v
 
     @field_validator("entities", "entity_modes")
     @classmethod

@@ -18,6 +18,7 @@ from molt.governance.redaction.base import Span
 from molt.governance.redaction.credentials import secret_key_type
 from molt.governance.redaction.redactor import Redactor, ReplacementState
 from molt.governance.redaction.report import RedactedSpan
+from molt.governance.redaction.vocabulary import KEEPABLE_TYPES
 
 __all__ = ["PAYLOAD_ORDER", "Walker", "constructed", "span_record"]
 
@@ -94,8 +95,11 @@ class Walker:
     JSON), then detect on all of them at once (:meth:`Redactor.detect_many`) and write the redacted
     values back in place."""
 
-    def __init__(self, redactor: Redactor):
+    def __init__(self, redactor: Redactor, keep: frozenset[str] = frozenset()):
         self.redactor = redactor
+        # organisation and place names kept as the tenant's operator vocabulary
+        # (molt.governance.redaction.vocabulary); empty: everything detected is replaced
+        self.keep = keep
         self.state = ReplacementState()
         self.records: list[RedactedSpan] = []
         self.fields = 0
@@ -166,6 +170,8 @@ class Walker:
             else:
                 spans = found[k]
                 k += 1
+            if spans and self.keep:
+                spans = self._not_kept(value, spans)
             if not spans:
                 continue
             field = path if isinstance(path, str) else _path(path)
@@ -175,6 +181,13 @@ class Walker:
         for holder, slot, parsed in self.json_strings[::-1]:  # inner JSON strings first
             if holder is not None:
                 holder[slot] = orjson.dumps(parsed).decode()
+
+    def _not_kept(self, value: str, spans: list[Span]) -> list[Span]:
+        keep = self.keep
+        return [
+            sp for sp in spans
+            if sp.entity_type not in KEEPABLE_TYPES or " ".join(value[sp.start : sp.end].split()) not in keep
+        ]
 
     def _detect_all(self, texts: list[str]) -> list[list[Span]]:
         return self.redactor.detect_many(texts) if texts else []
