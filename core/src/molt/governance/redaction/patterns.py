@@ -14,9 +14,11 @@ Registered detector names: ``phone``, ``credit_card``, ``us_ssn``, ``iban``, ``i
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import re
 from collections.abc import Callable
+from typing import Any
 
 from molt.governance.redaction.base import DIGIT, Span, detectors
 from molt.governance.redaction.checksums import iban_valid, luhn_valid, ssn_valid
@@ -33,6 +35,7 @@ __all__ = [
     "UsDriverLicenseDetector",
     "card_network",
     "card_spans",
+    "dialable",
 ]
 
 
@@ -418,7 +421,7 @@ class IbanDetector:
 
 
 _PHONE = re.compile(
-    r"(?<![\w+/.:-])(?:\+\d{1,3}[ .-]?|00\d{0,2}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,12}(?:[ .-]\d{1,8}){0,5}"
+    r"(?<![\w+/.:-])(?:\+\d{1,3}[ .-]?|00\d{0,2}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,12}(?:[ .-]\d{1,10}){0,5}"
     r"(?:[ ]?(?:x|ext\.?|#)[ ]?\d{1,6})?(?![\w/:]|[.-]\d)",
     re.IGNORECASE,
 )
@@ -430,6 +433,77 @@ _PHONE_CUE = re.compile(
     r"|movil|portable|cellulare|celular|rufnummer|tlf|tfn)(?:\b|_)",
     re.I,
 )
+# the cue words that name a telephone, not any number ("order number", "contact", "office" left out):
+# a run of bare digits too short to be read as a phone number on its own shape needs one of these
+_PHONE_WORD = re.compile(
+    r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|whatsapp|sms|telefon|telefono|teléfono|téléphone|tél"
+    r"|telefone|telefoon|nummer|numéro|numero|número|handy|mobil|móvil|movil|portable|cellulare|celular"
+    r"|rufnummer|tlf|tfn|bel)(?:\b|_)",
+    re.I,
+)
+
+# --------------------------------------------------------------------------- numbering plans
+# A run of bare digits carries no shape to go by, so whether it can be a telephone number at all is
+# decided by the numbering plans themselves: the ITU country codes and each country's national
+# number lengths, leading digits and trunk prefix, as the ``phonenumbers`` library (Google's
+# libphonenumber metadata) keeps them. Without the library (it ships with Presidio, in the
+# ``redaction`` extra) bare runs are judged by the hand rules alone.
+
+_plans: Any = None  # the phonenumbers module once imported; False when it is not installed
+_plan_regions: dict[int, list[str]] = {}  # national number length (trunk prefix included) -> regions
+_plan_memo: dict[str, bool] = {}
+
+
+def _phone_plans() -> Any:
+    global _plans
+    if _plans is None:
+        try:
+            _plans = importlib.import_module("phonenumbers")
+        except ImportError:
+            _plans = False
+        else:
+            for region in sorted(_plans.SUPPORTED_REGIONS):
+                meta = _plans.PhoneMetadata.metadata_for_region(region)
+                if meta is None or meta.general_desc is None:
+                    continue
+                trunk = len(meta.national_prefix or "")
+                for n in meta.general_desc.possible_length or ():
+                    _plan_regions.setdefault(n, []).append(region)
+                    if trunk:
+                        _plan_regions.setdefault(n + trunk, []).append(region)
+    return _plans
+
+
+def dialable(digits: str) -> bool:
+    """Whether a run of bare digits is a valid telephone number under some country's numbering plan:
+    an international number after ``00`` (the international call prefix of most of the world), else a
+    national one, trunk prefix included, in a country whose plan has numbers of that length (the
+    number's leading digits and length checked against the plan's number types). False when the
+    ``phonenumbers`` library is not installed."""
+    known = _plan_memo.get(digits)
+    if known is not None:
+        return known
+    pn = _phone_plans()
+    ok = False
+    if pn:
+        if digits.startswith("00"):
+            try:
+                ok = bool(pn.is_valid_number(pn.parse("+" + digits[2:], None)))
+            except pn.NumberParseException:
+                ok = False
+        else:
+            for region in _plan_regions.get(len(digits), ()):
+                try:
+                    number = pn.parse(digits, region)
+                except pn.NumberParseException:
+                    continue
+                if pn.is_valid_number_for_region(number, region):
+                    ok = True
+                    break
+    if len(_plan_memo) > 4096:
+        _plan_memo.clear()
+    _plan_memo[digits] = ok
+    return ok
 
 
 def _phone_digits(value: str) -> tuple[int, bool]:
@@ -442,17 +516,24 @@ def _phone_digits(value: str) -> tuple[int, bool]:
 class PhoneDetector:
     """Phone numbers in international and national formats, extensions included.
 
-    A candidate needs 7–15 digits; a run of bare digits (no separator, no ``+``) needs 10+ digits
-    and a cue word ("phone", "call", "fax", …) just before it. Dates, SSN shapes and dotted quads are
-    rejected.
+    A candidate needs 7–15 digits. A run of bare digits (no separator, no ``+``) has no shape to go
+    by: with 10+ digits it needs a cue word ("phone", "call", "fax", …) near it, or a trunk ("0…")
+    or international ("00…") prefix and a valid number under some country's numbering plan
+    (:func:`dialable`); with 7–9 digits, a word for a telephone just before it and a valid number.
+    Dates, SSN shapes and dotted quads are rejected.
     """
 
     name = "phone"
     entities = frozenset({"PHONE_NUMBER"})
     requires = DIGIT
 
+    def __init__(self, plans: bool = True) -> None:
+        # plans=False: the hand rules alone (bench/bench_phone.py measures the difference)
+        self.plans = plans
+
     def detect(self, text: str) -> list[Span]:
         """Phone number spans."""
+        plans = self.plans
         out = []
         for m in _windows(text, _PHONE, clusters_with(text, 6), 6, before=2):
             start, end = m.span()
@@ -465,12 +546,27 @@ class PhoneDetector:
             if value.count(".") == 3 and " " not in value and "-" not in value:
                 continue  # dotted quad: an IP address or a version number
             if not separated and digits < 10:
+                # a short bare run ("016549996"): a phone number only right after a word for one, and
+                # only when some country's plan has such a number
+                if digits < 7 or _PHONE_WORD.search(text, max(0, start - 24), start) is None:
+                    continue
+                if not plans or not dialable(value[:digits]):  # (bare: the digits lead, any extension after)
+                    continue
+                out.append(Span(start, end, "PHONE_NUMBER", 0.75, self.name))
                 continue
             cue = (
                 _PHONE_CUE.search(text, max(0, start - 40), start) is not None
                 or _PHONE_CUE.match(text, end + 1, end + 12) is not None  # "…-Fax", "… mobile"
             )
-            if (digits == 6 and not cue) or (not separated and not cue):
+            if digits == 6 and not cue:
+                continue
+            if (
+                not separated
+                and not cue
+                and not (plans and value[0] == "0" and (digits <= 12 or value[1] == "0") and dialable(value[:digits]))
+            ):
+                # bare digits with no cue: only a number written with its trunk prefix ("0…") or the
+                # international one ("00…") and valid under a plan; other runs are ids, counts, codes
                 continue
             groups = re.split(r"[ .-]", value)
             if " " in value and not cue and value[0] not in "+(0" and len(groups) > 2 and max(map(len, groups)) < 3:
