@@ -289,3 +289,18 @@ def test_decision_log_names_every_significant_cluster(tmp_path: Path) -> None:
         assert cl["size"] == 8 and cl["failure_signals"].get("correction") == 8 and cl["evidence"]["significant"]
         [logged] = plane.log.list("acme", AGENT)
         assert logged.signals["clusters"][0]["key"] == cl["key"]
+
+
+def test_a_correction_governed_at_capture_keeps_the_fact_not_the_placeholders(tmp_path: Path) -> None:
+    """Corrections reach the plane as governance stored them: the customer's name already a
+    placeholder or a pseudonym. Those clauses are the customer, not the fact (the memory used to begin
+    "Hello, this is <PERSON_1>.")."""
+    from molt.control.diagnose import abstract_correction
+
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        redactor = _plane(store).redactor  # the plane's: personal data and secrets, not firms or places
+    fact = "The late fine at Pinecrest Public Library is 35 cents per day."
+    for who in ("<PERSON_1>", "<PERSON_5e1f0a9c2b>"):
+        stored = f"Hello, this is {who}. {fact} Write to me at <EMAIL_ADDRESS_1>."
+        assert abstract_correction(stored, redactor) == fact
+    assert abstract_correction(fact, redactor) == fact  # nothing personal: as it is

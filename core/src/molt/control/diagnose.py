@@ -235,7 +235,8 @@ def rename_targets(cluster: Cluster, limit: int = 3) -> list[str]:
 def abstract_correction(text: str, redactor: Any = None) -> str:
     """A user's correction as a memory may keep it: the fact, not the customer.
 
-    The redactor marks the personal data. A correction that carried some is cut into clauses (at
+    The redactor marks the personal data, and so do the placeholders and pseudonyms governance put in
+    at capture (a stored correction reads "Hello, this is <PERSON_1>. The fine is …"). A correction that carried some is cut into clauses (at
     ``, ; : . ! ?``): when clauses state checkable facts (a token with a digit: an amount, a date, a
     code), those clauses are the correction ("Hi, I am Maria Lopez." and "reach me at maria@…" go);
     otherwise all clauses are. The personal data left in the kept clauses is dropped."""
@@ -243,8 +244,8 @@ def abstract_correction(text: str, redactor: Any = None) -> str:
     if redactor is None or not text:
         return text
     red, spans = redactor.redact(text)
-    if not spans:
-        return text
+    if not spans and not _PLACEHOLDER.search(text):
+        return text  # nothing personal: neither found now nor replaced when it was captured
     pieces = re.split(r"(?<=[,;:.!?])\s+", red)
     facts = [p for p in pieces if re.search(r"\d", _PLACEHOLDER.sub("", p))]
     # With checkable facts, they are the correction; without, every clause is, less the personal data
@@ -258,7 +259,8 @@ def abstract_correction(text: str, redactor: Any = None) -> str:
     return out[:1].upper() + out[1:]
 
 
-_PLACEHOLDER = re.compile(r"[(\[{\"']*<[A-Z_]+_\d+>[)\]}\"']*")
+# a placeholder (<PERSON_1>) or a keyed pseudonym (<PERSON_5e1f0a9c2b>), with the quotes or brackets around it
+_PLACEHOLDER = re.compile(r"[(\[{\"']*<[A-Z_]+_(?:\d+|[0-9a-f]{6,64})>[)\]}\"']*")
 
 
 def _tidy(text: str) -> str:
