@@ -51,6 +51,35 @@ t_start="$(_now_ds)"
 check_python
 say "python: $("$MOLT_PYTHON" -c 'import sys; print(sys.version.split()[0], sys.executable)')"
 
+# The web console's browser tests drive Debian's chromium (Playwright with executable_path; never a
+# browser download). Install it once when it is missing and apt can be used (as root, or through
+# passwordless sudo); otherwise say how, and those tests skip with that reason. On a fresh machine
+# apt-get update + install take a minute or more, mostly downloading: it runs beside the environment
+# builds (its lines are printed after theirs).
+ensure_chromium() {
+  [[ -x /usr/bin/chromium ]] && return 0
+  local -a asroot=()
+  if [[ "$(id -u)" != 0 ]]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then asroot=(sudo -n); else
+      say "chromium missing (console browser tests will skip): run 'apt-get install chromium' as root"
+      return 0
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "chromium missing and apt-get is not available: install chromium at /usr/bin/chromium yourself"
+    return 0
+  fi
+  say "installing Debian's chromium for the console browser tests"
+  if ! { "${asroot[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    "${asroot[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+    >/dev/null; then
+    say "chromium could not be installed with apt-get (console browser tests will skip)"
+  fi
+}
+chromium_out="$(mktemp "${TMPDIR:-/tmp}/molt-setup-out.XXXXXX")"
+ensure_chromium >"$chromium_out" 2>&1 &
+chromium_job=$!
+
 # The environments are independent (each its own venv, lock and log), so they build at the same time:
 # on a fresh machine the vLLM one alone takes as long as the other two together, mostly downloading.
 # Each one's progress lines are printed when it is done, so that they do not interleave.
@@ -88,30 +117,9 @@ else
   say "native  build failed, redaction runs its Python modules: $(tail -n 3 "$native_log")"
 fi
 
-# The web console's browser tests drive Debian's chromium (Playwright with executable_path; never a
-# browser download). Install it once when it is missing and apt can be used (as root, or through
-# passwordless sudo); otherwise say how, and those tests skip with that reason.
-ensure_chromium() {
-  [[ -x /usr/bin/chromium ]] && return 0
-  local -a asroot=()
-  if [[ "$(id -u)" != 0 ]]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then asroot=(sudo -n); else
-      say "chromium missing (console browser tests will skip): run 'apt-get install chromium' as root"
-      return 0
-    fi
-  fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    say "chromium missing and apt-get is not available: install chromium at /usr/bin/chromium yourself"
-    return 0
-  fi
-  say "installing Debian's chromium for the console browser tests"
-  if ! { "${asroot[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-    "${asroot[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
-    >/dev/null; then
-    say "chromium could not be installed with apt-get (console browser tests will skip)"
-  fi
-}
-ensure_chromium
+wait "$chromium_job" || true
+cat -- "$chromium_out"
+rm -f -- "$chromium_out"
 
 ((run_main)) || exit 0
 
