@@ -455,22 +455,26 @@ _plan_memo: dict[str, bool] = {}
 
 
 def _phone_plans() -> Any:
-    global _plans
+    global _plans, _plan_regions
     if _plans is None:
         try:
-            _plans = importlib.import_module("phonenumbers")
+            pn = importlib.import_module("phonenumbers")
         except ImportError:
             _plans = False
-        else:
-            for region in sorted(_plans.SUPPORTED_REGIONS):
-                meta = _plans.PhoneMetadata.metadata_for_region(region)
-                if meta is None or meta.general_desc is None:
-                    continue
-                trunk = len(meta.national_prefix or "")
-                for n in meta.general_desc.possible_length or ():
-                    _plan_regions.setdefault(n, []).append(region)
-                    if trunk:
-                        _plan_regions.setdefault(n + trunk, []).append(region)
+            return _plans
+        # built whole before it is published, so a thread that sees the module sees the index too
+        regions: dict[int, dict[str, None]] = {}
+        for region in sorted(pn.SUPPORTED_REGIONS):
+            meta = pn.PhoneMetadata.metadata_for_region(region)
+            if meta is None or meta.general_desc is None:
+                continue
+            trunk = len(meta.national_prefix or "")
+            for n in meta.general_desc.possible_length or ():
+                regions.setdefault(n, {})[region] = None
+                if trunk:
+                    regions.setdefault(n + trunk, {})[region] = None
+        _plan_regions = {n: list(rs) for n, rs in regions.items()}
+        _plans = pn
     return _plans
 
 
