@@ -192,7 +192,8 @@ def test_serve_train_canaries_and_judges_a_trained_adapter_for_the_agent(served:
     # The plane (every 10 s) waits one cycle for the failures' evidence, replays the context fix with the
     # verifier, and asks the trainer; the adapter becomes a canary of this agent.
     # Traffic goes on meanwhile (a few more sums a minute), as it would: a sampled window with too few
-    # failures for the evidence bar gets more.
+    # failures for the evidence bar gets more, after three plane cycles without a request (the evidence, or
+    # the failed run's reason, is in the decision log; waiting longer only idles the machine).
     canary = None
     deadline = time.monotonic() + 1200
     more, last = 12, time.monotonic()
@@ -200,7 +201,7 @@ def test_serve_train_canaries_and_judges_a_trained_adapter_for_the_agent(served:
         assert time.monotonic() < deadline, [(d.choice, d.reason) for d in _decisions(home)]
         time.sleep(5)
         canary, stalled = _trained_canary(home, mode)
-        if canary is None and time.monotonic() - last > 60 and stalled:  # a run that failed: its reason says why
+        if canary is None and time.monotonic() - last > 30 and stalled:  # a run that failed: its reason says why
             before += client.round(2, more)
             more, last = more + 2, time.monotonic()
     update = next(d for d in _decisions(home) if d.choice == "weight_update")
@@ -229,9 +230,11 @@ def test_serve_train_canaries_and_judges_a_trained_adapter_for_the_agent(served:
         assert time.monotonic() < deadline, [(d.choice, d.reason) for d in _decisions(home)]
         after += client.round(6, start)
         start += 6
-        time.sleep(12)  # one plane cycle
-        outcome = next((d for d in _decisions(home) if d.choice in ("promote", "rollback")
-                        and canary in d.reason), None)
+        cycle = time.monotonic() + 12  # one plane cycle (10 s) and its run: the judgement, or more traffic
+        while outcome is None and time.monotonic() < cycle:
+            time.sleep(2)
+            outcome = next((d for d in _decisions(home) if d.choice in ("promote", "rollback")
+                            and canary in d.reason), None)
     on_canary = [(ok, t) for ok, v, t in after if v == canary]
     assert len(on_canary) >= 6, after  # served under the agent's routing key, by the adapter's version
     print(f"canary {canary}: {sum(ok for ok, t in on_canary if t == TASK)}/{sum(t == TASK for _, t in on_canary)} "
