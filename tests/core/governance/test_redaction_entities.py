@@ -430,3 +430,12 @@ def test_a_word_before_a_full_name_is_not_part_of_it(entities) -> None:  # type:
     text = "Überweisung an DE44500105175407324931 (Kontoinhaber Greta Lindholm)."
     assert ("PERSON", "Greta Lindholm") in found(entities, text)
     assert found(entities, "Our company: we sell shoes") == []
+
+
+def test_a_firm_named_after_its_partners_is_one_organisation(entities) -> None:  # type: ignore[no-untyped-def]
+    # every item a surname: the partners the firm is named after (was three spans: firm, person, firm)
+    text = "The contract went to Bianchi, Russo e Ferrari S.p.A. last week."
+    assert ("ORGANIZATION", "Bianchi, Russo e Ferrari S.p.A.") in found(entities, text)
+    # a list of firms stays a list
+    text = "Investors in Healthmap, Solarlist and Morningstar Inc. were told."
+    assert ("ORGANIZATION", "Morningstar Inc.") in found(entities, text)

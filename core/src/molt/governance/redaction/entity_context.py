@@ -31,12 +31,16 @@ from molt.governance.redaction.entity_words import (
     PEOPLE_NOUNS,
     SUBJECT,
     THE_WORDS,
+    WORD,
 )
 from molt.governance.redaction.lexicon import fold
 from molt.governance.redaction.patterns import lowered
 from molt.governance.redaction.positions import (
     word_before,
 )
+
+# a capitalised word and the ", " after it, right before a firm's name: one partner of a list
+PARTNER_BEFORE = re.compile(rf"(?<![^\W_])({WORD}),[ ]\Z")
 
 __all__ = ["ContextRules"]
 
@@ -278,6 +282,14 @@ class ContextRules:
         Inc.") or a firm before ("Underwood Group and Spikes Cavell & Co.")."""
         words = text[a:k].split(" ")
         listed = text[max(0, a - 2) : a] == ", "
+        if listed and self._partners(text, a, words):
+            # "Ricolfi, Curatoli e Gilardoni s.r.l.", "Skidmore, Owings & Merrill LLP": every item a
+            # surname, so the list is the partners the firm is named after, not a list of firms
+            while (m := PARTNER_BEFORE.search(text, max(0, a - 40), a)) is not None and self.facts.lookup(m.group(1))[
+                2
+            ]:
+                a = m.start(1)
+            return a
         pos = a
         start = a
         for i, w in enumerate(words):
@@ -287,3 +299,11 @@ class ContextRules:
                     start = pos + len(w) + 1
             pos += len(w) + 1
         return start
+
+    def _partners(self, text: str, a: int, words: list[str]) -> bool:
+        """Whether the firm's name ``words`` and the comma-separated item before it are all surnames
+        joined by a coordinator ("Curatoli e Gilardoni" after "Ricolfi, ")."""
+        if len(words) != 3 or (words[1] not in COORDINATORS and words[1] != "&"):
+            return False
+        m = PARTNER_BEFORE.search(text, max(0, a - 40), a)
+        return m is not None and all(self.facts.lookup(w)[2] for w in (m.group(1), words[0], words[2]))
