@@ -70,3 +70,4 @@ def test_runs_no_plan_allows_are_not_phone_numbers() -> None:
             assert PhoneDetector().detect(f"Order {d} shipped.") == [], d
     # a short bare run needs a word for a telephone, not just "number"
     assert PhoneDetector().detect("Order number 016549996 shipped.") == []
+    assert PhoneDetector().detect("Il numero d'ordine 016549996 è partito.") == []

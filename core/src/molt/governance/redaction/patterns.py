@@ -437,7 +437,7 @@ _PHONE_CUE = re.compile(
 # a run of bare digits too short to be read as a phone number on its own shape needs one of these
 _PHONE_WORD = re.compile(
     r"(?:\b|_)(?:phone|tel|telephone|mobile|cell|fax|call|whatsapp|sms|telefon|telefono|teléfono|téléphone|tél"
-    r"|telefone|telefoon|nummer|numéro|numero|número|handy|mobil|móvil|movil|portable|cellulare|celular"
+    r"|telefone|telefoon|handy|mobil|móvil|movil|portable|cellulare|celular"
     r"|rufnummer|tlf|tfn|bel)(?:\b|_)",
     re.I,
 )
