@@ -113,13 +113,27 @@ def test_off_when_the_policy_says_so() -> None:
 
 
 def test_the_vocabulary_alone() -> None:
-    v = OperatorVocabulary(after=2, max_prompts=2)
-    org = [("ORGANIZATION", "Pinecrest  Public Library")]
-    assert not v.observe("a", "p1", org) and not v.observe("a", "p1", org)  # one conversation
-    assert v.observe("b", "p1", org) and v.settled("p1")
-    assert v.names == {"Pinecrest Public Library"}
-    assert {"Pinecrest", "Pinecrest Public", "Public Library", "Library"} <= v.keeps
+    v = OperatorVocabulary(after=2, max_shared=2)
+    prompt = "You are the help desk of  Pinecrest Public Library."
+    org = [("ORGANIZATION", "Pinecrest Public Library")]
+    assert not v.observe("a", prompt, org) and not v.observe("a", prompt, org)  # one conversation
+    assert not v and not v.keeps("Pinecrest")
+    assert v.observe("b", prompt, org) and v.settled(prompt) and v
+    assert v.keeps("Pinecrest Public Library") and v.keeps("Pinecrest") and v.keeps("Public  Library")
+    assert not v.keeps("Pine") and not v.keeps("Springfield") and not v.keeps("")
     assert not v.observe("c", "p2", [("PERSON", "Ann Lee"), *org]) and v.settled("p2")
-    assert not v.observe("c", "p3", [])
+    assert not v.observe("d", "p2", [])  # settled: about someone, for good
     with pytest.raises(ValueError):
         OperatorVocabulary(after=1)
+
+
+def test_a_name_the_detector_misses_in_the_prompt_is_still_the_operators() -> None:
+    """Whether a capitalised run reads as a name depends on its context: "assistant of Kestrel Bay
+    Marina" is not flagged, "at Kestrel Bay Marina" in a correction is. The prompt's text decides."""
+    pipe = GovernancePipeline(GovernancePolicy())
+    marina = "You are the assistant of Kestrel Bay Marina. Answer the boater's question in one sentence."
+    fact = "Berth bookings at Kestrel Bay Marina take the boat's length in metres."
+    assert "Kestrel" not in _feedback(pipe, fact)  # detected, and not yet anyone's vocabulary
+    for i in range(3):
+        _stored(pipe, _call(f"c{i}", marina, "How long may my boat be?"))
+    assert _feedback(pipe, fact) == fact

@@ -179,13 +179,12 @@ class Redact:
         """The operator vocabulary of ``tenant_id`` (each tenant its own, also where several share
         the default policy), or None when its policy turns it off."""
         key = (id(tenant), tenant_id)
-        v = self._vocabularies.get(key)
-        if v is None:
+        if key not in self._vocabularies:
             from molt.governance.redaction.vocabulary import OperatorVocabulary
 
             after = tenant.redaction_policy.operator_vocabulary_after
-            v = self._vocabularies[key] = OperatorVocabulary(after) if after else False
-        return v or None
+            self._vocabularies[key] = OperatorVocabulary(after) if after else None
+        return self._vocabularies[key]
 
     def run(self, ctx: Context) -> None:
         from molt.governance.envelope import redact_envelope
@@ -198,7 +197,7 @@ class Redact:
         try:
             redactor = self.redactor(tenant)
             vocabulary = self.vocabulary(tenant, ctx.event.metadata.tenant_id)
-            keep = vocabulary.keeps if vocabulary is not None else frozenset()
+            keep = vocabulary.keeps if vocabulary else None  # nothing shared yet: nothing to look up
             event, report = redact_event(ctx.event, redactor=redactor, keep=keep)
             if vocabulary is not None:
                 _observe_prompts(vocabulary, redactor, ctx.event)

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -50,14 +51,14 @@ def redact_event(
     *,
     redactor: Redactor | None = None,
     policy_name: str | None = None,
-    keep: frozenset[str] = frozenset(),
+    keep: Callable[[str], bool] | None = None,
 ) -> tuple[Event, RedactionReport]:
     """A redacted copy of ``event`` and the report of what was replaced.
 
     ``redactor`` defaults to the ``default`` policy's. Token ids of a generation are dropped when
     anything in the event was redacted (policy ``token_traces``), because they encode the original
-    text. ``keep`` holds organisation and place names left as they are (a tenant's operator
-    vocabulary, :meth:`~molt.governance.redaction.vocabulary.OperatorVocabulary.keeps`). Raises
+    text. ``keep`` says which detected organisation and place names are left as they are (a tenant's
+    operator vocabulary, :meth:`~molt.governance.redaction.vocabulary.OperatorVocabulary.keeps`). Raises
     :class:`~molt.errors.GovernanceError` (with the event's ids) when a detector fails or the
     redacted payload no longer validates.
     """

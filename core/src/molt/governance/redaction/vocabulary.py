@@ -14,14 +14,16 @@ The rule is k-anonymity on the prompt itself, learned from the traffic:
   ``after`` distinct conversations (session, else trajectory) of one tenant, and only if nothing in it
   but organisation and place names was detected — a prompt naming a person, or holding an e-mail, a
   phone number or any other identifier, is about someone and never counts;
-- from then on, the organisation and place names detected in it are the tenant's vocabulary: a span
-  of those types whose text is one of them, or a run of whole words of one ("Pinecrest" of "Pinecrest
-  Public Library"), is kept wherever it appears in that tenant's events — a user message, a tool
-  result, a late reward's reason. Person names and structured identifiers are never kept by it.
+- from then on, an organisation or place span found anywhere in that tenant's events — a user
+  message, a tool result, a late reward's reason — is kept when its text is written, as whole words,
+  in one of the tenant's shared prompts ("Pinecrest Public Library", or "Pinecrest" alone). What the
+  detector saw in the prompt does not decide it: whether a capitalised run reads as a name depends
+  on its context ("assistant of Kestrel Bay Marina" is not flagged, "at Kestrel Bay Marina" is), and
+  the prompt text is what the operator wrote. Person names and structured identifiers are never kept.
 
 Until a prompt has been seen often enough its names are redacted as any other; what was stored then
-stays redacted. The state lives in memory only (digests of prompts and conversations, and the names
-themselves), bounded, and is learned again after a restart.
+stays redacted. The state lives in memory only (digests of prompts and conversations, and the shared
+prompts' text), bounded, and is learned again after a restart.
 """
 
 from __future__ import annotations
@@ -43,33 +45,44 @@ def _digest(text: str) -> bytes:
 class OperatorVocabulary:
     """What one tenant's governance has learned about its shared system prompts (thread-safe).
 
-    ``after`` — distinct conversations a prompt must be seen in before its names are kept (≥ 2).
-    ``max_prompts`` / ``max_names`` bound the memory: past them, counting starts over and the names
-    learned are forgotten (forgetting only means redacting more).
+    ``after`` — distinct conversations a prompt must be seen in before it is shared (≥ 2).
+    ``max_prompts`` bounds the prompts being counted and ``max_shared`` the shared ones kept: past
+    them, counting starts over and the shared prompts are forgotten (forgetting only means redacting
+    more).
     """
 
-    def __init__(self, after: int = 3, *, max_prompts: int = 4096, max_names: int = 1024):
+    def __init__(self, after: int = 3, *, max_prompts: int = 4096, max_shared: int = 64):
         if after < 2:
             raise ValueError("after must be at least 2: one conversation's prompt may be about its user.")
         self.after = after
         self.max_prompts = max_prompts
-        self.max_names = max_names
+        self.max_shared = max_shared
         self._lock = threading.Lock()
-        # prompt digest -> digests of the conversations seen with it (at most `after`)
+        # prompt digest -> digests of the conversations seen with it (fewer than `after`)
         self._seen: dict[bytes, set[bytes]] = {}
         self._settled: set[bytes] = set()  # prompt digests counted to the end, either way
-        self._names: frozenset[str] = frozenset()
-        self._keeps: frozenset[str] = frozenset()
+        self._shared: tuple[str, ...] = ()  # the shared prompts, whitespace normalised
+        self._answers: dict[str, bool] = {}  # span text -> kept? (for the current shared prompts)
 
     @property
-    def names(self) -> frozenset[str]:
-        """The kept names, whole, as detected in the shared prompts."""
-        return self._names
+    def shared(self) -> tuple[str, ...]:
+        """The shared prompts (whitespace normalised)."""
+        return self._shared
 
-    @property
-    def keeps(self) -> frozenset[str]:
-        """Every text a kept span may have: the names and their capitalised runs of whole words."""
-        return self._keeps
+    def __bool__(self) -> bool:
+        return bool(self._shared)
+
+    def keeps(self, text: str) -> bool:
+        """Whether a detected organisation or place ``text`` is the operator's: written as whole
+        words in a shared prompt."""
+        name = " ".join(text.split())
+        got = self._answers.get(name)
+        if got is None:
+            got = bool(name) and any(_whole_words(name, p) for p in self._shared)
+            if len(self._answers) >= 4096:
+                self._answers.clear()
+            self._answers[name] = got
+        return got
 
     def settled(self, prompt: str) -> bool:
         """Whether ``prompt`` needs no more counting: it is shared already, or it can never be (so a
@@ -78,18 +91,15 @@ class OperatorVocabulary:
 
     def observe(self, conversation: str, prompt: str, found: Iterable[tuple[str, str]]) -> bool:
         """Count ``prompt`` (a system prompt) as seen in ``conversation``; ``found`` is what detection
-        found in it, as ``(entity_type, text)``. Returns True when this made new names kept."""
-        found = list(found)
+        found in it, as ``(entity_type, text)``. Returns True when this made the prompt shared."""
         key = _digest(prompt)
         with self._lock:
             if len(self._settled) >= self.max_prompts:
                 self._settled.clear()
-            if not found or any(t not in KEEPABLE_TYPES for t, _ in found):
-                self._settled.add(key)  # nothing to keep, or the prompt is about someone
+            if key in self._settled:
                 return False
-            names = {" ".join(text.split()) for _, text in found}
-            if names <= self._names:
-                self._settled.add(key)
+            if any(t not in KEEPABLE_TYPES for t, _ in found):
+                self._settled.add(key)  # the prompt is about someone
                 return False
             convs = self._seen.get(key)
             if convs is None:
@@ -101,21 +111,21 @@ class OperatorVocabulary:
                 return False
             self._settled.add(key)
             del self._seen[key]
-            kept = names if len(self._names) + len(names) > self.max_names else self._names | names
-            self._names = frozenset(kept)
-            self._keeps = frozenset(p for n in kept for p in _word_runs(n))
+            shared = self._shared if len(self._shared) < self.max_shared else ()
+            self._shared = (*shared, " ".join(prompt.split()))
+            self._answers = {}
             return True
 
 
-def _word_runs(name: str) -> Iterable[str]:
-    """``name`` and every contiguous run of its whole words that starts with a capital letter
-    ("Pinecrest Public Library" → "Pinecrest", "Pinecrest Public", "Public Library", …): how the
-    same name is written shorter. Runs of lower-case words ("of", "the") are not names."""
-    words = name.split()
-    yield name
-    for i in range(len(words)):
-        if not words[i][:1].isupper():
-            continue
-        for j in range(i + 1, len(words) + 1):
-            if j - i < len(words):
-                yield " ".join(words[i:j])
+def _whole_words(name: str, prompt: str) -> bool:
+    """``name`` occurs in ``prompt`` with no word character joined to either end."""
+    start = prompt.find(name)
+    while start >= 0:
+        end = start + len(name)
+        before = prompt[start - 1] if start else " "
+        after = prompt[end] if end < len(prompt) else " "
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            return True
+        start = prompt.find(name, start + 1)
+    return False
+

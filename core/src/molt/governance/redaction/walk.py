@@ -9,6 +9,7 @@ records and the report itself (:func:`constructed`): the pydantic models stay in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -95,10 +96,10 @@ class Walker:
     JSON), then detect on all of them at once (:meth:`Redactor.detect_many`) and write the redacted
     values back in place."""
 
-    def __init__(self, redactor: Redactor, keep: frozenset[str] = frozenset()):
+    def __init__(self, redactor: Redactor, keep: Callable[[str], bool] | None = None):
         self.redactor = redactor
-        # organisation and place names kept as the tenant's operator vocabulary
-        # (molt.governance.redaction.vocabulary); empty: everything detected is replaced
+        # whether an organisation or place name is the tenant's operator vocabulary, kept as it is
+        # (molt.governance.redaction.vocabulary); None: everything detected is replaced
         self.keep = keep
         self.state = ReplacementState()
         self.records: list[RedactedSpan] = []
@@ -170,8 +171,8 @@ class Walker:
             else:
                 spans = found[k]
                 k += 1
-            if spans and self.keep:
-                spans = self._not_kept(value, spans)
+            if spans and self.keep is not None:
+                spans = self._not_kept(value, spans, self.keep)
             if not spans:
                 continue
             field = path if isinstance(path, str) else _path(path)
@@ -182,12 +183,8 @@ class Walker:
             if holder is not None:
                 holder[slot] = orjson.dumps(parsed).decode()
 
-    def _not_kept(self, value: str, spans: list[Span]) -> list[Span]:
-        keep = self.keep
-        return [
-            sp for sp in spans
-            if sp.entity_type not in KEEPABLE_TYPES or " ".join(value[sp.start : sp.end].split()) not in keep
-        ]
+    def _not_kept(self, value: str, spans: list[Span], keep: Callable[[str], bool]) -> list[Span]:
+        return [sp for sp in spans if sp.entity_type not in KEEPABLE_TYPES or not keep(value[sp.start : sp.end])]
 
     def _detect_all(self, texts: list[str]) -> list[list[Span]]:
         return self.redactor.detect_many(texts) if texts else []
