@@ -111,8 +111,11 @@ class OperatorVocabulary:
                 return False
             self._settled.add(key)
             del self._seen[key]
+            text = " ".join(prompt.split())
+            if text in self._shared:  # counted again after the settled set was cleared
+                return False
             shared = self._shared if len(self._shared) < self.max_shared else ()
-            self._shared = (*shared, " ".join(prompt.split()))
+            self._shared = (*shared, text)
             self._answers = {}
             return True
 
