@@ -11,12 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from molt.atdp import Event, EventKind, Generation, Message, Observation
-from molt.atdp.models import FeedbackAction
+from molt.atdp.models import FeedbackAction, RewardAnnotation
 from molt.capture.hooks import govern_reward
 from molt.governance import GovernancePipeline, GovernancePolicy
 from molt.governance.redaction import RedactionPolicy
 from molt.governance.redaction.vocabulary import OperatorVocabulary
-from molt.atdp.models import RewardAnnotation
 
 LIBRARY = "You are the help desk of Pinecrest Public Library. Answer the patron's question in one or two sentences."
 

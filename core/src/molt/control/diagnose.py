@@ -236,10 +236,11 @@ def abstract_correction(text: str, redactor: Any = None) -> str:
     """A user's correction as a memory may keep it: the fact, not the customer.
 
     The redactor marks the personal data, and so do the placeholders and pseudonyms governance put in
-    at capture (a stored correction reads "Hello, this is <PERSON_1>. The fine is …"). A correction that carried some is cut into clauses (at
-    ``, ; : . ! ?``): when clauses state checkable facts (a token with a digit: an amount, a date, a
-    code), those clauses are the correction ("Hi, I am Maria Lopez." and "reach me at maria@…" go);
-    otherwise all clauses are. The personal data left in the kept clauses is dropped."""
+    at capture (a stored correction reads "Hello, this is <PERSON_1>. The fine is …"). A correction
+    that carried some is cut into clauses (at ``, ; : . ! ?``): when clauses state checkable facts (a
+    token with a digit: an amount, a date, a code), those clauses are the correction ("Hi, I am Maria
+    Lopez." and "reach me at maria@…" go); otherwise all clauses are. The personal data left in the
+    kept clauses is dropped."""
     text = _normalize(text)
     if redactor is None or not text:
         return text
