@@ -136,3 +136,14 @@ def test_a_name_the_detector_misses_in_the_prompt_is_still_the_operators() -> No
     for i in range(3):
         _stored(pipe, _call(f"c{i}", marina, "How long may my boat be?"))
     assert _feedback(pipe, fact) == fact
+
+
+def test_a_prompt_in_content_parts_counts_as_the_same_text() -> None:
+    pipe = GovernancePipeline(GovernancePolicy())
+    for i in range(3):
+        ev = Event(trajectory_id=f"t-{i}", kind=EventKind.MODEL_CALL, metadata={"tenant_id": "acme"},
+                   observation=Observation(messages=[
+                       Message(role="system", content=[{"type": "text", "text": LIBRARY}]),
+                       Message(role="user", content="Hello")]))
+        _stored(pipe, ev)
+    assert "Pinecrest Public Library" in _feedback(pipe, "The fine at Pinecrest Public Library is 35 cents.")

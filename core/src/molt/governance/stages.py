@@ -231,8 +231,7 @@ def _observe_prompts(vocabulary: Any, redactor: Any, event: Event) -> None:
         if isinstance(m.content, str):
             texts = [m.content]
         elif isinstance(m.content, list):
-            texts = [p["text"] for p in m.content
-                     if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            texts = [t for p in m.content if isinstance(p, dict) and isinstance(t := p.get("text"), str)]
         else:
             continue
         for text in texts:
