@@ -114,14 +114,27 @@ def test_off_when_the_policy_says_so() -> None:
 def test_the_vocabulary_alone() -> None:
     v = OperatorVocabulary(after=2, max_shared=2)
     prompt = "You are the help desk of  Pinecrest Public Library."
-    org = [("ORGANIZATION", "Pinecrest Public Library")]
+    calls: list[str] = []
+
+    def org() -> list[tuple[str, str]]:
+        calls.append(prompt)
+        return [("ORGANIZATION", "Pinecrest Public Library")]
+
     assert not v.observe("a", prompt, org) and not v.observe("a", prompt, org)  # one conversation
+    assert len(calls) == 1  # the same conversation again is not detected on again
     assert not v and not v.keeps("Pinecrest")
-    assert v.observe("b", prompt, org) and v.settled(prompt) and v
+    assert v.observe("b", prompt, org) and v
+    assert not v.observe("c", prompt, org) and len(calls) == 2  # shared: decided, no more detection
     assert v.keeps("Pinecrest Public Library") and v.keeps("Pinecrest") and v.keeps("Public  Library")
     assert not v.keeps("Pine") and not v.keeps("Springfield") and not v.keeps("")
-    assert not v.observe("c", "p2", [("PERSON", "Ann Lee"), *org]) and v.settled("p2")
-    assert not v.observe("d", "p2", [])  # settled: about someone, for good
+
+    def about_someone() -> list[tuple[str, str]]:
+        calls.append("p2")
+        return [("PERSON", "Ann Lee"), ("ORGANIZATION", "Pinecrest Public Library")]
+
+    for conversation in "cdef":
+        assert not v.observe(conversation, "p2", about_someone)
+    assert calls.count("p2") == 1  # about someone, for good
     with pytest.raises(ValueError):
         OperatorVocabulary(after=1)
 

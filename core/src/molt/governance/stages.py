@@ -219,8 +219,9 @@ class Redact:
 
 
 def _observe_prompts(vocabulary: Any, redactor: Any, event: Event) -> None:
-    """Show ``vocabulary`` the system prompts of ``event`` (the original, before redaction) with what
-    the redactor found in them; detection is memoised by text, so this costs a lookup per prompt."""
+    """Show ``vocabulary`` the system prompts of ``event`` (the original, before redaction). It asks
+    for what the redactor finds in a prompt only while the prompt still counts (and detection is
+    memoised by text: the walker has just detected on the same prompt)."""
     obs = event.observation
     if obs is None or not obs.messages:
         return
@@ -235,9 +236,9 @@ def _observe_prompts(vocabulary: Any, redactor: Any, event: Event) -> None:
         else:
             continue
         for text in texts:
-            if text and not text.isspace() and not vocabulary.settled(text):
-                spans = redactor.detect_many([text])[0]
-                vocabulary.observe(conversation, text, [(sp.entity_type, text[sp.start : sp.end]) for sp in spans])
+            if text and not text.isspace():
+                vocabulary.observe(conversation, text, lambda t=text: [
+                    (sp.entity_type, t[sp.start : sp.end]) for sp in redactor.detect_many([t])[0]])
 
 
 @stages.register("classify")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["KEEPABLE_TYPES", "OperatorVocabulary"]
 
@@ -84,15 +84,18 @@ class OperatorVocabulary:
             self._answers[name] = got
         return got
 
-    def settled(self, prompt: str) -> bool:
-        """Whether ``prompt`` needs no more counting: it is shared already, or it can never be (so a
-        caller may skip detecting on it again)."""
-        return _digest(prompt) in self._settled
-
-    def observe(self, conversation: str, prompt: str, found: Iterable[tuple[str, str]]) -> bool:
-        """Count ``prompt`` (a system prompt) as seen in ``conversation``; ``found`` is what detection
-        found in it, as ``(entity_type, text)``. Returns True when this made the prompt shared."""
+    def observe(self, conversation: str, prompt: str, detect: Callable[[], Iterable[tuple[str, str]]]) -> bool:
+        """Count ``prompt`` (a system prompt) as seen in ``conversation``. ``detect`` returns what
+        detection finds in it, as ``(entity_type, text)``; it is called only when the prompt still
+        counts and this conversation is new to it, so a prompt already decided, or repeated within
+        one conversation, costs a digest. Returns True when this made the prompt shared."""
         key = _digest(prompt)
+        seen = _digest(conversation)
+        with self._lock:
+            convs = self._seen.get(key)
+            if key in self._settled or (convs is not None and seen in convs):
+                return False
+        found = list(detect())  # outside the lock: detection is the expensive part
         with self._lock:
             if len(self._settled) >= self.max_prompts:
                 self._settled.clear()
@@ -106,7 +109,7 @@ class OperatorVocabulary:
                 if len(self._seen) >= self.max_prompts:
                     self._seen.clear()
                 convs = self._seen[key] = set()
-            convs.add(_digest(conversation))
+            convs.add(seen)
             if len(convs) < self.after:
                 return False
             self._settled.add(key)
