@@ -285,10 +285,8 @@ class ContextRules:
         if listed and self._partners(text, a, words):
             # "Ricolfi, Curatoli e Gilardoni s.r.l.", "Skidmore, Owings & Merrill LLP": every item a
             # surname, so the list is the partners the firm is named after, not a list of firms
-            while (m := PARTNER_BEFORE.search(text, max(0, a - 40), a)) is not None and self.facts.lookup(m.group(1))[
-                2
-            ]:
-                a = m.start(1)
+            while (partner := self._partner_before(text, a)) is not None:
+                a = partner
             return a
         pos = a
         start = a
@@ -300,10 +298,15 @@ class ContextRules:
             pos += len(w) + 1
         return start
 
+    def _partner_before(self, text: str, a: int) -> int | None:
+        """The start of the surname listed right before ``a`` ("Ricolfi" of "Ricolfi, " before it),
+        or None when the word there is not a surname."""
+        m = PARTNER_BEFORE.search(text, max(0, a - 40), a)
+        return m.start(1) if m is not None and self.facts.lookup(m.group(1))[2] else None
+
     def _partners(self, text: str, a: int, words: list[str]) -> bool:
         """Whether the firm's name ``words`` and the comma-separated item before it are all surnames
         joined by a coordinator ("Curatoli e Gilardoni" after "Ricolfi, ")."""
         if len(words) != 3 or (words[1] not in COORDINATORS and words[1] != "&"):
             return False
-        m = PARTNER_BEFORE.search(text, max(0, a - 40), a)
-        return m is not None and all(self.facts.lookup(w)[2] for w in (m.group(1), words[0], words[2]))
+        return self._partner_before(text, a) is not None and all(self.facts.lookup(w)[2] for w in (words[0], words[2]))
