@@ -1,6 +1,6 @@
 """Gateway overhead: Molt's gateway vs LiteLLM's proxy, both in front of the same stub upstream.
 
-    python bench/bench_gateway.py [--seconds 5] [--requests 600] [--no-litellm]
+    python bench/bench_gateway.py [--seconds 5] [--requests 600] [--no-litellm] [--compare-tree DIR]
 
 What runs (all on loopback, each server one process / one worker):
 
@@ -11,6 +11,8 @@ What runs (all on loopback, each server one process / one worker):
   builds the events, runs the default governance pipeline (redaction, classification, eligibility,
   retention) and writes them through the Recorder's spool (fsync) into the LanceDB store. The same
   path as LiteLLM's: one more HTTP hop.
+- ``molt <rev> → stub`` (with ``--compare-tree DIR``): the same, served from another checkout of this
+  repo (a ``git worktree`` of an older commit) in this environment: a regression check in one rotation.
 - ``molt (in-process stub)``: the gateway serving the stub backend itself (no upstream hop), i.e.
   the gateway's own cost over the stub served directly.
 - ``litellm → stub``: LiteLLM's proxy (``litellm[proxy]`` from PyPI, in its own venv
@@ -141,9 +143,11 @@ def serve_molt(port: int, upstream: str | None, home: str) -> None:
     gw.keyring = KeyRing.from_mapping({KEY: ("bench", "agent_writer")})
     gw.router.replace(RoutingTable.single("stub", VersionSpec(version="stub@base", backends=(backend.name,))))
     tune_process()
+    from molt.gateway.http import HeaderTimeoutProtocol  # the protocol `molt serve` runs
+
     try:
         uvicorn.run(create_app(gw), host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                    loop="uvloop", http="httptools")
+                    loop="uvloop", http=HeaderTimeoutProtocol)
     finally:
         if recorder is not None:
             recorder.close()
@@ -350,6 +354,9 @@ def main() -> None:
                     help="seconds per target of each phase (default 5)")
     ap.add_argument("--requests", type=int, default=800, help="most sequential requests per target (default 800)")
     ap.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
+    ap.add_argument("--compare-tree", type=Path, default=None, metavar="DIR",
+                    help="also run the gateway of another checkout of this repo (e.g. a `git worktree` of an older "
+                         "commit) in front of the same stub, in the same rotation: a regression check in one run")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "bench_gateway.json")
     ap.add_argument("--serve-molt", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--upstream", default=None, help=argparse.SUPPRESS)
@@ -378,6 +385,19 @@ def main() -> None:
             cmd = [py, __file__, "--serve-molt", str(port), "--upstream", upstream, "--home", tmp + "/a"]
             stack.enter_context(process(cmd, port, env=quiet, headers=auth))
             targets.append(("molt → stub", port, KEY))
+            if args.compare_tree is not None:
+                tree = args.compare_tree.resolve()
+                if not (tree / "core" / "src" / "molt").is_dir():
+                    raise SystemExit(f"--compare-tree {tree}: not a checkout of this repo (no core/src/molt)")
+                port = free_port()
+                rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip() or tree.name
+                # That checkout's own bench file and sources, in this environment (its dependencies).
+                cmd = [py, str(tree / "bench" / "bench_gateway.py"), "--serve-molt", str(port), "--upstream", upstream,
+                       "--home", tmp + "/c"]
+                env = {**quiet, "PYTHONPATH": str(tree / "core" / "src")}
+                stack.enter_context(process(cmd, port, env=env, headers=auth))
+                targets.append((f"molt {rev} → stub", port, KEY))
             port = free_port()
             cmd = [py, __file__, "--serve-molt", str(port), "--home", tmp + "/b"]
             stack.enter_context(process(cmd, port, env=quiet, headers=auth))
@@ -422,6 +442,13 @@ def main() -> None:
     if molt:
         print(f"molt → stub adds {molt['add_p50_1']:.2f} ms p50 / {molt['add_p99_1']:.2f} ms p99 at concurrency 1 "
               f"(goal ≤ 1 ms / ≤ 5 ms)")
+    other = next((r for r in rows if r["name"].startswith("molt ") and r["name"].endswith(" → stub")
+                  and r["name"] != "molt → stub"), None)
+    if molt and other:
+        print(f"{other['name']} adds {other['add_p50_1']:.2f} ms p50 / {other['add_p99_1']:.2f} ms p99 at "
+              f"concurrency 1 in the same rotation: this tree's added p50 = "
+              f"{molt['add_p50_1'] / other['add_p50_1']:.2f}× that tree's; "
+              f"{molt['rps_16']:.0f} vs {other['rps_16']:.0f} req/s at c=16")
     if molt and lite:
         print(f"throughput: molt {molt['rps_16']:.0f} req/s vs LiteLLM {lite['rps_16']:.0f} req/s = "
               f"{molt['rps_16'] / lite['rps_16']:.1f}× (goal ≥ 10×)")
