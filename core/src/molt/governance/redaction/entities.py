@@ -33,7 +33,7 @@ import threading
 from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors, text_key
 from molt.governance.redaction.entity_context import ContextRules
-from molt.governance.redaction.entity_facts import RunWord, WordFacts
+from molt.governance.redaction.entity_facts import RunWord, WordFacts, shared_memo
 from molt.governance.redaction.entity_lowercase import LowercaseText
 from molt.governance.redaction.entity_words import (
     ARRIVED_AT,
@@ -59,7 +59,6 @@ from molt.governance.redaction.entity_words import (
     ORG_AFTER,
     ORG_BEFORE_OF,
     ORG_CUES,
-    ORG_FIELD_HINTS,
     ORG_NOUNS,
     ORG_POSSESSIONS,
     ORG_VERBS,
@@ -77,8 +76,9 @@ from molt.governance.redaction.entity_words import (
     WORKS,
     WORLD_REGIONS,
     ZIP,
-    ZIP_HINTS,
     legal_form_rx,
+    org_field_named,
+    zip_named,
 )
 from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
 from molt.governance.redaction.patterns import lowered
@@ -107,7 +107,11 @@ class EntityDetector:
         self.facts = WordFacts(lx)
         self.lowercase = LowercaseText(self.facts)
         self.context = ContextRules(self.facts)
-        self._word_facts: dict[str, tuple[int, str, str, bool, bool, float, bool, bool, bool, bool]] = {}
+        # per word, what the lexicons say (_facts) and whether it can be skipped (_never_entity):
+        # the lexicon's facts, shared by every detector on the same lexicon (see shared_memo)
+        self._word_facts: dict[str, tuple[int, str, str, bool, bool, float, bool, bool, bool, bool]] = shared_memo(
+            lx, "run_word"
+        )
         extra_types = frozenset(  # Faker's street suffixes, less names and frequent words
             s for s in lx.street_suffixes
             if len(s) >= 3 and s.isalpha() and s not in lx.first_names and s not in lx.last_names
@@ -124,7 +128,7 @@ class EntityDetector:
         facts = self.facts
         self._addresses = AddressFinder(facts.is_place_phrase, facts.is_common_word, extra_types, extra_prefixes)
         self._legal = legal_form_rx(lx.legal_forms)
-        self._skip: dict[str, int] = {}
+        self._skip: dict[str, int] = shared_memo(lx, "never_entity")
         self._memo: dict[tuple[int, int], tuple[tuple[int, int, str, float], ...]] = {}
         #: Entries kept in the run memo (0 turns it off).
         self.memo_size = MEMO_SIZE
@@ -191,6 +195,8 @@ class EntityDetector:
             if " " not in word:  # one word: most are sentence starts ("The", "Please", "I")
                 drop = skip.get(word)
                 if drop is None:
+                    if len(skip) > 200_000:  # bounded like the other word memos (ids are words too)
+                        skip.clear()
                     drop = skip[word] = self._never_entity(word)
                 if drop == 1 or (
                     drop == 2
@@ -207,7 +213,7 @@ class EntityDetector:
             self._run_memoised(source, s, e, out)
         if " " in text:
             self.lowercase.names_after_cues(text, blocked, out)
-        if any(h in lowered(text) for h in ZIP_HINTS):
+        if zip_named(text, lowered(text)):
             for m in ZIP.finditer(text):  # a postcode named as one is part of an address
                 if not overlaps(blocked, m.start(1), m.end(1)):
                     out.append(Span(m.start(1), m.end(1), "ADDRESS", 0.8, self.name))
@@ -227,7 +233,7 @@ class EntityDetector:
             self.context.legal_orgs(source, out, self._legal, self._run)
         if "=" in text or ":" in text:
             low = lowered(text)
-            if any(k in low for k in ORG_FIELD_HINTS):
+            if org_field_named(low):
                 self.context.org_fields(text, low, out)
         return out
 

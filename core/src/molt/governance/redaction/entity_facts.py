@@ -5,11 +5,12 @@ titles), each looked up once and kept."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from molt.governance.redaction.entity_words import NAME_WORDS, WORLD_REGIONS
 from molt.governance.redaction.lexicon import Lexicon, fold
 
-__all__ = ["RunWord", "WordFacts"]
+__all__ = ["RunWord", "WordFacts", "shared_memo"]
 
 
 class RunWord:
@@ -53,7 +54,9 @@ class WordFacts:
 
     def __init__(self, lx: Lexicon) -> None:
         self.lex = lx
-        self._info: dict[str, tuple[str, bool, bool, float]] = {}
+        # what the lexicon says about a word depends on the lexicon alone, so every detector built
+        # on the same lexicon shares one memo (a new Redactor does not look up every word again)
+        self._info: dict[str, tuple[str, bool, bool, float]] = shared_memo(lx, "word_info")
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self.name_words = NAME_WORDS | _lorem_words()
@@ -131,6 +134,27 @@ class WordFacts:
 
 
 _promotable_cache: list[tuple[Lexicon, dict[str, str]]] = []
+_memos: list[tuple[Lexicon, dict[str, dict[str, Any]]]] = []
+
+
+def shared_memo(lx: Lexicon, name: str) -> dict[str, Any]:
+    """The memo ``name`` of word → fact for the lexicon ``lx``, one per lexicon and process: facts
+    derived from the lexicon alone (a word's lookup, whether a capitalised word can be an entity at
+    all) are the same for every detector built on it. Kept for the last lexicon asked about, like
+    :func:`_promotable`; a detector holds on to the dicts it got, so another lexicon only stops
+    the sharing. Each user bounds the memo's size itself."""
+    memos: dict[str, dict[str, Any]] | None = None
+    for known, found in _memos:
+        if known is lx:
+            memos = found
+            break
+    if memos is None:
+        memos = {}
+        _memos[:] = [(lx, memos)]
+    memo = memos.get(name)
+    if memo is None:
+        memo = memos[name] = {}
+    return memo
 
 
 def _promotable(lx: Lexicon, multi: dict[str, int]) -> dict[str, str]:

@@ -38,6 +38,10 @@ LINE_OF_WORDS = re.compile(rf"{WORD}(?:[ ]{WORD}){{0,5}}")
 # systems that use them: US ZIP(+4), 4- to 6-digit codes, Polish 00-000, Swedish/Czech 000 00,
 # Brazilian 00000-000, Dutch 0000 AA, British and Canadian alphanumeric codes.
 ZIP_HINTS = ("zip", "ostcode", "ostal", "ost code", "plz", "postleitzahl", "cap", "cep", "pin", "pocztowy")
+# the same for an ASCII text, where the lowered text is the one ZIP matches case-insensitively: a
+# match holds one of these (lowered), or "CAP" / "CEP" in capitals; "pin" and "cap" alone are in
+# "shipping" and "capture", which sent most texts of agent traffic through ZIP's scan for nothing
+ZIP_HINTS_ASCII = ("zip", "ostcode", "ostal", "ost code", "plz", "postleitzahl", "pincode", "pin code", "pocztowy")
 ZIP = re.compile(
     r"(?:(?i:\b(?:zip|postal|post)[ ]?code|\bpostcode|\bzip|\bplz|\bpostleitzahl|\bcode[ ]postal|\bc[óo]digo[ ]postal"
     r"|\bpin[ ]?code|\bkod[ ]pocztowy)|\bCAP\b|\bCEP\b)"  # CAP, CEP in capitals only ("cap" is a word)
@@ -336,3 +340,24 @@ FIRM_NAME = re.compile(rf"(?<![^\W_])(?:{WORD})(?:[ ](?:{WORD}|&|[yei]|et|and|un
 BEFORE_FIRM = re.compile(rf"(?<![^\W_])({WORD}(?:[ ]{WORD}){{1,3}})[ ](?:de|da|do|del|von|van|of|from)[ ]\Z")
 COORDINATORS = frozenset({"and", "y", "e", "i", "et", "und", "og"})
 PARTICLES = frozenset({"de", "da", "do", "dos", "das", "di", "del", "von", "van", "y", "e", "i", "et", "and", "&"})
+
+
+def zip_named(text: str, low: str) -> bool:
+    """Whether :data:`ZIP` can match in ``text`` (``low`` is its :func:`lowered` copy): a cheap
+    screen that every match passes, so a text that fails it needs no scan."""
+    if text.isascii():
+        return any(h in low for h in ZIP_HINTS_ASCII) or "CAP" in text or "CEP" in text
+    return any(h in low for h in ZIP_HINTS)
+
+
+def org_field_named(low: str) -> bool:
+    """Whether a field named for an organisation (:data:`ORG_FIELDS`) can be in the lowered text
+    ``low``: each field name starts with one of :data:`ORG_FIELD_HINTS`, after no word character
+    (the field regexes' lookbehinds), so "confirmation" (firm) does not send a text to their scans."""
+    for hint in ORG_FIELD_HINTS:
+        k = low.find(hint)
+        while k >= 0:
+            if k == 0 or not (low[k - 1].isalnum() or low[k - 1] == "_"):
+                return True
+            k = low.find(hint, k + 1)
+    return False
