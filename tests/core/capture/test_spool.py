@@ -88,3 +88,21 @@ def test_bad_configuration_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="segment_bytes"):
         Spool(tmp_path, segment_bytes=10)
     assert SpoolPosition(1, 5) < SpoolPosition(2, 0)
+
+
+def test_the_writers_event_frame_is_the_encoded_row_framed() -> None:
+    """The capture writer builds an event's frame in one pass (``event_frame``); it must be byte for
+    byte what ``encode_frame(FRAME_EVENT, row.encode())`` gives, or recovery would read other frames."""
+    from molt.atdp import GENESIS, Event, EventKind, UserMessage, seal
+    from molt.capture.recorder import index_fields
+    from molt.capture.sinks import SealedRow, event_frame
+
+    ev = Event(trajectory_id="t", kind=EventKind.USER_MESSAGE, action=UserMessage(content="hi"))
+    s = seal(ev, 0, GENESIS)
+    row = SealedRow(index_fields(ev, 0), s.envelope, s.payload, s.salt, s.digest, s.prev_hash, s.hash)
+    header, body = event_frame(row)
+    assert header + body == encode_frame(FRAME_EVENT, row.encode())
+    assert SealedRow.decode(body) == row
+    erased = row._replace(payload=None, salt=None)  # an erased payload: no payload, no salt
+    header, body = event_frame(erased)
+    assert header + body == encode_frame(FRAME_EVENT, erased.encode())

@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import struct
 import threading
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
 from molt.atdp.chain import SealedEvent
+from molt.capture.spool import FRAME_EVENT, MAGIC
 
 __all__ = ["MemorySink", "SealedRow", "Sink", "SinkBatch"]
 
 _ROW_HEADER = struct.Struct("<IIiB")  # len(index JSON), len(envelope), len(payload) or -1, len(salt)
+# the spool's event frame header (molt.capture.spool: MAGIC, type, length, crc32), built here with the body
+_FRAME_HEADER = struct.Struct("<2scII")
+_dumps = orjson.dumps
+_fromhex = bytes.fromhex
+_crc32 = zlib.crc32
 
 
 class SealedRow(NamedTuple):
@@ -76,6 +83,17 @@ class SealedRow(NamedTuple):
         p += ls
         return cls(x=x, envelope=env, payload=pay, salt=salt, digest=body[p:p + 32].hex(),
                    prev_hash=body[p + 32:p + 64].hex(), hash=body[p + 64:p + 96].hex())
+
+
+def event_frame(row: SealedRow) -> tuple[bytes, bytes]:
+    """The spool frame of ``row`` as ``(header, body)``: the body is :meth:`SealedRow.encode`'s, the
+    header ``spool.encode_frame``'s for an event. One join and one hex decode: per event on the
+    writer thread, the separate calls and copies cost about a tenth of sealing."""
+    xb = _dumps(row.x)
+    env, pay, salt = row.envelope, row.payload, row.salt or b""
+    body = b"".join((_ROW_HEADER.pack(len(xb), len(env), -1 if pay is None else len(pay), len(salt)), xb, env,
+                     pay or b"", salt, _fromhex(row.digest + row.prev_hash + row.hash)))
+    return _FRAME_HEADER.pack(MAGIC, FRAME_EVENT, len(body), _crc32(body)), body
 
 
 @dataclass
