@@ -293,13 +293,16 @@ class EntityDetector:
             word = word[:-2]
         f, first, last, z = self.facts.lookup(word.rstrip("."))
         common = z >= 3.0 and not ((first or last) and z < 6.0)
+        unlisted = self.facts.unlisted(f)
         # frequent in another European language and no name ("Buongiorno", "Betrag"); a name that
         # is also a very frequent word there stays a name ("Hans", "André", "Sie" too)
-        foreign = not (common or first or last) and f in self.lex.other_zipf
-        facts = self._word_facts
-        if len(facts) > 200_000:
-            facts.clear()
-        known = facts[raw] = (len(word), word, f, first, last, z, conn, common, foreign, possessive)
+        foreign = not (common or first or last or unlisted) and f in self.lex.other_zipf
+        known = (len(word), word, f, first, last, z, conn, common, foreign, possessive)
+        if not unlisted:  # an id or a code (a digit, in no word list) costs less to read again than to keep
+            facts = self._word_facts
+            if len(facts) > 200_000:
+                facts.clear()
+            facts[raw] = known
         return known
 
     def _run_memoised(self, text: str, s: int, e: int, out: list[Span]) -> None:

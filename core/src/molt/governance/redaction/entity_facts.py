@@ -5,6 +5,7 @@ titles), each looked up once and kept."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 from molt.governance.redaction.entity_words import NAME_WORDS, WORLD_REGIONS
@@ -57,6 +58,9 @@ class WordFacts:
         # what the lexicon says about a word depends on the lexicon alone, so every detector built
         # on the same lexicon shares one memo (a new Redactor does not look up every word again)
         self._info: dict[str, tuple[str, bool, bool, float]] = shared_memo(lx, "word_info")
+        #: Whether no first name, last name or frequent word (English or other) of the lexicon holds
+        #: an ASCII digit, so a word that holds one ("NW-686963", "SKU-4976") is none of them.
+        self.digitless = _digitless(lx)
         #: First names that are also everyday English words ("will", "grace"): in lowercase text
         #: they need to be rare to count as names. Faker's English lorem vocabulary plus a list.
         self.name_words = NAME_WORDS | _lorem_words()
@@ -81,12 +85,20 @@ class WordFacts:
         info = self._info.get(word)
         if info is None:
             f = fold(word)
+            if self.unlisted(f):
+                # ids and codes, most of them seen once: answered without a probe, and not kept
+                return (f, False, False, 0.0)
             lx = self.lex
             info = (f, f in lx.first_names, f in lx.last_names, lx.zipf(f))
             if len(self._info) > 200_000:
                 self._info.clear()
             self._info[word] = info
         return info
+
+    def unlisted(self, f: str) -> bool:
+        """Whether the folded word ``f`` is in none of the name and word-frequency lists for sure:
+        it holds an ASCII digit and no word of those lists does (:attr:`digitless`)."""
+        return self.digitless and _ASCII_DIGIT.search(f) is not None
 
     def place(self, key: str) -> str:
         """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""
@@ -134,6 +146,23 @@ class WordFacts:
 
 
 _promotable_cache: list[tuple[Lexicon, dict[str, str]]] = []
+_ASCII_DIGIT = re.compile("[0-9]")
+_digitless_cache: list[tuple[Lexicon, bool]] = []
+
+
+def _digitless(lx: Lexicon) -> bool:
+    """Whether no key of the lexicon's first names, last names and word frequencies (English and
+    other languages) holds an ASCII digit; checked once per lexicon (one scan of the joined keys)."""
+    for known, found in _digitless_cache:
+        if known is lx:
+            return found
+    found = not any(
+        _ASCII_DIGIT.search("\n".join(words)) for words in (lx.first_names, lx.last_names, lx.word_zipf, lx.other_zipf)
+    )
+    _digitless_cache[:] = [(lx, found)]
+    return found
+
+
 _memos: list[tuple[Lexicon, dict[str, dict[str, Any]]]] = []
 
 
