@@ -106,3 +106,44 @@ def test_the_writers_event_frame_is_the_encoded_row_framed() -> None:
     erased = row._replace(payload=None, salt=None)  # an erased payload: no payload, no salt
     header, body = event_frame(erased)
     assert header + body == encode_frame(FRAME_EVENT, erased.encode())
+
+
+def test_the_cursor_file_follows_commits_within_its_interval(tmp_path: Path) -> None:
+    """commit() moves the reader at once and the cursor file at most every cursor_interval_s (a crash
+    in between re-delivers, deduplicated); sync_cursor() and close() bring the file up to date, and an
+    idle Recorder's delivery thread does within the interval."""
+    import time
+
+    from molt.atdp import Event, EventKind, UserMessage
+    from molt.capture import MemorySink, Recorder
+
+    def on_disk(d: Path) -> SpoolPosition:
+        seg, off = (d / "cursor").read_text().split()
+        return SpoolPosition(int(seg), int(off))
+
+    sp = Spool(tmp_path / "a", cursor_interval_s=3600)
+    sp.append(_frames(10))
+    _got, first = sp.read(sp.cursor, sp.end(), max_frames=4)
+    sp.commit(first)  # the first commit writes the file
+    sp.commit(sp.end())  # within the interval: the reader moves, the file does not yet
+    assert sp.cursor == sp.end() and _all(sp) == [] and on_disk(tmp_path / "a") == first
+    assert sp.cursor_due_in() is not None
+    sp.sync_cursor()
+    assert on_disk(tmp_path / "a") == sp.end() and sp.cursor_due_in() is None
+    sp.append(_frames(2))
+    sp.commit(sp.end())
+    end = sp.end()
+    sp.close()
+    assert on_disk(tmp_path / "a") == end
+
+    sink = MemorySink()
+    with Recorder(sink, spool_dir=tmp_path / "b", hook=None) as rec:
+        tid = rec.new_trajectory()
+        for i in range(3):  # three deliveries in quick succession, then idle
+            rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=f"{i}")))
+            assert rec.flush(deliver=True)
+        deadline = time.monotonic() + 5
+        while on_disk(tmp_path / "b") != rec._spool.end() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert on_disk(tmp_path / "b") == rec._spool.end()
+    assert len(sink.events) == 3

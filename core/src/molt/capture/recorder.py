@@ -662,8 +662,11 @@ class Recorder:
     def _deliver_loop(self) -> None:
         backoff = 0.05
         while True:
-            self._deliver_wake.wait(0.2)
+            due = self._spool.cursor_due_in()
+            self._deliver_wake.wait(0.2 if due is None else min(0.2, due))
             self._deliver_wake.clear()
+            if due is not None:
+                self._sync_cursor_if_due()
             if self.sink is None:
                 if self._closed:
                     return
@@ -740,6 +743,20 @@ class Recorder:
                     self._cond.notify_all()
             if self._closed and self._writer_done.is_set():
                 return
+
+    def _sync_cursor_if_due(self) -> None:
+        """Write the spool's cursor file once its interval is up (``Spool.commit`` defers it), so an
+        idle Recorder's file says what was delivered within ``Spool.cursor_interval_s``."""
+        due = self._spool.cursor_due_in()
+        if due is None or due > 0:
+            return
+        with self._commit_lock:
+            if self._abandoned:
+                return
+            try:
+                self._spool.sync_cursor()
+            except Exception as exc:  # disk full: a restart re-delivers (deduplicated); retried next time
+                self._last_error = f"spool cursor write failed: {exc!r}"
 
     @property
     def spool_dir(self) -> Path:

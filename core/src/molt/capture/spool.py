@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ class Spool:
         fsync_interval_s: float = 0.05,
         segment_bytes: int = 64 << 20,
         max_bytes: int = 1 << 30,
+        cursor_interval_s: float = 0.05,
     ):
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f"fsync must be 'always', 'interval' or 'never', not {fsync!r}.")
@@ -101,6 +103,11 @@ class Spool:
         self.max_bytes = max_bytes
         self._last_fsync = 0.0
         self._cursor = self._read_cursor()
+        # What the cursor file says; commit() moves _cursor at once and the file at most every
+        # cursor_interval_s (see commit).
+        self._durable_cursor = self._cursor
+        self.cursor_interval_s = cursor_interval_s
+        self._cursor_written = 0.0
         self._swept: int | None = None  # segments below this one were deleted by commit() (None: not yet)
         segs = self.segments()
         self._write_seg = segs[-1] if segs else max(1, self._cursor.segment)
@@ -152,8 +159,6 @@ class Spool:
             os.ftruncate(self._fh.fileno(), start)
 
     def _sync(self, force: bool = False) -> None:
-        import time
-
         if self.fsync == "always" or force:
             os.fsync(self._fh.fileno())
         elif self.fsync == "interval":
@@ -175,8 +180,10 @@ class Spool:
         return self._end
 
     def close(self) -> None:
-        """Flush and close the current segment, and release the directory lock."""
+        """Write the cursor, flush and close the current segment, and release the directory lock."""
         if not self._fh.closed:
+            with contextlib.suppress(OSError):  # disk full: the next open re-delivers (deduplicated)
+                self.sync_cursor()
             os.fsync(self._fh.fileno())
             self._fh.close()
         if not self._lock_fh.closed:
@@ -237,14 +244,45 @@ class Spool:
         return frames, offset + pos
 
     def commit(self, position: SpoolPosition) -> None:
-        """Record that everything before ``position`` was delivered; delete finished segments."""
+        """Record that everything before ``position`` was delivered; delete finished segments.
+
+        The reader moves past ``position`` at once; the cursor file (a write, an fsync and a rename:
+        several times the CPU of delivering a small batch) follows at most every
+        ``cursor_interval_s``, or at once when a segment is finished — :meth:`sync_cursor` writes it,
+        and :meth:`close` does. A crash in
+        between only re-delivers what the file does not cover yet, and every frame that was in the
+        spool when it opens is re-delivered as such (the sink deduplicates by id), so nothing is lost
+        or stored twice."""
+        before, self._cursor = self._cursor, position
+        # a finished segment is deleted as soon as it is delivered, so that the disk bound holds
+        if (position.segment != self._durable_cursor.segment
+                or time.monotonic() - self._cursor_written >= self.cursor_interval_s):
+            try:
+                self.sync_cursor()
+            except BaseException:  # not recorded: the caller re-delivers this batch (deduplicated)
+                self._cursor = before
+                raise
+
+    def cursor_due_in(self) -> float | None:
+        """Seconds until the cursor file should catch up with :attr:`cursor` (0: now), or None when it
+        is up to date. The delivery thread waits no longer than this when it goes idle."""
+        if self._durable_cursor == self._cursor:
+            return None
+        return max(0.0, self._cursor_written + self.cursor_interval_s - time.monotonic())
+
+    def sync_cursor(self) -> None:
+        """Write :attr:`cursor` to the cursor file (fsync, then rename) and delete finished segments."""
+        position = self._cursor
+        if position == self._durable_cursor:
+            return
         tmp = self.dir / "cursor.tmp"
         with open(tmp, "w") as fh:
             fh.write(f"{position.segment} {position.offset}\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.dir / "cursor")
-        self._cursor = position
+        self._durable_cursor = position
+        self._cursor_written = time.monotonic()
         # Only the writer makes segments, always above the cursor's: once swept below a segment, a
         # commit within that same segment has nothing to delete (no directory listing per delivery).
         if self._swept != position.segment:
