@@ -102,7 +102,8 @@ def served(request: pytest.FixtureRequest, tmp_path: Path, model_dir: Path, molt
                 service = subprocess.Popen(
                     [str(Path(sys.executable).with_name("molt-trainer")), "serve", "--plane-requests",
                      "--gateway", url, "--model", MODEL, "--store", str(home / "store"), "--governance", str(policy),
-                     "--model-path", str(model_dir), "--out", str(home / "adapters"), "--canary-weight", "0.5"],
+                     "--model-path", str(model_dir), "--out", str(home / "adapters"), "--canary-weight", "0.5",
+                     "--threads", "1"],  # two shared cores: the server keeps one
                     cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
             yield url, home, mode
             if service is not None:  # stopped first: it loads adapters through the gateway

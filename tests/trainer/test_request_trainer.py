@@ -87,3 +87,22 @@ def test_closing_the_trainer_abandons_the_run_in_flight_before_its_next_step(tin
     assert not (tmp_path / "ad").exists() and trainer.counters["steps"] == 0 and not trainer.busy()
     with pytest.raises(RuntimeError, match="closed"):   # and every later request fails at once
         trainer(_request(_traffic()))
+
+
+def test_the_service_trains_on_the_threads_it_is_given(store: Store, tmp_path: Path) -> None:
+    """``molt-trainer serve --threads N`` reaches the policy's settings (Policy.load sets torch's thread count
+    from them) in both modes; a count below 1 is refused by the parser."""
+    from molt_trainer.cli import _parser
+    from molt_trainer.requests import gateway_trainer
+
+    args = _parser().parse_args(["serve", "--gateway", "http://127.0.0.1:9", "--model", "m", "--threads", "1"])
+    assert args.threads == 1
+    trainer = gateway_trainer(store, gateway_url=args.gateway, admin_key=None, model="m", model_path=None,
+                              out_dir=tmp_path / "ad", slo_ms=None, threads=args.threads)
+    assert trainer.settings.lora.threads == 1
+    assert trainer.settings.lora.lr == RunSettings().lora.lr  # the rest of the run's defaults are kept
+    default = gateway_trainer(store, gateway_url=args.gateway, admin_key=None, model="m", model_path=None,
+                              out_dir=tmp_path / "ad2", slo_ms=None)
+    assert default.settings.lora.threads is None
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["serve", "--gateway", "http://127.0.0.1:9", "--model", "m", "--threads", "0"])

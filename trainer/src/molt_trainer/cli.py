@@ -41,6 +41,13 @@ from pathlib import Path
 from typing import Any
 
 
+def _positive_int(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text}")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="molt-trainer", description="Molt online RL trainer (verl algorithms, peft LoRA).")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -73,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kl-coef", type=float, default=0.0)
     s.add_argument("--lr", type=float, default=2e-4)
     s.add_argument("--rank", type=int, default=8)
+    s.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch CPU threads for training (default: torch's choice, one per core); on a host that "
+                        "also serves, fewer threads than cores leave the server its share")
     s.add_argument("--min-samples", type=int, default=16)
     s.add_argument("--max-batch", type=int, default=64)
     s.add_argument("--canary-weight", type=float, default=0.1)
@@ -149,8 +159,9 @@ def _serve(args: argparse.Namespace) -> None:
         source = AgentSource(source, args.agent)
     settings = TrainerSettings(algo=AlgoSettings(advantage=args.advantage, policy_loss=args.policy_loss,
                                                  kl_coef=args.kl_coef),
-                               lora=LoraSettings(rank=args.rank, lr=args.lr), min_samples=args.min_samples,
-                               max_batch=args.max_batch, latency_slo_ms=args.latency_slo_ms)
+                               lora=LoraSettings(rank=args.rank, lr=args.lr, threads=args.threads),
+                               min_samples=args.min_samples, max_batch=args.max_batch,
+                               latency_slo_ms=args.latency_slo_ms)
     base = args.base_version or f"{args.model}@base"
     if args.agent is not None:
         # The composition root wires the trainer to the plane's version registry, loaded by name like
@@ -214,7 +225,8 @@ def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
         log.warning("molt-trainer serve: --train-on-ungoverned-data: training on the store as recorded, unredacted "
                     "and without eligibility checks.")
     trainer = gateway_trainer(store, gateway_url=args.gateway, admin_key=args.admin_key, model=args.model,
-                              model_path=args.model_path, out_dir=args.out, slo_ms=args.latency_slo_ms)
+                              model_path=args.model_path, out_dir=args.out, slo_ms=args.latency_slo_ms,
+                              threads=args.threads)
     loop = weights.WeightLoop(store, trainer,
                               read=weights.training_reader(store, args.governance,
                                                            ungoverned=args.train_on_ungoverned_data),

@@ -261,12 +261,17 @@ class RequestTrainer:
 
 
 def gateway_trainer(store: Any, *, gateway_url: str, admin_key: str | None, model: str,
-                    model_path: str | Path | None, out_dir: str | Path, slo_ms: float | None) -> RequestTrainer:
+                    model_path: str | Path | None, out_dir: str | Path, slo_ms: float | None,
+                    threads: int | None = None) -> RequestTrainer:
     """The trainer ``molt serve --train`` and ``molt-trainer serve --plane-requests`` run: adapters saved
     under ``out_dir`` and registered in ``store`` (loading them is the weight loop's), each step waiting
-    while the gateway's p99 is over ``slo_ms`` (``None``: twice the p99 seen while not training)."""
+    while the gateway's p99 is over ``slo_ms`` (``None``: twice the p99 seen while not training), on
+    ``threads`` torch CPU threads (``None``: torch's choice)."""
     from molt_trainer.service import GatewayLatencyProbe
 
     publisher = Publisher(model=model, out_dir=Path(out_dir), store=store, prefix="lora")
     gate = SloGate(probe=GatewayLatencyProbe(gateway_url, admin_key), slo_ms=slo_ms)
-    return RequestTrainer(publisher, model_path=model_path, gate=gate)
+    run = RunSettings()
+    if threads is not None:
+        run = run.model_copy(update={"lora": run.lora.model_copy(update={"threads": threads})})
+    return RequestTrainer(publisher, run, model_path=model_path, gate=gate)
