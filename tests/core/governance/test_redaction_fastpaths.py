@@ -131,22 +131,3 @@ def test_postcode_and_org_field_screens_keep_their_matches() -> None:
     assert ("ADDRESS", "94105") in _found("Confirmation: zip 94105 on file.")
     found = _found("Confirmation sent.\ncompany: Kestrel Widgets\nstatus=ok")
     assert ("ORGANIZATION", "Kestrel Widgets") in found
-
-
-def test_runs_memoised_by_shape_get_what_a_fresh_classification_gets() -> None:
-    """One-word runs with a digit ("SKU-49767") are memoised by their shape: in every context, the
-    memoised spans are the ones the rules give with no memo."""
-    from molt.governance.redaction.entities import EntityDetector
-
-    rnd = random.Random(3)
-    contexts = [
-        "the {} office", "at {} today", "in {}.", "from {}", "the address of {}", "{} invested in it",
-        "Mr {}", "{}'s CEO", "{}, Czech Republic", "joined {} last year", "{} is from Paris", "\n{}\n", "{} 2",
-    ]  # fmt: skip
-    words = [f"SKU-{rnd.randint(1, 99999)}" for _ in range(60)] + [f"T{rnd.randint(1, 999)}" for _ in range(60)]
-    texts = [rnd.choice(contexts).format(w) for w in words for _ in range(2)]
-    memo, fresh = EntityDetector(), EntityDetector()
-    fresh.memo_size = 0
-    assert [memo.detect(t) for t in texts] == [fresh.detect(t) for t in texts]
-    assert sum(len(fresh.detect(t)) for t in texts) > 20  # the contexts do make entities of them
-    assert len(memo._memo) < len(set(texts)) / 2  # shared by shape, not one entry per id

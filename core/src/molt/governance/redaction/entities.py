@@ -33,7 +33,7 @@ import threading
 from molt.governance.redaction.addresses import AddressFinder
 from molt.governance.redaction.base import Span, detectors, text_key
 from molt.governance.redaction.entity_context import ContextRules
-from molt.governance.redaction.entity_facts import DIGIT_SHAPE, RunWord, WordFacts, shared_memo
+from molt.governance.redaction.entity_facts import RunWord, WordFacts, shared_memo
 from molt.governance.redaction.entity_lowercase import LowercaseText
 from molt.governance.redaction.entity_words import (
     ARRIVED_AT,
@@ -314,11 +314,8 @@ class EntityDetector:
             self._run(text, s, e, out)
             return
         prev = prev_word(text, s)
-        run = text[s:e]
-        if self._by_shape(run):
-            run = run.translate(DIGIT_SHAPE)  # "SKU-49767" and "SKU-12039" share one entry
         key = text_key(
-            "\x1f".join((run, prev[0], prev[1], "," if prev[2] else "", *next_word(text, e), text[e : e + 2]))
+            "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", *next_word(text, e), text[e : e + 2]))
         )
         memo = self._memo
         hit = memo.get(key)
@@ -334,21 +331,6 @@ class EntityDetector:
         if len(memo) >= self.memo_size:
             memo.clear()
         memo[key] = tuple((x.start - s, x.end - s, x.entity_type, x.score) for x in out[n:])
-
-    def _by_shape(self, run: str) -> bool:
-        """Whether a run is memoised by its shape: one word (ids and codes: "NW-686963", "T-24129",
-        each seen once) whose lexicon key and every key of its shape are in no word list
-        (:meth:`WordFacts.shape_unlisted`). The rules read such a word only through those lists and
-        through digit-blind tests (capitals, length, hyphens, "has a digit"), so every word of the
-        shape gets the same spans in the same context."""
-        if " " in run or "\t" in run or not self.facts.digitless:
-            return False
-        facts = self.facts
-        if not facts.shape_unlisted(fold(run.rstrip("."))):
-            return False
-        if len(run) > 2 and run[-2] in "'’" and run[-1] in "sS":  # read without its possessive too
-            return facts.shape_unlisted(fold(run[:-2].rstrip(".")))
-        return True
 
     def _run(self, text: str, s: int, e: int, out: list[Span]) -> None:
         """Split a regex run into tight groups (capitalised words joined only by connectors such as

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
 from typing import Any
 
-from molt.governance.redaction import entity_words
 from molt.governance.redaction.entity_words import NAME_WORDS, WORLD_REGIONS
 from molt.governance.redaction.lexicon import Lexicon, fold
 
-__all__ = ["DIGIT_SHAPE", "RunWord", "WordFacts", "shared_memo"]
+__all__ = ["RunWord", "WordFacts", "shared_memo"]
 
 
 class RunWord:
@@ -102,15 +100,6 @@ class WordFacts:
         it holds an ASCII digit and no word of those lists does (:attr:`digitless`)."""
         return self.digitless and _ASCII_DIGIT.search(f) is not None
 
-    def shape_unlisted(self, f: str) -> bool:
-        """Whether no folded word of ``f``'s shape (each ASCII digit read as any digit) is in any
-        list the entity rules look words up in — names, word frequencies, places, street and company
-        words, the rules' own word classes — so the rules cannot tell such words apart: what they
-        decide for one they decide for all of them. Only the lists' words that hold a digit can be
-        of such a shape ("oc1" of the company suffixes, "011" of the regions); their shapes are
-        collected once per lexicon."""
-        return self.digitless and _ASCII_DIGIT.search(f) is not None and f.translate(DIGIT_SHAPE) not in _shapes(self)
-
     def place(self, key: str) -> str:
         """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""
         return self.promotable.get(key) or ""
@@ -159,40 +148,6 @@ class WordFacts:
 _promotable_cache: list[tuple[Lexicon, dict[str, str]]] = []
 _ASCII_DIGIT = re.compile("[0-9]")
 _digitless_cache: list[tuple[Lexicon, bool]] = []
-#: ``str.translate`` table reading every ASCII digit as "0": a word's shape.
-DIGIT_SHAPE = str.maketrans("0123456789", "0000000000")
-_shapes_cache: list[tuple[Lexicon, frozenset[str]]] = []
-
-
-def _shapes(facts: WordFacts) -> frozenset[str]:
-    """The shapes (:data:`DIGIT_SHAPE`) of every word with an ASCII digit in the lists the entity
-    rules consult: the lexicon's, the ones built from it here, and the word classes of
-    :mod:`.entity_words`. Built once per lexicon, on the first word that asks."""
-    lx = facts.lex
-    for known, found in _shapes_cache:
-        if known is lx:
-            return found
-    lists: list[Iterable[str]] = [
-        lx.first_names, lx.last_names, lx.countries, lx.cities, lx.regions, lx.street_suffixes, lx.street_prefixes,
-        lx.company_suffixes, lx.name_prefixes, lx.word_zipf, lx.other_zipf, lx.small_towns, lx.legal_forms,
-        facts.promotable, facts.multi_first, facts.name_words, facts.job_words,
-    ]  # fmt: skip
-    lists.extend(v for v in vars(entity_words).values() if isinstance(v, frozenset))
-    shapes: set[str] = set()
-    for words in lists:
-        joined = "\n".join(words)
-        m = _ASCII_DIGIT.search(joined)
-        while m is not None:  # each word with a digit, found by a scan in C for the digits alone
-            a = joined.rfind("\n", 0, m.start()) + 1
-            b = joined.find("\n", m.end())
-            b = len(joined) if b < 0 else b
-            w = joined[a:b]
-            shapes.add(w.translate(DIGIT_SHAPE))
-            shapes.add(fold(w).translate(DIGIT_SHAPE))
-            m = _ASCII_DIGIT.search(joined, b)
-    found = frozenset(shapes)
-    _shapes_cache[:] = [(lx, found)]
-    return found
 
 
 def _digitless(lx: Lexicon) -> bool:
