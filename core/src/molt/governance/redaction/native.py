@@ -48,8 +48,8 @@ __all__ = ["MODULES", "NativeBuildError", "activate", "build", "native_dir", "pr
 #: The modules compiled, in this package, in import order. What they import from outside the list
 #: (pydantic models, the registry) is typed ``Any`` in the build and stays an ordinary Python call.
 MODULES = (
-    "checksums", "lexicon", "patterns", "internet", "credentials", "addresses", "entity_words", "positions",
-    "entity_facts", "entity_lowercase", "entity_context", "entities", "redactor", "walk",
+    "checksums", "lexicon", "patterns", "internet", "credentials", "national_ids", "addresses", "entity_words",
+    "positions", "entity_facts", "entity_lowercase", "entity_context", "entities", "redactor", "walk",
 )  # fmt: skip
 PACKAGE = "molt.governance.redaction"
 _HERE = Path(__file__).resolve().parent
