@@ -131,3 +131,19 @@ def test_postcode_and_org_field_screens_keep_their_matches() -> None:
     assert ("ADDRESS", "94105") in _found("Confirmation: zip 94105 on file.")
     found = _found("Confirmation sent.\ncompany: Kestrel Widgets\nstatus=ok")
     assert ("ORGANIZATION", "Kestrel Widgets") in found
+
+
+def test_national_id_scans_near_digit_runs_find_what_the_whole_text_scan_finds() -> None:
+    from molt.governance.redaction.national_ids import _RULES
+    from molt.governance.redaction.patterns import matches_near_digits
+
+    rnd = random.Random(1)
+    alphabet = "0123456789" * 4 + " .-XYZLAB(+/)\nabc"
+    found = 0
+    for _ in range(4000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(5, 60)))
+        for rx, _valid, _cue in _RULES:
+            whole = [m.span() for m in rx.finditer(text)]
+            assert [m.span() for m in matches_near_digits(text, rx, 7, before=1)] == whole, text
+            found += len(whole)
+    assert found > 100

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 
 from molt.governance.redaction.base import DIGIT, Span, detectors
-from molt.governance.redaction.patterns import clusters_with, lowered
+from molt.governance.redaction.patterns import clusters_with, lowered, matches_near_digits
 
 __all__ = [
     "NationalIdDetector",
@@ -166,7 +166,9 @@ class NationalIdDetector:
         for rx, valid, cue in _RULES:
             if cue is not None and not cued:
                 continue
-            for m in rx.finditer(text):
+            # each number is a run of 7+ digits (with its dots, dashes or spaces: one cluster) and at
+            # most a letter before or a dash and a letter after it: the scan stays near such runs
+            for m in matches_near_digits(text, rx, 7, before=1):
                 a, b = m.span()
                 if any(x < b and a < y for x, y in taken) or not valid(m.group()):
                     continue

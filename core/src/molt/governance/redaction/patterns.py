@@ -36,6 +36,7 @@ __all__ = [
     "card_network",
     "card_spans",
     "dialable",
+    "matches_near_digits",
 ]
 
 
@@ -182,6 +183,16 @@ def _windows(
             if m.start() >= last_end:
                 last_end = m.end()
                 yield m
+
+
+def matches_near_digits(
+    text: str, rx: re.Pattern[str], min_digits: int, *, before: int = 0, after: int = 12
+) -> list[re.Match[str]]:
+    """The matches of ``rx`` a scan of the whole text would give, for a pattern whose every match
+    holds a run of ``min_digits`` digits (a :func:`digit_clusters` cluster with that many) and starts
+    at most ``before`` characters ahead of it and ends at most ``after - 1`` after it: only the
+    windows around those clusters are scanned."""
+    return list(_windows(text, rx, clusters_with(text, min_digits), min_digits, before=before, after=after))
 
 
 # --------------------------------------------------------------------------- ip
