@@ -18,8 +18,10 @@ Durability (the ``fsync`` policy):
   killed process (the page cache outlives it), loses at most the interval on power loss.
 - ``"never"``: leave flushing to the OS. Survives a killed process only.
 
-Delivery is at-least-once: the cursor moves only after the downstream write succeeded, so a crash
-between the two re-delivers one batch; the store deduplicates by event id (exactly-once in the store).
+Delivery is at-least-once: the cursor moves only after the downstream write succeeded, and its file
+follows within ``cursor_interval_s`` (50 ms), so a crash re-delivers what was delivered in the last
+moments; everything in the spool when it opens is re-delivered as such, and the store deduplicates by
+event id (exactly-once in the store).
 """
 
 from __future__ import annotations
