@@ -537,8 +537,8 @@ _TS_TYPE = pa.timestamp("us", tz="UTC")
 
 
 def _events_table(rows: list[Any]) -> pa.Table:
-    """Arrow table from :class:`~molt.capture.SealedRow` records (duck-typed: store never imports
-    capture)."""
+    """Arrow table from :class:`~molt.capture.SealedRow` records: tuples in its field order (``x``,
+    envelope, payload, salt, digest, prev_hash, hash), unpacked by position (store never imports capture)."""
     now = int(time.time() * 1e6)
     # Built column by column in Arrow: one list comprehension per column over the rows' dicts cost
     # the delivery thread about a third more, all of it holding the GIL the Recorder's writer needs.
