@@ -71,7 +71,7 @@ def _run(handle: MoltSpanProcessor | None, script: Script) -> str:
                 chat.set_attributes({
                     "gen_ai.operation.name": "chat", "gen_ai.request.model": "scripted-model",
                     "gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 3,
-                    "gen_ai.input.messages": json.dumps(request + [{"role": "tool", "parts": [_text_part(error)]}]),
+                    "gen_ai.input.messages": json.dumps([*request, {"role": "tool", "parts": [_text_part(error)]}]),
                     "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [_text_part(answer)]}]),
                 })
             agent.set_status(Status(StatusCode.OK))
