@@ -445,9 +445,10 @@ def main() -> None:
     other = next((r for r in rows if r["name"].startswith("molt ") and r["name"].endswith(" → stub")
                   and r["name"] != "molt → stub"), None)
     if molt and other:
+        ratio = (f"{molt['add_p50_1'] / other['add_p50_1']:.2f}× that tree's" if other["add_p50_1"] > 0
+                 else "not a ratio (that tree added nothing measurable)")
         print(f"{other['name']} adds {other['add_p50_1']:.2f} ms p50 / {other['add_p99_1']:.2f} ms p99 at "
-              f"concurrency 1 in the same rotation: this tree's added p50 = "
-              f"{molt['add_p50_1'] / other['add_p50_1']:.2f}× that tree's; "
+              f"concurrency 1 in the same rotation: this tree's added p50 = {ratio}; "
               f"{molt['rps_16']:.0f} vs {other['rps_16']:.0f} req/s at c=16")
     if molt and lite:
         print(f"throughput: molt {molt['rps_16']:.0f} req/s vs LiteLLM {lite['rps_16']:.0f} req/s = "
