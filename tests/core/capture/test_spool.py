@@ -90,22 +90,20 @@ def test_bad_configuration_is_rejected(tmp_path: Path) -> None:
     assert SpoolPosition(1, 5) < SpoolPosition(2, 0)
 
 
-def test_the_writers_event_frame_is_the_encoded_row_framed() -> None:
-    """The capture writer builds an event's frame in one pass (``event_frame``); it must be byte for
-    byte what ``encode_frame(FRAME_EVENT, row.encode())`` gives, or recovery would read other frames."""
+def test_a_sealed_rows_frame_body_decodes_to_the_same_row() -> None:
+    """``SealedRow.encode`` (the capture writer's frame body) and ``decode`` (the deliverer's and
+    recovery's read) are inverses, with a payload and with an erased one (no payload, no salt)."""
     from molt.atdp import GENESIS, Event, EventKind, UserMessage, seal
     from molt.capture.recorder import index_fields
-    from molt.capture.sinks import SealedRow, event_frame
+    from molt.capture.sinks import SealedRow
 
     ev = Event(trajectory_id="t", kind=EventKind.USER_MESSAGE, action=UserMessage(content="hi"))
     s = seal(ev, 0, GENESIS)
     row = SealedRow(index_fields(ev, 0), s.envelope, s.payload, s.salt, s.digest, s.prev_hash, s.hash)
-    header, body = event_frame(row)
-    assert header + body == encode_frame(FRAME_EVENT, row.encode())
-    assert SealedRow.decode(body) == row
-    erased = row._replace(payload=None, salt=None)  # an erased payload: no payload, no salt
-    header, body = event_frame(erased)
-    assert header + body == encode_frame(FRAME_EVENT, erased.encode())
+    assert SealedRow.decode(row.encode()) == row
+    assert row.sealed().hash == s.hash
+    erased = row._replace(payload=None, salt=None)
+    assert SealedRow.decode(erased.encode()) == erased
 
 
 def test_the_cursor_file_follows_commits_within_its_interval(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import Event, RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
 from molt.capture.hooks import CaptureHook, govern_reward
-from molt.capture.sinks import SealedRow, Sink, SinkBatch, event_frame
+from molt.capture.sinks import SealedRow, Sink, SinkBatch
 from molt.capture.spool import (
     FRAME_EVENT,
     FRAME_QUARANTINE,
@@ -516,7 +516,7 @@ class Recorder:
                 # as the deliverer would read it back from the spool (a hook's tuple comes back a list)
                 x["annotations"] = orjson.loads(orjson.dumps(annotations))
             row = SealedRow(x, envelope, payload, salt, digest, head[1], link)
-            header, body = event_frame(row)
+            body = row.encode()
             if len(body) > self.max_record_bytes + 4096:
                 check_size(body, limit=self.max_record_bytes + 4096, what="event",
                            trajectory_id=tid, event_id=event.event_id)
@@ -526,7 +526,7 @@ class Recorder:
             return self._quarantine_frame(event, "capture", str(exc)), None, None
         except Exception as exc:  # a bug or an unserializable value: quarantine, never raise
             return self._quarantine_frame(event, "capture", f"sealing failed: {exc!r}"), None, None
-        return header + body, (seq, link), row
+        return encode_frame(FRAME_EVENT, body), (seq, link), row
 
     def _hand_over(self, before: SpoolPosition, after: SpoolPosition, rows: list[SealedRow | bytes],
                    size: int) -> None:

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import struct
 import threading
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
 from molt.atdp.chain import SealedEvent
-from molt.capture.spool import FRAME_EVENT, MAGIC
 
 __all__ = ["MemorySink", "SealedRow", "Sink", "SinkBatch"]
 
 _ROW_HEADER = struct.Struct("<IIiB")  # len(index JSON), len(envelope), len(payload) or -1, len(salt)
-# the spool's event frame header (molt.capture.spool: MAGIC, type, length, crc32), built here with the body
-_FRAME_HEADER = struct.Struct("<2scII")
 _dumps = orjson.dumps
 _fromhex = bytes.fromhex
-_crc32 = zlib.crc32
 
 
 class SealedRow(NamedTuple):
@@ -58,13 +53,12 @@ class SealedRow(NamedTuple):
 
     def encode(self) -> bytes:
         """Binary frame body: a small header, the index JSON, then the raw bytes (no JSON escaping
-        of the envelope and payload, which would cost more than sealing them)."""
-        xb = orjson.dumps(self.x)
-        salt = self.salt or b""
-        head = _ROW_HEADER.pack(len(xb), len(self.envelope), -1 if self.payload is None else len(self.payload),
-                                len(salt))
-        return b"".join((head, xb, self.envelope, self.payload or b"", salt, bytes.fromhex(self.digest),
-                         bytes.fromhex(self.prev_hash), bytes.fromhex(self.hash)))
+        of the envelope and payload, which would cost more than sealing them). Once per event on the
+        capture writer thread: one join, one hex decode of the three hashes."""
+        xb = _dumps(self.x)
+        env, pay, salt = self.envelope, self.payload, self.salt or b""
+        return b"".join((_ROW_HEADER.pack(len(xb), len(env), -1 if pay is None else len(pay), len(salt)), xb, env,
+                         pay or b"", salt, _fromhex(self.digest + self.prev_hash + self.hash)))
 
     @classmethod
     def decode(cls, body: bytes) -> SealedRow:
@@ -83,17 +77,6 @@ class SealedRow(NamedTuple):
         p += ls
         return cls(x=x, envelope=env, payload=pay, salt=salt, digest=body[p:p + 32].hex(),
                    prev_hash=body[p + 32:p + 64].hex(), hash=body[p + 64:p + 96].hex())
-
-
-def event_frame(row: SealedRow) -> tuple[bytes, bytes]:
-    """The spool frame of ``row`` as ``(header, body)``: the body is :meth:`SealedRow.encode`'s, the
-    header ``spool.encode_frame``'s for an event. One join and one hex decode: per event on the
-    writer thread, the separate calls and copies cost about a tenth of sealing."""
-    xb = _dumps(row.x)
-    env, pay, salt = row.envelope, row.payload, row.salt or b""
-    body = b"".join((_ROW_HEADER.pack(len(xb), len(env), -1 if pay is None else len(pay), len(salt)), xb, env,
-                     pay or b"", salt, _fromhex(row.digest + row.prev_hash + row.hash)))
-    return _FRAME_HEADER.pack(MAGIC, FRAME_EVENT, len(body), _crc32(body)), body
 
 
 @dataclass
