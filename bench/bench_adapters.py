@@ -8,9 +8,14 @@ so their exporters fail in the background and nothing leaves the machine). Runs 
 round-robin so drift hits every handler alike.
 
 **Agent-thread cost** is the CPU time of the thread that runs the agent (``time.thread_time``), which
-is what the agent waits for; work a handler moves to other threads is shown apart as **all threads**
-(process CPU over a separate phase that ends with each handler's flush). Per event means per
-LangChain run the handler sees start and end of (the number of events Molt records per run).
+is what the agent waits for; work a handler moves to other threads is shown apart as **all threads**:
+process CPU over a block of runs that ends with Molt's flush (a peer's exporter is not waited for: it
+retries the dead port for seconds), less that of a block of no-handler
+runs just before it, handlers taking turns, the median over the rounds. Pairing matters: the peers'
+exporters keep retrying in the background, so a handler measured on its own absorbs whatever ran
+beside it. For Molt the CPU of its own threads (dispatcher, spool writer, delivery) is shown too, read
+from each thread's clock. Per event means per LangChain run the handler sees start and end of (the
+number of events Molt records per run).
 
     python bench/bench_adapters.py             # under 2 minutes on 2 busy cores
     python bench/bench_adapters.py --runs 60   # quicker, noisier
@@ -29,6 +34,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -190,7 +196,8 @@ def replay(tape: Tape, handler: Any) -> int:
 
 
 def handlers(tmp: Path) -> dict[str, tuple[Any, Callable[[], None]]]:
-    """name -> (handler or None, flush)."""
+    """name -> (handler or None, flush). A peer's flush waits for its exporter, which retries the dead
+    port for seconds: it is called once, before the all-threads phase, not in its paired blocks."""
     from molt.capture import MemorySink, Recorder
     from molt_langchain import MoltCallbackHandler
 
@@ -198,12 +205,13 @@ def handlers(tmp: Path) -> dict[str, tuple[Any, Callable[[], None]]]:
         "none": (None, lambda: None),
         "no-op handler": (NoopHandler(), lambda: None),
     }
-    rec = Recorder(MemorySink(), spool_dir=tmp / "spool")
+    # named, so that each Recorder's threads can be told apart (see molt_threads)
+    rec = Recorder(MemorySink(), spool_dir=tmp / "spool", name="molt")
     molt = MoltCallbackHandler(rec)
     out["molt"] = (molt, lambda: molt.flush(60, deliver=True) and None)
     # capture alone (no governance pipeline): what the adapter, dispatcher, sealing and spool cost, apart
     # from redaction (bench_governance.py measures that)
-    bare = MoltCallbackHandler(Recorder(MemorySink(), spool_dir=tmp / "spool-bare", hook=None))
+    bare = MoltCallbackHandler(Recorder(MemorySink(), spool_dir=tmp / "spool-bare", hook=None, name="molt-bare"))
     out["molt, hook=None"] = (bare, lambda: bare.flush(60, deliver=True) and None)
     try:
         from langchain_core.tracers.langchain import LangChainTracer
@@ -268,17 +276,57 @@ def replayed(tape: Tape, hs: dict[str, tuple[Any, Any]], runs: int) -> dict[str,
     return out
 
 
-def all_threads(agent: Any, hs: dict[str, tuple[Any, Any]], runs: int) -> dict[str, float]:
-    """Process CPU ns per run for each handler, run on its own, including its flush."""
+#: Molt's threads per handler: the shared dispatcher and that handler's Recorder's writer and deliverer.
+_MOLT_THREADS = {
+    "molt": ("molt-adapt", "molt-spool-writer", "molt-deliver"),
+    "molt, hook=None": ("molt-adapt", "molt-bare-spool-writer", "molt-bare-deliver"),
+}
+
+
+def molt_threads(name: str) -> dict[str, int]:
+    """CPU ns so far of each Molt thread serving handler ``name`` (by thread name), from its own clock."""
     out = {}
-    for name, (h, flush) in hs.items():
-        gc.collect()
-        c0 = time.process_time_ns()
-        for _ in range(runs):
-            one_run(agent, h)
-        flush()
-        out[name] = (time.process_time_ns() - c0) / runs
+    wanted = _MOLT_THREADS.get(name, ())
+    for t in threading.enumerate():
+        if t.name in wanted and t.ident is not None:
+            with contextlib.suppress(OSError):  # the thread ended in between
+                out[t.name] = time.clock_gettime_ns(time.pthread_getcpuclockid(t.ident))
     return out
+
+
+def block(agent: Any, handler: Any, flush: Callable[[], None], runs: int) -> int:
+    """Process CPU ns of ``runs`` runs with ``handler`` and its flush."""
+    c0 = time.process_time_ns()
+    for _ in range(runs):
+        one_run(agent, handler)
+    flush()
+    return time.process_time_ns() - c0
+
+
+def all_threads(
+    agent: Any, hs: dict[str, tuple[Any, Any]], rounds: int, runs: int
+) -> tuple[dict[str, list[float]], list[float], dict[str, dict[str, list[float]]]]:
+    """Added process CPU ns per run for each handler, paired: each round, each handler's block of
+    ``runs`` runs (and its flush) follows a block of no-handler runs, and the difference is one sample.
+    Also the no-handler CPU ns per run, and per Molt thread the CPU ns per run of each handler block."""
+    added: dict[str, list[float]] = {n: [] for n, (h, _) in hs.items() if h is not None}
+    base: list[float] = []
+    per_thread: dict[str, dict[str, list[float]]] = {n: {} for n in added if n in _MOLT_THREADS}
+    for r in range(rounds + 1):  # round 0 warms every handler up; not counted
+        for name in added:
+            gc.collect()
+            b = block(agent, None, lambda: None, runs)
+            t0 = molt_threads(name)
+            h = block(agent, hs[name][0], hs[name][1] if name in _MOLT_THREADS else lambda: None, runs)
+            t1 = molt_threads(name)
+            if r == 0:
+                continue
+            base.append(b / runs)
+            added[name].append((h - b) / runs)
+            if name in per_thread:
+                for tn, ns in t1.items():
+                    per_thread[name].setdefault(tn, []).append((ns - t0.get(tn, 0)) / runs)
+    return added, base, per_thread
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -311,19 +359,25 @@ def main(argv: list[str] | None = None) -> None:
         t_start = time.monotonic()
         samples = interleaved(agent, hs, args.runs, warmup=max(5, args.runs // 20))
         own = replayed(tape, hs, args.runs)
-        cpu_all = all_threads(agent, hs, max(20, args.runs // 3))
+        for _, flush in hs.values():  # what the phases above left queued is not counted below
+            flush()
+        cpu_added, cpu_base, cpu_threads = all_threads(agent, hs, max(10, args.runs // 4), 4)
         elapsed = time.monotonic() - t_start
         assert molt.stats.errors == 0, molt.stats.last_error
 
-    base = cpu_all["none"]
-    added = {n: [x / events_per_run / 1000 for x in xs] for n, xs in samples.items()}
+    def us(ns: float) -> float:
+        return ns / events_per_run / 1000
+
+    base = pct(cpu_base, 0.5)
+    added = {n: [us(x) for x in xs] for n, xs in samples.items()}
     p50 = {n: pct(v, 0.50) for n, v in added.items()}
     p99 = {n: pct(v, 0.99) for n, v in added.items()}
-    bg = {n: (cpu_all[n] - cpu_all["none"]) / events_per_run / 1000 for n in cpu_all}
-    own_us = {n: [x / events_per_run / 1000 for x in xs] for n, xs in own.items()}
+    bg = {n: [us(x) for x in xs] for n, xs in cpu_added.items()}
+    threads = {n: {t: pct([us(x) for x in xs], 0.5) for t, xs in ts.items()} for n, ts in cpu_threads.items()}
+    own_us = {n: [us(x) for x in xs] for n, xs in own.items()}
     peers = [n for n in ("langsmith", "langfuse") if n in p50]
     cheaper = min((p50[n] for n in peers), default=None)
-    render(args, events_per_run, base, p50, p99, own_us, bg, cheaper, elapsed)
+    render(args, events_per_run, base, p50, p99, own_us, bg, threads, cheaper, elapsed)
 
 
 def render(
@@ -333,7 +387,8 @@ def render(
     p50: dict[str, float],
     p99: dict[str, float],
     own: dict[str, list[float]],
-    bg: dict[str, float],
+    bg: dict[str, list[float]],
+    threads: dict[str, dict[str, float]],
     cheaper: float | None,
     elapsed: float,
 ) -> None:
@@ -350,18 +405,25 @@ def render(
     t.add_column("agent thread p99 µs", justify="right")
     t.add_column("× cheaper peer (p50)", justify="right")
     t.add_column("own callbacks p50 / p99 µs", justify="right")
-    t.add_column("all threads µs (mean)", justify="right")
+    t.add_column("all threads µs p50 [p25–p75]", justify="right")
     for name in p50:
         ratio = f"{p50[name] / cheaper:.2f}" if cheaper and name != "none" else "—"
         mine = f"{pct(own[name], 0.5):.1f} / {pct(own[name], 0.99):.1f}"
-        t.add_row(name, f"{p50[name]:.1f}", f"{p99[name]:.1f}", ratio, mine, f"{bg[name]:.1f}")
+        spread = f"{pct(bg[name], 0.5):.1f} [{pct(bg[name], 0.25):.0f}–{pct(bg[name], 0.75):.0f}]"
+        t.add_row(name, f"{p50[name]:.1f}", f"{p99[name]:.1f}", ratio, mine, spread)
     console = Console()
     console.print(t)
     console.print(
         "agent thread: added CPU of the agent's thread over the no-handler run, per event; own callbacks: "
         "the handler's callbacks replayed without LangChain's dispatch; all threads: added process CPU "
-        "(background export and Molt's dispatcher/spool threads included), per event."
+        "(background export and Molt's dispatcher/spool threads included), per event, paired with a "
+        f"no-handler block in each of {len(next(iter(bg.values()), []))} rounds."
     )
+    for name, ts in threads.items():
+        console.print(
+            f"{name}: its own threads' CPU per event, p50: "
+            + ", ".join(f"{tn} {v:.1f} µs" for tn, v in sorted(ts.items()))
+        )
     if "molt" in p50:
         goal_abs = p50["molt"] <= 20
         goal_rel = cheaper is None or p50["molt"] <= 0.25 * cheaper
