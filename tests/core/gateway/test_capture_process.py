@@ -285,3 +285,42 @@ def test_the_free_memory_held_in_a_fragmented_native_heap_goes_back_to_the_syste
     out = subprocess.run([sys.executable, "-c", _FRAGMENTED_ARENA], capture_output=True, text=True, timeout=60,
                          check=True).stdout.split()
     assert out[0] == "True" and int(out[1]) >= 16 << 20, out
+
+
+def _sealed_rows(n: int, tid: str, start: int) -> list[Any]:
+    from molt.atdp.ids import new_id
+    from molt.capture.sinks import SealedRow
+
+    now = int(time.time() * 1e6)
+    return [SealedRow({"event_id": new_id(), "trajectory_id": tid, "session_id": f"s-{tid}", "seq": start + i,
+                       "kind": "llm_call", "name": "chat", "tenant_id": "acme", "ts_us": now},
+                      b"e" * 400, b"p" * 600, b"s" * 16, "d" * 64, "0" * 64, "h" * 64) for i in range(n)]
+
+
+def test_the_capture_childs_store_caches_are_full_within_its_first_minutes(tmp_path: Path) -> None:
+    """The capture child appends to the events table three or four times a second for as long as the
+    gateway runs, and LanceDB's index cache gains a couple of KB of superseded versions' state per
+    append until its bound. A child that takes most of an hour to reach its bound looks like a leak
+    for that long (a 20-minute soak's second half); under the child's bounds the caches are full
+    within its first 600 appends and stay there."""
+    from molt.capture.sinks import SinkBatch
+    from molt.gateway.capture_process import WRITER_INDEX_CACHE_BYTES
+    from molt.store import FOLLOWER_METADATA_CACHE_BYTES
+
+    store = Store.open(tmp_path / "store", auto_compact=False, index_cache_bytes=WRITER_INDEX_CACHE_BYTES,
+                       metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
+    held = {}
+    tid = "t-" + "0" * 30
+    for i in range(1, 801):  # what the child appends in about three and a half minutes
+        if i % 100 == 0:
+            tid = f"t-{i:030d}"
+        store.write_batch(SinkBatch(events=_sealed_rows(8, tid, 8 * (i % 100))))
+        if i % 64 == 0:  # the child's Store compacts every 64 appends
+            store.compact()
+        if i % 200 == 0:
+            held[i] = store.cache_bytes()
+    store.close()
+    bounds = WRITER_INDEX_CACHE_BYTES + FOLLOWER_METADATA_CACHE_BYTES
+    assert held[800] <= bounds * 1.1, held
+    # level from the 600th append on (a 4 MiB index bound still gains ~0.5 MiB per 200 appends there)
+    assert held[800] - held[600] <= 64 << 10, held

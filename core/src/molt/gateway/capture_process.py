@@ -78,10 +78,15 @@ _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dro
              "duplicates", "sink_errors", "writer_errors", "capture_failed")
 # The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
 # needs the current version's metadata and a few index pages, not a reader's caches. Both caches
-# fill with entries of superseded versions (compaction rewrites the indices), tens of KB of
-# metadata and 1–2 KB of index state per append, so their bounds are what the child settles at:
-# this, and molt.store's FOLLOWER_METADATA_CACHE_BYTES.
-WRITER_INDEX_CACHE_BYTES = 4 << 20
+# fill with entries of superseded versions: the metadata cache reaches its bound (molt.store's
+# FOLLOWER_METADATA_CACHE_BYTES) within the first few hundred appends, the index cache gains about
+# 2.4 KB (LanceDB's count; the heap holds about twice that) with every append to the events table,
+# whose scalar indices every new version carries. The child settles at these bounds, after
+# bound / (appends a second × 2.4 KB): at the child's three to four appends a second a 4 MiB bound
+# took it some ten minutes to fill, which a soak reads as growth. One MiB fills within the first
+# two minutes and is enough for the child's reads and compaction (appends and compactions are as
+# fast with it: bench/reliability/probe_store_growth.py).
+WRITER_INDEX_CACHE_BYTES = 1 << 20
 #: Records after which :class:`CaptureProcess` replaces its child with a fresh one. With its caches
 #: bounded and its heap trimmed the child still grows slowly, in memory in use (glibc's main heap and
 #: Python's arenas, about 0.1 MiB per 1,000 requests in a soak) that no one has attributed yet; a fresh
