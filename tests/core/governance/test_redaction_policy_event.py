@@ -214,3 +214,64 @@ def test_policy_fingerprint_is_stable_across_processes() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(prints) == 1 and prints == {RedactionPolicy().fingerprint()}
+
+
+def _through_dump(event: Event) -> tuple[str, list[tuple[str, int, int, str]]]:
+    """What redacting ``event``'s JSON dump gives (the payload dumped whole, walked as dicts and
+    validated again): the reference the model walk must agree with, byte for byte."""
+    from molt.governance.redaction.walk import PAYLOAD_ORDER, Walker
+
+    walker = Walker(Redactor())
+    dumped = event.model_dump(mode="json", include=set(PAYLOAD_ORDER))
+    walker.walk(dumped)
+    walker.run()
+    spans = [(r.field, r.start, r.end, r.entity_type) for r in walker.records]
+    if walker.records and isinstance(dumped.get("action"), dict) and dumped["action"].get("tokens") is not None:
+        dumped["action"]["tokens"] = None
+    merged = {**event.model_dump(mode="json"), **{f: v for f, v in dumped.items() if v is not None}}
+    return Event.model_validate(merged).model_dump_json(), spans
+
+
+def test_model_walk_matches_the_dump_and_leaves_the_event_as_it_was() -> None:
+    # redact_event walks the models themselves and copies only the containers it writes to; the
+    # result must be what walking the dump and validating it again gives, and the input unchanged
+    clean_msg = Message(role="system", content="You are a helpful assistant.")
+    event = _event().model_copy(
+        update={"outcome": Outcome(output={"rows": [{"note": "ok"}, {"note": "call ana@example.org"}], "n": 2})}
+    )
+    event = event.model_copy(
+        update={"observation": event.observation.model_copy(
+            update={"messages": [clean_msg, *event.observation.messages, clean_msg]}
+        )}
+    )  # fmt: skip
+    before = event.model_dump_json()
+    red, report = redact_event(event, redactor=Redactor())
+    assert event.model_dump_json() == before  # nothing written into the caller's event
+    expected_json, expected_spans = _through_dump(event)
+    assert red.model_dump_json() == expected_json
+    assert [(r.field, r.start, r.end, r.entity_type) for r in report.spans] == expected_spans
+    # untouched parts are shared, written ones are new objects
+    msgs, old = red.observation.messages, event.observation.messages
+    assert msgs[0] is old[0] and msgs[-1] is old[-1] and msgs[1] is not old[1]
+    assert red.outcome.output["rows"][0] is event.outcome.output["rows"][0]
+    assert red.outcome.output["rows"][1] == {"note": "call <EMAIL_ADDRESS_2>"}  # _1: christine@
+    # the same Message object twice: each occurrence is redacted, the object itself is not
+    twice = Message(role="user", content="mail bo@example.org")
+    ev2 = Event(trajectory_id=new_id(), kind=EventKind.MODEL_CALL, observation=Observation(messages=[twice, twice]))
+    red2, _ = redact_event(ev2)
+    assert [m.content for m in red2.observation.messages] == ["mail <EMAIL_ADDRESS_1>"] * 2
+    assert twice.content == "mail bo@example.org"
+
+
+def test_a_payload_value_that_is_not_json_is_redacted_through_the_dump() -> None:
+    # a model built without validation may hold what JSON has no type for (a datetime, a tuple);
+    # the walker cannot tell how it serialises, so the event's dump is walked and validated again
+    from datetime import UTC, datetime
+
+    output = {"at": datetime(2026, 1, 2, tzinfo=UTC), "pair": ("x", "mail ana@example.org")}
+    event = Event(trajectory_id=new_id(), kind=EventKind.TOOL_CALL, action=ToolCall(tool_name="t"))
+    event = event.model_copy(update={"outcome": Outcome.model_construct(output=output)})
+    with pytest.warns(UserWarning, match="serializ"):  # pydantic on dumping what it did not validate
+        red, report = redact_event(event)
+    assert report.counts == {"EMAIL_ADDRESS": 1}
+    assert red.outcome.output == {"at": "2026-01-02T00:00:00Z", "pair": ["x", "mail <EMAIL_ADDRESS_1>"]}

@@ -28,7 +28,7 @@ from molt.atdp.models import Event
 from molt.errors import GovernanceError
 from molt.governance.redaction.redactor import Redactor
 from molt.governance.redaction.report import RedactedSpan, RedactionReport
-from molt.governance.redaction.walk import PAYLOAD_ORDER, Walker, constructed
+from molt.governance.redaction.walk import PAYLOAD_ORDER, NotWalkable, Walker, constructed, put
 
 __all__ = ["RedactedSpan", "RedactionReport", "redact_event"]
 
@@ -59,31 +59,41 @@ def redact_event(
     anything in the event was redacted (policy ``token_traces``), because they encode the original
     text. ``keep`` says which detected organisation and place names are left as they are (a tenant's
     operator vocabulary, :meth:`~molt.governance.redaction.vocabulary.OperatorVocabulary.keeps`). Raises
-    :class:`~molt.errors.GovernanceError` (with the event's ids) when a detector fails or the
-    redacted payload no longer validates.
+    :class:`~molt.errors.GovernanceError` (with the event's ids) when a detector fails or (for a
+    payload holding values that are not JSON, redacted through its dump) the redacted payload no
+    longer validates.
     """
     redactor = redactor or Redactor()
     policy = redactor.policy
     walker = Walker(redactor, keep)
-    # only the payload is walked, so only the payload is dumped (the envelope stays as it is)
-    dumped = {
-        f: _adapter(f).dump_python(v, mode="json") for f in PAYLOAD_ORDER if (v := getattr(event, f)) is not None
-    }
+    # the payload's models are walked as they are (no dump, no validation of the result: only
+    # string leaves are replaced, by strings, so every model stays valid) ...
+    dumped: dict[str, Any] | None = None
     try:
+        walker.walk_event(event)
+    except NotWalkable:
+        # ... unless it holds a value that is not JSON: then its JSON dump is walked and the
+        # changed parts validated again (only the payload is dumped; the envelope stays as it is)
+        walker = Walker(redactor, keep)
+        dumped = {
+            f: _adapter(f).dump_python(v, mode="json") for f in PAYLOAD_ORDER if (v := getattr(event, f)) is not None
+        }
         walker.walk(dumped)
-        walker.run()
+    try:
+        changed = walker.run()
     except GovernanceError as exc:
         exc.trajectory_id, exc.event_id = event.trajectory_id, event.event_id
         raise
     dropped = False
-    action = dumped.get("action")
+    action = walker.payload.get("action")
     if (
         walker.records
-        and isinstance(action, dict)
-        and action.get("tokens") is not None
+        and action is not None
+        and (action if isinstance(action, dict) else action.__dict__).get("tokens") is not None
         and policy.token_traces == "drop_if_redacted"
     ):
-        action["tokens"] = None
+        put(walker.root("action"), "tokens", None)
+        changed.add("action")
         dropped = True
     counts: dict[str, int] = {}
     for r in walker.records:
@@ -104,12 +114,10 @@ def redact_event(
     )
     if not walker.records:
         return event, report
+    # the envelope and the untouched payload parts are shared with the original (frozen) event
+    if dumped is None:
+        return event.model_copy(update={f: walker.root(f) for f in PAYLOAD_ORDER if f in changed}), report
     try:
-        # revalidate the payload parts that hold a redacted leaf; the envelope and the untouched
-        # parts are shared with the original (frozen) event
-        changed = {f.split(".", 1)[0].split("[", 1)[0] for f in {r.field for r in walker.records}}
-        if dropped:
-            changed.add("action")
         update = {f: _adapter(f).validate_python(dumped[f]) for f in PAYLOAD_ORDER if f in changed}
         redacted = event.model_copy(update=update)
     except ValueError as exc:

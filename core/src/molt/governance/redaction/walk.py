@@ -1,5 +1,7 @@
 """The walker of :func:`~molt.governance.redaction.event.redact_event`: every string leaf of an
-event's dumped payload, detected on in one pass and written back redacted.
+event's payload, detected on in one pass and written back redacted. It walks the payload's models
+as they are and copies only the containers a redacted leaf sits in (the rest is shared with the
+input event); a payload holding a value that is not JSON is walked as its JSON dump instead.
 
 Part of the compiled build (:mod:`~molt.governance.redaction.native`): it is plain Python over
 dicts, lists and strings, run for every field of every captured event. It also builds the report's
@@ -21,7 +23,7 @@ from molt.governance.redaction.redactor import Redactor, ReplacementState
 from molt.governance.redaction.report import RedactedSpan
 from molt.governance.redaction.vocabulary import KEEPABLE_TYPES
 
-__all__ = ["PAYLOAD_ORDER", "Walker", "constructed", "span_record"]
+__all__ = ["PAYLOAD_ORDER", "NotWalkable", "Walker", "constructed", "span_record"]
 
 #: Payload keys whose string values are identifiers or enums, never free text.
 _SKIP_KEYS = frozenset(
@@ -81,6 +83,56 @@ def span_record(field: str, sp: Span, mode: str) -> RedactedSpan:
     return constructed(RedactedSpan, _RECORD_FIELDS, values)
 
 
+class NotWalkable(Exception):
+    """A payload holds a value that is neither JSON nor a pydantic model (a datetime, bytes, a
+    tuple): :meth:`Walker.walk_event` cannot tell how it serialises, so the caller walks the
+    payload's JSON dump instead (:meth:`Walker.walk`)."""
+
+
+class _Owner:
+    """Where a container of the walked payload sits (its parent's ``slot``), and its writable copy.
+
+    Walking an event's models directly (:meth:`Walker.walk_event`) borrows the event's own objects,
+    which are shared with the caller's event and must not change: a container is copied, with its
+    chain of parents, only when a leaf under it is written (``writable``). Containers the walker
+    made itself (a dumped payload, a parsed JSON string) are written in place (``copy`` is the
+    container from the start)."""
+
+    __slots__ = ("container", "copy", "parent", "slot")
+
+    def __init__(self, container: Any, parent: _Owner | None, slot: Any, owned: bool) -> None:
+        self.container = container
+        self.parent = parent
+        self.slot = slot
+        self.copy: Any = container if owned else None
+
+    def writable(self) -> Any:
+        """The container to write to: the original when the walker owns it, else a shallow copy,
+        put in place of the original in the (copied) parent."""
+        copy = self.copy
+        if copy is None:
+            c = self.container
+            if isinstance(c, dict):
+                copy = dict(c)
+            elif isinstance(c, list):
+                copy = list(c)
+            else:  # a pydantic model: a shallow copy, its fields written through __dict__
+                copy = c.model_copy()
+            parent = self.parent
+            assert parent is not None  # a borrowed container always has one (the roots are owned)
+            put(parent.writable(), self.slot, copy)
+            self.copy = copy
+        return copy
+
+
+def put(container: Any, slot: Any, value: Any) -> None:
+    """``container[slot] = value``, for a pydantic model too (frozen: set in its ``__dict__``)."""
+    if isinstance(container, (dict, list)):
+        container[slot] = value
+    else:
+        container.__dict__[slot] = value
+
+
 def _path(node: Any) -> str:
     """The field path of a leaf, from its ``(parent, key)`` chain: ``action.arguments.items[2]``."""
     parts: list[str] = []
@@ -104,44 +156,91 @@ class Walker:
         self.state = ReplacementState()
         self.records: list[RedactedSpan] = []
         self.fields = 0
-        # (holder, slot, path, value, secret entity or None), in walk order
-        self.leaves: list[tuple[Any, Any, Any, str, str | None]] = []
-        self.json_strings: list[tuple[Any, Any, Any]] = []
+        # (holder's owner, slot, path, value, secret entity or None), in walk order
+        self.leaves: list[tuple[_Owner, Any, Any, str, str | None]] = []
+        # (holder's owner, slot, parsed value, payload field) of each string that held JSON
+        self.json_strings: list[tuple[_Owner, Any, Any, str]] = []
+        #: The walked payload, field -> value (a model or a dumped dict): what :meth:`run` wrote,
+        #: the copies of the event's models (walk_event) or the dumped dicts written in place (walk).
+        self.payload: dict[str, Any] = {}
+        self._top = _Owner(self.payload, None, None, True)
+        self._roots: dict[str, _Owner] = {}
+        self._field = ""
 
     def walk(self, dumped: dict[str, Any]) -> None:
         """Collect the string leaves of a dumped payload (``{"observation": {...}, ...}``), leaving
-        out identifiers, enums and token traces."""
+        out identifiers, enums and token traces; :meth:`run` writes the dicts in place."""
         for field in PAYLOAD_ORDER:
             value = dumped.get(field)
-            if not isinstance(value, dict):
-                continue
-            for key, sub in value.items():
-                if (field, key) in _SKIP_PATHS or (key in _SKIP_KEYS and not isinstance(sub, (dict, list))):
-                    continue
-                self.collect(sub, f"{field}.{key}", key, value, key)
+            if isinstance(value, dict):
+                self.payload[field] = value
+                self._walk_root(field, value, True)
 
-    def collect(self, value: Any, path: Any, key: str | None, holder: Any, slot: Any) -> None:
-        """Collect the string leaves under ``value``. ``path`` is a string or a ``(parent, key)``
-        chain, turned into a string only for the leaves that get a span."""
+    def walk_event(self, event: Any) -> None:
+        """:meth:`walk` over the event's payload models themselves, not a dump of them: the same
+        leaves, paths and order (a model's fields are its dumped keys, in declaration order), and
+        :meth:`run` writes copies of only the containers it changes (the event is left as it is).
+        Raises :class:`NotWalkable` (before anything is detected) for a value that is neither JSON
+        nor a model."""
+        for field in PAYLOAD_ORDER:
+            value = getattr(event, field)
+            if isinstance(value, BaseModel):
+                self.payload[field] = value
+                self._walk_root(field, value, False)
+            elif value is not None:
+                raise NotWalkable(f"{field} is a {type(value).__name__}")
+
+    def _walk_root(self, field: str, value: Any, owned: bool) -> None:
+        owner = self._roots[field] = _Owner(value, self._top, field, owned)
+        self._field = field
+        items = value.items() if isinstance(value, dict) else value.__dict__.items()
+        for key, sub in items:
+            if (field, key) in _SKIP_PATHS or (key in _SKIP_KEYS and not isinstance(sub, (dict, list, BaseModel))):
+                continue
+            self.collect(sub, f"{field}.{key}", key, owner, key)
+
+    def root(self, field: str) -> Any:
+        """The writable value of payload ``field`` (copied now if nothing under it was written)."""
+        return self._roots[field].writable()
+
+    def collect(self, value: Any, path: Any, key: str | None, holder: _Owner, slot: Any) -> None:
+        """Collect the string leaves under ``value``, which sits at ``holder``'s ``slot``.
+        ``path`` is a string or a ``(parent, key)`` chain, turned into a string only for the
+        leaves that get a span."""
         if isinstance(value, str):
             if value:
                 self._text(value, path, key, holder, slot)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                if isinstance(v, str):
-                    if v and k not in _SKIP_KEYS:
-                        self._text(v, (path, k), k, value, k)
-                elif isinstance(v, (dict, list)):
-                    self.collect(v, (path, k), k, value, k)
+            return
+        if isinstance(value, dict):
+            items = value.items()
         elif isinstance(value, list):
+            owner = _Owner(value, holder, slot, holder.copy is holder.container)
             for i, v in enumerate(value):
                 if isinstance(v, str):
                     if v:
-                        self._text(v, (path, i), key, value, i)
-                elif isinstance(v, (dict, list)):
-                    self.collect(v, (path, i), key, value, i)
+                        self._text(v, (path, i), key, owner, i)
+                elif isinstance(v, (dict, list, BaseModel)):
+                    self.collect(v, (path, i), key, owner, i)
+                elif not (v is None or isinstance(v, (int, float))):
+                    raise NotWalkable(f"a {type(v).__name__} in a list")
+            return
+        elif isinstance(value, BaseModel):
+            items = value.__dict__.items()
+        elif value is None or isinstance(value, (int, float)):
+            return
+        else:
+            raise NotWalkable(f"a {type(value).__name__}")
+        owner = _Owner(value, holder, slot, holder.copy is holder.container)
+        for k, v in items:
+            if isinstance(v, str):
+                if v and k not in _SKIP_KEYS:
+                    self._text(v, (path, k), k, owner, k)
+            elif isinstance(v, (dict, list, BaseModel)):
+                self.collect(v, (path, k), k, owner, k)
+            elif not (v is None or isinstance(v, (int, float))):
+                raise NotWalkable(f"a {type(v).__name__} at {k!r}")
 
-    def _text(self, value: str, path: Any, key: str | None, holder: Any, slot: Any) -> None:
+    def _text(self, value: str, path: Any, key: str | None, holder: _Owner, slot: Any) -> None:
         self.fields += 1
         if value[0] in _JSON_OR_SPACE and value.lstrip()[:1] in ("{", "[") and len(value.lstrip()) > 1:
             try:
@@ -151,20 +250,22 @@ class Walker:
             if isinstance(parsed, (dict, list)) and (
                 value.count("[") + value.count("{") <= _MAX_JSON_DEPTH or _serialisable(parsed)
             ):
-                self.json_strings.append((holder, slot, parsed))
-                self.collect(parsed, path, None, None, None)
+                self.json_strings.append((holder, slot, parsed, self._field))
+                self.collect(parsed, path, None, _Owner(None, None, None, True), None)
                 return
         entity = secret_key_type(key) if key else None
         if entity is not None and (entity not in self.redactor.policy.entities or not value.strip()):
             entity = None
         self.leaves.append((holder, slot, path, value, entity))
 
-    def run(self) -> None:
-        """Detect on every collected leaf, replace, and re-serialise the strings that held JSON."""
+    def run(self) -> set[str]:
+        """Detect on every collected leaf, replace, and re-serialise the strings that held JSON in
+        the payload fields that changed; returns those fields."""
         texts = [leaf[3] for leaf in self.leaves if leaf[4] is None]
         found = self._detect_all(texts)
         k = 0
         redactor = self.redactor
+        changed: set[str] = set()
         for holder, slot, path, value, entity in self.leaves:
             if entity is not None:
                 spans = [Span(0, len(value), entity, 1.0, "json_key")]
@@ -178,10 +279,12 @@ class Walker:
             field = path if isinstance(path, str) else _path(path)
             for sp in spans:  # built from checked values, so constructed without re-validation
                 self.records.append(span_record(field, sp, redactor.mode_name(sp.entity_type)))
-            holder[slot] = redactor.apply(value, spans, self.state)
-        for holder, slot, parsed in self.json_strings[::-1]:  # inner JSON strings first
-            if holder is not None:
-                holder[slot] = orjson.dumps(parsed).decode()
+            put(holder.writable(), slot, redactor.apply(value, spans, self.state))
+            changed.add(field.split(".", 1)[0].split("[", 1)[0])
+        for holder, slot, parsed, root in self.json_strings[::-1]:  # inner JSON strings first
+            if root in changed:
+                put(holder.writable(), slot, orjson.dumps(parsed).decode())
+        return changed
 
     def _not_kept(self, value: str, spans: list[Span], keep: Callable[[str], bool]) -> list[Span]:
         return [sp for sp in spans if sp.entity_type not in KEEPABLE_TYPES or not keep(value[sp.start : sp.end])]
