@@ -117,12 +117,25 @@ class _Owner:
             elif isinstance(c, list):
                 copy = list(c)
             else:  # a pydantic model: a shallow copy, its fields written through __dict__
-                copy = c.model_copy()
+                copy = _shallow(c)
             parent = self.parent
             assert parent is not None  # a borrowed container always has one (the roots are owned)
             put(parent.writable(), self.slot, copy)
             self.copy = copy
         return copy
+
+
+def _shallow(model: Any) -> Any:
+    """What ``model.model_copy()`` makes (a new instance holding a copy of ``__dict__`` and of the
+    set fields), without its generic path; a model with extra or private attributes takes it."""
+    if model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
+        return model.model_copy()
+    obj = object.__new__(type(model))
+    object.__setattr__(obj, "__dict__", dict(model.__dict__))
+    object.__setattr__(obj, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
 
 
 def put(container: Any, slot: Any, value: Any) -> None:
@@ -219,15 +232,17 @@ class Walker:
                 if isinstance(v, str):
                     if v:
                         self._text(v, (path, i), key, owner, i)
+                elif v is None or isinstance(v, (int, float)):
+                    pass  # (checked before BaseModel, whose isinstance goes through ABCMeta)
                 elif isinstance(v, (dict, list, BaseModel)):
                     self.collect(v, (path, i), key, owner, i)
-                elif not (v is None or isinstance(v, (int, float))):
+                else:
                     raise NotWalkable(f"a {type(v).__name__} in a list")
+            return
+        elif value is None or isinstance(value, (int, float)):
             return
         elif isinstance(value, BaseModel):
             items = value.__dict__.items()
-        elif value is None or isinstance(value, (int, float)):
-            return
         else:
             raise NotWalkable(f"a {type(value).__name__}")
         owner = _Owner(value, holder, slot, holder.copy is holder.container)
@@ -235,9 +250,11 @@ class Walker:
             if isinstance(v, str):
                 if v and k not in _SKIP_KEYS:
                     self._text(v, (path, k), k, owner, k)
+            elif v is None or isinstance(v, (int, float)):
+                pass
             elif isinstance(v, (dict, list, BaseModel)):
                 self.collect(v, (path, k), k, owner, k)
-            elif not (v is None or isinstance(v, (int, float))):
+            else:
                 raise NotWalkable(f"a {type(v).__name__} at {k!r}")
 
     def _text(self, value: str, path: Any, key: str | None, holder: _Owner, slot: Any) -> None:
