@@ -109,7 +109,9 @@ class Spool:
         # cursor_interval_s (see commit).
         self._durable_cursor = self._cursor
         self.cursor_interval_s = cursor_interval_s
-        self._cursor_written = 0.0
+        # never written: the first commit writes the file (monotonic time starts near boot, so 0.0 would
+        # read as "just written" on a machine up for less than the interval)
+        self._cursor_written = float("-inf")
         self._swept: int | None = None  # segments below this one were deleted by commit() (None: not yet)
         segs = self.segments()
         self._write_seg = segs[-1] if segs else max(1, self._cursor.segment)
