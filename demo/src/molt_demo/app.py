@@ -38,8 +38,14 @@ def demo_command(
                                                  "questions per tenant per round.")] = 8,
     model_dir: Annotated[Path | None, typer.Option("--model-dir", help="With --train: the converted policy model "
                                                    "directory (default: converted once into $MOLT_HOME).")] = None,
+    until_trained: Annotated[int, typer.Option("--until-trained", min=0, help="With --train: end the run once a "
+                                               "trained adapter has served this many rounds as the live version "
+                                               "(at most --rounds rounds; 0: run them all).")] = 0,
 ) -> None:
     """Run the end-to-end demo: an agent evolving through Molt, with a report at the end."""
+    if until_trained and not train:
+        raise typer.BadParameter("--until-trained needs --train (it waits for a trained adapter).",
+                                 param_hint="--until-trained")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     n_rounds = rounds or (8 if quick or train else 12)
     n_per = per_tenant or (12 if quick or train else 24)  # --train: the CPU time goes to SmolLM2 instead
@@ -60,7 +66,7 @@ def demo_command(
         else None
     try:
         res = (run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out, train=True,
-                        math_per_tenant=math_per_tenant, model_dir=model_dir) if train
+                        math_per_tenant=math_per_tenant, model_dir=model_dir, until_trained=until_trained) if train
                else run_demo(home, rounds=n_rounds, per_tenant=n_per, out_dir=out))
     finally:
         if previous is not None:
@@ -77,6 +83,10 @@ def demo_command(
                     ("-" if f["after"] is None else f"{f['after']:.0%} of {f['n_after']}")
                     + (" (overlaps)" if f["overlaps"] else ""))
     Console().print(tbl)
+    ran = max((r["round"] for r in res.rounds), default=-1) + 1
+    if ran < n_rounds:
+        Console().print(f"ended after round {ran} of {n_rounds}: a trained adapter served {until_trained} "
+                        f"round(s) as the live version (--until-trained)")
     if res.training is not None:
         t = res.training
         Console().print(f"{t['agent']}: success {pct(t['success_base'])} served by the base model → "

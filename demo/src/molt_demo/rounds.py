@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from molt.atdp.ids import new_id
 from molt_demo.langchain_agent import LangChainModel, LangChainTools
 from molt_demo.traffic import TENANT_KEYS, math_module, math_traffic, round_traffic
 
-__all__ = ["RoundStats", "model_calls", "rate", "run_rounds"]
+__all__ = ["RoundStats", "model_calls", "rate", "rounds_served_by_trained_adapter", "run_rounds"]
 
 
 @dataclass
@@ -33,9 +34,11 @@ class RoundStats:
 
 def run_rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[RoundStats],
                decisions: list[dict[str, Any]], rounds: int, per_tenant: int, prog: Progress, tools: LangChainTools,
-               math_plane: Any = None, math_per_tenant: int = 0) -> None:
+               math_plane: Any = None, math_per_tenant: int = 0,
+               done: Callable[[int, list[dict[str, Any]]], bool] | None = None) -> None:
     """The rounds: traffic through the gateway, rewards, late corrections, one plane cycle per agent
-    (``math_plane``: plus the ``molt-math`` agent's questions and cycles, see :mod:`molt_demo.math_agent`)."""
+    (``math_plane``: plus the ``molt-math`` agent's questions and cycles, see :mod:`molt_demo.math_agent`).
+    ``done(round, decisions)``, asked after each round's cycles, ends the run before ``rounds`` when true."""
     from molt.gateway import create_app
     from molt.gateway.loopback import ServerThread
     from molt.replay.decorator import AGENTS
@@ -106,6 +109,16 @@ def run_rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[Round
                                   "description": res.chosen.description if res.chosen else None,
                                   "actions": rec.actions, "rejected": len(rec.rejected)})
             prog.update(bar, advance=1, description=_round_line(rnd, per, decisions[-len(cycles):]))
+            if done is not None and done(rnd, decisions):
+                break
+
+
+def rounds_served_by_trained_adapter(rnd: int, decisions: list[dict[str, Any]]) -> int:
+    """How many rounds up to ``rnd`` a version the plane made by a weight update served as the live version:
+    the rounds after the first cycle that promoted one (0 if none was promoted before ``rnd``)."""
+    trained = {d["version"] for d in decisions if d["choice"] == "weight_update" and d["version"]}
+    promoted = [d["round"] for d in decisions if d["choice"] == "promote" and d["version"] in trained]
+    return max(0, rnd - min(promoted)) if promoted else 0
 
 
 def _post_reward(base: str, key: str, tid: str, value: float, source: str, reason: str) -> None:

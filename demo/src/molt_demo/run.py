@@ -22,7 +22,7 @@ from molt_demo.credit import fixes as credit_fixes
 from molt_demo.credit import parent_lookup, served_by_version
 from molt_demo.langchain_agent import LangChainTools
 from molt_demo.report import LIBRARY_LOG, write_plots_and_report
-from molt_demo.rounds import RoundStats, rate, run_rounds
+from molt_demo.rounds import RoundStats, rate, rounds_served_by_trained_adapter, run_rounds
 from molt_demo.traffic import KEYS, MODEL
 from molt_demo.train_mode import TrainMode
 
@@ -54,22 +54,25 @@ class DemoResult:
 
 def run_demo(home: Path, *, rounds: int = 7, per_tenant: int = 12, out_dir: Path | None = None,
              progress: bool = True, train: bool = False, math_per_tenant: int = 8,
-             model_dir: Path | None = None) -> DemoResult:
+             model_dir: Path | None = None, until_trained: int = 0) -> DemoResult:
     """Run the demo in ``home`` (a fresh directory) and write the report to ``out_dir`` (default ``home``).
 
     ``train``: add the ``molt-math`` agent on SmolLM2 (``model_dir``, default the converted policy model)
-    with ``math_per_tenant`` questions per tenant per round, and train its weights when the plane asks.
+    with ``math_per_tenant`` questions per tenant per round, and train its weights when the plane asks;
+    ``until_trained``: end the run once a trained adapter has served that many rounds as the live version
+    (at most ``rounds`` rounds; 0: run them all). The report's "last round" is the last round that ran.
     Library messages (model load reports, warnings) go to ``molt-demo.log`` beside the report.
     """
     t_start = time.perf_counter()
     out_dir = out_dir or home
     out_dir.mkdir(parents=True, exist_ok=True)
     with _library_log(out_dir / LIBRARY_LOG):
-        return _run(home, t_start, out_dir, rounds, per_tenant, progress, train, math_per_tenant, model_dir)
+        return _run(home, t_start, out_dir, rounds, per_tenant, progress, train, math_per_tenant, model_dir,
+                    until_trained)
 
 
 def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int, progress: bool, train: bool,
-         math_per_tenant: int, model_dir: Path | None) -> DemoResult:
+         math_per_tenant: int, model_dir: Path | None, until_trained: int) -> DemoResult:
     from molt.capture import Recorder
     from molt.control.memory import RetrievalHarness
     from molt.control.plane import ControlPlane, PlaneSettings
@@ -116,7 +119,9 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
                     console=console, disable=not progress, transient=False)
     try:
         run_rounds(gw, plane, recorder, store, stats, decisions, rounds, per_tenant, prog, tools,
-                math_plane, math_per_tenant if trained is not None else 0)
+                   math_plane, math_per_tenant if trained is not None else 0,
+                   done=(lambda rnd, decs: rounds_served_by_trained_adapter(rnd, decs) >= until_trained)
+                   if until_trained and trained is not None else None)
     except BaseException:
         recorder.close(timeout=60)  # also on Ctrl-C: every acknowledged event reaches the store
         (home / "recorder-stats.json").write_bytes(orjson.dumps(recorder.stats.as_dict()))
@@ -135,7 +140,8 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
                          trains=trained is not None)
     training = trained.summary(store, plane.registry, stats) if trained is not None else None
     first = rate([s for s in stats if s.round == 0])
-    last = rate([s for s in stats if s.round == rounds - 1])
+    last_round = max(s.round for s in stats)  # before ``rounds - 1`` when ``until_trained`` ended the run
+    last = rate([s for s in stats if s.round == last_round])
     png = out_dir / "molt-demo-success.png"
     report = out_dir / "molt-demo-report.html"
     write_plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken, training)
