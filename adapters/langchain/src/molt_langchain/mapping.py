@@ -17,6 +17,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
+from pydantic import BaseModel
+
 from molt.atdp import (
     AgentStep,
     ApprovalRequest,
@@ -33,7 +35,7 @@ from molt.atdp import (
     ToolCallRequest,
     Usage,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, error_outcome
+from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome
 
 _ROLES = {
     "human": "user",
@@ -49,6 +51,46 @@ _MAX_MESSAGES = 100
 _MAX_PASSAGES = 100
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "seed", "stop", "n")
 _HIDDEN_TAG = "langgraph:hidden"
+_MISSING: Any = object()
+_PYDANTIC_GETATTR = BaseModel.__getattr__
+# (class, name) -> where a name that is not in an instance's __dict__ can still come from: "extra" (only
+# pydantic's extras), "none" (nowhere: the attribute is missing), "getattr" (ask the object).
+_LOOKUP: dict[tuple[type, str], str] = {}
+
+
+def _attr(obj: Any, name: str, default: Any = None) -> Any:
+    """``getattr(obj, name, default)`` for the framework objects a mapper reads (messages, results).
+
+    A miss on a pydantic model (``tool_calls`` of a ``HumanMessage``) goes through its ``__getattr__``,
+    which builds and raises an AttributeError, twice (once more through the class): that cost more than
+    the rest of converting the message. So a name that no class of the object's MRO defines (no
+    property, method or descriptor can shadow it) is read from the instance ``__dict__`` (where pydantic
+    keeps fields) and, for a pydantic model whose ``__getattr__`` is pydantic's own, from its extras —
+    the only other place that ``__getattr__`` looks for a public name. Anything else asks ``getattr``.
+    """
+    d = getattr(obj, "__dict__", None)
+    if d is None:
+        return getattr(obj, name, default)
+    cls = type(obj)
+    where = _LOOKUP.get((cls, name))
+    if where is None:
+        if any(name in c.__dict__ for c in cls.__mro__) or name in (getattr(cls, "__private_attributes__", None) or ()):
+            where = "getattr"
+        else:
+            ga = getattr(cls, "__getattr__", None)
+            where = "none" if ga is None else ("extra" if ga is _PYDANTIC_GETATTR else "getattr")
+        if len(_LOOKUP) < 4096:
+            _LOOKUP[(cls, name)] = where
+    if where == "getattr":
+        return getattr(obj, name, default)
+    v = d.get(name, _MISSING)
+    if v is not _MISSING:
+        return v
+    if where == "extra":
+        extra = getattr(obj, "__pydantic_extra__", None)
+        if extra and name in extra:
+            return extra[name]
+    return default
 
 
 def _is_bubble_up(exc: BaseException) -> str | None:
@@ -354,15 +396,13 @@ def _usage(msg: Any, result: Any) -> Usage | None:
 
 
 def _message(c: Capture, m: Any, budget: int) -> Message:
-    role = _ROLES.get(getattr(m, "type", "")) or _ROLES.get(getattr(m, "role", ""), "user")
+    role = _ROLES.get(_attr(m, "type", "")) or _ROLES.get(_attr(m, "role", ""), "user")
     if isinstance(m, str):
         content: Any = m
     else:
-        content = getattr(m, "content", None)
-        if content is None and not hasattr(m, "content"):
+        content = _attr(m, "content", _MISSING)
+        if content is _MISSING:
             content = repr(m)[:4000]  # str() of a LangChain object is slow (signature inspection)
-    from molt.capture.adapt import bound_payload
-
     content = bound_payload(content, max_bytes=budget, blob_store=c.blob_store)
     if not isinstance(content, str | list):
         content = str(content)
@@ -372,13 +412,13 @@ def _message(c: Capture, m: Any, budget: int) -> Message:
             name=tc.get("name") or "?",
             arguments=bound_payload(tc.get("args"), max_bytes=budget),
         )
-        for tc in getattr(m, "tool_calls", None) or []
+        for tc in _attr(m, "tool_calls") or []
     ] or None
     return Message(
         role=role,
         content=content,
-        name=getattr(m, "name", None) if role != "tool" else None,  # type: ignore[arg-type]
-        tool_call_id=getattr(m, "tool_call_id", None),
+        name=_attr(m, "name") if role != "tool" else None,  # type: ignore[arg-type]
+        tool_call_id=_attr(m, "tool_call_id"),
         tool_calls=calls,
     )
 
@@ -397,8 +437,8 @@ class _MessageCache:
         if hit is not None and hit[0]() is m:
             return hit[1]
         msg = _message(c, m, budget)
-        content = getattr(m, "content", None)
-        calls = getattr(m, "tool_calls", None)
+        content = _attr(m, "content")
+        calls = _attr(m, "tool_calls")
         if isinstance(content, str) and len(content) <= 2048 and (not calls or len(repr(calls)) <= 2048):
             try:
                 self._d[id(m)] = (weakref.ref(m), msg)
@@ -407,6 +447,16 @@ class _MessageCache:
             if len(self._d) > self._size:
                 self._d.popitem(last=False)
         return msg
+
+    def convert(self, c: Capture, msgs: list[Any], budget: int) -> list[Message]:
+        """:meth:`get` of each of ``msgs``, its hit path inline: past the first turns, a model call's
+        history is nearly all hits, and a method call per message cost as much as the lookup."""
+        d = self._d
+        out = []
+        for m in msgs:
+            hit = d.get(id(m))
+            out.append(hit[1] if hit is not None and hit[0]() is m else self.get(c, m, budget))
+        return out
 
 
 def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None = None,
@@ -418,13 +468,13 @@ def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None
     omitted = max(0, len(msgs) - _MAX_MESSAGES)
     msgs = msgs[omitted:]
     budget = max(2048, c.max_field_bytes // max(1, len(msgs)))
-    convert = cache.get if cache is not None else _message
     data: dict[str, Any] = {"$molt": "truncated", "omitted_messages": omitted} if omitted else {}
     if tools:
         # The tool schemas the model was offered, where the gateway keeps them (observation.data.tools):
         # replay offers the same tools again, and a candidate's tool rewrite applies to them.
         data["tools"] = c.payload(tools)
-    return Observation(messages=[convert(c, m, budget) for m in msgs], data=data or None)
+    messages = cache.convert(c, msgs, budget) if cache is not None else [_message(c, m, budget) for m in msgs]
+    return Observation(messages=messages, data=data or None)
 
 
 def _offered_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -465,8 +515,6 @@ def _tool_outcome(c: Capture, output: Any) -> Outcome:
 
 
 def _passages(c: Capture, docs: Any) -> Observation:
-    from molt.capture.adapt import bound_payload
-
     docs = list(docs or [])[:_MAX_PASSAGES]
     budget = max(1024, c.max_field_bytes // max(1, len(docs)))
     out = []

@@ -261,6 +261,44 @@ def _json_size(v: Any) -> int:
     return len(orjson.dumps(v))
 
 
+_FLAT_MAX_STR = min(_BLOB_MIN_CHARS - 1, 255)
+
+
+def _flat_copy(value: dict[Any, Any], max_str: int, max_bytes: int) -> dict[str, Any] | None:
+    """A copy of ``value`` when the walk would return it unchanged and under ``max_bytes``, else None.
+
+    That is a dict of ASCII string keys to None, bools, 64-bit ints, finite floats and short ASCII
+    strings (shorter than any blob, within ``max_str``): the walk keeps each such leaf as it is, and
+    the bound below (each character escaped at most six times over, numbers at most 32 bytes) keeps
+    the copy under ``max_bytes`` without serializing it. Tool arguments and small chain inputs are
+    mostly of this shape.
+    """
+    limit = min(max_str, _FLAT_MAX_STR)
+    chars = 0
+    for k, v in value.items():
+        if type(k) is not str or not k.isascii():
+            return None
+        chars += len(k)
+        if v is None or v is True or v is False:
+            continue
+        t = type(v)
+        if t is str:
+            if len(v) > limit or not v.isascii():
+                return None
+            chars += len(v)
+        elif t is int:
+            if not -(1 << 63) <= v < (1 << 64):
+                return None
+        elif t is float:
+            if not math.isfinite(v):
+                return None
+        else:
+            return None
+    if max_bytes > 0 and 6 * chars + 40 * len(value) + 2 > max_bytes:
+        return None
+    return dict(value)
+
+
 def bound_payload(
     value: Any,
     *,
@@ -292,6 +330,10 @@ def bound_payload(
         )
     ):
         return value  # the common case (short text, flags) needs no walk and no size check
+    if type(value) is dict and max_depth > 0 and len(value) <= max_items:
+        flat = _flat_copy(value, max_str, max_bytes)
+        if flat is not None:
+            return flat
     sanitize = False
     out = _Bounder(max_str, max_items, max_depth, blob_store)(value)
     try:
