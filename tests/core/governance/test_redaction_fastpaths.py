@@ -147,3 +147,41 @@ def test_national_id_scans_near_digit_runs_find_what_the_whole_text_scan_finds()
             assert [m.span() for m in matches_near_digits(text, rx, 7, before=1)] == whole, text
             found += len(whole)
     assert found > 100
+
+
+def test_the_redacted_event_copy_is_what_model_copy_makes() -> None:
+    from molt.governance.redaction.walk import updated
+
+    event = _event()
+    red, report = redact_event(event, redactor=Redactor(cache_size=0))
+    assert report.spans and red is not event
+    update = {"action": red.action, "outcome": red.outcome}
+    fast, slow = updated(event, update), event.model_copy(update=update)
+    assert type(fast) is Event
+    assert fast.model_dump_json() == slow.model_dump_json()
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__dict__ == slow.__dict__ and fast.__dict__ is not event.__dict__
+    assert event.action is not red.action and "+1 415" in event.model_dump_json()  # the input is left as it was
+
+
+def test_field_memo_hits_and_gives_the_unmemoised_spans() -> None:
+    texts = ["Ana Lima lives at 221B Baker Street, London.", "call +1 415 555 0100", "ok", "Ana Lima lives at x"]
+    memo, plain = Redactor(), Redactor(cache_size=0)
+    first = memo.detect_many(texts)
+    again = memo.detect_many(list(reversed(texts)))
+    assert first == plain.detect_many(texts) and first[0]
+    # the second call finds every text in the memo: the very lists of the first call come back
+    assert all(a is b for a, b in zip(reversed(first), again, strict=True))
+
+
+def test_words_of_letters_only_are_never_unlisted() -> None:
+    from molt.governance.redaction.entity_facts import WordFacts
+    from molt.governance.redaction.lexicon import get_lexicon
+
+    facts = WordFacts(get_lexicon())
+    assert facts.digitless  # (else unlisted is False for every word and this test says nothing)
+    rnd = random.Random(5)
+    letters = "abcdefghijklmnopqrstuvwxyzéßøł'-"
+    for _ in range(2000):
+        word = "".join(rnd.choice(letters + "0123456789٣") for _ in range(rnd.randint(1, 12)))
+        assert facts.unlisted(word) == bool(re.search("[0-9]", word))

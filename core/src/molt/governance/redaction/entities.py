@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 
 from molt.governance.redaction.addresses import AddressFinder
-from molt.governance.redaction.base import Span, detectors, text_key
+from molt.governance.redaction.base import Span, detectors
 from molt.governance.redaction.entity_context import ContextRules
 from molt.governance.redaction.entity_facts import RunWord, WordFacts, shared_memo
 from molt.governance.redaction.entity_lowercase import LowercaseText
@@ -314,9 +314,9 @@ class EntityDetector:
             self._run(text, s, e, out)
             return
         prev = prev_word(text, s)
-        key = text_key(
-            "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", *next_word(text, e), text[e : e + 2]))
-        )
+        nxt = next_word(text, e)
+        around = "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", nxt[0], nxt[1], text[e : e + 2]))
+        key = (len(around), hash(around))  # text_key(around), without an interpreted call
         memo = self._memo
         hit = memo.get(key)
         if hit is not None:

@@ -98,7 +98,8 @@ class WordFacts:
     def unlisted(self, f: str) -> bool:
         """Whether the folded word ``f`` is in none of the name and word-frequency lists for sure:
         it holds an ASCII digit and no word of those lists does (:attr:`digitless`)."""
-        return self.digitless and _ASCII_DIGIT.search(f) is not None
+        # (most words are letters only, which no regex call is needed to tell)
+        return self.digitless and not f.isalpha() and _ASCII_DIGIT.search(f) is not None
 
     def place(self, key: str) -> str:
         """``"country"``, ``"city"`` (cities and regions) or ``""`` for a folded phrase."""

@@ -28,7 +28,7 @@ from molt.atdp.models import Event
 from molt.errors import GovernanceError
 from molt.governance.redaction.redactor import Redactor
 from molt.governance.redaction.report import RedactedSpan, RedactionReport
-from molt.governance.redaction.walk import PAYLOAD_ORDER, NotWalkable, Walker, constructed, put
+from molt.governance.redaction.walk import PAYLOAD_ORDER, NotWalkable, Walker, constructed, put, updated
 
 __all__ = ["RedactedSpan", "RedactionReport", "redact_event"]
 
@@ -116,7 +116,7 @@ def redact_event(
         return event, report
     # the envelope and the untouched payload parts are shared with the original (frozen) event
     if dumped is None:
-        return event.model_copy(update={f: walker.root(f) for f in PAYLOAD_ORDER if f in changed}), report
+        return updated(event, {f: walker.root(f) for f in PAYLOAD_ORDER if f in changed}), report
     try:
         update = {f: _adapter(f).validate_python(dumped[f]) for f in PAYLOAD_ORDER if f in changed}
         redacted = event.model_copy(update=update)

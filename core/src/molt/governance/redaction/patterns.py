@@ -521,8 +521,12 @@ def dialable(digits: str) -> bool:
     return ok
 
 
+_EXTENSION = re.compile(r"[ ]?(?:x|ext\.?|#)", re.I)
+_GROUP_SEP = re.compile(r"[ .-]")
+
+
 def _phone_digits(value: str) -> tuple[int, bool]:
-    core = re.split(r"[ ]?(?:x|ext\.?|#)", value, maxsplit=1, flags=re.I)[0]
+    core = _EXTENSION.split(value, maxsplit=1)[0]
     digits = sum(c.isdigit() for c in core)
     separated = any(c in core for c in " .-(") or core.startswith("+")
     return digits, separated
@@ -583,7 +587,7 @@ class PhoneDetector:
                 # bare digits with no cue: only a number written with its trunk prefix ("0…") or the
                 # international one ("00…") and valid under a plan; other runs are ids, counts, codes
                 continue
-            groups = re.split(r"[ .-]", value)
+            groups = _GROUP_SEP.split(value)
             if " " in value and not cue and value[0] not in "+(0" and len(groups) > 2 and max(map(len, groups)) < 3:
                 continue  # "1 2 3 45 6": a list of small numbers, not a phone number
             out.append(Span(start, end, "PHONE_NUMBER", 0.75, self.name))

@@ -23,7 +23,7 @@ from molt.governance.redaction.redactor import Redactor, ReplacementState
 from molt.governance.redaction.report import RedactedSpan
 from molt.governance.redaction.vocabulary import KEEPABLE_TYPES
 
-__all__ = ["PAYLOAD_ORDER", "NotWalkable", "Walker", "constructed", "span_record"]
+__all__ = ["PAYLOAD_ORDER", "NotWalkable", "Walker", "constructed", "span_record", "updated"]
 
 #: Payload keys whose string values are identifiers or enums, never free text.
 _SKIP_KEYS = frozenset(
@@ -135,6 +135,19 @@ def _shallow(model: Any) -> Any:
     object.__setattr__(obj, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+def updated(model: Any, update: dict[str, Any]) -> Any:
+    """What ``model.model_copy(update=update)`` makes for a model without extra or private
+    attributes (its ``__dict__`` and set fields copied, then ``update`` written into both), without
+    pydantic's generic path; any other model takes that path. ``update`` holds fields of the model,
+    set as given (not validated), as ``model_copy`` does."""
+    if model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
+        return model.model_copy(update=update)
+    obj = _shallow(model)
+    obj.__dict__.update(update)
+    obj.__pydantic_fields_set__.update(update)
     return obj
 
 
