@@ -52,7 +52,8 @@ _MAX_PASSAGES = 100
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "seed", "stop", "n")
 _HIDDEN_TAG = "langgraph:hidden"
 _MISSING: Any = object()
-_PYDANTIC_GETATTR = BaseModel.__getattr__
+# read from the class dict: pydantic defines __getattr__ only outside TYPE_CHECKING
+_PYDANTIC_GETATTR = vars(BaseModel).get("__getattr__")
 # (class, name) -> where a name that is not in an instance's __dict__ can still come from: "extra" (only
 # pydantic's extras), "none" (nowhere: the attribute is missing), "getattr" (ask the object).
 _LOOKUP: dict[tuple[type, str], str] = {}
@@ -417,7 +418,7 @@ def _message(c: Capture, m: Any, budget: int) -> Message:
     return Message(
         role=role,
         content=content,
-        name=_attr(m, "name") if role != "tool" else None,  # type: ignore[arg-type]
+        name=_attr(m, "name") if role != "tool" else None,
         tool_call_id=_attr(m, "tool_call_id"),
         tool_calls=calls,
     )
