@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from anon_maps import anon_mappings  # this folder
 
 from molt.atdp.ids import new_id
 from molt.capture.sinks import SealedRow, SinkBatch
@@ -74,6 +75,18 @@ def _rows(n: int, tids: list[str], seqs: dict[str, int]) -> list[SealedRow]:
     return out
 
 
+def _timed_compaction(store: Store) -> tuple[float, float]:
+    """One compaction's seconds and the process's peak RSS during it (MiB, VmHWM; the peak is reset first)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM
+    t = time.monotonic()
+    store.compact()
+    took = time.monotonic() - t
+    hwm = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+               if line.startswith("VmHWM:"))
+    return took, hwm / 1024
+
+
 def _sample(store: Store, t0: float, appends: int, uri: Path) -> dict[str, Any]:
     used, mmapped = _mallinfo()
     versions = len(os.listdir(uri / "events.lance" / "_versions"))
@@ -82,7 +95,8 @@ def _sample(store: Store, t0: float, appends: int, uri: Path) -> dict[str, Any]:
             "arrow": round(pa.total_allocated_bytes() / 2**20, 1),
             "caches": round(store.cache_bytes() / 2**20, 2), "versions": versions,
             "fragments": store.fragment_count(), "fds": len(os.listdir("/proc/self/fd")),
-            "threads": threading.active_count(), "os_threads": len(os.listdir("/proc/self/task"))}
+            "threads": threading.active_count(), "os_threads": len(os.listdir("/proc/self/task")),
+            **anon_mappings()}
 
 
 def main() -> None:
@@ -95,6 +109,9 @@ def main() -> None:
     ap.add_argument("--index-cache-mib", type=float, default=WRITER_INDEX_CACHE_BYTES / 2**20)
     ap.add_argument("--metadata-cache-mib", type=float, default=FOLLOWER_METADATA_CACHE_BYTES / 2**20)
     ap.add_argument("--no-trim", action="store_true")
+    ap.add_argument("--compact-inline", type=int, default=0, metavar="N",
+                    help="compact on this thread every N appends (the child: 64 on its compactor thread) and "
+                         "report the longest compaction and the peak RSS during one since the last sample")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -105,8 +122,11 @@ def main() -> None:
     kw: dict[str, Any] = {}
     if args.keep_versions_s is not None:
         kw["keep_versions_s"] = args.keep_versions_s
+    if args.compact_inline:
+        kw["auto_compact"] = False
     store = Store.open(uri, index_cache_bytes=int(args.index_cache_mib * 2**20),
                        metadata_cache_bytes=int(args.metadata_cache_mib * 2**20), **kw)
+    compactions: list[tuple[float, float]] = []  # (seconds, peak RssAnon MiB) of each, since the last sample
     tids = [new_id() for _ in range(40)]
     seqs: dict[str, int] = {}
     samples = []
@@ -119,11 +139,17 @@ def main() -> None:
             if i % 500 == 0:  # conversations end and new ones start
                 tids = tids[10:] + [new_id() for _ in range(10)]
             store.write_batch(SinkBatch(events=_rows(args.rows, tids, seqs)))
+            if args.compact_inline and i % args.compact_inline == 0:
+                compactions.append(_timed_compaction(store))
             if not args.no_trim and time.monotonic() - last_trim >= 10.0:
                 trim_native_heap()
                 last_trim = time.monotonic()
             if i % args.sample_every == 0:
                 s = _sample(store, t0, i, uri)
+                if compactions:
+                    s["compact_s"] = round(max(c[0] for c in compactions), 2)
+                    s["compact_peak"] = round(max(c[1] for c in compactions), 1)
+                    compactions.clear()
                 samples.append(s)
                 print(json.dumps(s), flush=True)
             time.sleep(max(0.0, period - (time.monotonic() - start)))

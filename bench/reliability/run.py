@@ -663,8 +663,9 @@ MAX_SESSIONS = 2_000
 def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
               capture_recycle: int | None = None) -> tuple[list[Row], dict[str, Any]]:
     import psutil
+    from anon_maps import anon_mappings  # this folder
 
-    from molt.gateway.capture_process import RECYCLE_AFTER
+    from molt.gateway.capture_process import MEMSTATS_ENV, RECYCLE_AFTER
     from molt.store import FOLLOWER_CACHES
 
     recycle_after = RECYCLE_AFTER if capture_recycle is None else capture_recycle
@@ -674,8 +675,13 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
     keys.write_text('[[keys]]\nkey = "sk-load"\ntenant = "acme"\nrole = "agent_writer"\n'
                     '[[keys]]\nkey = "sk-load-reader"\ntenant = "acme"\nrole = "reader"\n')
     port = relharness.free_port()
-    env = {**os.environ, "MOLT_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    # The capture child writes its allocators' counters every MEMSTATS_S (Python's objects, glibc's heap
+    # in use and mmapped, Arrow's pool, LanceDB's caches, its threads); its mappings are read from here.
+    memstats_path = log_path.parent / "soak-capture-memstats.jsonl"
+    env = {**os.environ, "MOLT_HOME": str(home), "HF_HUB_OFFLINE": "1", MEMSTATS_ENV: str(memstats_path),
+           MEMSTATS_ENV + "_S": str(MEMSTATS_S)}
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    memstats_path.unlink(missing_ok=True)
     logf = open(log_path, "wb")  # noqa: SIM115 -- kept beside the JSON: the server's side of any error
     # Bounded state is sized to fill within the warm-up, so a slope after it is growth, not a cache
     # filling: orphaned runs (the load's sessions are never ended) are forgotten after SESSION_IDLE_S
@@ -701,10 +707,23 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
     done_polling = threading.Event()
     child_pids: set[int] = set()
 
+    # (seconds, the capture children's resident anonymous memory by kind), every MEMSTATS_S
+    child_maps: list[tuple[float, dict[str, float]]] = []
+
     def poll_caches() -> None:
+        last_maps = 0.0
         while not done_polling.wait(10.0):
             with contextlib.suppress(Exception):  # a missed sample is a gap, not an error of the soak
                 caches.append((time.monotonic(), _server_gauge(url, "molt_store_cache_bytes") / 2**20))
+            if time.monotonic() - last_maps >= MEMSTATS_S:
+                last_maps = time.monotonic()
+                kinds: dict[str, float] = {}
+                for pid in list(child_pids):
+                    with contextlib.suppress(OSError):
+                        for k, v in anon_mappings(pid).items():
+                            kinds[k] = kinds.get(k, 0.0) + v
+                if kinds:
+                    child_maps.append((last_maps, kinds))
 
     poller = threading.Thread(target=poll_caches, daemon=True)
     try:
@@ -788,11 +807,58 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
              f"({sum(FOLLOWER_CACHES.values()) / 2**20:.0f})", "≤ bound"),
             (s, "serving process RSS less its LanceDB caches: after warm-up → end; growth; over its second half",
              f"{net[0][2]:.0f} → {net[-1][2]:.0f} MiB; {_growth(net, 2)}", "flat")]
+    memstats = _read_jsonl(memstats_path)
+    rows += _child_memory_rows(s, child_maps, memstats, rss[0][0] + 0.2 * soak_s if rss else 0.0)
     return rows, {"requests": n, "errors": errors, "error_kinds": res["why"], "elapsed": res["elapsed"],
+                  "capture_child_maps": child_maps, "capture_child_memstats": memstats,
                   "server_loop_lag_max": server_lag, "client_loop_lag_max": res["lag_max"],
                   "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "rss_mb": rss,
                   "serving_cache_mb": caches, "capture_recycled": recycled, "capture_recycle": recycle_after,
                   "events_stored": stored, "events_quarantined": quarantined}
+
+
+MEMSTATS_S = 30.0
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def _child_memory_rows(s: str, maps: list[tuple[float, dict[str, float]]], memstats: list[dict[str, Any]],
+                       warm_t: float) -> list[Row]:
+    """The capture child's memory by kind after warm-up, at the middle and at the end (medians of the
+    three samples around each): where growth is, when RSS is not flat."""
+    def at(values: list[float], frac: float) -> float:
+        i = min(len(values) - 1, round(frac * (len(values) - 1)))
+        return statistics.median(values[max(0, i - 1):i + 2])
+
+    def fmt(series: dict[str, list[float]]) -> str:
+        return "; ".join(f"{k} {at(v, 0):.1f} → {at(v, 0.5):.1f} → {at(v, 1):.1f}" for k, v in series.items())
+
+    rows: list[Row] = []
+    warm_maps = [m for t, m in maps if t >= warm_t]
+    if len(warm_maps) >= 3:
+        series = {k: [m.get(k, 0.0) for m in warm_maps] for k in warm_maps[-1]}
+        rows.append((s, "capture child's resident anonymous MiB by mapping (smaps): after warm-up → middle → end",
+                     fmt(series), ""))
+    if memstats:
+        pid = memstats[-1]["pid"]  # the last child (one, with recycling off)
+        mine = [m for m in memstats if m["pid"] == pid]
+        warm = [m for m in mine if m["t"] >= 0.2 * mine[-1]["t"]]
+        if len(warm) >= 3:
+            keys = ("rssanon", "glibc_used", "glibc_free", "glibc_mmapped", "arrow_used", "arrow_peak",
+                    "py_blocks", "store_caches", "threads")
+            series = {k: [m[k] / (1024 if k == "rssanon" else 1000 if k == "py_blocks" else 1) for m in warm]
+                      for k in keys if k in warm[-1]}
+            rows.append((s, "capture child's own counters (MiB; py_blocks: Python's objects, thousands; threads): "
+                            "after warm-up → middle → end", fmt(series), ""))
+    return rows
 
 
 def _stored_events(home: Path, child_pids: set[int]) -> tuple[int, int]:

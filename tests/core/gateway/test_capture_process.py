@@ -324,3 +324,35 @@ def test_the_capture_childs_store_caches_are_full_within_its_first_minutes(tmp_p
     assert held[800] <= bounds * 1.1, held
     # level from the 600th append on (a 4 MiB index bound still gains ~0.5 MiB per 200 appends there)
     assert held[800] - held[600] <= 64 << 10, held
+
+
+def test_the_capture_child_samples_its_memory_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With MOLT_CAPTURE_MEMSTATS set, the child appends its allocators' counters (what a soak needs to
+    tell Python's objects, glibc's heap, Arrow's pool and LanceDB's caches apart) to that file, with the
+    records it has handled so far."""
+    import orjson
+
+    from molt.gateway.capture_process import MEMSTATS_ENV
+
+    out = tmp_path / "memstats.jsonl"
+    monkeypatch.setenv(MEMSTATS_ENV, str(out))
+    monkeypatch.setenv(MEMSTATS_ENV + "_S", "0.1")
+    proc = CaptureProcess(tmp_path / "store", tmp_path / "spool", fsync="never", recycle_after=0, governance=None)
+    try:
+        tid = proc.new_trajectory()
+        for k in range(30):
+            proc.submit(_call(tid, k))
+        assert proc.flush(timeout=30, deliver=True)
+        deadline = time.monotonic() + 10
+        samples: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not any(s["records"] == 30 for s in samples):
+            time.sleep(0.1)
+            samples = [orjson.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    finally:
+        proc.close(timeout=10)
+    last = next(s for s in samples if s["records"] == 30)
+    assert last["pid"] != os.getpid() and last["rssanon"] > 0 and last["threads"] >= 1
+    assert last["py_blocks"] > 0
+    assert last["store_caches"] > 0 and last["arrow_pool"]
+    if sys.platform.startswith("linux"):
+        assert last["glibc_used"] > 0

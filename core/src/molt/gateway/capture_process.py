@@ -251,6 +251,53 @@ def _trim_native_heap_every(interval_s: float, stop: threading.Event) -> None:
             return
 
 
+#: Debugging the child's memory: a file the child appends a JSON line of its allocators' counters to
+#: every ``MOLT_CAPTURE_MEMSTATS_S`` seconds (default 30). Unset (the default), nothing is sampled.
+MEMSTATS_ENV = "MOLT_CAPTURE_MEMSTATS"
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _memstats(store: Any, records: int, t0: float) -> dict[str, Any]:
+    """What the child's memory is made of, as far as its allocators tell (for :data:`MEMSTATS_ENV`)."""
+    import pyarrow as pa
+
+    mib = 1 / 2**20
+    d: dict[str, Any] = {"t": round(time.monotonic() - t0, 1), "records": records}
+    with contextlib.suppress(OSError):
+        with open("/proc/self/status") as status:
+            lines = status.read().splitlines()
+        for line in lines:
+            if line.startswith(("RssAnon:", "Threads:")):
+                k, v = line.split()[:2]
+                d[k.rstrip(":").lower()] = int(v)
+    libc = _glibc()
+    if libc is not None:
+        f = libc.mallinfo2
+        f.restype = _Mallinfo2
+        m = f()
+        d.update(glibc_used=round(m.uordblks * mib, 2), glibc_free=round(m.fordblks * mib, 2),
+                 glibc_mmapped=round(m.hblkhd * mib, 2), glibc_mmapped_n=m.hblks)
+    pool = pa.default_memory_pool()
+    d.update(arrow_pool=pool.backend_name, arrow_used=round(pool.bytes_allocated() * mib, 2),
+             arrow_peak=round(pool.max_memory() * mib, 2), py_blocks=sys.getallocatedblocks(),
+             store_caches=round(store.cache_bytes() * mib, 2))
+    return d
+
+
+def _sample_memory_every(path: str, interval_s: float, store: Any, records: list[int], stop: threading.Event) -> None:
+    t0 = time.monotonic()
+    while not stop.wait(interval_s):
+        try:
+            with open(path, "ab") as f:
+                f.write(orjson.dumps({"pid": os.getpid(), **_memstats(store, records[0], t0)}) + b"\n")
+        except Exception:  # a debugging aid: never capture's problem
+            log.debug("memory sample failed", exc_info=True)
+
+
 def _read_exact(stream: Any, n: int) -> bytes | None:
     buf = b""
     while len(buf) < n:
@@ -352,6 +399,11 @@ def main() -> None:
     capture = CallRecorder(rec)
     stdout.write(_frame(_STATS, _HOLDS_SPOOL))
     stdout.flush()
+    records = [0]  # read by the memory sampler
+    if os.environ.get(MEMSTATS_ENV):
+        threading.Thread(target=_sample_memory_every, name="molt-memstats", daemon=True,
+                         args=(os.environ[MEMSTATS_ENV], float(os.environ.get(MEMSTATS_ENV + "_S", "30")), store,
+                               records, stop_trimming)).start()
     try:
         while True:
             head = _read_exact(stdin, 4)
@@ -364,6 +416,8 @@ def main() -> None:
             kind, payload = body[:1], body[1:]
             if kind == _QUIT:
                 break
+            if kind in _RECORDS:
+                records[0] += 1
             try:
                 if kind == _CALL:
                     capture.submit(call_from_wire(payload))
