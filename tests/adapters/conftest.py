@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from molt.capture import MemorySink, Recorder
 from molt.control.versions import PolicyVersion, VersionRegistry
 from molt.store import Store
 
@@ -21,6 +22,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "/tests/adapters/" in str(item.path):
             for spec in _IGNORED:
                 item.add_marker(pytest.mark.filterwarnings(spec))
+
+
+@pytest.fixture
+def rec(tmp_path: Path) -> Iterator[Recorder]:
+    """A Recorder into a MemorySink (``rec.sink_``), delivering at once. Raw capture, ``pipeline=None``: what
+    the adapter maps, value by value (governance would redact some of it)."""
+    sink = MemorySink()
+    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
+    r.sink_ = sink  # type: ignore[attr-defined]
+    yield r
+    r.close()
 
 
 @pytest.fixture()

@@ -16,7 +16,6 @@ from langchain_core.prompts import ChatPromptTemplate
 
 import molt_langchain
 from molt.atdp import EventKind, Generation, OutcomeStatus
-from molt.capture import MemorySink, Recorder
 from molt.capture.adapt import set_default_recorder
 from molt_langchain import MoltCallbackHandler
 
@@ -24,15 +23,6 @@ from .scripted import ScriptedChatModel, explode, lookup
 
 ROOT = Path(__file__).resolve().parents[3]
 
-
-@pytest.fixture
-def rec(tmp_path: Path) -> Any:
-    sink = MemorySink()
-    # raw capture: what the adapter maps, value by value (governance would redact some of it)
-    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
-    r.sink_ = sink  # type: ignore[attr-defined]
-    yield r
-    r.close()
 
 
 def _events(handler: MoltCallbackHandler, rec: Any) -> list[Any]:

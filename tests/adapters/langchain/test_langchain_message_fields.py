@@ -5,15 +5,12 @@ provides them: a pydantic field, a pydantic extra, a property of a subclass, a p
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
-import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from molt.atdp import EventKind
-from molt.capture import MemorySink, Recorder
 from molt_langchain import MoltCallbackHandler
 
 
@@ -35,14 +32,6 @@ class Plain:
 def _missing(name: str) -> Any:
     raise AttributeError(name)
 
-
-@pytest.fixture
-def rec(tmp_path: Path) -> Any:
-    sink = MemorySink()
-    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
-    r.sink_ = sink  # type: ignore[attr-defined]
-    yield r
-    r.close()
 
 
 def test_message_fields_as_getattr_gives_them(rec: Any) -> None:

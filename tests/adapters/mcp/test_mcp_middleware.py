@@ -25,15 +25,6 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPTED = Path(__file__).with_name("scripted.py")
 
 
-@pytest.fixture
-def rec(tmp_path: Path) -> Any:
-    sink = MemorySink()
-    # raw capture: what the adapter maps, value by value (governance would redact some of it)
-    r = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
-    r.sink_ = sink  # type: ignore[attr-defined]
-    yield r
-    r.close()
-
 
 def _events(capture: Any, rec: Any) -> list[Any]:
     assert capture.flush(10, deliver=True)
