@@ -676,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream", type=int, default=2000, help="distinct typical events in the one-pass row")
     ap.add_argument("--passes", type=int, default=3, help="one-pass row: best of this many passes")
     ap.add_argument("--no-bad-input", action="store_true", help="skip the bad-input table")
+    ap.add_argument("--throughput-only", action="store_true",
+                    help="skip the accuracy tables (minutes): the throughput table, bad input and GC lines only")
     ap.add_argument("--second-n", type=int, default=1500, help="records of the second labelled source")
     ap.add_argument("--second-seed", type=int, default=2027)
     ap.add_argument("--errors", type=int, default=0, help="print N false positives/negatives per type (dev split)")
@@ -702,58 +704,59 @@ def main(argv: list[str] | None = None) -> int:
         assert analyzer is not None
         return [(r.start, r.end, r.entity_type) for r in analyzer.analyze(text, language="en")]
 
-    second = f"second source (bench/pii_second_source.py: own templates, Faker {len(LOCALES)} locales)"
-    sets = [("all sentences", records), ("held-out templates", held), ("dev templates", dev)]
-    sets.append(
-        (f"{second}, blind templates", generate_second_source(args.second_n, seed=args.second_seed, blind=True))
-    )
-    sets.append((f"{second}, inspected templates", generate_second_source(args.second_n, seed=args.second_seed)))
-    skip = _country_scope(redactor)
-    scope = " country-level LOCATION out of scope," if skip else ""
-    for title, rs in sets:
-        m = evaluate(rs, molt_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip)
-        p = evaluate(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip) if analyzer else None
-        chars = (
-            evaluate_chars(rs, molt_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip),
-            evaluate_chars(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip) if analyzer else None,
-        )
-        console.print(_table(f"Redaction accuracy, {title} (n={len(rs)},{scope} IoU ≥ 0.5)", m, p, IN_SCOPE, chars))
-    if skip is not None:
-        console.print(_full_scope_table(redactor, sets, presidio_predict if analyzer else None))
-    if args.errors:
-        _print_errors(console, redactor, dev, args.errors, skip)
-
-    ner = _ner_pipeline(args.ner_model)
-    if isinstance(ner, str):
-        console.print(f"Model-backed recognizer: not measured — {ner}")
-    else:
-        console.print(_model_table(ner, redactor, [sets[1], sets[3]], args.seconds, skip))
-
-    oos = sorted(OUT_OF_SCOPE_ENTITIES)
-    dt = Redactor(
-        redactor.policy.model_copy(update={"entities": frozenset({"DATE_TIME"}), "detectors": ("date_time",)})
-    )
-    m = evaluate(records, lambda t: [(s.start, s.end, s.entity_type) for s in dt.detect(t)], types=oos)
-    t = Table(title="Out of the default scope (not redacted by default; DATE_TIME via an opt-in detector)")
-    for c in ("entity type", "gold", "opt-in P", "opt-in R"):
-        t.add_column(c)
-    for ty in oos:
-        s = m.by_type[ty]
-        t.add_row(
-            ty,
-            str(s.gold),
-            f"{s.precision:.3f}" if ty == "DATE_TIME" else "—",
-            f"{s.recall:.3f}" if ty == "DATE_TIME" else "—",
-        )
-    console.print(t)
-
     items = agent_traffic(200)
-    values, covered, stray, n_ev = _typical_coverage(redactor, items)
-    console.print(
-        f"Typical agent events: {covered}/{values} inserted PII values fully redacted "
-        f"({covered / max(values, 1):.1%}); {stray} spans outside them over {n_ev} events "
-        f"({stray / n_ev:.2f} per event)."
-    )
+    if not args.throughput_only:
+        second = f"second source (bench/pii_second_source.py: own templates, Faker {len(LOCALES)} locales)"
+        sets = [("all sentences", records), ("held-out templates", held), ("dev templates", dev)]
+        sets.append(
+            (f"{second}, blind templates", generate_second_source(args.second_n, seed=args.second_seed, blind=True))
+        )
+        sets.append((f"{second}, inspected templates", generate_second_source(args.second_n, seed=args.second_seed)))
+        skip = _country_scope(redactor)
+        scope = " country-level LOCATION out of scope," if skip else ""
+        for title, rs in sets:
+            m = evaluate(rs, molt_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip)
+            p = evaluate(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip) if analyzer else None
+            chars = (
+                evaluate_chars(rs, molt_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip),
+                evaluate_chars(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip) if analyzer else None,
+            )
+            console.print(_table(f"Redaction accuracy, {title} (n={len(rs)},{scope} IoU ≥ 0.5)", m, p, IN_SCOPE, chars))
+        if skip is not None:
+            console.print(_full_scope_table(redactor, sets, presidio_predict if analyzer else None))
+        if args.errors:
+            _print_errors(console, redactor, dev, args.errors, skip)
+
+        ner = _ner_pipeline(args.ner_model)
+        if isinstance(ner, str):
+            console.print(f"Model-backed recognizer: not measured — {ner}")
+        else:
+            console.print(_model_table(ner, redactor, [sets[1], sets[3]], args.seconds, skip))
+
+        oos = sorted(OUT_OF_SCOPE_ENTITIES)
+        dt = Redactor(
+            redactor.policy.model_copy(update={"entities": frozenset({"DATE_TIME"}), "detectors": ("date_time",)})
+        )
+        m = evaluate(records, lambda t: [(s.start, s.end, s.entity_type) for s in dt.detect(t)], types=oos)
+        t = Table(title="Out of the default scope (not redacted by default; DATE_TIME via an opt-in detector)")
+        for c in ("entity type", "gold", "opt-in P", "opt-in R"):
+            t.add_column(c)
+        for ty in oos:
+            s = m.by_type[ty]
+            t.add_row(
+                ty,
+                str(s.gold),
+                f"{s.precision:.3f}" if ty == "DATE_TIME" else "—",
+                f"{s.recall:.3f}" if ty == "DATE_TIME" else "—",
+            )
+        console.print(t)
+
+        values, covered, stray, n_ev = _typical_coverage(redactor, items)
+        console.print(
+            f"Typical agent events: {covered}/{values} inserted PII values fully redacted "
+            f"({covered / max(values, 1):.1%}); {stray} spans outside them over {n_ev} events "
+            f"({stray / n_ev:.2f} per event)."
+        )
 
     dense = _texts_1kb(records, 200)
     dense_events = [
