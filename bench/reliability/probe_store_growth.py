@@ -21,7 +21,6 @@ MiB shows which one is still filling.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil
@@ -36,22 +35,13 @@ from anon_maps import anon_mappings  # this folder
 
 from molt.atdp.ids import new_id
 from molt.capture.sinks import SealedRow, SinkBatch
-from molt.gateway.capture_process import WRITER_INDEX_CACHE_BYTES, bound_native_heap, trim_native_heap
+from molt.gateway.capture_process import (
+    WRITER_INDEX_CACHE_BYTES,
+    bound_native_heap,
+    native_heap_counters,
+    trim_native_heap,
+)
 from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
-
-
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def _mallinfo() -> tuple[float, float]:
-    """glibc: (bytes in use, bytes mapped by mmap) in MiB."""
-    libc = ctypes.CDLL(None)
-    f = libc.mallinfo2
-    f.restype = _Mallinfo2
-    m = f()
-    return m.uordblks / 2**20, m.hblkhd / 2**20
 
 
 def _rss_mib() -> float:
@@ -88,10 +78,10 @@ def _timed_compaction(store: Store) -> tuple[float, float]:
 
 
 def _sample(store: Store, t0: float, appends: int, uri: Path) -> dict[str, Any]:
-    used, mmapped = _mallinfo()
+    heap = native_heap_counters() or {}
     versions = len(os.listdir(uri / "events.lance" / "_versions"))
     return {"t": round(time.monotonic() - t0, 1), "appends": appends, "rss": round(_rss_mib(), 1),
-            "heap_used": round(used, 1), "mmapped": round(mmapped, 1),
+            "heap_used": round(heap.get("glibc_used", 0.0), 1), "mmapped": round(heap.get("glibc_mmapped", 0.0), 1),
             "arrow": round(pa.total_allocated_bytes() / 2**20, 1),
             "caches": round(store.cache_bytes() / 2**20, 2), "versions": versions,
             "fragments": store.fragment_count(), "fds": len(os.listdir("/proc/self/fd")),

@@ -60,7 +60,8 @@ from molt.capture.recorder import RecorderStats
 from molt.gateway.capture import CallRecord, CallRecorder
 from molt.gateway.router import Route, VersionSpec
 
-__all__ = ["CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main", "trim_native_heap"]
+__all__ = ["MEMSTATS_ENV", "CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main",
+           "native_heap_counters", "trim_native_heap"]
 
 log = logging.getLogger("molt.gateway")
 
@@ -261,6 +262,21 @@ class _Mallinfo2(ctypes.Structure):
                                                 "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+def native_heap_counters() -> dict[str, float] | None:
+    """glibc's own account of this process's heap (``mallinfo2``), in MiB: ``glibc_used`` (in use),
+    ``glibc_free`` (free inside its heaps), ``glibc_mmapped`` (blocks served by mmap) and their number,
+    ``glibc_mmapped_n``. None where the C library is not glibc (or too old to have ``mallinfo2``)."""
+    libc = _glibc()
+    f = getattr(libc, "mallinfo2", None) if libc is not None else None
+    if f is None:
+        return None
+    f.restype = _Mallinfo2
+    m = f()
+    mib = 1 / 2**20
+    return {"glibc_used": round(m.uordblks * mib, 2), "glibc_free": round(m.fordblks * mib, 2),
+            "glibc_mmapped": round(m.hblkhd * mib, 2), "glibc_mmapped_n": m.hblks}
+
+
 def _memstats(store: Any, records: int, t0: float) -> dict[str, Any]:
     """What the child's memory is made of, as far as its allocators tell (for :data:`MEMSTATS_ENV`)."""
     import pyarrow as pa
@@ -274,13 +290,7 @@ def _memstats(store: Any, records: int, t0: float) -> dict[str, Any]:
             if line.startswith(("RssAnon:", "Threads:")):
                 k, v = line.split()[:2]
                 d[k.rstrip(":").lower()] = int(v)
-    libc = _glibc()
-    if libc is not None:
-        f = libc.mallinfo2
-        f.restype = _Mallinfo2
-        m = f()
-        d.update(glibc_used=round(m.uordblks * mib, 2), glibc_free=round(m.fordblks * mib, 2),
-                 glibc_mmapped=round(m.hblkhd * mib, 2), glibc_mmapped_n=m.hblks)
+    d.update(native_heap_counters() or {})
     pool = pa.default_memory_pool()
     d.update(arrow_pool=pool.backend_name, arrow_used=round(pool.bytes_allocated() * mib, 2),
              arrow_peak=round(pool.max_memory() * mib, 2), py_blocks=sys.getallocatedblocks(),
