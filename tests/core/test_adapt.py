@@ -12,8 +12,9 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from molt.atdp import EventKind, OutcomeStatus, ToolCall
+from molt.atdp import EventKind, Outcome, OutcomeStatus, ToolCall
 from molt.capture import MemorySink, Recorder
 from molt.capture.adapt import (
     MARKER_KEY,
@@ -167,6 +168,31 @@ def test_capture_builds_events_with_provenance_and_metadata(tmp_path: Path) -> N
     assert ev.metadata.latency_ms == pytest.approx(2.999, abs=1e-3)
     assert ev.parent_id == spans.resolve("r1")[0]  # type: ignore[index]
     assert cap.stats.events == 1 and cap.stats.open_spans == 1
+    rec.close()
+
+
+def test_capture_event_validates_parts_given_as_dicts_or_models_alike(tmp_path: Path) -> None:
+    """Capture.event validates the whole event in one pass: a part given as a plain dict makes the same
+    event as the model, a bad part is refused as the model would refuse it, and a field Capture.event
+    sets itself cannot be passed in ``fields``."""
+    cap, _, rec = _capture(tmp_path, tenant_id="acme", tags={"team": "a"})
+    common = dict(trajectory_id="t1", event_id="e1", start_ns=1_700_000_000_000_000_000,
+                  end_ns=1_700_000_000_002_000_000, tags={"extra": "1"}, usage={"input_tokens": 3})
+    as_model = cap.event(EventKind.TOOL_CALL, action=ToolCall(tool_name="t", arguments={"q": 1}),
+                         outcome=Outcome(status=OutcomeStatus.OK, output="x"), **common)  # type: ignore[arg-type]
+    as_dict = cap.event(EventKind.TOOL_CALL, action={"type": "tool_call", "tool_name": "t", "arguments": {"q": 1}},
+                        outcome={"status": "ok", "output": "x"}, **common)  # type: ignore[arg-type]
+    assert as_dict == as_model
+    assert as_dict.metadata.tags == {"team": "a", "extra": "1"} and as_dict.metadata.usage.input_tokens == 3
+    assert as_dict.metadata.latency_ms == pytest.approx(2.0)
+    # one event's tags do not change the defaults the next event starts from
+    assert cap.event(EventKind.TOOL_CALL, trajectory_id="t1").metadata.tags == {"team": "a"}
+    with pytest.raises(ValidationError):  # the kind and the action disagree
+        cap.event(EventKind.MODEL_CALL, trajectory_id="t1", action={"type": "tool_call", "tool_name": "t"})
+    with pytest.raises(ValidationError):  # a negative token count, inside metadata built as a dict
+        cap.event(EventKind.TOOL_CALL, trajectory_id="t1", usage={"input_tokens": -1})
+    with pytest.raises(TypeError, match="metadata"):
+        cap.event(EventKind.TOOL_CALL, trajectory_id="t1", metadata={"task": "x"})
     rec.close()
 
 

@@ -20,20 +20,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from molt.atdp import (
-    AgentStep,
     ApprovalRequest,
     EventKind,
-    Generation,
-    HiddenState,
     Message,
-    Observation,
     Outcome,
     OutcomeStatus,
-    Passage,
-    RetrievalQuery,
-    ToolCall,
     ToolCallRequest,
-    Usage,
 )
 from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome
 
@@ -52,6 +44,9 @@ _MAX_PASSAGES = 100
 _SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "seed", "stop", "n")
 _HIDDEN_TAG = "langgraph:hidden"
 _MISSING: Any = object()
+# The events' parts are built as plain dicts and validated once, with the event (Capture.event);
+# a model built apart per part cost the dispatcher thread another pass through pydantic each.
+_OK = Outcome(status=OutcomeStatus.OK)  # frozen: one instance serves every event
 # read from the class dict: pydantic defines __getattr__ only outside TYPE_CHECKING
 _PYDANTIC_GETATTR = vars(BaseModel).get("__getattr__")
 # (class, name) -> where a name that is not in an instance's __dict__ can still come from: "extra" (only
@@ -283,9 +278,9 @@ class LangChainMapper:
         elif kind == "retriever":
             ev = c.event(
                 EventKind.RETRIEVAL,
-                action=RetrievalQuery(query=str(d["inputs"]), index=d["name"]),
+                action={"type": "retrieval", "query": str(d["inputs"]), "index": d["name"]},
                 observation=_passages(c, output) if outcome is None else None,
-                outcome=outcome or Outcome(output={"documents": len(output or [])}),
+                outcome=outcome or {"output": {"documents": len(output or [])}},
                 **common,
             )
         else:
@@ -297,8 +292,8 @@ class LangChainMapper:
             inputs = c.payload(d["inputs"]) if self.capture_chain_io else None
             ev = c.event(
                 EventKind.AGENT_STEP,
-                action=AgentStep(name=d["name"] or "chain", step_type=step_type, inputs=inputs),
-                outcome=outcome or Outcome(output=c.payload(output) if self.capture_chain_io else None),
+                action={"type": "agent_step", "name": d["name"] or "chain", "step_type": step_type, "inputs": inputs},
+                outcome=outcome or ({"output": c.payload(output)} if self.capture_chain_io else _OK),
                 **common,
             )
         c.record(ev)
@@ -321,7 +316,7 @@ class LangChainMapper:
         if msg is not None:
             text = _text(msg)
             tool_calls = [
-                ToolCallRequest(id=tc.get("id"), name=tc.get("name") or "?", arguments=c.payload(tc.get("args")))
+                {"id": tc.get("id"), "name": tc.get("name") or "?", "arguments": c.payload(tc.get("args"))}
                 for tc in getattr(msg, "tool_calls", None) or []
             ] or None
             rm = getattr(msg, "response_metadata", None) or {}
@@ -330,21 +325,22 @@ class LangChainMapper:
         elif isinstance(result, str):
             text = result
         sampling = {k: c.payload(params[k]) for k in _SAMPLING_KEYS if params.get(k) is not None} or None
-        action = Generation(
-            model=str(model),
-            text=c.payload(text) if text else None,
-            tool_calls=tool_calls,
-            finish_reason=str(finish) if finish else None,
-            sampling=sampling,
-        )
+        action = {
+            "type": "generation",
+            "model": str(model),
+            "text": c.payload(text) if text else None,
+            "tool_calls": tool_calls,
+            "finish_reason": str(finish) if finish else None,
+            "sampling": sampling,
+        }
         return c.event(
             EventKind.MODEL_CALL,
             model=str(model),
             usage=usage,
             action=action,
             observation=_observation(c, d["kind"], d["inputs"], self._messages, _offered_tools(params.get("tools"))),
-            hidden=HiddenState(reasoning=c.payload(str(reasoning))) if reasoning else None,
-            outcome=outcome or Outcome(status=OutcomeStatus.OK),
+            hidden={"reasoning": c.payload(str(reasoning))} if reasoning else None,
+            outcome=outcome or _OK,
             **common,
         )
 
@@ -378,21 +374,21 @@ def _first_generation(result: Any) -> tuple[Any, dict[str, Any] | None]:
     return getattr(g, "message", None), getattr(g, "generation_info", None)
 
 
-def _usage(msg: Any, result: Any) -> Usage | None:
+def _usage(msg: Any, result: Any) -> dict[str, Any] | None:
     um = getattr(msg, "usage_metadata", None) if msg is not None else None
     if um:
-        return Usage(
-            input_tokens=um.get("input_tokens"),
-            output_tokens=um.get("output_tokens"),
-            total_tokens=um.get("total_tokens"),
-        )
+        return {
+            "input_tokens": um.get("input_tokens"),
+            "output_tokens": um.get("output_tokens"),
+            "total_tokens": um.get("total_tokens"),
+        }
     tu = (getattr(result, "llm_output", None) or {}).get("token_usage") or {}
     if tu:
-        return Usage(
-            input_tokens=tu.get("prompt_tokens"),
-            output_tokens=tu.get("completion_tokens"),
-            total_tokens=tu.get("total_tokens"),
-        )
+        return {
+            "input_tokens": tu.get("prompt_tokens"),
+            "output_tokens": tu.get("completion_tokens"),
+            "total_tokens": tu.get("total_tokens"),
+        }
     return None
 
 
@@ -461,10 +457,10 @@ class _MessageCache:
 
 
 def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None = None,
-                 tools: list[dict[str, Any]] | None = None) -> Observation | None:
+                 tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     if kind == "llm":  # text-completion LLMs get prompts
         prompts = list(inputs or [])
-        return Observation(text=c.payload("\n\n".join(str(p) for p in prompts)))
+        return {"text": c.payload("\n\n".join(str(p) for p in prompts))}
     msgs = list((inputs or [[]])[0])
     omitted = max(0, len(msgs) - _MAX_MESSAGES)
     msgs = msgs[omitted:]
@@ -475,7 +471,7 @@ def _observation(c: Capture, kind: str, inputs: Any, cache: _MessageCache | None
         # replay offers the same tools again, and a candidate's tool rewrite applies to them.
         data["tools"] = c.payload(tools)
     messages = cache.convert(c, msgs, budget) if cache is not None else [_message(c, m, budget) for m in msgs]
-    return Observation(messages=messages, data=data or None)
+    return {"messages": messages, "data": data or None}
 
 
 def _offered_tools(tools: Any) -> list[dict[str, Any]] | None:
@@ -496,26 +492,27 @@ def _offered_tools(tools: Any) -> list[dict[str, Any]] | None:
     return out
 
 
-def _tool_action(c: Capture, d: dict[str, Any]) -> ToolCall:
+def _tool_action(c: Capture, d: dict[str, Any]) -> dict[str, Any]:
     extra = d["extra"]
     args = extra.get("inputs")
-    return ToolCall(
-        tool_name=d["name"] or "tool",
-        call_id=extra.get("tool_call_id"),
-        arguments=c.payload(args if args is not None else d["inputs"]),
-    )
+    return {
+        "type": "tool_call",
+        "tool_name": d["name"] or "tool",
+        "call_id": extra.get("tool_call_id"),
+        "arguments": c.payload(args if args is not None else d["inputs"]),
+    }
 
 
-def _tool_outcome(c: Capture, output: Any) -> Outcome:
+def _tool_outcome(c: Capture, output: Any) -> Outcome | dict[str, Any]:
     content = getattr(output, "content", output)
     if getattr(output, "status", None) == "error":
         return error_outcome({"type": "ToolError", "message": str(content)[:4000]}, output=c.payload(content))
     artifact = getattr(output, "artifact", None)
     out = c.payload({"content": content, "artifact": artifact} if artifact is not None else content)
-    return Outcome(output=out)
+    return {"output": out}
 
 
-def _passages(c: Capture, docs: Any) -> Observation:
+def _passages(c: Capture, docs: Any) -> dict[str, Any]:
     docs = list(docs or [])[:_MAX_PASSAGES]
     budget = max(1024, c.max_field_bytes // max(1, len(docs)))
     out = []
@@ -523,15 +520,13 @@ def _passages(c: Capture, docs: Any) -> Observation:
         meta = getattr(doc, "metadata", None) or {}
         score = meta.get("score", meta.get("relevance_score"))
         text = bound_payload(str(getattr(doc, "page_content", doc)), max_bytes=budget)
-        out.append(
-            Passage(
-                text=text if isinstance(text, str) else str(text),
-                doc_id=str(getattr(doc, "id", None) or meta.get("id") or "") or None,
-                score=float(score) if isinstance(score, int | float) else None,
-                source=str(meta["source"]) if meta.get("source") is not None else None,
-            )
-        )
-    return Observation(passages=out)
+        out.append({
+            "text": text if isinstance(text, str) else str(text),
+            "doc_id": str(getattr(doc, "id", None) or meta.get("id") or "") or None,
+            "score": float(score) if isinstance(score, int | float) else None,
+            "source": str(meta["source"]) if meta.get("source") is not None else None,
+        })
+    return {"passages": out}
 
 
 def _request_text(value: Any) -> str:

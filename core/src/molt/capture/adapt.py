@@ -50,7 +50,7 @@ from importlib import metadata as _metadata
 from typing import Any
 
 from molt.atdp.ids import new_id
-from molt.atdp.models import Event, EventKind, Metadata, Provenance, Usage
+from molt.atdp.models import Event, EventKind, Provenance, Usage
 from molt.capture.dispatch import (
     Dispatcher,
     default_dispatcher,
@@ -68,6 +68,9 @@ from molt.capture.payload import (
     error_outcome,
 )
 from molt.errors import AdapterError
+
+# The Event fields Capture.event() fills in from its own arguments and state.
+_SET_HERE = frozenset({"event_id", "trajectory_id", "parent_id", "kind", "timestamp", "metadata", "provenance"})
 
 # The adapter API: what an adapter imports from here, including the payload and dispatch names it
 # needs, so an adapter has one module to import from.
@@ -260,9 +263,9 @@ class Capture:
         ``start_ns``/``end_ns`` are ``time.time_ns()`` readings: the start becomes the timestamp, the
         difference ``metadata.latency_ms``. Other keyword arguments are :class:`Event` fields.
         """
-        md = dict(self._metadata)
+        md = {k: v for k, v in self._metadata.items() if v is not None}
         if tags:
-            md["tags"] = {**(md["tags"] or {}), **{str(k): str(v) for k, v in tags.items()}}
+            md["tags"] = {**(md.get("tags") or {}), **{str(k): str(v) for k, v in tags.items()}}
         if model is not None:
             md["model"] = model
         if usage is not None:
@@ -275,18 +278,23 @@ class Capture:
             else _dt.datetime.now(_dt.UTC)
         )
         # A framework's long label or session id is clipped to ATDP's bounds rather than cost the event.
-        return Event(
-            event_id=event_id or new_id(),
-            trajectory_id=trajectory_id,
-            parent_id=parent_id,
-            session_id=clip(fields.pop("session_id", self.session_id), 256),
-            name=clip(fields.pop("name", None), 512),
-            kind=kind,
-            timestamp=ts,
-            metadata=Metadata(**{k: v for k, v in md.items() if v is not None}),
-            provenance=self.provenance,
+        fields["session_id"] = clip(fields.pop("session_id", self.session_id), 256)
+        fields["name"] = clip(fields.pop("name", None), 512)
+        if not _SET_HERE.isdisjoint(fields):
+            raise TypeError(f"Capture.event() sets {sorted(_SET_HERE & fields.keys())} itself")
+        # One validation of the whole event: nested fields may be given as models or as plain dicts
+        # (validated here, in the same pass), and metadata is built as a dict for the same reason:
+        # each model built apart is another trip through pydantic per event on the dispatcher thread.
+        return Event.model_validate({
             **fields,
-        )
+            "event_id": event_id or new_id(),
+            "trajectory_id": trajectory_id,
+            "parent_id": parent_id,
+            "kind": kind,
+            "timestamp": ts,
+            "metadata": md,
+            "provenance": self.provenance,
+        })
 
     def record(self, event: Event) -> None:
         """Hand ``event`` to the Recorder, counting drops and errors."""
