@@ -294,39 +294,45 @@ def molt_threads(name: str) -> dict[str, int]:
     return out
 
 
-def block(agent: Any, handler: Any, flush: Callable[[], None], runs: int) -> int:
-    """Process CPU ns of ``runs`` runs with ``handler`` and its flush."""
+def block(agent: Any, handler: Any, flush: Callable[[], None], runs: int) -> tuple[int, int]:
+    """(process CPU ns, agent-thread CPU ns) of ``runs`` runs back to back with ``handler``; the
+    process figure includes its flush, the agent thread's does not."""
     c0 = time.process_time_ns()
+    a = 0
     for _ in range(runs):
-        one_run(agent, handler)
+        a += one_run(agent, handler)[0]
     flush()
-    return time.process_time_ns() - c0
+    return time.process_time_ns() - c0, a
 
 
 def all_threads(
     agent: Any, hs: dict[str, tuple[Any, Any]], rounds: int, runs: int
-) -> tuple[dict[str, list[float]], list[float], dict[str, dict[str, list[float]]]]:
+) -> tuple[dict[str, list[float]], list[float], dict[str, dict[str, list[float]]], dict[str, list[float]]]:
     """Added process CPU ns per run for each handler, paired: each round, each handler's block of
     ``runs`` runs (and its flush) follows a block of no-handler runs, and the difference is one sample.
-    Also the no-handler CPU ns per run, and per Molt thread the CPU ns per run of each handler block."""
+    Also the no-handler CPU ns per run, per Molt thread the CPU ns per run of each handler block, and
+    the added agent-thread CPU ns per run in these blocks (runs back to back, so a handler's background
+    threads run beside the agent, as they do in a busy process)."""
     added: dict[str, list[float]] = {n: [] for n, (h, _) in hs.items() if h is not None}
+    agent_added: dict[str, list[float]] = {n: [] for n in added}
     base: list[float] = []
     per_thread: dict[str, dict[str, list[float]]] = {n: {} for n in added if n in _MOLT_THREADS}
     for r in range(rounds + 1):  # round 0 warms every handler up; not counted
         for name in added:
             gc.collect()
-            b = block(agent, None, lambda: None, runs)
+            b, ba = block(agent, None, lambda: None, runs)
             t0 = molt_threads(name)
-            h = block(agent, hs[name][0], hs[name][1] if name in _MOLT_THREADS else lambda: None, runs)
+            h, ha = block(agent, hs[name][0], hs[name][1] if name in _MOLT_THREADS else lambda: None, runs)
             t1 = molt_threads(name)
             if r == 0:
                 continue
             base.append(b / runs)
             added[name].append((h - b) / runs)
+            agent_added[name].append((ha - ba) / runs)
             if name in per_thread:
                 for tn, ns in t1.items():
                     per_thread[name].setdefault(tn, []).append((ns - t0.get(tn, 0)) / runs)
-    return added, base, per_thread
+    return added, base, per_thread, agent_added
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -361,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         own = replayed(tape, hs, args.runs)
         for _, flush in hs.values():  # what the phases above left queued is not counted below
             flush()
-        cpu_added, cpu_base, cpu_threads = all_threads(agent, hs, max(10, args.runs // 4), 4)
+        cpu_added, cpu_base, cpu_threads, agent_blocks = all_threads(agent, hs, max(10, args.runs // 4), 4)
         elapsed = time.monotonic() - t_start
         assert molt.stats.errors == 0, molt.stats.last_error
 
@@ -373,11 +379,12 @@ def main(argv: list[str] | None = None) -> None:
     p50 = {n: pct(v, 0.50) for n, v in added.items()}
     p99 = {n: pct(v, 0.99) for n, v in added.items()}
     bg = {n: [us(x) for x in xs] for n, xs in cpu_added.items()}
+    in_blocks = {n: pct([us(x) for x in xs], 0.5) for n, xs in agent_blocks.items()}
     threads = {n: {t: pct([us(x) for x in xs], 0.5) for t, xs in ts.items()} for n, ts in cpu_threads.items()}
     own_us = {n: [us(x) for x in xs] for n, xs in own.items()}
     peers = [n for n in ("langsmith", "langfuse") if n in p50]
     cheaper = min((p50[n] for n in peers), default=None)
-    render(args, events_per_run, base, p50, p99, own_us, bg, threads, cheaper, elapsed)
+    render(args, events_per_run, base, p50, p99, own_us, bg, threads, cheaper, elapsed, in_blocks)
 
 
 def render(
@@ -391,6 +398,7 @@ def render(
     threads: dict[str, dict[str, float]],
     cheaper: float | None,
     elapsed: float,
+    in_blocks: dict[str, float],
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -404,17 +412,20 @@ def render(
     t.add_column("agent thread p50 µs", justify="right")
     t.add_column("agent thread p99 µs", justify="right")
     t.add_column("× cheaper peer (p50)", justify="right")
+    t.add_column("agent thread in blocks p50 µs", justify="right")
     t.add_column("own callbacks p50 / p99 µs", justify="right")
     t.add_column("all threads µs p50 [p25–p75]", justify="right")
     for name in p50:
         ratio = f"{p50[name] / cheaper:.2f}" if cheaper and name != "none" else "—"
         mine = f"{pct(own[name], 0.5):.1f} / {pct(own[name], 0.99):.1f}"
         spread = f"{pct(bg[name], 0.5):.1f} [{pct(bg[name], 0.25):.0f}–{pct(bg[name], 0.75):.0f}]"
-        t.add_row(name, f"{p50[name]:.1f}", f"{p99[name]:.1f}", ratio, mine, spread)
+        t.add_row(name, f"{p50[name]:.1f}", f"{p99[name]:.1f}", ratio, f"{in_blocks[name]:.1f}", mine, spread)
     console = Console()
     console.print(t)
     console.print(
-        "agent thread: added CPU of the agent's thread over the no-handler run, per event; own callbacks: "
+        "agent thread: added CPU of the agent's thread over the no-handler run, per event; in blocks: the same "
+        "over runs back to back, where the handler's own threads run beside the agent (their GIL hand-offs and "
+        "cache traffic slow the agent's thread; a single run often ends before they start); own callbacks: "
         "the handler's callbacks replayed without LangChain's dispatch; all threads: added process CPU "
         "(background export and Molt's dispatcher/spool threads included), per event, paired with a "
         f"no-handler block in each of {len(next(iter(bg.values()), []))} rounds."
