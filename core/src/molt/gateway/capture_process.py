@@ -20,9 +20,10 @@ The child appends small batches for as long as the gateway runs, so it keeps its
 LanceDB's caches get a writer's bounds (each append is a new table version, and the metadata cache
 otherwise fills with the manifests of superseded versions), glibc's allocator is told to return the
 large buffers compaction allocates (see :func:`bound_native_heap`) and, every few seconds, the free
-memory left inside its heaps (see :func:`trim_native_heap`), and after ``recycle_after`` records the
-child is replaced by a fresh one that takes its spool over (what is left grows slowly; see
-:data:`RECYCLE_AFTER`).
+memory left inside its heaps (see :func:`trim_native_heap`), Arrow allocates from that heap rather
+than from a pool that keeps its high-water mark (see :func:`arrow_pool_on_native_heap`), and after
+``recycle_after`` records the child is replaced by a fresh one that takes its spool over (what is
+left grows slowly; see :data:`RECYCLE_AFTER`).
 
 Example::
 
@@ -60,8 +61,8 @@ from molt.capture.recorder import RecorderStats
 from molt.gateway.capture import CallRecord, CallRecorder
 from molt.gateway.router import Route, VersionSpec
 
-__all__ = ["MEMSTATS_ENV", "CaptureProcess", "bound_native_heap", "call_from_wire", "call_to_wire", "main",
-           "native_heap_counters", "trim_native_heap"]
+__all__ = ["MEMSTATS_ENV", "CaptureProcess", "arrow_pool_on_native_heap", "bound_native_heap", "call_from_wire",
+           "call_to_wire", "main", "native_heap_counters", "trim_native_heap"]
 
 log = logging.getLogger("molt.gateway")
 
@@ -222,6 +223,24 @@ def bound_native_heap() -> bool:
     return ok
 
 
+def arrow_pool_on_native_heap() -> bool:
+    """Make pyarrow allocate from glibc's heap (its system pool) instead of its bundled mimalloc,
+    unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise. Returns whether the pool was changed.
+
+    The capture child builds each delivery's events table in Arrow. mimalloc keeps the segments it
+    committed for reuse, so its share of the child's memory followed the largest table built so far
+    (a delivery after a stall, while the store compacted) and rose with every new high; with the
+    system pool, those buffers are above :func:`bound_native_heap`'s mmap threshold and go back to
+    the system when freed, and the small ones are in the heap :func:`trim_native_heap` trims.
+    """
+    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return False
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    return True
+
+
 #: How often the capture process hands the free memory in glibc's heaps back (see :func:`trim_native_heap`).
 TRIM_INTERVAL_S = 10.0
 
@@ -369,6 +388,7 @@ def main() -> None:
     with contextlib.suppress(OSError):
         os.nice(int(config.get("nice", 10)))
     bound_native_heap()  # before LanceDB starts its threads
+    arrow_pool_on_native_heap()  # before the first table is built
     trim_interval_s = float(config.get("trim_interval_s", TRIM_INTERVAL_S))
     stop_trimming = threading.Event()
     if trim_interval_s > 0:
