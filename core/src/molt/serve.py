@@ -432,8 +432,8 @@ def serve_command(
         min=1000, help="Event ids the capture remembers to drop a retried record of the same event.")] = 200_000,
     capture_recycle: Annotated[int, typer.Option(
         min=0, callback=_recycle_count,
-        help="Replace the capture process with a fresh one after this many records (0: never); it hands "
-             "its spool over, nothing is lost.")] = RECYCLE_AFTER,
+        help="Replace the capture process with a fresh one after this many records (0, the default: "
+             "never; a safety net: it runs flat without). It hands its spool over, nothing is lost.")] = RECYCLE_AFTER,
     max_model_len: Annotated[int, typer.Option(help="vllm: context length of a started server.")] = 1024,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
     keep_alive_s: Annotated[int, typer.Option(

@@ -21,9 +21,10 @@ LanceDB's caches get a writer's bounds (each append is a new table version, and 
 otherwise fills with the manifests of superseded versions), glibc's allocator is told to return the
 large buffers compaction allocates (see :func:`bound_native_heap`) and, every few seconds, the free
 memory left inside its heaps (see :func:`trim_native_heap`), Arrow allocates from that heap rather
-than from a pool that keeps its high-water mark (see :func:`arrow_pool_on_native_heap`), and after
-``recycle_after`` records the child is replaced by a fresh one that takes its spool over (what is
-left grows slowly; see :data:`RECYCLE_AFTER`).
+than from a pool that keeps its high-water mark (see :func:`arrow_pool_on_native_heap`). With those
+bounds it runs flat, so it is not replaced by default; ``recycle_after`` keeps a safety net for a
+workload that grows it anyway: after that many records a fresh child takes the spool over (see
+:data:`RECYCLE_AFTER`).
 
 Example::
 
@@ -89,12 +90,12 @@ _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dro
 # two minutes and is enough for the child's reads and compaction (appends and compactions are as
 # fast with it: bench/reliability/probe_store_growth.py).
 WRITER_INDEX_CACHE_BYTES = 1 << 20
-#: Records after which :class:`CaptureProcess` replaces its child with a fresh one. With its caches
-#: bounded and its heap trimmed the child still grows slowly, in memory in use (glibc's main heap and
-#: Python's arenas, about 0.1 MiB per 1,000 requests in a soak) that no one has attributed yet; a fresh
-#: child costs a second or two of start-up at low priority, so replacing it every few minutes of heavy
-#: load bounds that growth to a few MiB (the soak figures: bench/reliability/README.md).
-RECYCLE_AFTER = 100_000
+#: Records after which :class:`CaptureProcess` replaces its child with a fresh one; 0, the default:
+#: never. With its caches bounded, its heap trimmed and Arrow on that heap, the child's memory levels
+#: off (a 40-minute soak at ~420 requests a second: +1 MiB over its second half; bench/reliability/
+#: README.md). Recycling is a safety net for a workload that still grows it: a fresh child costs a
+#: second or two of start-up at low priority, and nothing is lost in the handover.
+RECYCLE_AFTER = 0
 #: The smallest ``recycle_after`` other than 0: a child's start-up costs a second or two.
 MIN_RECYCLE_AFTER = 1_000
 
@@ -505,7 +506,7 @@ class CaptureProcess:
         batch_s: how long records may wait to be sent together (default 5 ms; fewer wake-ups).
         dedupe_ids / chain_heads: the child Recorder's (default 200,000 each).
         recycle_after: replace the child with a fresh one after it was sent this many records
-            (calls, events, rewards; default 100,000; ``0`` never). See :data:`RECYCLE_AFTER`.
+            (calls, events, rewards; default ``0``: never). See :data:`RECYCLE_AFTER`.
         spool_wait_s: how long the first child waits for a spool another process holds (default
             :data:`SPOOL_WAIT_S`: time for the child of a gateway that just died to finish); then it exits
             naming the holder, and calls are served unrecorded (counted in :attr:`failed`).
