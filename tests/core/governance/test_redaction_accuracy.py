@@ -81,10 +81,12 @@ def test_all_types_regression_floor(scores: dict[str, Scores]) -> None:
 def test_per_type_regression_floor_on_held_out(scores: dict[str, Scores]) -> None:
     held = scores["held"].by_type
     floors = {  # (precision, recall) reached on the held-out templates, less a hair
-        "PERSON": (0.875, 0.885),  # P 0.881 R 0.890
+        "PERSON": (0.875, 0.885),  # P 0.879 R 0.890
         "ADDRESS": (0.75, 0.865),  # P 0.759 R 0.871
         "LOCATION": (0.78, 0.93),  # P 0.784 R 0.934
-        "ORGANIZATION": (0.84, 0.665),  # P 0.844 R 0.669
+        # P 0.843 R 0.662 (102 of 154) since the structure rules of issue 21, which were chosen on the
+        # dev split and the inspected second source only (before them: P 0.844 R 0.669, 103 of 154)
+        "ORGANIZATION": (0.84, 0.66),
     }
     for t, (p, r) in floors.items():
         assert held[t].precision >= p and held[t].recall >= r, (t, held[t].precision, held[t].recall)

@@ -107,7 +107,13 @@ _TOK = re.compile(
 _SEP = re.compile(r"[ \t]*(?:,[ \t]*|\.?[ \t]*\n(?:[\s>*•,-]|\?+[ \t])*|\.?[ \t]+)?")
 _PART_UNIT = re.compile(
     r"(?:(?i:apt|apartment|suite|ste|unit|flat|studio|room|rm|floor|fl|bldg|building|puerta|piso|esc|escalera|porta"
-    r"|andar|etage|étage)(?![^\W\d_])\.?[ ]*#?[ ]*[\w-]{1,6}\b"
+    r"|andar|etage|étage"
+    # the flat, floor, staircase and block words of the other European postal conventions, written
+    # after the street as these are: Italian (piano, appartamento, interno, scala), French (appt,
+    # bâtiment), Spanish and Portuguese (apto, depto, dpto, bloque, bloco, sala), German (Wohnung),
+    # Polish (lokal, mieszkanie)
+    r"|piano|appartamento|app|interno|int|scala|appt|bât|bat|bâtiment|batiment|apto|depto|dpto|bloque|bloco|sala"
+    r"|wohnung|whg|lokal|lok|mieszkanie)(?![^\W\d_])\.?[ ]*#?[ ]*[\w-]{1,6}\b"
     r"|(?i:p\.?[ ]?o\.?[ ]?box)[ ]*\d{1,6}\b|(?i:box)[ ]\d{1,6}\b)"
 )
 _PART_POSTCODE = re.compile(

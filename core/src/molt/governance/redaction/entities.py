@@ -54,11 +54,14 @@ from molt.governance.redaction.entity_words import (
     MEMO_SIZE,
     NAME_CONN,
     NAME_SUFFIXES,
+    NOT_A_SUBJECT,
     NOT_STREET_TYPES,
     OF_ORG,
     ORG_AFTER,
     ORG_BEFORE_OF,
+    ORG_BY,
     ORG_CUES,
+    ORG_LEADS,
     ORG_NOUNS,
     ORG_POSSESSIONS,
     ORG_VERBS,
@@ -78,6 +81,7 @@ from molt.governance.redaction.entity_words import (
     ZIP,
     legal_form_rx,
     org_field_named,
+    toponym_shaped,
     zip_named,
 )
 from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
@@ -223,7 +227,7 @@ class EntityDetector:
             self.context.name_list(source, out)
         if out and " and " in text:
             self.context.coordinated(source, out)
-        if " is " in text or " was " in text:
+        if " is " in text or " was " in text or ", a " in text or ", an " in text or ", the " in text:
             self.context.defined_orgs(text, out)
         if ":" in text:
             self.context.people_lists(text, out)
@@ -452,6 +456,8 @@ class EntityDetector:
         name = self.name
         if n == 1 and first.text.casefold() in GREETINGS:
             return  # "Olá, …", "Hola Marta": the greeting, not a name
+        if n == 1 and first.f in NOT_A_SUBJECT:
+            return  # a pronoun or a determiner ("We partnered with …"), whatever a lexicon says
         joined = first.f if n == 1 else " ".join(w.f for w in words)
         # a country or a larger place is one whatever its last word is ("Russian Federation",
         # "United Arab Emirates", "North America"), unless a company word follows ("Ghana office")
@@ -463,9 +469,14 @@ class EntityDetector:
             n > 1
             and (last.f in ORG_NOUNS or last.f in self.lex.company_suffixes)
             and not suffix
+            and (len(last.f) > 3 or last.text.isascii())  # "Sá" (a surname) is not "SA"
             and not (at_start and n == 2 and first.common and not first.first)
         ):
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.8, name))
+            return
+        if n > 1 and first.f in ORG_LEADS and not suffix and last.f not in STREET_WORDS and not last.common:
+            # the head noun first: "Stichting Groenveldhof", "Banco Sabadell", "Hotel Adlon"
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.75, name))
             return
         kind = self.facts.place(first.f if n == 1 else " ".join(w.f for w in words))
         if kind == "country" and nxt not in ORG_AFTER:  # countries, sentence-initial ones too
@@ -486,14 +497,29 @@ class EntityDetector:
         if nxt in ORG_AFTER and prev == "the" and (n > 1 or not (kind or first.common)):  # "the Oliver Wyman office"
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.7, name))
             return
-        if prev in STRONG_ORG_CUES and n > 1 and names < n and not at_start and not kind:
-            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "at New Media Parents"
+        if (
+            prev in STRONG_ORG_CUES
+            and n > 1
+            and names < n
+            and not at_start
+            and not kind
+            and not (first.first and not first.common and not last.common and last.f not in ORG_NOUNS)
+        ):
+            # "at New Media Parents"; a run led by a first name is a person's name, whatever its
+            # other words are ("a parcel for Marta Quenelleux Brandvik", "for Joris van Tessel")
+            out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))
             return
         if prev == "of":
             self._local.wide = True
         if prev == "of" and OF_ORG.search(text, max(0, start - 30), start) and not first.first and not kind:
             out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))  # "the address of SAP"
             return
+        if prev in ("by", "for", "with") and not first.first and not kind and not at_start:
+            self._local.wide = True
+            if ORG_BY.search(text, max(0, start - 32), start) is not None:
+                # "employed by Hargreaves", "works for Brennick", "an account with Globex"
+                out.append(Span(start, self._org_end(text, words), "ORGANIZATION", 0.6, name))
+                return
         if (
             nxt in ORG_AFTER
             and not (names == n and first.first and n > 1)
@@ -561,13 +587,14 @@ class EntityDetector:
             return
         if all(w.text.isupper() and len(w.text) > 1 for w in words) and not names:
             return  # acronyms and shouting ("SSN", "CAN I SPEAK")
+        if n > 1 and first.f in TOPONYM_LEADS and not last.common and not suffix:
+            # "North Austin", "Lake Iainburgh", "Saint Patricia", "Port Quillborough": people and
+            # brands are not named with a compass point or "Lake" first, whatever the words after it
+            out.append(Span(start, end, "LOCATION", 0.6, name))
+            return
         if names == 0 or (n == 1 and not first.first):
-            # no first name: brand-shaped words, a hyphenated pair of surnames, or an org context
-            if any(self._brandlike(w) for w in words) or (
-                n == 1 and "-" in first.text and all(self.facts.lookup(p)[2] for p in first.text.split("-") if p)
-            ):
-                out.append(Span(start, end, "ORGANIZATION", 0.65, name))
-                return
+            # no first name: an org context, a place-shaped word, brand-shaped words, or a
+            # hyphenated pair of surnames
             if (
                 prev in ORG_CUES
                 and not at_start
@@ -575,6 +602,26 @@ class EntityDetector:
                 and (not any(w.common for w in words) or n > 1)
             ):
                 out.append(Span(start, end, "ORGANIZATION", 0.6, name))
+                return
+            if (
+                n == 1
+                and not (first.first or first.last or first.z)
+                and not at_start
+                and toponym_shaped(first.f)
+                and (prev not in PERSON_CUES or prev in ("to", "from"))  # "says Rosvikheim": a surname built the same way
+                and nxt not in ORG_AFTER
+                and nxt not in PERSON_VERBS
+                and not text.startswith(("'s", "’s"), end)
+            ):
+                # a word no lexicon knows, built as place names are ("Harlowville", "Quillport",
+                # "Morrowton"), with no firm's cue around it: a town, not a brand run together
+                # from two words ("at Stackhaven", "Lumenfield's support" are firms)
+                out.append(Span(start, end, "LOCATION", 0.55, name))
+                return
+            if any(self._brandlike(w) for w in words) or (
+                n == 1 and "-" in first.text and all(self.facts.lookup(p)[2] for p in first.text.split("-") if p)
+            ):
+                out.append(Span(start, end, "ORGANIZATION", 0.65, name))
                 return
         if n == 1 and prev not in PERSON_CUES and nxt not in PERSON_VERBS:
             # one of the hundred or so most frequent words of another language that is a name too
@@ -588,11 +635,6 @@ class EntityDetector:
             # a word and a number: a pier, gate, room or model ("Pier 19", "Nimbus 2"), not a person
             if text[end : end + 1] == " " and text[end + 1 : end + 2].isdigit():
                 return
-        if n > 1 and first.f in TOPONYM_LEADS and not last.common and not suffix:
-            # "North Austin", "Lake Iainburgh", "Saint Patricia": people are not named with a
-            # compass point or "Lake" first, whatever the words after it are
-            out.append(Span(start, end, "LOCATION", 0.6, name))
-            return
         if names:
             if n > 1 and any(c.isdigit() for w in words for c in w.text):
                 # "Dock DK-200", "Gate B12": a word and its code is a place or a model, as "Pier 19"

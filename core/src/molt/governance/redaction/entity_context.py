@@ -14,6 +14,8 @@ from molt.governance.redaction.entity_facts import WordFacts
 from molt.governance.redaction.entity_words import (
     AND_AFTER,
     AND_BEFORE,
+    APPOSED,
+    APPOSITION_ORG,
     BEFORE_FIRM,
     COORDINATORS,
     FIRM_NAME,
@@ -114,18 +116,21 @@ class ContextRules:
 
     def defined_orgs(self, text: str, out: list[Span]) -> None:
         """The subject of "X is a company / a startup / the brainchild of …" is an organisation,
-        in any case ("recargo is the brainchild of …"); it wins over a name read in it."""
+        in any case ("recargo is the brainchild of …"); it wins over a name read in it. So is a
+        name in apposition to such a noun ("Stackhaven, a startup based in Austin, …")."""
         low = lowered(text)
         if len(low) != len(text):
             return
-        for word in (" is ", " was "):
+        for word in (" is ", " was ", ", a ", ", an ", ", the "):
+            rx = IS_A if word[0] == " " else APPOSITION_ORG
             k = low.find(word)
             while k >= 0:
-                verb = IS_A.match(low, k)
+                verb = rx.match(low, k)
                 k = low.find(word, k + 1)
                 if verb is None:
                     continue
-                m = SUBJECT.search(text, max(0, verb.start() - 80), verb.start())
+                # the subject of "is a …", or the capitalised words right before an apposition
+                m = (SUBJECT if rx is IS_A else APPOSED).search(text, max(0, verb.start() - 80), verb.start())
                 if m is None:
                     continue
                 a, b = m.span(1)

@@ -8,7 +8,7 @@ import itertools
 import re
 from typing import Any
 
-from molt.governance.redaction.entity_words import NAME_WORDS, WORLD_REGIONS
+from molt.governance.redaction.entity_words import NAME_WORDS, WORLD_REGIONS, surname_shaped
 from molt.governance.redaction.lexicon import Lexicon, fold
 
 __all__ = ["RunWord", "WordFacts", "shared_memo"]
@@ -89,7 +89,10 @@ class WordFacts:
                 # ids and codes, most of them seen once: answered without a probe, and not kept
                 return (f, False, False, 0.0)
             lx = self.lex
-            info = (f, f in lx.first_names, f in lx.last_names, lx.zipf(f))
+            first, last, z = f in lx.first_names, f in lx.last_names, lx.zipf(f)
+            if not (first or last or z) and surname_shaped(f) and not self.place(f):
+                last = True  # "Kolbenikova", "Thorgrimsdottir": built as surnames are, in no list
+            info = (f, first, last, z)
             if len(self._info) > 200_000:
                 self._info.clear()
             self._info[word] = info

@@ -4,6 +4,8 @@ so offsets stay), and in mixed text a lowercase name is taken after a strong cue
 
 from __future__ import annotations
 
+import re
+
 from molt.governance.redaction.base import Span
 from molt.governance.redaction.entity_facts import WordFacts
 from molt.governance.redaction.entity_words import (
@@ -28,6 +30,9 @@ from molt.governance.redaction.positions import (
 
 __all__ = ["LowercaseText"]
 
+# a word after the cues of a firm's name in lowercase text ("a year at zentrilo", "joined quorvane")
+LOWER_EMPLOYER = re.compile(r"(?<![^\W\d_])(?:at|for|joined)[ ]([^\W\d_]{5,})")
+
 
 class LowercaseText:
     """Promotion of lowercase names and places, and names after strong cues."""
@@ -42,6 +47,25 @@ class LowercaseText:
         """``text`` with lexicon names and places capitalised (same length), for all-lowercase input.
         A place of several words ("united arab emirates") is promoted word by word when it follows a
         place cue or holds a word that is not frequent English."""
+        promoted = self._promote_known(text)
+        if " at " in text or " for " in text or "joined " in text:
+            # "a year at zentrilo", "recorded for quorvane": after an employer's cue, a word no
+            # lexicon knows (no English word, no name, no place) is a firm's coined name
+            chars = None
+            for m in LOWER_EMPLOYER.finditer(text):
+                w = m.group(1)
+                if self._coined(text, w, fold(w), m.end(1)):
+                    up = w[0].upper()
+                    if len(up) == 1:
+                        if chars is None:
+                            chars = list(promoted)
+                        chars[m.start(1)] = up
+            if chars is not None:
+                promoted = "".join(chars)
+        return promoted
+
+    def _promote_known(self, text: str) -> str:
+        """:meth:`promote` for the words the lexicons hold as names or places."""
         promotable = self.facts.promotable
         if text.isascii() and promotable.keys().isdisjoint(LOWER_WORD.findall(text.lower())):
             return text  # no word any lexicon holds (ASCII words fold to their lowercase): nothing to do
@@ -88,6 +112,17 @@ class LowercaseText:
             skip_to = promote_to
             prev = f
         return text if chars is None else "".join(chars)
+
+    def _coined(self, text: str, w: str, f: str, e: int) -> bool:
+        """A lowercase word of letters that no lexicon holds, not code: English does not use it, it
+        is no name and no place, and no ``(``, ``/``, ``_``, ``=``, ``-``, ``@`` or ``:`` touches its end,
+        nor a dot that a letter follows (a host or a file name)."""
+        if len(f) < 5 or not w.isalpha() or f in KEYWORDS or text[e : e + 1] in ("(", "/", "_", "=", "-", "@", ":"):
+            return False
+        if e + 1 < len(text) and text[e] == "." and text[e + 1].isalnum():
+            return False
+        _f, first, last, z = self.facts.lookup(w)
+        return not (first or last or z or self.facts.place(f) or f in self.lex.other_zipf)
 
     def _multiword_place(self, words: list[tuple[int, int, str]], i: int, f: str, prev: str) -> int:
         """Words in a known place of two or more words starting at ``words[i]`` (folded ``f``), or 0."""

@@ -158,7 +158,13 @@ ORG_AFTER = frozenset(
     {"office", "offices", "headquarters", "hq", "employees", "staff", "shares", "stock", "invested", "acquired",
      "announced", "launched", "hired", "raised", "merged", "partnered", "manufactures", "sells", "employs",
      "reported", "filed", "ceo", "cto", "spokesperson", "spokesman", "spokeswoman", "board", "branch",
-     "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp", "team", "account", "customers"}
+     "store", "stores", "subsidiary", "division", "inc", "ltd", "llc", "corp", "team", "account", "customers",
+     # what only a company has or does after its name: its site and app, its owners and officers,
+     # its listing ("Acme shareholders", "the Globex website", "Initech announces")
+     "website", "app", "shareholders", "stockholders", "investors", "executives", "subsidiaries", "headquartered",
+     "cfo", "coo", "chairman", "chairwoman", "cofounder", "co-founder", "ipo", "workforce", "acquires",
+     "announces", "launches", "hires", "invests", "merges", "unveiled", "unveils", "subscription", "subscriptions",
+     "membership"}
 )  # fmt: skip
 # words before a run that make it an employer or a venue ("a year at X", "joined X")
 STRONG_ORG_CUES = frozenset({"at", "joined", "for", "employer", "client", "vendor", "supplier"})
@@ -166,8 +172,15 @@ STRONG_ORG_CUES = frozenset({"at", "joined", "for", "employer", "client", "vendo
 EMPLOYER_CUES = frozenset({"at", "joined", "employer", "client", "vendor", "supplier"})
 # "the address / headquarters / CEO of X"
 OF_ORG = re.compile(
-    r"(?i:address|headquarters|offices?|ceo|cto|cfo|founder|employees?|staff|customers?|clients?|shareholders?"
-    r"|subsidiary|shares)[ ]of[ ]+$"
+    r"(?i:address|headquarters|offices?|ceo|cto|cfo|coo|founder|co-?founders?|founders|employees?|staff|customers?"
+    r"|clients?|shareholders?|stockholders?|investors?|owners?|chairman|chairwoman|executives?|spokes(?:person|man|woman)"
+    r"|subsidiary|subsidiaries|shares|website)[ ]of[ ]+$"
+)
+# "employed by X", "acquired by X", "works for X", "a contract with X": a firm after the verb phrase
+ORG_BY = re.compile(
+    r"\b(?:(?i:employed|acquired|owned|funded|sponsored|operated|bought|purchased|backed|insured|underwritten)[ ]by"
+    r"|(?i:works?|worked|working|contracting|contractor|consultant|consulting)[ ]for"
+    r"|(?i:contract|partnership|agreement|account|merger|subscription)[ ]with)[ ]+$"
 )
 # what a company has: "Acme's CEO", "Globex's shares"
 ORG_POSSESSIONS = frozenset(
@@ -190,6 +203,15 @@ IS_A = re.compile(
     + "|".join(re.escape(k) for k in ORG_KINDS)
     + r")(?![a-z-])"
 )  # matched on lowercased text
+# the same noun in an apposition: "Stackhaven, a startup based in Austin, …", "Initech, the software
+# firm, …"; the noun ends the phrase or a participle or preposition follows it (not "a company director")
+APPOSITION_ORG = re.compile(
+    r",[ ](?:a|an|the)[ ](?:[\w-]+[ ]){0,2}?(?:"
+    + "|".join(re.escape(k) for k in ORG_KINDS)
+    + r")(?=[ ]?[,.;:)]|$|[ ](?:based|headquartered|founded|that|which|in|from|with|of|known|owned|backed|run)\b)"
+)  # matched on lowercased text
+# the name an apposition describes: the capitalised words right before its comma
+APPOSED = re.compile(rf"(?<![^\W\d_])({WORD}(?:[ ](?:{WORD}|&|and|of|the)){{0,4}})$")
 # the subject before it: one to five words from the start of a sentence or clause
 SUBJECT = re.compile(r"(?:^|(?<=[.!?:][ ])|(?<=\n)|(?<=, ))([^\W_][\w&'’.-]*(?:[ ][^\W_][\w&'’.-]*){0,4})$")
 # a list introduced as people: the noun before a colon, then the items after it
@@ -213,7 +235,8 @@ PERSON_VERBS = frozenset(
 # verbs that follow a company as their subject ("Canon invested heavily")
 ORG_VERBS = frozenset(
     {"invested", "acquired", "announced", "launched", "hired", "merged", "partnered", "manufactures", "sells",
-     "employs"}
+     "employs", "invests", "acquires", "announces", "launches", "hires", "merges", "unveiled", "unveils",
+     "headquartered"}
 )  # fmt: skip
 # head nouns that end an organisation's name ("Wolfram Research", "Castle Biosciences")
 ORG_NOUNS = frozenset(
@@ -237,6 +260,19 @@ ORG_NOUNS = frozenset(
      "co-op", "outfitters", "mart", "depot", "express", "wholesale", "retail", "finance", "financial",
      "securities", "advisors", "advisers", "management", "marketing", "global", "worldwide", "board",
      "institution", "museum", "library", "church", "orchestra"}
+)  # fmt: skip
+# words that open an organisation's name in the languages that put the head noun first (folded):
+# foundations, groups, companies, banks, universities, institutes, associations, cooperatives,
+# hotels, clinics, publishers ("Stichting Vrienden", "Banco Sabadell", "Grupo Ferrovial",
+# "Università Bocconi", "Hotel Adlon"); a run of two or more words led by one is an organisation
+ORG_LEADS = frozenset(
+    {"stichting", "stiftung", "verein", "fundacion", "fundacao", "fondazione", "fondation", "fundacja", "grupo",
+     "gruppo", "groupe", "societe", "sociedad", "societa", "sociedade", "compagnie", "compania", "companhia",
+     "banco", "banca", "banque", "caixa", "caisse", "universidad", "universidade", "universita", "universite",
+     "universitat", "uniwersytet", "instituto", "istituto", "institut", "instytut", "associazione", "asociacion",
+     "associacao", "stowarzyszenie", "cooperativa", "cooperatie", "genossenschaft", "spoldzielnia", "hotel",
+     "clinica", "klinik", "ospedale", "laboratorios", "laboratoires", "laboratori", "editorial", "editora",
+     "edizioni", "editions", "verlag", "agencia", "agenzia", "agence", "bank"}
 )  # fmt: skip
 # "University of X", "Bank of X": the part before "of" names an organisation
 ORG_BEFORE_OF = frozenset(
@@ -283,6 +319,45 @@ WORKS = frozenset(
      "poem", "poems", "play", "biography", "memoir", "version", "recording", "painting", "paintings",
      "portrait", "symphony", "opera", "sonata", "trilogy", "saga", "essay", "documentary", "biopic", "quote"}
 )  # fmt: skip
+# endings of place names in English, German, Dutch and the Nordic languages ("-ville", "-borough",
+# "-haven", "-furt", "-stad", "-dorf"): a word no lexicon knows, built on one of them after a stem
+# of three letters or more, reads as a town ("Harlowville", "Quillport"), not as a brand
+TOPONYM_SUFFIXES = (
+    "ville", "borough", "burgh", "burg", "bury", "town", "ton", "ford", "field", "haven", "land", "mouth",
+    "port", "stad", "stadt", "furt", "fort", "berg", "dorf", "hausen", "heim", "chester", "caster", "shire",
+    "polis", "grad", "dale", "wick", "brook", "bridge",
+)  # fmt: skip
+
+
+def toponym_shaped(f: str) -> bool:
+    """Whether the folded word ``f`` ends in a place-name ending (:data:`TOPONYM_SUFFIXES`) after
+    a stem of three letters or more."""
+    if not f.isalpha():
+        return False
+    return any(f.endswith(x) and len(f) - len(x) >= 3 for x in TOPONYM_SUFFIXES)
+
+
+# endings of surnames by the naming conventions of European and neighbouring languages: Nordic
+# patronymics (-sson, -sen, -dottir), Slavic (-ov/-ova, -ev/-eva, -sky/-ski/-ska, -wicz, -vich,
+# -enko, -chuk), Greek (-poulos, -akis, -idis), Armenian (-yan, -ian), Georgian (-shvili, -dze),
+# Romanian (-escu, -eanu), Turkish (-oglu), Italian (-etti, -elli, -ucci), Spanish patronymics
+# (-ez after a consonant): a word no lexicon knows that ends in one reads as a surname
+SURNAME_ENDINGS = (
+    "sson", "ssen", "sen", "dottir", "ov", "ova", "ev", "eva", "yev", "yeva", "sky", "ski", "ska", "skaya",
+    "skiy", "wicz", "vich", "vic", "enko", "chuk", "czuk", "czyk", "czak", "poulos", "akis", "idis",
+    "yan", "ian", "shvili", "dze", "escu", "eanu", "oglu", "etti", "elli", "ucci", "acci", "ndez", "rez", "guez",
+    "quez", "nez", "lez",
+)  # fmt: skip
+
+
+def surname_shaped(f: str) -> bool:
+    """Whether the folded word ``f`` ends in a surname ending (:data:`SURNAME_ENDINGS`) after a
+    stem of three letters or more."""
+    if not f.isalpha():
+        return False
+    return any(f.endswith(x) and len(f) - len(x) >= 3 for x in SURNAME_ENDINGS)
+
+
 SENT_END = frozenset('.!?\n:;"“”>*•([|-…#')
 QUOTES = " \t'\"“‘’”(["
 BRAND_END = ("ly", "ify", "io", "hq", "sy", "co", "com", "x", "ix")
