@@ -111,6 +111,20 @@ def test_sdk_spans_without_a_model(proc: MoltTracingProcessor) -> None:
     assert by_name["manual"].parent_id is None and {e.session_id for e in evs} == {"g-1"}
 
 
+def test_a_span_error_of_any_shape_is_recorded_as_an_error(proc: MoltTracingProcessor) -> None:
+    """The SDK's SpanError is {message, data}; set_error() given something else (a string, a number)
+    still yields the span's event with an error outcome, and the mapper raises nothing (strict)."""
+    with trace("errors"):
+        for i, err in enumerate([{"message": "Tool failed", "data": {"error": "boom"}}, "plain text", 1.5]):
+            with custom_span(f"step-{i}") as sp:
+                sp.set_error(err)  # type: ignore[arg-type]
+    by_name = {e.name: e for e in _events(proc)}
+    outcomes = [by_name[f"step-{i}"].outcome for i in range(3)]
+    assert all(o.status == OutcomeStatus.ERROR for o in outcomes)
+    assert (outcomes[0].error.type, outcomes[0].error.message) == ("Tool failed", "boom")
+    assert outcomes[1].error.message == "plain text" and outcomes[2].error.message == "1.5"
+
+
 def test_framework_version_is_checked_at_import() -> None:
     code = (
         "import importlib.metadata as m; v = m.version\n"

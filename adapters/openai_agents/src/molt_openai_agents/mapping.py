@@ -134,11 +134,18 @@ class AgentsMapper:
                 status=OutcomeStatus.CANCELLED, output={"reason": "the trace ended first"}
             )
         elif error:
-            detail = (error.get("data") or {}).get("error") if isinstance(error.get("data"), dict) else None
+            # The SDK's SpanError is a dict {message, data}; a span set_error() was given anything
+            # else is still an error, recorded by its text rather than dropped with the event.
+            if isinstance(error, dict):
+                data_ = error.get("data")
+                detail = data_.get("error") if isinstance(data_, dict) else None
+                message = error.get("message")
+            else:
+                detail = message = None
             outcome = error_outcome(
                 {
-                    "type": error.get("message") or "SpanError",
-                    "message": str(detail or error.get("message") or error),
+                    "type": message if isinstance(message, str) and message else "SpanError",
+                    "message": str(detail or message or error),
                 }
             )
         else:
