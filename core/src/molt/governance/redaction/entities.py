@@ -23,6 +23,10 @@ text (:mod:`.entity_lowercase`, step 3), the whole-text rules run after the runs
 (:mod:`.entity_context`) and text positions (:mod:`.positions`); this module scans and classifies
 the capitalised runs (step 2) and names organisations by their legal form.
 
+One module at ~690 lines because it is one idea: the classification of a capitalised run, one ordered
+decision whose rules read what the earlier ones concluded (a run led by a first name is not taken for a
+firm, a place-shaped word is not taken for a brand); what it consults is in the modules above.
+
 Registered as detector ``entities``.
 """
 
