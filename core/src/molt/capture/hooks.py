@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from molt.atdp.models import Event, EventKind, FeedbackAction, RewardAnnotation
+from molt.capture.payload import clip, max_length
 
 __all__ = ["CaptureHook", "HookResult", "govern_reward"]
 
@@ -66,6 +67,9 @@ class CaptureHook(Protocol):
         ...
 
 
+_LIMITS = {"reason": max_length(RewardAnnotation, "reason")}
+
+
 def govern_reward(hook: CaptureHook | None, annotation: RewardAnnotation) -> RewardAnnotation:
     """``annotation`` with its free text (``reason``, ``annotator``) as ``hook`` keeps it.
 
@@ -86,7 +90,10 @@ def govern_reward(hook: CaptureHook | None, annotation: RewardAnnotation) -> Rew
                           action=FeedbackAction(comment=text), metadata={"tenant_id": annotation.tenant_id})
             res = hook.process(probe)
             action = res.event.action if res.event is not None else None
-            governed[name] = action.comment if isinstance(action, FeedbackAction) else None
+            kept = action.comment if isinstance(action, FeedbackAction) else None
+            # placeholders can make a text longer than it was: back within the field's bound, or the
+            # annotation would not validate when it is read back
+            governed[name] = clip(kept, _LIMITS[name]) if name in _LIMITS else kept
         except Exception:  # the text could not be governed: it is not kept
             governed[name] = None
     return annotation.model_copy(update=governed)

@@ -32,9 +32,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
 from molt.atdp.models import ErrorInfo, Outcome, OutcomeStatus
 
-__all__ = ["MARKER_KEY", "MAX_FIELD_BYTES", "BlobStore", "DirectoryBlobStore", "bound_payload", "clip", "error_outcome"]
+__all__ = ["MARKER_KEY", "MAX_FIELD_BYTES", "BlobStore", "DirectoryBlobStore", "bound_payload", "clip", "error_outcome",
+           "max_length"]
 
 #: The key that marks a structural truncation or a dropped blob inside a bounded payload.
 MARKER_KEY = "$molt"
@@ -230,6 +233,16 @@ def clip(s: Any, limit: int) -> Any:
         return s
     digest = hashlib.sha256(s.encode("utf-8", "replace")).hexdigest()[:16]
     return f"{s[: limit - 18]}…~{digest}"
+
+
+def max_length(model: type[BaseModel], field: str) -> int:
+    """The ``max_length`` a model declares for one of its string fields (a ``ValueError`` when it
+    declares none): for code that rewrites a validated field in place, which must keep its bound."""
+    for constraint in model.model_fields[field].metadata:
+        limit = getattr(constraint, "max_length", None)
+        if isinstance(limit, int):
+            return limit
+    raise ValueError(f"{model.__name__}.{field} declares no max_length")
 
 
 def _to_plain(v: Any) -> Any:

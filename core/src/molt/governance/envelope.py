@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from molt.atdp.models import Event
+from molt.capture.payload import clip, max_length
 
 __all__ = ["CLIENT_FIELDS", "redact_envelope"]
 
@@ -25,6 +26,10 @@ CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metadata.agent_id", ("metadata", "agent_id")),
     ("metadata.task", ("metadata", "task")),
 )
+# A placeholder can be longer than what it replaces ("<EMAIL_ADDRESS_1>" for "a@b.io"): a redacted
+# session id is clipped back to the bound the model declares, or the sealed event would not validate
+# when read back.
+_SESSION_MAX = max_length(Event, "session_id")
 
 
 def redact_envelope(event: Event, redactor: Any, state: Any = None) -> tuple[Event, list[Any]]:
@@ -46,7 +51,7 @@ def redact_envelope(event: Event, redactor: Any, state: Any = None) -> tuple[Eve
         return str(redactor.apply(text, spans, state))
 
     md = event.metadata
-    session = one("session_id", event.session_id) if event.session_id else event.session_id
+    session = clip(one("session_id", event.session_id), _SESSION_MAX) if event.session_id else event.session_id
     md_update: dict[str, Any] = {}
     for path, chain in CLIENT_FIELDS[1:]:
         value = getattr(md, chain[1])
