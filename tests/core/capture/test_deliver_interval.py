@@ -1,5 +1,6 @@
 """``deliver_interval_s`` gathers sink writes (fewer, larger LanceDB appends), and never delays an
-explicit ``flush(deliver=True)`` or ``close()``."""
+explicit ``flush(deliver=True)`` or ``close()``; a ``flush(deliver=True)`` that returns has the
+delivery counted in ``stats``."""
 
 from __future__ import annotations
 
@@ -64,3 +65,27 @@ def test_close_delivers_without_waiting_for_the_interval(tmp_path: Path) -> None
 def test_a_bad_interval_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="deliver_interval_s"):
         Recorder(None, spool_dir=tmp_path / "spool", deliver_interval_s=-1)
+
+
+def test_flush_deliver_returns_with_the_delivery_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``flush(deliver=True)`` returning True means ``stats.delivered`` already counts the delivery,
+    even when the deliverer is between moving the spool's cursor and counting (held open here)."""
+    from molt.capture.spool import Spool
+
+    commit = Spool.commit
+
+    def slow_commit(self: Spool, position: Any) -> None:
+        commit(self, position)
+        time.sleep(0.3)  # the window a thread switch can fall into, made wide
+
+    monkeypatch.setattr(Spool, "commit", slow_commit)
+    sink = _Counting()
+    rec = Recorder(sink, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0)
+    try:
+        tid = rec.new_trajectory()
+        for i in range(16):
+            rec.record(Event(trajectory_id=tid, kind=EventKind.USER_MESSAGE, action=UserMessage(content=f"m{i}")))
+        assert rec.flush(timeout=30, deliver=True)
+        assert rec.stats.delivered == 16 == len(sink.ids)
+    finally:
+        rec.close()

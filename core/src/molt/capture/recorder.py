@@ -381,6 +381,11 @@ class Recorder:
                 if remaining is not None and remaining <= 0:
                     return False
                 self._cond.wait(min(remaining, 0.05) if remaining is not None else 0.05)
+        if deliver:
+            # The deliverer moves the spool's cursor and then its count under this lock: taken once here,
+            # a flush that saw the cursor at the end also sees what it delivered in ``stats``.
+            with self._commit_lock:
+                pass
         self._flush_floor.target = target
         if floor < self._losses_forgotten_end:  # a loss this thread may have had is no longer itemized
             return False
