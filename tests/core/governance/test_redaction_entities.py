@@ -10,11 +10,6 @@ from molt.governance.redaction.base import Span
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def entities():  # type: ignore[no-untyped-def]
-    return detectors.get("entities")()
-
-
 def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     return [(s.entity_type, text[s.start : s.end]) for s in det.detect(text)]
 

@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from molt.governance.redaction import detectors
-
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(scope="module")
-def entities():  # type: ignore[no-untyped-def]
-    return detectors.get("entities")()
 
 
 def found(det, text: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]

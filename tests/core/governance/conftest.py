@@ -1,0 +1,13 @@
+"""Fixtures shared by the redaction tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from molt.governance.redaction import detectors
+
+
+@pytest.fixture(scope="module")
+def entities():  # type: ignore[no-untyped-def]
+    """The registered ``entities`` detector (names, places, organisations, addresses), one per module."""
+    return detectors.get("entities")()
