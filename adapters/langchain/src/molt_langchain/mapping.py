@@ -353,6 +353,7 @@ def _name(name: Any) -> str | None:
 
 
 def _text(msg: Any) -> str | None:
+    text: str | None
     try:
         text = str(msg.text)
     except Exception:
