@@ -68,6 +68,27 @@ def test_a_spacy_pipeline_runs_as_a_molt_detector() -> None:
     assert "vantrell" not in redacted and "Globex" not in redacted and "Widget" in redacted
 
 
+def test_a_spacy_pipeline_fills_gaps_and_does_not_replace_what_molt_found() -> None:
+    """A pipeline's span with wrong bounds or type over a name Molt found loses the overlap (its
+    default score is below the lexicon's); one where Molt found nothing is added."""
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler")
+    ruler.add_patterns(
+        [
+            {"label": "ORG", "pattern": [{"LOWER": "maria"}, {"LOWER": "gonzalez"}, {"LOWER": "paid"}]},
+            {"label": "ORG", "pattern": [{"LOWER": "qzxvtron"}]},
+        ]
+    )
+    text = "Maria Gonzalez paid qzxvtron in full."
+    alone = {(text[s.start : s.end], s.entity_type) for s in Redactor().detect(text)}
+    assert ("Maria Gonzalez", "PERSON") in alone and not any("qzxv" in v for v, _ in alone)
+    with_nlp = Redactor(extra_detectors=[SpacyDetector(nlp)])
+    found = {(text[s.start : s.end], s.entity_type) for s in with_nlp.detect(text)}
+    assert ("Maria Gonzalez", "PERSON") in found
+    assert ("qzxvtron", "ORGANIZATION") in found
+    assert not any(t == "ORGANIZATION" and "Maria" in v for v, t in found)
+
+
 def test_molt_detectors_run_inside_a_presidio_analyzer_engine() -> None:
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
     from presidio_analyzer.nlp_engine import SpacyNlpEngine
