@@ -125,6 +125,46 @@ def test_a_span_error_of_any_shape_is_recorded_as_an_error(proc: MoltTracingProc
     assert outcomes[1].error.message == "plain text" and outcomes[2].error.message == "1.5"
 
 
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
+def test_span_data_of_the_wrong_shape_costs_its_text_not_the_event(proc: MoltTracingProcessor) -> None:
+    """Objects that cannot print themselves (a custom span's name, a span error, a handoff's agents)
+    and fields of another type than the SDK declares (usage, model_config, input, output) are
+    recorded as far as they can be read; strict mode turns a mapper exception into a failure."""
+    from agents.tracing import generation_span, handoff_span
+
+    odd = _Unprintable()
+    with trace("odd shapes"):
+        with custom_span("named oddly") as sp:
+            sp.span_data.name = odd  # type: ignore[assignment]
+            sp.set_error(odd)  # type: ignore[arg-type]
+        with handoff_span(from_agent=odd, to_agent="billing"):  # type: ignore[arg-type]
+            pass
+        with generation_span(input="not a list", output=[{"content": odd}], model=odd,  # type: ignore[arg-type]
+                             model_config=["not", "a", "dict"], usage={"input_tokens": -3,  # type: ignore[arg-type]
+                                                                      "output_tokens": "7"}):
+            pass
+    evs = _events(proc)
+    assert proc.stats.errors == 0 and proc.stats.open_spans == 0
+    by_kind: dict[str, list[Any]] = {}
+    for e in evs:
+        by_kind.setdefault(e.kind.value, []).append(e)
+    custom = next(e for e in evs if e.name == "<unprintable _Unprintable>" and e.kind == EventKind.AGENT_STEP
+                  and e.action.step_type == "custom")
+    assert custom.outcome.status == OutcomeStatus.ERROR and custom.outcome.error.message == "<unprintable _Unprintable>"
+    handoff = next(e for e in evs if e.kind == EventKind.AGENT_STEP and e.action.step_type == "handoff")
+    assert handoff.name == "<unprintable _Unprintable> -> billing"
+    [gen] = by_kind["model_call"]
+    assert gen.action.text == "<unprintable _Unprintable>" and gen.action.sampling is None
+    assert gen.metadata.usage is None or (gen.metadata.usage.input_tokens is None
+                                          and gen.metadata.usage.output_tokens is None)
+
+
 def test_framework_version_is_checked_at_import() -> None:
     code = (
         "import importlib.metadata as m; v = m.version\n"

@@ -32,7 +32,7 @@ from molt.atdp import (
     ToolCallRequest,
     Usage,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome
+from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome, text_of
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 _MAX_MESSAGES = 100
@@ -83,7 +83,7 @@ class AgentsMapper:
                 name=_s(info.get("workflow_name")),
                 session_id=_s(info.get("group_id")),
                 action=AgentStep(
-                    name=str(info.get("workflow_name") or "workflow"),
+                    name=text_of(info.get("workflow_name") or "workflow"),
                     step_type="workflow",
                     inputs=c.payload(info.get("metadata")),
                 ),
@@ -145,7 +145,7 @@ class AgentsMapper:
             outcome = error_outcome(
                 {
                     "type": message if isinstance(message, str) and message else "SpanError",
-                    "message": str(detail or message or error),
+                    "message": text_of(detail or message or error),
                 }
             )
         else:
@@ -164,7 +164,7 @@ class AgentsMapper:
                 EventKind.TOOL_CALL,
                 name=_s(data.name),
                 action=ToolCall(
-                    tool_name=str(data.name or "tool"),
+                    tool_name=text_of(data.name or "tool"),
                     call_id=call_id,
                     arguments=c.payload(_json_or_str(data.input)),
                 ),
@@ -179,7 +179,7 @@ class AgentsMapper:
             ev = c.event(
                 EventKind.AGENT_STEP,
                 name=_s(name),
-                action=AgentStep(name=str(name), step_type=step_type, inputs=c.payload(inputs)),
+                action=AgentStep(name=text_of(name), step_type=step_type, inputs=c.payload(inputs)),
                 outcome=outcome or Outcome(output=c.payload(output)),
                 **common,
             )
@@ -191,21 +191,13 @@ class AgentsMapper:
         c = self.capture
         if stype == "generation":
             model = data.model
-            msgs = list(data.input or [])
-            out_msgs = list(data.output or [])
-            text = " ".join(str(m.get("content")) for m in out_msgs if isinstance(m, dict) and m.get("content")) or None
-            calls = [tc for m in out_msgs if isinstance(m, dict) for tc in m.get("tool_calls") or []]
-            requests = [
-                (
-                    tc.get("id"),
-                    (tc.get("function") or {}).get("name") or "?",
-                    (tc.get("function") or {}).get("arguments") or "",
-                )
-                for tc in calls
-            ]
-            usage = data.usage or {}
+            msgs = _items(data.input)
+            out_msgs = _items(data.output)
+            text = " ".join(text_of(m["content"]) for m in out_msgs if isinstance(m, dict) and m.get("content")) or None
+            requests = _requested(out_msgs)
+            usage = data.usage if isinstance(data.usage, dict) else {}
             finish = None
-            config = data.model_config or {}
+            config = data.model_config if isinstance(data.model_config, dict) else {}
         else:  # a Responses API call
             resp = data.response
             model = getattr(resp, "model", None)
@@ -215,12 +207,16 @@ class AgentsMapper:
                 else ([{"role": "user", "content": data.input}] if data.input else [])
             )
             texts, requests = [], []
-            for item in getattr(resp, "output", None) or []:
+            for item in _items(getattr(resp, "output", None)):
                 itype = getattr(item, "type", None)
                 if itype == "message":
-                    texts += [getattr(p, "text", "") for p in getattr(item, "content", None) or []]
+                    parts = _items(getattr(item, "content", None))
+                    texts += [text_of(t) for p in parts if (t := getattr(p, "text", None))]
                 elif itype == "function_call":
-                    requests.append((getattr(item, "call_id", None), item.name, item.arguments or ""))
+                    call_id = getattr(item, "call_id", None)
+                    name = text_of(getattr(item, "name", None) or "?")
+                    requests.append((None if call_id is None else text_of(call_id), name,
+                                     getattr(item, "arguments", None) or ""))
             text = "".join(texts) or None
             u = getattr(resp, "usage", None)
             usage = (
@@ -230,36 +226,28 @@ class AgentsMapper:
                     "total_tokens": getattr(u, "total_tokens", None),
                 }
                 if u is not None
-                else (data.usage or {})
+                else (data.usage if isinstance(data.usage, dict) else {})
             )
             finish = getattr(resp, "status", None)
             config = {}
         self._asked.setdefault(parent_key, []).extend(requests)
-        total = usage.get("total_tokens")
-        if total is None and usage.get("input_tokens") is not None and usage.get("output_tokens") is not None:
-            total = usage["input_tokens"] + usage["output_tokens"]
-        u_obj = (
-            Usage(
-                input_tokens=usage.get("input_tokens"),
-                output_tokens=usage.get("output_tokens"),
-                total_tokens=total,
-            )
-            if usage
-            else None
-        )
+        tokens_in, tokens_out, total = (_count(usage.get(k)) for k in ("input_tokens", "output_tokens", "total_tokens"))
+        if total is None and tokens_in is not None and tokens_out is not None:
+            total = tokens_in + tokens_out
+        u_obj = Usage(input_tokens=tokens_in, output_tokens=tokens_out, total_tokens=total) if usage else None
         sampling = {k: c.payload(config[k]) for k in _SAMPLING_KEYS if config.get(k) is not None} or None
         action = Generation(
-            model=str(model) if model else None,
+            model=text_of(model) if model else None,
             text=c.payload(text) if text else None,
             tool_calls=[ToolCallRequest(id=i, name=n, arguments=c.payload(_json_or_str(a))) for i, n, a in requests]
             or None,
-            finish_reason=("tool_calls" if requests else "stop") if finish is None else str(finish),
+            finish_reason=("tool_calls" if requests else "stop") if finish is None else text_of(finish),
             sampling=sampling,
         )
         return c.event(
             EventKind.MODEL_CALL,
-            name=str(model) if model else stype,
-            model=str(model) if model else None,
+            name=text_of(model) if model else stype,
+            model=text_of(model) if model else None,
             usage=u_obj,
             action=action,
             observation=_observation(c, msgs),
@@ -283,7 +271,35 @@ class AgentsMapper:
 
 
 def _s(v: Any) -> str | None:
-    return str(v)[:512] if v is not None else None
+    return text_of(v)[:512] if v is not None else None
+
+
+def _requested(out_msgs: list[Any]) -> list[tuple[Any, Any, Any]]:
+    """(id, name, arguments) of each tool call the output messages ask for; parts of another shape
+    than the Chat Completions one are skipped (the output itself is kept in the observation)."""
+    out = []
+    for m in out_msgs:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        for tc in calls if isinstance(calls, list) else []:
+            if isinstance(tc, dict):
+                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                call_id = tc.get("id")
+                out.append((None if call_id is None else text_of(call_id), text_of(fn.get("name") or "?"),
+                            fn.get("arguments") or ""))
+    return out
+
+
+def _count(v: Any) -> int | None:
+    """A token count as ATDP takes it (a non-negative integer), else unknown."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _items(v: Any) -> list[Any]:
+    """A span's message list as a list: None is none, a value of another shape is one item (the
+    observation keeps what it cannot read as a message under ``data.items``)."""
+    if v is None:
+        return []
+    return list(v) if isinstance(v, list | tuple) else [v]
 
 
 def _json_or_str(v: Any) -> Any:
@@ -323,7 +339,7 @@ def _observation(c: Capture, msgs: list[Any]) -> Observation | None:
         out.append(
             Message(
                 role=m["role"],
-                content=content if isinstance(content, str | list) or content is None else str(content),
+                content=content if isinstance(content, str | list) or content is None else text_of(content),
                 tool_call_id=m.get("tool_call_id"),
                 tool_calls=calls,
                 name=m.get("name") if m["role"] != "tool" else None,
@@ -348,7 +364,7 @@ def _step(stype: str, data: Any) -> tuple[str, str, Any, Any]:
         )
     if stype == "handoff":
         return (
-            f"{data.from_agent} -> {data.to_agent}",
+            f"{text_of(data.from_agent)} -> {text_of(data.to_agent)}",
             "handoff",
             {"from_agent": data.from_agent},
             {"to_agent": data.to_agent},
@@ -356,15 +372,15 @@ def _step(stype: str, data: Any) -> tuple[str, str, Any, Any]:
     if stype == "guardrail":
         return data.name, "guardrail", None, {"triggered": bool(data.triggered)}
     if stype == "mcp_tools":
-        return f"mcp:{data.server}", "mcp.list_tools", {"server": data.server}, {"tools": data.result}
+        return f"mcp:{text_of(data.server)}", "mcp.list_tools", {"server": data.server}, {"tools": data.result}
     if stype == "turn":
-        return f"turn {data.turn}: {data.agent_name}", "turn", None, {"usage": data.usage}
+        return f"turn {text_of(data.turn)}: {text_of(data.agent_name)}", "turn", None, {"usage": data.usage}
     if stype == "task":
-        return str(data.name), "task", None, {"usage": data.usage}
+        return text_of(data.name), "task", None, {"usage": data.usage}
     exported = _export(data)
     if stype == "custom":
-        return str(exported.get("name") or "custom"), "custom", None, exported.get("data")
-    return str(exported.get("name") or stype), stype, None, exported
+        return text_of(exported.get("name") or "custom"), "custom", None, exported.get("data")
+    return text_of(exported.get("name") or stype), stype, None, exported
 
 
 def _export(data: Any) -> dict[str, Any]:

@@ -66,6 +66,7 @@ from molt.capture.payload import (
     bound_payload,
     clip,
     error_outcome,
+    text_of,
 )
 from molt.errors import AdapterError
 
@@ -91,6 +92,7 @@ __all__ = [
     "error_outcome",
     "require_framework",
     "set_default_recorder",
+    "text_of",
 ]
 
 log = logging.getLogger("molt.capture.adapt")

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from molt.atdp.models import ErrorInfo, Outcome, OutcomeStatus
 
 __all__ = ["MARKER_KEY", "MAX_FIELD_BYTES", "BlobStore", "DirectoryBlobStore", "bound_payload", "clip", "error_outcome",
-           "max_length"]
+           "max_length", "text_of"]
 
 #: The key that marks a structural truncation or a dropped blob inside a bounded payload.
 MARKER_KEY = "$molt"
@@ -226,6 +226,13 @@ def _unfailing(fn: Callable[[Any], str], v: Any) -> str:
         return f"<unprintable {type(v).__name__}>"
 
 
+def text_of(value: Any) -> str:
+    """``str(value)``, or ``<unprintable TYPE>`` when its ``__str__`` raises: for a mapper that puts a
+    framework object's name or label into an event, so that an object which cannot print itself
+    costs that text, not the event."""
+    return value if isinstance(value, str) else _unfailing(str, value)
+
+
 def clip(s: Any, limit: int) -> Any:
     """A string cut to ``limit`` characters, ending in a digest of the whole so that distinct long
     values stay distinct; anything else unchanged."""
@@ -378,7 +385,7 @@ def error_outcome(
     ``timeout``, ``KeyboardInterrupt`` ``interrupted``; anything else ``error``, unless ``status`` says.
     """
     if isinstance(exc, BaseException):
-        etype, message = type(exc).__name__, str(exc) or type(exc).__name__
+        etype, message = type(exc).__name__, text_of(exc) or type(exc).__name__
         if status is None:
             if isinstance(exc, GeneratorExit) or etype == "CancelledError":
                 status = OutcomeStatus.CANCELLED
@@ -387,10 +394,10 @@ def error_outcome(
             elif isinstance(exc, KeyboardInterrupt):
                 status = OutcomeStatus.INTERRUPTED
     elif isinstance(exc, Mapping):
-        etype = str(exc.get("type") or exc.get("code") or "Error")
-        message = str(exc.get("message") or exc)
+        etype = text_of(exc.get("type") or exc.get("code") or "Error")
+        message = text_of(exc.get("message") or exc)
     else:
-        etype, message = "Error", str(exc)
+        etype, message = "Error", text_of(exc)
     return Outcome(
         status=status or OutcomeStatus.ERROR,
         output=output,
