@@ -101,6 +101,26 @@ def test_post_without_pre_and_interrupted_turn(hooks: MoltClaudeHooks) -> None:
     assert [t.outcome.status for t in turns] == [OutcomeStatus.INTERRUPTED, OutcomeStatus.OK]
 
 
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
+def test_values_that_cannot_print_themselves_cost_their_text_not_the_event(hooks: MoltClaudeHooks) -> None:
+    """A tool name, an error and an unknown hook name that are objects, not strings (strict mode
+    turns a mapper exception into a failure)."""
+    _fire(hooks, "UserPromptSubmit", prompt="go")
+    _fire(hooks, "PostToolUseFailure", tool_name=_Unprintable(), tool_input={}, tool_use_id="t1", error=_Unprintable())
+    assert asyncio.run(hooks._on_hook({"session_id": "s1", "hook_event_name": _Unprintable()}, None, None)) == {}
+    _fire(hooks, "Stop", stop_hook_active=False)
+    evs = _events(hooks)
+    [tool] = [e for e in evs if e.kind == EventKind.TOOL_CALL]
+    assert tool.name == "<unprintable _Unprintable>" and tool.outcome.error.message == "<unprintable _Unprintable>"
+    assert hooks.stats.errors == 0
+
+
 def test_attach_keeps_the_users_hooks(hooks: MoltClaudeHooks) -> None:
     seen: list[str] = []
 

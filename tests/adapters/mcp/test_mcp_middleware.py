@@ -89,6 +89,36 @@ def test_unknown_resource_is_an_error_outcome(rec: Any) -> None:
     assert ev.kind == EventKind.RETRIEVAL and ev.outcome.status == OutcomeStatus.ERROR
 
 
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    __repr__ = __str__
+
+
+def test_a_request_of_the_wrong_shape_costs_its_text_not_the_event(rec: Any) -> None:
+    """Params that are not a mapping and a request id that cannot print itself: the call is still
+    recorded (strict mode turns a mapper exception into a failure)."""
+    from mcp.server.context import ServerRequestContext
+
+    mw = MoltMiddleware(rec, strict=True)
+
+    async def go() -> None:
+        for params, req_id in ((["not", "a", "mapping"], 7), ({"name": "lookup"}, _Unprintable())):
+            ctx = ServerRequestContext(session=None, lifespan_context={}, protocol_version="2026-07-28",
+                                       method="tools/call", params=params, request_id=req_id)
+
+            async def ok(c: Any) -> Any:
+                return {"content": [{"type": "text", "text": "done"}]}
+
+            await mw(ctx, ok)
+
+    asyncio.run(go())
+    evs = _events(mw, rec)
+    assert [e.kind for e in evs] == [EventKind.TOOL_CALL, EventKind.TOOL_CALL] and mw.stats.errors == 0
+    assert evs[1].metadata.tags["mcp_request_id"] == "<unprintable _Unprintable>"
+
+
 @pytest.mark.slow
 def test_proxy_in_front_of_a_stdio_server(rec: Any) -> None:
     upstream = StdioServerParameters(command=sys.executable, args=[str(SCRIPTED)], env=dict(os.environ))

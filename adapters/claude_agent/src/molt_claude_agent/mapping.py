@@ -28,7 +28,7 @@ from molt.atdp.models import (
     ToolCall,
     UserMessage,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, error_outcome
+from molt.capture.adapt import Capture, OpenSpan, SpanTable, error_outcome, text_of
 
 __all__ = ["HookMapper"]
 
@@ -49,7 +49,7 @@ class HookMapper:
     def on_hook(self, data: Mapping[str, Any], tool_use_id: str | None, t_ns: int) -> None:
         """Map one hook input (``data`` is what the SDK passed the hook callback)."""
         name = data.get("hook_event_name")
-        handler = _HANDLERS.get(str(name))
+        handler = _HANDLERS.get(name) if isinstance(name, str) else None
         if handler is not None:
             handler(self, data, tool_use_id, t_ns)
 
@@ -96,7 +96,7 @@ class HookMapper:
             self._record_agent(sp, t_ns, outcome)
 
     def prompt(self, data: Mapping[str, Any], _tid: str | None, t_ns: int) -> None:
-        session = str(data.get("session_id") or "")
+        session = text_of(data.get("session_id") or "")
         old = self._turn.get(session)
         if old is not None and old in self.spans:
             self._end_turn(
@@ -108,7 +108,7 @@ class HookMapper:
         key = self._open_turn(session, t_ns, prompt)
         turn = self.spans.get(key)
         assert turn is not None
-        content = prompt if isinstance(prompt, str) else str(prompt)
+        content = prompt if isinstance(prompt, str) else text_of(prompt)
         self.capture.record(
             self.capture.event(
                 EventKind.USER_MESSAGE,
@@ -132,7 +132,7 @@ class HookMapper:
             self._end_turn(key, t_ns, error_outcome(reason))
 
     def stop(self, data: Mapping[str, Any], _tid: str | None, t_ns: int) -> None:
-        session = str(data.get("session_id") or "")
+        session = text_of(data.get("session_id") or "")
         key = self._turn_key(session, t_ns)
         if key in self.spans:
             out = self.capture.payload(data.get("last_assistant_message"))
@@ -147,13 +147,13 @@ class HookMapper:
         return self._turn_key(session, t_ns)
 
     def pre_tool(self, data: Mapping[str, Any], tool_use_id: str | None, t_ns: int) -> None:
-        session = str(data.get("session_id") or "")
+        session = text_of(data.get("session_id") or "")
         call_id = data.get("tool_use_id") or tool_use_id
         self.spans.open(
             ("tool", session, call_id),
             self._parent(data, session, t_ns),
             t_ns,
-            tool=str(data.get("tool_name") or "unknown"),
+            tool=text_of(data.get("tool_name") or "unknown"),
             call_id=call_id,
             args=data.get("tool_input"),
         )
@@ -167,11 +167,11 @@ class HookMapper:
     def tool_failure(self, data: Mapping[str, Any], tool_use_id: str | None, t_ns: int) -> None:
         sp = self._close_tool(data, tool_use_id, t_ns)
         status = OutcomeStatus.INTERRUPTED if data.get("is_interrupt") else OutcomeStatus.ERROR
-        err = {"type": "ToolError", "message": str(data.get("error") or "the tool failed")}
+        err = {"type": "ToolError", "message": text_of(data.get("error") or "the tool failed")}
         self._record_tool(sp, t_ns, error_outcome(err, status=status))
 
     def _close_tool(self, data: Mapping[str, Any], tool_use_id: str | None, t_ns: int) -> OpenSpan:
-        session = str(data.get("session_id") or "")
+        session = text_of(data.get("session_id") or "")
         key = ("tool", session, data.get("tool_use_id") or tool_use_id)
         if key not in self.spans:  # no PreToolUse seen: the SDK's duration stands in for the start
             start = t_ns - _duration_ns(data.get("duration_ms"))
@@ -190,7 +190,7 @@ class HookMapper:
             outcome=outcome,
             action=ToolCall(
                 tool_name=d["tool"],
-                call_id=None if d["call_id"] is None else str(d["call_id"]),  # the CLI's JSON: any type
+                call_id=None if d["call_id"] is None else text_of(d["call_id"]),  # the CLI's JSON: any type
                 arguments=self.capture.payload(d["args"]),
             ),
         )
@@ -198,16 +198,16 @@ class HookMapper:
     # ------------------------------------------------------------------ sub-agents
 
     def subagent_start(self, data: Mapping[str, Any], _tid: str | None, t_ns: int) -> None:
-        session = str(data.get("session_id") or "")
+        session = text_of(data.get("session_id") or "")
         self.spans.open(
             ("agent", session, data.get("agent_id")),
             self._turn_key(session, t_ns),
             t_ns,
-            agent_type=str(data.get("agent_type") or "subagent"),
+            agent_type=text_of(data.get("agent_type") or "subagent"),
         )
 
     def subagent_stop(self, data: Mapping[str, Any], _tid: str | None, t_ns: int) -> None:
-        session = str(data.get("session_id") or "")
+        session = text_of(data.get("session_id") or "")
         key = ("agent", session, data.get("agent_id"))
         if key not in self.spans:
             self.subagent_start(data, None, t_ns)

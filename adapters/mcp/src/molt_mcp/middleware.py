@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -40,6 +41,7 @@ from molt.capture.adapt import (
     Capture,
     bound_payload,
     error_outcome,
+    text_of,
 )
 from molt.capture.instrumentor import Instrumentor
 from molt.harness import DEFAULT_POLL_S
@@ -206,7 +208,9 @@ class MoltMiddleware(Instrumentor):
 
 
 def _trajectory_key(ctx: Any) -> tuple[Any, str | None]:
-    meta = ctx.meta if isinstance(ctx.meta, dict) else (ctx.params or {}).get("_meta") or {}
+    params = ctx.params if isinstance(ctx.params, Mapping) else {}
+    meta = ctx.meta if isinstance(ctx.meta, dict) else params.get("_meta")
+    meta = meta if isinstance(meta, Mapping) else {}
     tid = meta.get("io.molt/trajectory")
     if _is_id(tid):  # a client's malformed id is ignored, not allowed to cost the event
         parent = meta.get("io.molt/parent")
@@ -217,7 +221,7 @@ def _trajectory_key(ctx: Any) -> tuple[Any, str | None]:
     conn = getattr(ctx.session, "_connection", None)  # the SDK's per-connection state (private)
     sid = getattr(conn, "session_id", None)
     if sid:
-        return ("session", str(sid)), None
+        return ("session", text_of(sid)), None
     if getattr(ctx, "request", None) is not None:
         return None, None  # HTTP without a session: nothing ties two requests to one client
     if conn is not None and getattr(ctx, "protocol_version", None) not in MODERN_PROTOCOL_VERSIONS:
@@ -257,7 +261,7 @@ class _Mapper:
         if key is None:
             return self.capture.new_trajectory()
         if key[0] == "molt":
-            return str(key[1])
+            return text_of(key[1])
         tid = self._trajectories.get(key)
         if tid is None:
             tid = self._trajectories[key] = self.capture.new_trajectory()
@@ -280,14 +284,14 @@ class _Mapper:
         exc: BaseException | None,
     ) -> None:
         c = self.capture
-        p = dict(params or {})
+        p = dict(params) if isinstance(params, Mapping) else {}
         res = _plain(result)
         common: dict[str, Any] = dict(
             trajectory_id=self._trajectory(key),
             parent_id=parent,
             start_ns=t0,
             end_ns=t1,
-            tags={"mcp_request_id": str(request_id)},
+            tags={"mcp_request_id": text_of(request_id)},
         )
         if exc is not None:
             outcome: Outcome | None = error_outcome(exc)
@@ -299,7 +303,7 @@ class _Mapper:
         else:
             outcome = None
         if method == "tools/call":
-            name = str(p.get("name") or "tool")
+            name = text_of(p.get("name") or "tool")
             output = None
             if outcome is None and isinstance(res, dict):
                 output = res.get("structuredContent", res.get("content"))
@@ -311,7 +315,7 @@ class _Mapper:
                 **common,
             )
         elif method == "resources/read":
-            uri = str(p.get("uri") or "")
+            uri = text_of(p.get("uri") or "")
             contents = (res or {}).get("contents") if isinstance(res, dict) else None
             ev = c.event(
                 EventKind.RETRIEVAL,
@@ -322,7 +326,7 @@ class _Mapper:
                 **common,
             )
         elif method == "prompts/get":
-            name = str(p.get("name") or "prompt")
+            name = text_of(p.get("name") or "prompt")
             msgs = (res or {}).get("messages") if isinstance(res, dict) else None
             ev = c.event(
                 EventKind.AGENT_STEP,
@@ -360,8 +364,8 @@ def _plain(result: Any) -> Any:
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return " ".join(str(c.get("text")) for c in content if isinstance(c, dict) and c.get("text"))[:4000]
-    return str(content or "")[:4000]
+        return " ".join(text_of(c["text"]) for c in content if isinstance(c, dict) and c.get("text"))[:4000]
+    return text_of(content or "")[:4000]
 
 
 def _passages(c: Capture, contents: list[Any]) -> Observation:
@@ -372,7 +376,7 @@ def _passages(c: Capture, contents: list[Any]) -> Observation:
         if not isinstance(item, dict):
             continue
         if "text" in item:
-            text = bound_payload(str(item["text"]), max_bytes=budget)
+            text = bound_payload(text_of(item["text"]), max_bytes=budget)
         else:  # a blob: never inline, a note with its size and digest instead
             text = bound_payload(item.get("blob", ""), max_bytes=budget, blob_store=c.blob_store)
         out.append(
