@@ -737,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(_table(f"Redaction accuracy, {title} (n={len(rs)},{scope} IoU ≥ 0.5)", m, p, IN_SCOPE, chars))
         if args.errors:
             _print_errors(console, redactor, dev, args.errors, skip)
-            return
+            return 0
         if skip is not None:
             console.print(_full_scope_table(redactor, sets, presidio_predict if analyzer else None))
 
