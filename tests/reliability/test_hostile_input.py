@@ -240,16 +240,17 @@ def test_langchain_mapping_of_arbitrary_callback_payloads_never_raises_and_recor
         else:
             handler.on_tool_end(tool_out, run_id=tool)
             handler.on_chain_end(out, run_id=chain)
+        # checked per example, so that hypothesis shrinks and prints the example that breaks a chain
+        assert handler.flush(timeout=60, deliver=True)
+        assert rec.flush(timeout=60, deliver=True)
+        for tid in {r.x["trajectory_id"] for r in sink.events.values()}:
+            sealed = sink.sealed_events(tid)
+            assert verify_chain(tid, sealed).ok
+            for s in sealed:
+                unseal(s.envelope, s.payload)  # every stored record is a valid ATDP event
 
     run()
-    assert handler.flush(timeout=60, deliver=True)
-    assert rec.flush(timeout=60, deliver=True)
     assert sink.events, "nothing was recorded"
-    for tid in {r.x["trajectory_id"] for r in sink.events.values()}:
-        sealed = sink.sealed_events(tid)
-        assert verify_chain(tid, sealed).ok
-        for s in sealed:
-            unseal(s.envelope, s.payload)  # every stored record is a valid ATDP event
     rec.close()
 
 
