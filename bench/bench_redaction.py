@@ -82,6 +82,11 @@ detectors learn about words is kept per lexicon for the whole process, so a pass
 ids and names of an earlier one again). The typical set also reports how many inserted PII
 values were fully redacted and how many spans fell outside them.
 
+The typical events' names are Faker's, which the lexicons are built from; one more line scores the same
+traffic (2,000 events) with people's names invented (:func:`invented_name`: shaped like names, in no
+list), which the detectors can find only by their context, for the default redactor and for one without
+mentions (``Redactor(mentions=False)``: a name found is not looked for again in the rest of the event).
+
 Bad input: binary, huge (under and over ``max_event_bytes``), deeply nested and ReDoS-shaped payloads,
 each with an e-mail and a card planted in it, through the default ``GovernancePipeline``: the outcome
 (redacted and accepted, or quarantined and what its record keeps), the CPU time of that one event, and
@@ -217,8 +222,24 @@ def _leaves(value: Any, out: list[str]) -> None:
             _leaves(v, out)
 
 
-def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35) -> list[TrafficItem]:
-    """``n`` support-agent events of about 1 KB of text each; ``pii_rate`` of them carry PII."""
+def invented_name(rng: random.Random) -> str:
+    """A word shaped like a name that no lexicon of Molt's lists (no first or last name, no place,
+    no English word): the names Molt's lexicons were not built from, found only by context."""
+    from molt.governance.redaction.lexicon import fold, get_lexicon
+
+    lx = get_lexicon()
+    while True:
+        word = "".join(rng.choice(c) for c in ("bdfgklmnprstvz", "aeiou", "lnrst", "aeiou", "bdkmnrstvz"))
+        word += rng.choice(["", "a", "o", "en", "ic", "ova", "sen"])
+        f = fold(word)
+        if not (f in lx.first_names or f in lx.last_names or lx.zipf(f) or f in lx.cities or f in lx.regions):
+            return word.capitalize()
+
+
+def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35, invented: bool = False) -> list[TrafficItem]:
+    """``n`` support-agent events of about 1 KB of text each; ``pii_rate`` of them carry PII. With
+    ``invented``, people's names are :func:`invented_name`\\ s instead of Faker's (which the
+    lexicons hold)."""
     from faker import Faker
 
     rng = random.Random(seed)
@@ -232,7 +253,8 @@ def agent_traffic(n: int, *, seed: int = 7, pii_rate: float = 0.35) -> list[Traf
         product = rng.choice(PRODUCTS)
         date = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
         kind = i % 4
-        name = f"{fake.first_name()} {fake.last_name()}"  # no titles: they are not redacted
+        # no titles: they are not redacted
+        name = f"{invented_name(rng)} {invented_name(rng)}" if invented else f"{fake.first_name()} {fake.last_name()}"
         first = name.split()[0] if with_pii else ""
         email = fake.email()
         if kind == 0:  # model call: system + user + assistant reply
@@ -866,6 +888,16 @@ def main(argv: list[str] | None = None) -> int:
             f"Typical agent events: {covered}/{values} inserted PII values fully redacted "
             f"({covered / max(values, 1):.1%}); {stray} spans outside them over {n_ev} events "
             f"({stray / n_ev:.2f} per event)."
+        )
+        # the same traffic with names no lexicon holds, with and without mentions (a name found
+        # where a cue introduces it, looked for again in the rest of the event)
+        invented = agent_traffic(2000, seed=13, invented=True)
+        cov = [_typical_coverage(r, invented) for r in (redactor, Redactor(mentions=False))]
+        console.print(
+            f"The same traffic, people's names invented (no lexicon holds them; 2,000 events): "
+            f"{cov[0][1]}/{cov[0][0]} values fully redacted ({cov[0][1] / max(cov[0][0], 1):.1%}), "
+            f"{cov[0][2]} spans outside them; without mentions {cov[1][1]}/{cov[1][0]} "
+            f"({cov[1][1] / max(cov[1][0], 1):.1%}), {cov[1][2]} outside."
         )
 
     dense = _texts_1kb(records, 200)

@@ -149,6 +149,22 @@ class EntityDetector:
         country-level places."""
         return self.facts.country_level(phrase)
 
+    def identifies_alone(self, word: str, initial: bool) -> bool:
+        """Whether ``word``, one word of a person's name found in the same text or event, names
+        that person when it is written alone (see :mod:`~molt.governance.redaction.mentions`): two
+        letters or more, no title or name suffix ("Mr", "Jr"), and not frequent English — by the
+        test a capitalised run's words get mid-sentence (Zipf ≥ 3, unless a first or last name below
+        Zipf 6: "Smith" is, "Will" is not), and by Zipf < 3 alone at the start of a sentence or a
+        field (``initial``), where a capital says nothing ("Mark the ticket …")."""
+        f, first, last, z = self.facts.lookup(word)
+        if len(f) < 2 or not f.replace("-", "").replace("'", "").isalpha():
+            return False
+        if f in self.lex.name_prefixes or f in NAME_SUFFIXES:
+            return False
+        if initial:
+            return z < 3.0
+        return not (z >= 3.0 and not ((first or last) and z < 6.0))
+
     # ------------------------------------------------------------------ lexicon helpers
 
     def _plural_noun(self, w: RunWord) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from molt.errors import GovernanceError, MoltError
 from molt.governance.redaction.base import DIGIT, Detector, Span, detectors
+from molt.governance.redaction.mentions import MENTION, MENTION_TYPES, Alone, with_mentions
 from molt.governance.redaction.policy import RedactionPolicy, ReplacementMode, policies
 from molt.registry import Registry
 
@@ -56,6 +57,14 @@ def resolve_overlaps(spans: list[Span]) -> list[Span]:
     return taken
 
 
+def _own(spans: list[Span]) -> list[Span]:
+    """``spans`` without the mentions (:mod:`~molt.governance.redaction.mentions`): what a text yields alone."""
+    for sp in spans:
+        if sp.detector == MENTION:
+            return [sp for sp in spans if sp.detector != MENTION]
+    return spans
+
+
 class ReplacementState:
     """Per-scope memory for placeholder numbering: the same value gets the same ``<TYPE_n>``.
 
@@ -89,7 +98,9 @@ class Redactor:
 
     ``cache_size`` bounds the memo :meth:`detect_many` keeps (digest of a field's text → spans,
     :func:`~molt.governance.redaction.base.text_key`; no text is stored) and turns the detectors'
-    own memos off when 0 — use 0 to time repeated texts.
+    own memos off when 0 — use 0 to time repeated texts. ``mentions=False`` leaves out what
+    :mod:`~molt.governance.redaction.mentions` adds (every further occurrence of a name found), so
+    each occurrence is judged by the words around it alone.
     """
 
     def __init__(
@@ -98,6 +109,7 @@ class Redactor:
         *,
         extra_detectors: list[Detector] | None = None,
         cache_size: int = 4096,
+        mentions: bool = True,
     ):
         self.policy = policy or policies.get("default")
         try:
@@ -119,6 +131,16 @@ class Redactor:
                 if callable(judge):
                     self._country_level = judge
                     break
+        # a name found once is looked for again in the same text or event (molt.governance.redaction.
+        # mentions); a detector that knows names says which word of a person's name names them alone
+        self._mentions = mentions and bool(MENTION_TYPES & wanted)
+        self._alone: Alone | None = None
+        for d in self.detectors:
+            alone = getattr(d, "identifies_alone", None)
+            if callable(alone):
+                self._alone = alone
+                break
+        self._stock_detect = type(self).detect is Redactor.detect
         if cache_size == 0:  # no memo anywhere: the detectors' own (the entity run memo) off too
             for d in self.detectors:
                 if hasattr(d, "memo_size"):
@@ -136,7 +158,19 @@ class Redactor:
 
     def detect(self, text: str) -> list[Span]:
         """The spans the policy would replace in ``text``: in scope, above ``min_score``, not
-        allow-listed, overlaps resolved."""
+        allow-listed, overlaps resolved, and every further occurrence of a name found in it
+        (:func:`~molt.governance.redaction.mentions.with_mentions`)."""
+        spans = self._detect_one(text)
+        if spans and self._mentions:
+            spans = with_mentions([text], [spans], self._alone)[0]
+        return spans
+
+    def _detect_own(self, text: str) -> list[Span]:
+        """A custom redactor's :meth:`detect`, less the mentions it looked for."""
+        return _own(self.detect(text))
+
+    def _detect_one(self, text: str) -> list[Span]:
+        """What the detectors find in ``text`` under the policy, before mentions are looked for."""
         if not text or text.isspace():
             return []
         policy = self.policy
@@ -172,11 +206,13 @@ class Redactor:
         return resolve_overlaps(found)
 
     def detect_many(self, texts: list[str]) -> list[list[Span]]:
-        """:meth:`detect` for each of ``texts`` (the string fields of one event), in one pass.
+        """:meth:`detect` for each of ``texts`` (the string fields of one event), in one pass; a name
+        found in any of them is looked for in all of them (the event is the scope of its mentions).
 
         The texts not seen before are joined by blank lines (no detector matches across one) and
         detected together, so thirty short fields cost one pass, not thirty; texts seen before
-        (by digest) reuse their spans.
+        (by digest) reuse their spans. The memo holds what each text yields alone: mentions, which
+        depend on the other fields, are looked for after it, every time.
         """
         out: list[list[Span] | None] = [None] * len(texts)
         todo: list[int] = []
@@ -190,8 +226,12 @@ class Redactor:
                     out[i] = hit
                     continue
             todo.append(i)
+        # detect() is the seam a custom redactor overrides, so an override is what runs here, the
+        # mentions it adds within one text dropped; the stock one runs its detectors alone. Mentions
+        # are looked for once, below, over all the texts.
+        detect = self._detect_one if self._stock_detect else self._detect_own
         if len(todo) == 1:
-            out[todo[0]] = self.detect(texts[todo[0]])
+            out[todo[0]] = detect(texts[todo[0]])
         elif todo:
             batch = [texts[i] for i in todo]
             joined = _SEPARATOR.join(batch)
@@ -201,7 +241,7 @@ class Redactor:
                 bases.append(pos)
                 pos += len(t) + len(_SEPARATOR)
             found: list[list[Span]] = [[] for _ in batch]
-            for sp in self.detect(joined):
+            for sp in detect(joined):
                 j = bisect_right(bases, sp.start) - 1
                 start, end = sp.start, sp.end
                 base = bases[j]
@@ -224,6 +264,8 @@ class Redactor:
                 digest = keys[i]
                 if digest is not None:
                     cache[digest] = out[i]  # type: ignore[assignment]
+        if self._mentions and any(out):
+            return with_mentions(texts, out, self._alone)  # type: ignore[arg-type]
         return out  # type: ignore[return-value]
 
     def mode_of(self, entity_type: str) -> ReplacementMode:
