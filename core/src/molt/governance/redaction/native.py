@@ -49,7 +49,8 @@ __all__ = ["MODULES", "NativeBuildError", "activate", "build", "native_dir", "pr
 #: (pydantic models, the registry) is typed ``Any`` in the build and stays an ordinary Python call.
 MODULES = (
     "checksums", "lexicon", "patterns", "internet", "credentials", "national_ids", "addresses", "entity_words",
-    "positions", "entity_facts", "entity_lowercase", "entity_context", "entities", "mentions", "redactor", "walk",
+    "positions", "entity_facts", "entity_lowercase", "entity_context", "entities", "mentions", "redactor", "fields",
+    "walk",
 )  # fmt: skip
 PACKAGE = "molt.governance.redaction"
 _HERE = Path(__file__).resolve().parent

@@ -205,20 +205,27 @@ class Redactor:
             found = [s for s in found if s.entity_type != "LOCATION" or not judge(text[s.start : s.end])]
         return resolve_overlaps(found)
 
-    def detect_many(self, texts: list[str]) -> list[list[Span]]:
+    def detect_many(self, texts: list[str], known: list[list[Span] | None] | None = None) -> list[list[Span]]:
         """:meth:`detect` for each of ``texts`` (the string fields of one event), in one pass; a name
         found in any of them is looked for in all of them (the event is the scope of its mentions).
+        ``known[i]``, where given and not None, is what ``texts[i]`` holds already (a field whose
+        key says what its value is, :mod:`~molt.governance.redaction.fields`): no detector runs on
+        it, and the names in it are looked for in the other texts like those found.
 
         The texts not seen before are joined by blank lines (no detector matches across one) and
         detected together, so thirty short fields cost one pass, not thirty; texts seen before
         (by digest) reuse their spans. The memo holds what each text yields alone: mentions, which
         depend on the other fields, are looked for after it, every time.
         """
-        out: list[list[Span] | None] = [None] * len(texts)
+        if known is not None and len(known) != len(texts):
+            raise ValueError(f"known has {len(known)} entries for {len(texts)} texts")
+        out: list[list[Span] | None] = [None] * len(texts) if known is None else list(known)
         todo: list[int] = []
         keys: list[tuple[int, int] | None] = [None] * len(texts)
         cache = self._cache if self._cache_size else None
         for i, t in enumerate(texts):
+            if out[i] is not None:
+                continue
             if cache is not None and len(t) <= _CACHE_MAX_TEXT:
                 key = keys[i] = (len(t), hash(t))  # text_key(t), without an interpreted call
                 hit = cache.get(key)

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from molt.governance.redaction.base import Span
 from molt.governance.redaction.credentials import secret_key_type
+from molt.governance.redaction.fields import field_type, party_name, typed_value
 from molt.governance.redaction.redactor import Redactor, ReplacementState
 from molt.governance.redaction.report import RedactedSpan
 from molt.governance.redaction.vocabulary import KEEPABLE_TYPES
@@ -259,10 +260,12 @@ class Walker:
         else:
             raise NotWalkable(f"a {type(value).__name__}")
         owner = _Owner(value, holder, slot, holder.copy is holder.container)
+        # a bare "name" beside a person's or an address's fields is the name of the record's party
+        party = isinstance(value, dict) and ("name" in value or "Name" in value) and party_name(value)
         for k, v in items:
             if isinstance(v, str):
                 if v and k not in _SKIP_KEYS:
-                    self._text(v, (path, k), k, owner, k)
+                    self._text(v, (path, k), k, owner, k, "PERSON" if party and k in ("name", "Name") else None)
             elif v is None or isinstance(v, (int, float)):
                 pass
             elif isinstance(v, (dict, list, BaseModel)):
@@ -270,7 +273,10 @@ class Walker:
             else:
                 raise NotWalkable(f"a {type(v).__name__} at {k!r}")
 
-    def _text(self, value: str, path: Any, key: str | None, holder: _Owner, slot: Any) -> None:
+    def _text(
+        self, value: str, path: Any, key: str | None, holder: _Owner, slot: Any, typed: str | None = None
+    ) -> None:
+        """Collect one string leaf; ``typed`` is the entity type its place says it holds, if any."""
         self.fields += 1
         if value[0] in _JSON_OR_SPACE and value.lstrip()[:1] in ("{", "[") and len(value.lstrip()) > 1:
             try:
@@ -283,7 +289,13 @@ class Walker:
                 self.json_strings.append((holder, slot, parsed, self._field))
                 self.collect(parsed, path, None, _Owner(None, None, None, True), None)
                 return
-        entity = secret_key_type(key) if key else None
+        entity = None
+        if key:
+            entity = secret_key_type(key)
+            if entity is None:  # a field its key names (fields.py): taken whole when of its type's shape
+                entity = typed or field_type(key)
+                if entity is not None and not typed_value(value, entity):
+                    entity = None
         if entity is not None and (entity not in self.redactor.policy.entities or not value.strip()):
             entity = None
         self.leaves.append((holder, slot, path, value, entity))
@@ -291,17 +303,17 @@ class Walker:
     def run(self) -> set[str]:
         """Detect on every collected leaf, replace, and re-serialise the strings that held JSON in
         the payload fields that changed; returns those fields."""
-        texts = [leaf[3] for leaf in self.leaves if leaf[4] is None]
-        found = self._detect_all(texts)
-        k = 0
+        # a leaf its key types is one span, known before any detector runs; it joins the others so
+        # that a name it holds is looked for in the rest of the event (mentions.py)
+        texts = [leaf[3] for leaf in self.leaves]
+        known: list[list[Span] | None] = [
+            None if entity is None else [Span(0, len(value), entity, 1.0, "json_key")]
+            for _, _, _, value, entity in self.leaves
+        ]
+        found = self._detect_all(texts, known)
         redactor = self.redactor
         changed: set[str] = set()
-        for holder, slot, path, value, entity in self.leaves:
-            if entity is not None:
-                spans = [Span(0, len(value), entity, 1.0, "json_key")]
-            else:
-                spans = found[k]
-                k += 1
+        for (holder, slot, path, value, _entity), spans in zip(self.leaves, found, strict=True):
             if spans and self.keep is not None:
                 spans = self._not_kept(value, spans, self.keep)
             if not spans:
@@ -319,5 +331,5 @@ class Walker:
     def _not_kept(self, value: str, spans: list[Span], keep: Callable[[str], bool]) -> list[Span]:
         return [sp for sp in spans if sp.entity_type not in KEEPABLE_TYPES or not keep(value[sp.start : sp.end])]
 
-    def _detect_all(self, texts: list[str]) -> list[list[Span]]:
-        return self.redactor.detect_many(texts) if texts else []
+    def _detect_all(self, texts: list[str], known: list[list[Span] | None]) -> list[list[Span]]:
+        return self.redactor.detect_many(texts, known) if texts else []
