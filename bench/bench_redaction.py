@@ -658,6 +658,20 @@ def _typical_coverage(redactor: Redactor, items: list[TrafficItem]) -> tuple[int
     return values, covered, stray, len(items)
 
 
+def _event_leaks(redactor: Redactor, items: list[TrafficItem]) -> tuple[int, int]:
+    """(PII values, values absent from the redacted event) through :func:`redact_event`, the path
+    every recorder runs: unlike :func:`_typical_coverage` it keeps the payload's keys, so a field
+    its key types (``fields.py``) counts, and a value counts only if no copy of it is left."""
+    values = gone = 0
+    for it in items:
+        red, _ = redact_event(it.event, redactor=redactor)
+        kept = red.model_dump_json()
+        for _ty, v in it.pii:
+            values += 1
+            gone += v not in kept
+    return values, gone
+
+
 _GC_PAUSE = """
 import dataclasses, gc, time
 from molt.governance.redaction import Redactor
@@ -898,6 +912,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{cov[0][1]}/{cov[0][0]} values fully redacted ({cov[0][1] / max(cov[0][0], 1):.1%}), "
             f"{cov[0][2]} spans outside them; without mentions {cov[1][1]}/{cov[1][0]} "
             f"({cov[1][1] / max(cov[1][0], 1):.1%}), {cov[1][2]} outside."
+        )
+        leaks = [_event_leaks(redactor, x) for x in (items, invented)]
+        console.print(
+            "Whole events through redact_event (keys kept, so a field named for what it holds counts; a "
+            "value counts only if no copy is left): "
+            + "; ".join(
+                f"{label} {g}/{v} planted values gone ({g / max(v, 1):.1%})"
+                for label, (v, g) in zip(("typical", "invented names"), leaks, strict=True)
+            )
+            + "."
         )
 
     dense = _texts_1kb(records, 200)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from molt.governance.redaction import Redactor, detectors
 from molt.governance.redaction.base import Span
@@ -434,3 +436,57 @@ def test_a_firm_named_after_its_partners_is_one_organisation(entities) -> None: 
     # a list of firms stays a list
     text = "Investors in Healthmap, Solarlist and Morningstar Inc. were told."
     assert ("ORGANIZATION", "Morningstar Inc.") in found(entities, text)
+
+
+# words shaped like names that no lexicon lists: only the label before them says what they are
+def _unlisted(word: str) -> bool:
+    from molt.governance.redaction.lexicon import fold, get_lexicon
+
+    lx = get_lexicon()
+    f = fold(word)
+    return not (f in lx.first_names or f in lx.last_names or lx.zipf(f) or f in lx.cities or f in lx.regions)
+
+
+# syllables as names are built from (consonant, vowel), not letters at random: "Baaaa Bababad" is
+# read as a brand run together from words, as it should be
+_UNLISTED = st.builds(
+    lambda syl, end: ("".join(syl) + end).capitalize(),
+    st.lists(st.builds(lambda c, v: c + v, st.sampled_from(list("bdfgklmnprstvz")), st.sampled_from(list("aeiou"))),
+             min_size=2, max_size=3),
+    st.sampled_from(["", "n", "r", "s", "k", "sen", "ova"]),
+).filter(_unlisted)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    label=st.sampled_from(["Contact", "Name", "Customer", "Attn", "Cardholder", "From", "Recipient", "Cc"]),
+    first=_UNLISTED,
+    last=_UNLISTED,
+    after=st.sampled_from([", jo@example.org.", "\nOrder: 12", "", " <jo@example.org>", ".", " (on file)"]),
+    lead=st.sampled_from(["", "Second defective unit. ", "Ticket T-19\n"]),
+)
+def test_a_person_field_label_makes_its_value_a_name(entities, label, first, last, after, lead) -> None:  # type: ignore[no-untyped-def]
+    from molt.governance.redaction.lexicon import fold
+
+    text = f"{lead}{label}: {first} {last}{after}"
+    # a word run together from two words ("Pageban": page + ban) is read as a brand's, as
+    # "Stackhaven" is; the value is then one organisation's name, still whole
+    brand = any(entities.facts.compound(fold(w)) for w in (first, last))
+    types = {"PERSON", "ORGANIZATION"} if brand else {"PERSON"}
+    assert any((t, f"{first} {last}") in found(entities, text) for t in types)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # labels of fields that hold no person
+        "Subject: Binaren Nutobo, see the thread.",
+        "Product: Binaren Nutobo\nStatus: shipped",
+        # a person's label before a sentence, as a transcript's speaker: what was said, not a name
+        "Customer: Will you ship it today?",
+        "Customer: Thanks, that works.",
+        "Contact: Customer Service, support@example.org",
+    ],
+)
+def test_a_label_names_a_person_only_where_it_says_so(entities, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert [t for t in found(entities, text) if t[0] == "PERSON"] == []

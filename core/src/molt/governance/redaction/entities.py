@@ -71,6 +71,7 @@ from molt.governance.redaction.entity_words import (
     ORG_VERBS,
     PEOPLE_LIST,
     PERSON_CUES,
+    PERSON_LABELS,
     PERSON_VERBS,
     PLACE_CUES,
     ROLES,
@@ -91,6 +92,8 @@ from molt.governance.redaction.entity_words import (
 from molt.governance.redaction.lexicon import Lexicon, fold, get_lexicon
 from molt.governance.redaction.patterns import lowered
 from molt.governance.redaction.positions import (
+    field_value,
+    label_before,
     line_start,
     merged,
     next_word,
@@ -339,7 +342,10 @@ class EntityDetector:
             return
         prev = prev_word(text, s)
         nxt = next_word(text, e)
-        around = "\x1f".join((text[s:e], prev[0], prev[1], "," if prev[2] else "", nxt[0], nxt[1], text[e : e + 2]))
+        label = label_before(text, s) if prev[1] == ":" else ""
+        around = "\x1f".join(
+            (text[s:e], prev[0], prev[1], "," if prev[2] else "", label, nxt[0], nxt[1], text[e : e + 2])
+        )
         key = (len(around), hash(around))  # text_key(around), without an interpreted call
         memo = self._memo
         hit = memo.get(key)
@@ -389,6 +395,16 @@ class EntityDetector:
         if person_cue:
             prev = "mr"
         at_start = prev_char in SENT_END or prev_char == ""
+        labelled = (
+            prev_char == ":"
+            and label_before(text, words[0].start) in PERSON_LABELS
+            and field_value(text, words[-1].end)
+        )
+        if labelled:
+            # "Contact: Binaren Nutobo, …": the value of a field whose label says it holds a
+            # person's name is read as after any other person's cue, not as a sentence's start
+            prev, at_start = "name", False
+        n_out = len(out)
         if at_start and len(words) > 1 and words[0].f in DETERMINERS:  # "The Wolfram Research version"
             prev, at_start = words[0].f, False
             words = words[1:]
@@ -426,6 +442,16 @@ class EntityDetector:
             seg.append(w)
         if seg:
             self._classify(text, seg, seg_prev, seg_start, out, seg_comma)
+        if (
+            labelled
+            and len(out) == n_out
+            and not any(w.conn or (w.common and not (w.first or w.last)) for w in words)
+            and not any(c.isdigit() for w in words for c in w.text)
+            and not any(w.text.isupper() and len(w.text) > 1 for w in words)
+        ):
+            # nothing else read it, and no word of it is an English word, an acronym or a code: a
+            # name in a person's field is one whatever language its words are also words of
+            out.append(Span(words[0].start, words[-1].end, "PERSON", 0.55, self.name))
 
     def _places_in(self, text: str, words: list[RunWord], at_start: bool, out: list[Span]) -> bool:
         """Emit the group as one known place when it is one; True when it did."""

@@ -307,6 +307,16 @@ POSSESSIVE_DETERMINERS = frozenset({"my", "your", "his", "her", "its", "our", "t
 ROLES = frozenset(
     {"bot", "chatbot", "user", "assistant", "system", "agent", "customer", "human", "operator", "moderator", "admin"}
 )
+# the field labels of a form, a ticket, a letter or a mail header whose value is a person's name
+# ("Name: …", "Contact: …", "Attn: …", "Cardholder: …"). A transcript's speaker labels ("Agent:",
+# "Assistant:", "User:") introduce what was said and are not among them; "Customer:" is both, and
+# the label counts only where the run after it is the whole value (positions.field_value).
+PERSON_LABELS = frozenset(
+    {"name", "fullname", "contact", "customer", "client", "patient", "recipient", "sender", "from", "to", "cc",
+     "bcc", "attn", "attention", "signed", "author", "requester", "requestor", "reporter", "assignee", "owner",
+     "cardholder", "holder", "applicant", "employee", "guest", "passenger", "tenant", "beneficiary", "witness",
+     "caller", "member", "addressee", "consignee", "insured", "policyholder", "borrower", "payee", "payer"}
+)  # fmt: skip
 CONTRACTION = re.compile(r"['’](?:m|re|ve|ll|d|t)$|^I['’]", re.IGNORECASE)
 # never an entity alone: months and weekdays are dates ("in March"), not places or people
 DATE_WORDS = frozenset(

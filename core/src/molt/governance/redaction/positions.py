@@ -62,6 +62,32 @@ def prev_word(text: str, i: int) -> tuple[str, str, bool]:
     return word, text[k], comma
 
 
+def label_before(text: str, i: int) -> str:
+    """The folded word of a field label ``"Word:"`` that ends the gap before position ``i`` (spaces
+    between), or ``""`` when the gap is not a label's colon."""
+    k = i - 1
+    while k >= 0 and text[k] in " \t":
+        k -= 1
+    if k < 1 or text[k] != ":":
+        return ""
+    return word_before(text, k)
+
+
+def field_value(text: str, end: int) -> bool:
+    """Whether a run ending at ``end`` is the whole value of a field: the text, the line or the
+    list item ends there, or a bracketed detail follows ("Jane Roe <jane@…>", "Jane Roe (agent)")."""
+    k = end
+    n = len(text)
+    while k < n and text[k] in " \t":
+        k += 1
+    if k >= n:
+        return True
+    c = text[k]
+    if c in ",;|\n\r<([":
+        return True
+    return c == "." and (k + 1 >= n or text[k + 1] in " \t\n\r\"'")
+
+
 def next_word(text: str, i: int) -> tuple[str, str]:
     """The folded word after position ``i`` and the first non-space character there."""
     n = len(text)
