@@ -225,14 +225,13 @@ def _leaves(value: Any, out: list[str]) -> None:
 def invented_name(rng: random.Random) -> str:
     """A word shaped like a name that no lexicon of Molt's lists (no first or last name, no place,
     no English word): the names Molt's lexicons were not built from, found only by context."""
-    from molt.governance.redaction.lexicon import fold, get_lexicon
+    from molt.governance.redaction.lexicon import get_lexicon
 
     lx = get_lexicon()
     while True:
         word = "".join(rng.choice(c) for c in ("bdfgklmnprstvz", "aeiou", "lnrst", "aeiou", "bdkmnrstvz"))
         word += rng.choice(["", "a", "o", "en", "ic", "ova", "sen"])
-        f = fold(word)
-        if not (f in lx.first_names or f in lx.last_names or lx.zipf(f) or f in lx.cities or f in lx.regions):
+        if not lx.lists(word):
             return word.capitalize()
 
 

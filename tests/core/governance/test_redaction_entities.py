@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from molt.governance.redaction import Redactor, detectors
 from molt.governance.redaction.base import Span
+from molt.governance.redaction.lexicon import fold, get_lexicon
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -438,15 +439,7 @@ def test_a_firm_named_after_its_partners_is_one_organisation(entities) -> None: 
     assert ("ORGANIZATION", "Morningstar Inc.") in found(entities, text)
 
 
-# words shaped like names that no lexicon lists: only the label before them says what they are
-def _unlisted(word: str) -> bool:
-    from molt.governance.redaction.lexicon import fold, get_lexicon
-
-    lx = get_lexicon()
-    f = fold(word)
-    return not (f in lx.first_names or f in lx.last_names or lx.zipf(f) or f in lx.cities or f in lx.regions)
-
-
+# words shaped like names that no lexicon lists, only the label before them says what they are;
 # syllables as names are built from (consonant, vowel), not letters at random: "Baaaa Bababad" is
 # read as a brand run together from words, as it should be
 _UNLISTED = st.builds(
@@ -454,7 +447,7 @@ _UNLISTED = st.builds(
     st.lists(st.builds(lambda c, v: c + v, st.sampled_from(list("bdfgklmnprstvz")), st.sampled_from(list("aeiou"))),
              min_size=2, max_size=3),
     st.sampled_from(["", "n", "r", "s", "k", "sen", "ova"]),
-).filter(_unlisted)  # fmt: skip
+).filter(lambda w: not get_lexicon().lists(w))  # fmt: skip
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -466,8 +459,6 @@ _UNLISTED = st.builds(
     lead=st.sampled_from(["", "Second defective unit. ", "Ticket T-19\n"]),
 )
 def test_a_person_field_label_makes_its_value_a_name(entities, label, first, last, after, lead) -> None:  # type: ignore[no-untyped-def]
-    from molt.governance.redaction.lexicon import fold
-
     text = f"{lead}{label}: {first} {last}{after}"
     # a word run together from two words ("Pageban": page + ban) is read as a brand's, as
     # "Stackhaven" is; the value is then one organisation's name, still whole

@@ -110,6 +110,13 @@ class Lexicon:
         """Zipf frequency of an English word (0 when rare or unknown)."""
         return self.word_zipf.get(word_folded, 0.0)
 
+    def lists(self, word: str) -> bool:
+        """Whether any of the name, place or English-word lists holds ``word`` (folded here): a
+        word none holds is found only by its context (the benches' and tests' invented names)."""
+        f = fold(word)
+        names = f in self.first_names or f in self.last_names
+        return bool(names or self.zipf(f) or f in self.cities or f in self.regions)
+
 
 # --------------------------------------------------------------------------- building
 
