@@ -912,13 +912,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{cov[0][2]} spans outside them; without mentions {cov[1][1]}/{cov[1][0]} "
             f"({cov[1][1] / max(cov[1][0], 1):.1%}), {cov[1][2]} outside."
         )
-        leaks = [_event_leaks(redactor, x) for x in (items, invented)]
+        leaks = [_event_leaks(redactor, x) for x in (agent_traffic(2000), invented)]
         console.print(
             "Whole events through redact_event (keys kept, so a field named for what it holds counts; a "
             "value counts only if no copy is left): "
             + "; ".join(
                 f"{label} {g}/{v} planted values gone ({g / max(v, 1):.1%})"
-                for label, (v, g) in zip(("typical", "invented names"), leaks, strict=True)
+                for label, (v, g) in zip(("typical (2,000 events)", "invented names"), leaks, strict=True)
             )
             + "."
         )
