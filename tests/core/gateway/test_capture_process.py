@@ -57,7 +57,9 @@ def test_gateway_with_a_capture_process(tmp_path: Path) -> None:
             import openai
 
             client = openai.OpenAI(base_url=srv.url + "/v1", api_key="sk-acme-writer", max_retries=0)
-            msgs: list[dict[str, Any]] = [{"role": "user", "content": "Nice"}]
+            # the stub fills the tool's "city" argument with the user's text; a name there would be
+            # redacted (a "city" field holds a place) and the call's token ids dropped with it
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "75008"}]
             first = client.chat.completions.with_raw_response.create(model="stub", messages=msgs, tools=[WEATHER_TOOL])
             m = first.parse().choices[0].message
             msgs += [m.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": m.tool_calls[0].id,
