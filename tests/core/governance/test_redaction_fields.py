@@ -17,11 +17,6 @@ from molt.governance.redaction.lexicon import get_lexicon
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def redactor() -> Redactor:
-    return Redactor()
-
-
 # words shaped like names that no lexicon lists: only the key that holds them says what they are
 _WORD = st.builds(
     lambda c, v, rest: (c + v + rest).capitalize(),

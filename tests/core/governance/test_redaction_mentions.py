@@ -19,11 +19,6 @@ from molt.governance.redaction.mentions import with_mentions
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def redactor() -> Redactor:
-    return Redactor()
-
-
 # names no lexicon knows: the detectors find them only where a cue says "name" ("my name is …")
 _NAME = st.builds(
     lambda c, v, rest: (c + v + rest).capitalize(),
