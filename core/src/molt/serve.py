@@ -100,25 +100,6 @@ def _recycle_count(value: int) -> int:
     return value
 
 
-def _resolve_check(spec: str) -> Any:
-    """A verifier spec: ``contains:…`` / ``regex:…`` / ``exact:…`` as :func:`molt.replay.build_verifier`
-    reads them, else ``module:function`` (or ``module:Class`` / an instance), imported."""
-    from molt.replay.verifiers import build_verifier
-
-    kind, _, rest = spec.partition(":")
-    if kind in ("contains", "regex", "exact"):
-        return build_verifier(spec)
-    if not rest or not kind:
-        raise typer.BadParameter(f"{spec!r}: give contains:TEXT, regex:PATTERN, exact:TEXT or module:function.")
-    try:
-        obj: Any = importlib.import_module(kind)
-        for attr in rest.split("."):
-            obj = getattr(obj, attr)
-    except (ImportError, AttributeError) as exc:
-        raise typer.BadParameter(f"{spec!r}: cannot import it ({exc}); is its module on PYTHONPATH?") from exc
-    return build_verifier(obj)
-
-
 def register_verifiers(task_specs: list[str], agent_specs: list[str]) -> list[str]:
     """Register ``NAME=SPEC`` verifiers for the plane's replays in this process: by task label
     (``TASK_VERIFIERS``: traffic sent with ``X-Molt-Task: NAME``) and by agent (``AGENT_VERIFIERS``:
@@ -127,17 +108,12 @@ def register_verifiers(task_specs: list[str], agent_specs: list[str]) -> list[st
     Without a verifier the plane judges a replayed answer only by the users' corrections (or a judge
     model), so a cluster that nobody corrects can neither confirm a context fix nor rule it out; the
     rewards of live traffic still come from the reward endpoints (``/v1/molt/rewards/*``)."""
-    from molt.replay.verifiers import AGENT_VERIFIERS, TASK_VERIFIERS
+    from molt.replay.verifiers import register_named_verifiers
 
-    done = []
-    for registry, specs, what in ((TASK_VERIFIERS, task_specs, "task"), (AGENT_VERIFIERS, agent_specs, "agent")):
-        for item in specs:
-            name, sep, spec = item.partition("=")
-            if not sep or not name.strip() or not spec.strip():
-                raise typer.BadParameter(f"{item!r}: expected NAME=SPEC (e.g. arithmetic=mychecks:opens_with_number).")
-            registry.register(name.strip(), _resolve_check(spec.strip()))
-            done.append(f"{what} {name.strip()}: {spec.strip()}")
-    return done
+    try:
+        return register_named_verifiers(task_specs, agent_specs)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def plane_settings(items: list[str]) -> dict[str, Any]:

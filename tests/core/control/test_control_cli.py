@@ -169,3 +169,25 @@ def test_evolve_run_on_an_agent_known_only_by_its_header(
     assert run(["evolve", "log", "--tenant", "default"]) == 0
     log_out = capsys.readouterr().out
     assert why in log_out and "candidate memory_insert" in log_out
+
+
+def test_evolve_run_takes_the_serve_flags(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`molt evolve run` accepts what `molt serve` does for the plane: --plane-setting reaches the cycle
+    (the canary's share), --agent-verifier is registered for the replays, --json prints the decision."""
+    from molt.replay.verifiers import AGENT_VERIFIERS
+
+    try:
+        assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, "--json",
+                    "--plane-setting", "canary_weight=0.35", "--agent-verifier", f"{AGENT}=contains:days",
+                    "--backend", "molt_desk.world:DeskModel", "--live-tools", "molt_desk.world:live_tools"]) == 0
+        rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert rec["choice"] == "memory_insert", rec["reason"]
+        assert any(a.endswith("at 35%") for a in rec["actions"]), rec["actions"]
+        assert AGENT in AGENT_VERIFIERS.names()
+    finally:
+        if AGENT in AGENT_VERIFIERS.names():
+            AGENT_VERIFIERS.unregister(AGENT)
+    for bad in (["--plane-setting", "no_such_setting=1"], ["--plane-setting", "canary_weight"],
+                ["--agent-verifier", "x=nomodule_here:f"]):
+        assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, *bad,
+                    "--backend", "molt_desk.world:DeskModel"]) == 2, bad

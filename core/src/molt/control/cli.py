@@ -212,6 +212,17 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
                    help="Bearer token for --reflector-url (or $MOLT_REFLECTOR_API_KEY).")] = None,
                reflector_max_tokens: Annotated[int, typer.Option(
                    "--reflector-max-tokens", min=16, help="The reflection's completion budget.")] = 512,
+               verifier: Annotated[list[str] | None, typer.Option(
+                   "--verifier", help="TASK=SPEC (repeatable), as in `molt serve`: judges the replays of traffic "
+                                      "labelled TASK. SPEC: contains:TEXT, regex:PATTERN, exact:TEXT or "
+                                      "module:function.")] = None,
+               agent_verifier: Annotated[list[str] | None, typer.Option(
+                   "--agent-verifier", help="AGENT=SPEC (repeatable), as in `molt serve`: the same for an "
+                                            "agent's traffic, with or without task labels.")] = None,
+               plane_setting: Annotated[list[str] | None, typer.Option(
+                   "--plane-setting", help="KEY=VALUE (repeatable), as in `molt serve`: a control-plane "
+                                           "threshold (molt.control.plane.PlaneSettings, e.g. canary_min=6).")]
+               = None,
                store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False,
                json: JsonOpt = False) -> None:
     """Run one control-plane cycle for an agent (or every agent of the tenant) and print the decision.
@@ -219,16 +230,22 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
     Every agent with captured traffic can be evolved — through the gateway, an adapter or an import —
     with no Python registration: one without a policy version starts from the served model's.
     """
-    from molt.control.plane import ControlPlane, PlaneSettings
+    from molt.control.plane import ControlPlane, settings_from_pairs
     from molt.control.versions import ModelPart, PolicyParts
+    from molt.replay.verifiers import register_named_verifiers
 
+    try:
+        settings = settings_from_pairs(plane_setting or [], **({"promote_directly": True} if promote else {}))
+        register_named_verifiers(verifier or [], agent_verifier or [])
+    except ValueError as exc:  # pydantic's ValidationError is one
+        raise typer.BadParameter(str(exc), param_hint="--plane-setting / --verifier / --agent-verifier") from exc
     try:
         t = _who(api_key, operator, "admin", tenant)
         reg = _registry(store)
         be = _backend(backend, base_url, model)
         tools = _factory(live_tools, "--live-tools")() if live_tools else None
         refl = _reflector(reflector_url, reflector_model, reflector_key, reflector_max_tokens, be)
-        plane = ControlPlane(reg.store, be, live_tools=tools, settings=PlaneSettings(promote_directly=promote),
+        plane = ControlPlane(reg.store, be, live_tools=tools, settings=settings,
                              base_parts=PolicyParts(model=ModelPart(base=be.model)), actor=_actor(api_key),
                              reflector=refl)
         pairs = [(tt, a) for tt, a in sorted(plane.agents(t)) if agent is None or a == agent]

@@ -87,7 +87,7 @@ from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolic
 from molt.replay.evaluate import Evaluation, ReplayMemo, newcombe_diff
 from molt.store import Store, sql_str
 
-__all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled"]
+__all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled", "settings_from_pairs"]
 
 log = logging.getLogger("molt.control")
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -141,6 +141,24 @@ class PlaneSettings(BaseModel):
     pii_types: frozenset[str] = frozenset({
         "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS", "ADDRESS",
         "US_DRIVER_LICENSE", "API_KEY", "PASSWORD", "PRIVATE_KEY"})
+
+
+def settings_from_pairs(items: Sequence[str], **given: Any) -> PlaneSettings:
+    """:class:`PlaneSettings` from ``KEY=VALUE`` pairs (values read as JSON, else as text), over ``given``
+    — what ``--plane-setting`` means in ``molt serve`` and ``molt evolve run``. A pair without ``=``, or
+    an unknown key or bad value, raises :class:`ValueError` naming it."""
+    import orjson
+
+    out: dict[str, Any] = dict(given)
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{item!r}: expected KEY=VALUE (e.g. canary_min=6).")
+        try:
+            out[key.strip()] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            out[key.strip()] = raw
+    return PlaneSettings(**out)
 
 
 @dataclass

@@ -46,6 +46,8 @@ __all__ = [
     "Verifier",
     "VerifyContext",
     "build_verifier",
+    "register_named_verifiers",
+    "verifier_from_spec",
 ]
 
 
@@ -262,3 +264,41 @@ def build_verifier(spec: Verifier | dict[str, Any] | str | Callable[..., Any]) -
     if callable(spec):
         return CallableVerifier(spec)
     raise ReplayError(f"Cannot build a verifier from {spec!r}.")
+
+
+def verifier_from_spec(spec: str) -> Verifier:
+    """A verifier from a command-line spec: ``contains:…`` / ``regex:…`` / ``exact:…`` as
+    :func:`build_verifier` reads them, else ``module:function`` (or ``module:Class`` / an instance),
+    imported. Raises :class:`ValueError` naming what is wrong (``molt serve`` and ``molt evolve run``
+    turn it into a usage error)."""
+    import importlib
+
+    kind, _, rest = spec.partition(":")
+    if kind in ("contains", "regex", "exact"):
+        return build_verifier(spec)
+    if not rest or not kind:
+        raise ValueError(f"{spec!r}: give contains:TEXT, regex:PATTERN, exact:TEXT or module:function.")
+    try:
+        obj: Any = importlib.import_module(kind)
+        for attr in rest.split("."):
+            obj = getattr(obj, attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{spec!r}: cannot import it ({exc}); is its module on PYTHONPATH?") from exc
+    return build_verifier(obj)
+
+
+def register_named_verifiers(task_specs: list[str], agent_specs: list[str]) -> list[str]:
+    """Register ``NAME=SPEC`` verifiers in this process: by task label (:data:`TASK_VERIFIERS`) and by
+    agent (:data:`AGENT_VERIFIERS`); returns what was registered (``"task NAME: SPEC"``). Bad input
+    raises :class:`ValueError` before anything is registered."""
+    todo = []
+    for registry, specs, what in ((TASK_VERIFIERS, task_specs, "task"), (AGENT_VERIFIERS, agent_specs, "agent")):
+        for item in specs:
+            name, sep, spec = item.partition("=")
+            if not sep or not name.strip() or not spec.strip():
+                raise ValueError(f"{item!r}: expected NAME=SPEC (e.g. arithmetic=mychecks:opens_with_number).")
+            todo.append((registry, name.strip(), verifier_from_spec(spec.strip()), f"{what} {name.strip()}: "
+                                                                                   f"{spec.strip()}"))
+    for registry, name, v, _ in todo:
+        registry.register(name, v)
+    return [d for *_, d in todo]
