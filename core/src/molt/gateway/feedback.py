@@ -6,7 +6,7 @@ never rewritten), sent through the Recorder like events. "The last call" of a se
 recent model call of its current trajectory; with ``discount`` γ the k-th call before it gets
 ``value · γ^k`` as well (a per-turn discounted credit, each its own annotation).
 
-Calls are identified by the id the gateway returned: the response ``id`` (``chatcmpl-<event id>``)
+Calls are identified by the id the gateway returned: the response ``id`` (``chatcmpl-<event id>``, ``resp_<event id>``, ``msg_<event id>``)
 or the ``X-Molt-Event-Id`` header. A key may only reward its own tenant's calls.
 """
 
@@ -101,7 +101,7 @@ class EndTrajectory(BaseModel):
 
 
 def _event_id(call_id: str) -> str:
-    for prefix in ("chatcmpl-", "cmpl-"):
+    for prefix in ("chatcmpl-", "cmpl-", "resp_", "msg_"):
         if call_id.startswith(prefix):
             return call_id[len(prefix):]
     return call_id

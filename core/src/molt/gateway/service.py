@@ -477,16 +477,15 @@ class Gateway:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def sse(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
-        """The SSE body: chunks as the backend streams; a backend failure mid-stream becomes an error
-        chunk (the partial answer is recorded with the error), then ``[DONE]``."""
+    async def deltas(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncIterator[Delta]:
+        """The backend's stream as deltas (tool names as the client knows them), for any wire format
+        to render. At the end of the stream the call is finished (``call.record.result`` holds the
+        assembled answer); the caller records it with :meth:`record` after its last bytes. A backend
+        failure mid-stream records the partial answer with the error and raises it as a
+        :class:`~molt.errors.BackendError`; the client going away records the call as cancelled."""
         rec = call.record
         asm = StreamAssembler(call.public_model)
-        chat = call.endpoint == "chat.completions"
-        cid = ("chatcmpl-" if chat else "cmpl-") + rec.event_ids[0]
-        created = int(rec.started)
-        seen: set[int] = set()
-        error: MoltError | None = None
+        error: BackendError | None = None
         item: StreamItem | None = first
         try:
             while item is not None:
@@ -495,14 +494,7 @@ class Gateway:
                 else:
                     self._restore_delta_names(call, item)
                     asm.add(item)
-                    if chat:
-                        chunk = wire.chat_chunk(id=cid, created=created, model=call.public_model, delta=item,
-                                                first=item.index not in seen, logprobs=call.want_logprobs)
-                        seen.add(item.index)
-                    else:
-                        chunk = wire.completion_chunk(id=cid, created=created, model=call.public_model, delta=item,
-                                                      logprobs=call.want_logprobs)
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    yield item
                 try:
                     async with asyncio.timeout(self.config.backend_timeout_s):
                         item = await it.__anext__()
@@ -527,15 +519,37 @@ class Gateway:
             rec.result = asm.result()
             self._fail(call, error, OutcomeStatus.ERROR, "stream_error")
             await _aclose(it)
+            raise error
+        self.finish(call, asm.result())
+
+    async def sse(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+        """The chat / completions SSE body: chunks as the backend streams; a backend failure mid-stream
+        becomes an error chunk (the partial answer is recorded with the error), then ``[DONE]``."""
+        rec = call.record
+        chat = call.endpoint == "chat.completions"
+        cid = ("chatcmpl-" if chat else "cmpl-") + rec.event_ids[0]
+        created = int(rec.started)
+        seen: set[int] = set()
+        try:
+            async with contextlib.aclosing(self.deltas(call, first, it)) as pieces:
+                async for item in pieces:
+                    if chat:
+                        chunk = wire.chat_chunk(id=cid, created=created, model=call.public_model, delta=item,
+                                                first=item.index not in seen, logprobs=call.want_logprobs)
+                        seen.add(item.index)
+                    else:
+                        chunk = wire.completion_chunk(id=cid, created=created, model=call.public_model, delta=item,
+                                                      logprobs=call.want_logprobs)
+                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+        except BackendError as error:
             body = {"error": {"message": error.message, "type": "backend_error",
                               "code": getattr(error, "code", "backend_error"), "param": None}}
             yield b"data: " + orjson.dumps(body) + b"\n\n"
             yield b"data: [DONE]\n\n"
             return
-        result = asm.result()
-        self.finish(call, result)
+        result = rec.result
         try:
-            if call.include_usage and result.usage is not None:
+            if call.include_usage and result is not None and result.usage is not None:
                 maker = wire.chat_chunk if chat else wire.completion_chunk
                 yield b"data: " + orjson.dumps(maker(id=cid, created=created, model=call.public_model,
                                                      usage=result.usage)) + b"\n\n"

@@ -1,0 +1,470 @@
+"""``POST /v1/responses``: the OpenAI Responses API (what the OpenAI Agents SDK and Codex CLI speak by
+default) served by the chat path.
+
+A Responses request is translated into the chat request it means — ``instructions`` as the system
+message, input items as messages (an assistant message and the ``function_call`` items after it are
+one assistant message with tool calls, the way the chat path's session index hashes a served answer;
+``function_call_output`` items are tool messages), function tools and ``tool_choice`` in chat form —
+and then goes through :class:`~molt.gateway.service.Gateway` exactly as a chat completion does:
+trajectory resolution, routing, the version's harness (memories, skills, tool rewrites), the backend,
+capture (token ids when the backend gives them), governance. Only the wire format differs, so a
+reward by the response id (``resp_<event id>``) reaches the recorded call.
+
+``previous_response_id`` continues a stored response: the conversation up to and including its answer
+is kept per tenant (:class:`ResponseStore`, bounded and forgotten when idle) and put in front of the
+new input; another tenant's id is answered as one that does not exist. ``store: false`` keeps no state
+(the call is still recorded, as every call through the gateway is). Streaming sends the SDK's event
+sequence (``response.created`` … ``response.completed``, or ``response.failed`` when the backend dies
+mid-stream). Errors are the API's ``{"error": {message, type, param, code}}`` objects, raised before
+anything is routed or stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from molt.backends import openai_wire as wire
+from molt.backends.base import ChatRequest, Result
+from molt.backends.chat_format import text_content
+from molt.errors import BackendError, InvalidRequest
+from molt.gateway.capture import reply_message
+from molt.gateway.error_responses import JSON_MEDIA_TYPE
+from molt.gateway.routes.context import RouteContext, read_json
+from molt.gateway.service import Call, Gateway
+from molt.gateway.sessions import IdleLRU
+from molt.governance.access import Action
+
+__all__ = ["PreviousResponseNotFound", "ResponseStore", "ResponsesRequest", "install", "parse_responses_request",
+           "response_object"]
+
+#: Responses kept for ``previous_response_id`` (per gateway, all tenants together).
+MAX_RESPONSES = 20_000
+
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+class PreviousResponseNotFound(InvalidRequest):
+    """``previous_response_id`` names no response of the caller's tenant (expired, never stored, or
+    another tenant's: the same answer for each)."""
+
+    code = "previous_response_not_found"
+
+
+# --------------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A stored response: the messages it added to the conversation (its input and its answer), after
+    those of its parent. A chain of parents, not a copy of the conversation per response."""
+
+    parent: _Stored | None
+    messages: tuple[dict[str, Any], ...]
+
+    def conversation(self) -> list[dict[str, Any]]:
+        parts: list[tuple[dict[str, Any], ...]] = []
+        node: _Stored | None = self
+        while node is not None:
+            parts.append(node.messages)
+            node = node.parent
+        return [m for p in reversed(parts) for m in p]
+
+
+class ResponseStore:
+    """Responses that a later request may continue by ``previous_response_id``: keyed by tenant and id,
+    at most ``limit`` of them, each forgotten after ``idle_s`` seconds unused."""
+
+    def __init__(self, limit: int = MAX_RESPONSES, idle_s: float | None = 1800.0):
+        self._lru: IdleLRU[tuple[str, str], _Stored] = IdleLRU(limit, idle_s)
+
+    def get(self, tenant: str, response_id: str) -> _Stored:
+        hit = self._lru.get((tenant, response_id))
+        if hit is None:
+            raise PreviousResponseNotFound(f"Previous response with id {response_id!r} not found.",
+                                           param="previous_response_id")
+        return hit
+
+    def put(self, tenant: str, response_id: str, parent: _Stored | None, messages: list[dict[str, Any]]) -> None:
+        self._lru.put((tenant, response_id), _Stored(parent, tuple(messages)))
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+# --------------------------------------------------------------------------------- request
+
+
+@dataclass(slots=True)
+class ResponsesRequest:
+    """A validated Responses request: the chat request it means, and what the response echoes."""
+
+    chat: ChatRequest
+    stream: bool
+    store: bool
+    previous: _Stored | None
+    previous_response_id: str | None
+    #: The messages this request adds to the conversation (its input items, without ``instructions``).
+    input: list[dict[str, Any]]
+    echo: dict[str, Any]
+
+
+def _bad(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(message, param=param)
+
+
+def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A message item's content as chat content: text parts joined into a string, an image part as
+    the chat ``image_url`` part."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad(f"{where}.content must be a string or a list of content parts.", f"{where}.content")
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        if not isinstance(part, dict):
+            raise _bad(f"{at} must be an object with a 'type'.", at)
+        typ = part.get("type")
+        if typ in _TEXT_PARTS or typ == "refusal":
+            text = part.get("text" if typ != "refusal" else "refusal")
+            if not isinstance(text, str):
+                raise _bad(f"{at}.text must be a string.", f"{at}.text")
+            parts.append({"type": "text", "text": text})
+        elif typ == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str) or not url:
+                raise _bad(f"{at}.image_url must be a URL or a data: URL (file ids are not served here).",
+                           f"{at}.image_url")
+            parts.append({"type": "image_url", "image_url": {"url": url, "detail": part.get("detail") or "auto"}})
+        else:
+            raise _bad(f"{at}.type {typ!r} is not a content part this gateway takes (input_text, output_text, "
+                       "refusal, input_image).", f"{at}.type")
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _output_text(output: Any, where: str) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        content = _content(output, where)
+        return content if isinstance(content, str) else text_content(content)
+    raise _bad(f"{where}.output must be a string or a list of content parts.", f"{where}.output")
+
+
+def _str_field(item: dict[str, Any], key: str, where: str) -> str:
+    v = item.get(key)
+    if not isinstance(v, str) or not v:
+        raise _bad(f"{where}.{key} is required and must be a non-empty string.", f"{where}.{key}")
+    return v
+
+
+def input_messages(items: Any) -> list[dict[str, Any]]:
+    """Responses input (a string or a list of items) as chat messages (see the module docstring)."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise _bad("'input' must be a string or a list of input items.", "input")
+    out: list[dict[str, Any]] = []
+    turn: dict[str, Any] | None = None  # the assistant message being built from its items
+
+    def flush() -> None:
+        nonlocal turn
+        if turn is not None:
+            out.append(turn)
+            turn = None
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(f"{where} must be an input item object.", where)
+        typ = item.get("type", "message" if "role" in item else None)
+        if typ == "message":
+            role = item.get("role")
+            if role not in _ROLES:
+                raise _bad(f"{where}.role must be one of {', '.join(sorted(_ROLES))}, got {role!r}.",
+                           f"{where}.role")
+            content = _content(item.get("content"), where)
+            flush()
+            if role == "assistant":
+                turn = {"role": "assistant", "content": content}
+            else:
+                out.append({"role": role, "content": content})
+        elif typ == "function_call":
+            call_id, name = _str_field(item, "call_id", where), _str_field(item, "name", where)
+            args = item.get("arguments", "")
+            if not isinstance(args, str):
+                raise _bad(f"{where}.arguments must be a JSON string.", f"{where}.arguments")
+            if turn is None:
+                turn = {"role": "assistant", "content": None}
+            turn.setdefault("tool_calls", []).append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+        elif typ == "function_call_output":
+            call_id = _str_field(item, "call_id", where)
+            flush()
+            out.append({"role": "tool", "tool_call_id": call_id, "content": _output_text(item.get("output"), where)})
+        elif typ == "reasoning":
+            continue  # a reasoning model's summary: not part of what a chat backend is shown
+        else:
+            raise _bad(f"{where}.type {typ!r} is not an input item this gateway takes (message, function_call, "
+                       "function_call_output, reasoning).", f"{where}.type")
+    flush()
+    return out
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise _bad("'tools' must be a list of tool objects.", "tools")
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or t.get("type") != "function":
+            typ = t.get("type") if isinstance(t, dict) else None
+            raise _bad(f"tools[{i}].type {typ!r} is not served here: this gateway takes function tools "
+                       "({'type': 'function', 'name', 'parameters'}).", f"tools[{i}].type")
+        fn = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None or isinstance(choice, str):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    raise _bad("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'name': …}.", "tool_choice")
+
+
+def parse_responses_request(body: Any, store: ResponseStore, tenant: str) -> ResponsesRequest:
+    """Validate a Responses body and look up its ``previous_response_id`` within ``tenant``."""
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.", "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("'model' is required and must be a non-empty string.", "model")
+    if body.get("input") is None:
+        raise _bad("'input' is required: a string or a list of input items.", "input")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("'instructions' must be a string.", "instructions")
+    for key in ("stream", "store", "parallel_tool_calls"):
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise _bad(f"'{key}' must be true or false.", key)
+    if body.get("n") not in (None, 1):
+        raise _bad("The Responses API answers one choice; 'n' is not a parameter of it.", "n")
+    prev_id = body.get("previous_response_id")
+    if prev_id is not None and (not isinstance(prev_id, str) or not prev_id):
+        raise _bad("'previous_response_id' must be a response id string.", "previous_response_id")
+    conversation_input = input_messages(body["input"])
+    tools = _tools(body.get("tools"))
+    max_out = body.get("max_output_tokens")
+    if max_out is not None and (isinstance(max_out, bool) or not isinstance(max_out, int) or not 1 <= max_out <= 1 << 20):
+        raise _bad(f"'max_output_tokens' must be an integer between 1 and {1 << 20}, got {max_out!r}.",
+                   "max_output_tokens")
+    previous = store.get(tenant, prev_id) if prev_id is not None else None
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + (
+        previous.conversation() if previous is not None else []) + conversation_input
+    if not messages:
+        raise _bad("'input' is empty and there is no instructions or previous response to answer.", "input")
+    chat_body: dict[str, Any] = {"model": model, "messages": messages, "tools": tools,
+                                 "tool_choice": _tool_choice(body.get("tool_choice")), "max_tokens": max_out}
+    for key in ("temperature", "top_p", "top_logprobs"):
+        if body.get(key) is not None:
+            chat_body[key] = body[key]
+    if body.get("parallel_tool_calls") is False:
+        chat_body["parallel_tool_calls"] = False
+    req, _ = wire.parse_chat_request({k: v for k, v in chat_body.items() if v is not None})
+    echo = {"instructions": instructions, "max_output_tokens": max_out, "previous_response_id": prev_id,
+            "store": body.get("store", True) is not False, "temperature": body.get("temperature", 1.0),
+            "top_p": body.get("top_p", 1.0), "tools": body.get("tools") or [],
+            "tool_choice": body.get("tool_choice", "auto"),
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "metadata": body.get("metadata") if isinstance(body.get("metadata"), dict) else {},
+            "text": body.get("text") if isinstance(body.get("text"), dict) else {"format": {"type": "text"}},
+            "truncation": body.get("truncation") if isinstance(body.get("truncation"), str) else "disabled",
+            "reasoning": body.get("reasoning") if isinstance(body.get("reasoning"), dict)
+            else {"effort": None, "summary": None},
+            "user": body.get("user") if isinstance(body.get("user"), str) else None}
+    return ResponsesRequest(chat=req, stream=bool(body.get("stream")), store=echo["store"], previous=previous,
+                            previous_response_id=prev_id, input=conversation_input, echo=echo)
+
+
+# --------------------------------------------------------------------------------- response
+
+
+def _usage(result: Result | None) -> dict[str, Any] | None:
+    if result is None or result.usage is None:
+        return None
+    u = result.usage
+    return {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u.prompt_tokens + u.completion_tokens}
+
+
+def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def _call_item(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, "name": name,
+            "arguments": arguments, "status": status}
+
+
+def output_items(result: Result, event_id: str) -> list[dict[str, Any]]:
+    """The output items of an answer: its text as one message, then one item per tool call."""
+    choice = result.choices[0]
+    items = []
+    if choice.text:
+        items.append(_message_item("msg_" + event_id, choice.text))
+    for c in choice.tool_calls or ():
+        items.append(_call_item(c.id, c.name, c.arguments))
+    return items
+
+
+def response_object(rid: str, created: float, model: str, echo: dict[str, Any], *, status: str,
+                    output: list[dict[str, Any]], usage: dict[str, Any] | None = None,
+                    error: dict[str, Any] | None = None, incomplete: str | None = None) -> dict[str, Any]:
+    """A ``response`` object (``model`` is the name the client asked for)."""
+    return {"id": rid, "object": "response", "created_at": int(created), "status": status, "error": error,
+            "incomplete_details": {"reason": incomplete} if incomplete else None, "model": model,
+            "output": output, "usage": usage, **echo}
+
+
+def _status(result: Result) -> tuple[str, str | None]:
+    if result.choices and result.choices[0].finish_reason == "length":
+        return "incomplete", "max_output_tokens"
+    return "completed", None
+
+
+def _sse(seq: Iterator[int], typ: str, payload: dict[str, Any]) -> bytes:
+    body = {"type": typ, "sequence_number": next(seq), **payload}
+    return b"event: " + typ.encode() + b"\ndata: " + orjson.dumps(body) + b"\n\n"
+
+
+# --------------------------------------------------------------------------------- routes
+
+
+def install(ctx: RouteContext) -> None:
+    gw = ctx.gateway
+    store = ResponseStore(idle_s=gw.config.session_idle_s)
+
+    def begin(request: Request, body: Any) -> tuple[Call, ResponsesRequest]:
+        p = ctx.auth(request, Action.WRITE)
+        rr = parse_responses_request(body, store, p.tenant_id)
+        call = gw.begin_chat(p, rr.chat, body, request.headers)
+        call.record.endpoint = "responses"
+        return call, rr
+
+    def keep(call: Call, rr: ResponsesRequest, rid: str) -> None:
+        result = call.record.result
+        if rr.store and result is not None and result.choices:
+            store.put(call.principal.tenant_id, rid, rr.previous, [*rr.input, reply_message(result.choices[0])])
+
+    async def record_later(call: Any) -> None:
+        gw.record(call)
+
+    @ctx.route("/v1/responses", "POST")
+    async def responses(request: Request) -> Response:
+        t0 = time.perf_counter()
+        call, rr = begin(request, await read_json(request, gw.config.max_body_bytes))
+        rid = "resp_" + call.record.event_ids[0]
+        model = rr.chat.model
+        if rr.stream:
+            first, it = await gw.open_stream(call, rr.chat)
+            gw.metrics.observe("/v1/responses", 200, time.perf_counter() - t0)
+            return StreamingResponse(_stream(gw, call, rr, rid, first, it, keep), media_type="text/event-stream",
+                                     headers={**call.headers, "cache-control": "no-cache"})
+        result = await gw.run(call, rr.chat)
+        gw.finish(call, result)
+        keep(call, rr, rid)
+        status, incomplete = _status(result)
+        payload = response_object(rid, call.record.started, model, rr.echo, status=status,
+                                  output=output_items(result, call.record.event_ids[0]), usage=_usage(result),
+                                  incomplete=incomplete)
+        resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers,
+                        background=BackgroundTask(record_later, call))
+        gw.metrics.observe("/v1/responses", 200, time.perf_counter() - t0)
+        return resp
+
+
+async def _stream(gw: Gateway, call: Call, rr: ResponsesRequest, rid: str, first: Any, it: Any,
+                  keep: Any) -> AsyncIterator[bytes]:
+    """The Responses SSE body: the SDK's event sequence, items opened as the backend's deltas arrive and
+    closed in order at the end; a backend failure mid-stream ends it with ``response.failed``."""
+    seq = iter(range(1 << 62))
+    eid = call.record.event_ids[0]
+    model, started, echo = rr.chat.model, call.record.started, rr.echo
+    yield _sse(seq, "response.created", {"response": response_object(rid, started, model, echo,
+                                                                      status="in_progress", output=[])})
+    yield _sse(seq, "response.in_progress", {"response": response_object(rid, started, model, echo,
+                                                                          status="in_progress", output=[])})
+    items: list[dict[str, Any]] = []  # open output items, in output order
+    text_at: int | None = None
+    calls_at: dict[int, int] = {}  # the backend's tool-call index → output index
+    try:
+        async with contextlib.aclosing(gw.deltas(call, first, it)) as pieces:
+            async for d in pieces:
+                if d.text:
+                    if text_at is None:
+                        text_at = len(items)
+                        items.append(_message_item("msg_" + eid, "", status="in_progress"))
+                        yield _sse(seq, "response.output_item.added", {"output_index": text_at,
+                                                                       "item": {**items[text_at], "content": []}})
+                        yield _sse(seq, "response.content_part.added", {
+                            "item_id": "msg_" + eid, "output_index": text_at, "content_index": 0,
+                            "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})
+                    items[text_at]["content"][0]["text"] += d.text
+                    yield _sse(seq, "response.output_text.delta", {"item_id": "msg_" + eid, "output_index": text_at,
+                                                                   "content_index": 0, "delta": d.text,
+                                                                   "logprobs": []})
+                for t in d.tool_calls or ():
+                    at = calls_at.get(t.index)
+                    if at is None:
+                        at = calls_at[t.index] = len(items)
+                        cid = t.id or f"call_{eid}_{t.index}"
+                        items.append(_call_item(cid, t.name or "", "", status="in_progress"))
+                        yield _sse(seq, "response.output_item.added", {"output_index": at, "item": dict(items[at])})
+                    if t.arguments:
+                        items[at]["arguments"] += t.arguments
+                        yield _sse(seq, "response.function_call_arguments.delta", {
+                            "item_id": items[at]["id"], "output_index": at, "delta": t.arguments})
+    except BackendError as exc:
+        error = {"code": "server_error", "message": exc.message}
+        yield _sse(seq, "response.failed", {"response": response_object(
+            rid, started, model, echo, status="failed", output=items, error=error)})
+        return
+    try:
+        for at, item in enumerate(items):
+            item["status"] = "completed"
+            if item["type"] == "message":
+                part = item["content"][0]
+                yield _sse(seq, "response.output_text.done", {"item_id": item["id"], "output_index": at,
+                                                              "content_index": 0, "text": part["text"],
+                                                              "logprobs": []})
+                yield _sse(seq, "response.content_part.done", {"item_id": item["id"], "output_index": at,
+                                                               "content_index": 0, "part": part})
+            else:
+                yield _sse(seq, "response.function_call_arguments.done", {
+                    "item_id": item["id"], "output_index": at, "name": item["name"], "arguments": item["arguments"]})
+            yield _sse(seq, "response.output_item.done", {"output_index": at, "item": item})
+        result = call.record.result
+        keep(call, rr, rid)
+        status, incomplete = _status(result) if result is not None else ("completed", None)
+        yield _sse(seq, "response.completed" if status == "completed" else "response.incomplete", {
+            "response": response_object(rid, started, model, echo, status=status, output=items,
+                                        usage=_usage(result), incomplete=incomplete)})
+    finally:
+        gw.record(call)
