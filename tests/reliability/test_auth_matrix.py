@@ -158,7 +158,7 @@ def test_a_tenant_admin_cannot_change_shared_routing(gateway_app: Any) -> None:
         assert r.status_code == 200, r.text
         assert c.put("/v1/molt/admin/models/stub%23acme/weights", headers=ACME_ADMIN,
                      json={"weights": {"acme-canary": 1.0}}).status_code == 200
-        assert gw.router.table.versions["acme-canary"].tenant_id == "acme"
+        assert gw.router.table.versions["acme-canary#acme"].tenant_id == "acme"
         seen = {c.post("/v1/chat/completions", headers={**h, "x-molt-session": f"s{i}"}, json=_CHAT
                        ).headers["x-molt-policy-version"] for i in range(8) for h in (GLOBEX_W,)}
         assert seen == {"stub@base"}  # globex's sessions never reach acme's canary
@@ -168,11 +168,11 @@ def test_a_tenant_admin_cannot_change_shared_routing(gateway_app: Any) -> None:
         assert "acme-canary" not in str(routes) and "stub#acme" not in str(routes)
         # another tenant's version is as unknown as one that does not exist
         # nor serve the weights of a version it cannot see (an adapter loaded for acme)
-        gw.router.add_version("stub#acme", gw.router.table.versions["acme-canary"].model_copy(
+        gw.router.add_version("stub#acme", gw.router.table.versions["acme-canary#acme"].model_copy(
             update={"version": "acme-lora", "upstream_model": "acme-lora"}), weight=0.0)
         r = c.post("/v1/molt/admin/versions", headers=GLOBEX_ADMIN, json={
             "model": "stub", "spec": {"version": "g2", "backends": ["stub"], "upstream_model": "acme-lora"}})
-        assert r.status_code == 404 and "g2" not in gw.router.table.versions
+        assert r.status_code == 404 and "g2#globex" not in gw.router.table.versions
         gone = c.delete("/v1/molt/admin/versions/acme-canary", headers=GLOBEX_ADMIN)
         nope = c.delete("/v1/molt/admin/versions/no-such-version", headers=GLOBEX_ADMIN)
         assert gone.status_code == nope.status_code == 404

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from molt.errors import InvalidRequest, ModelNotFound, PermissionDenied
-from molt.gateway.router import RoutingTable, VersionSpec, scope_key
+from molt.gateway.router import RoutingTable, VersionSpec, scope_key, version_key
 from molt.governance.access import Action, Principal
 
 __all__ = ["AdminScope"]
@@ -70,18 +70,32 @@ class AdminScope:
         return self.operator or "#" not in key or _key_tenant_matches(key, self.tenant)
 
     def table_json(self, t: RoutingTable, health: Mapping[str, bool]) -> dict[str, Any]:
-        """The routing table as the caller may see it (the operator: all of it)."""
-        versions = {v: sp.model_dump(mode="json") for v, sp in t.versions.items() if self.sees_version(sp)}
-        models = {m: [{"since": g.since, "weights": {v: w for v, w in g.weights.items() if v in versions}}
+        """The routing table as the caller may see it: the operator all of it, by table key
+        (``id#tenant`` for a tenant's version); a tenant admin the shared part and its own, by the
+        version ids of its namespace."""
+        names = {k: (k if self.operator else sp.version) for k, sp in t.versions.items() if self.sees_version(sp)}
+        versions = {names[k]: t.versions[k].model_dump(mode="json") for k in names}
+        models = {m: [{"since": g.since, "weights": {names[v]: w for v, w in g.weights.items() if v in names}}
                       for g in gens] for m, gens in t.models.items() if self.sees_key(m)}
         return {"table": {"versions": versions, "models": models}, "health": dict(health),
                 "current_weights": {m: gens[-1]["weights"] for m, gens in models.items()}}
 
     # ------------------------------------------------------------------ changing
 
+    def lookup(self, t: RoutingTable, version: str) -> str | None:
+        """The table key version id ``version`` names for the caller: its tenant's own version of that
+        id, else a shared one (the operator may also name any key); ``None`` when it names nothing the
+        caller may see — another tenant's version exactly as one that does not exist."""
+        if (own := version_key(version, self.tenant)) in t.versions:
+            return own
+        spec = t.versions.get(version)
+        if spec is not None and (self.operator or spec.tenant_id is None):
+            return version
+        return None
+
     def _check_weights(self, t: RoutingTable, weights: Mapping[str, float], param: str) -> None:
         for v in weights:
-            if not self.sees_version(t.versions.get(v)):
+            if self.lookup(t, v) is None:
                 raise ModelNotFound(f"No version {v!r} of tenant {self.tenant!r} or shared.", param=param)
 
     def require_key(self, model: str) -> None:
@@ -110,10 +124,12 @@ class AdminScope:
         if spec.tenant_id not in (None, self.tenant):
             raise PermissionDenied(f"A key of tenant {self.tenant!r} cannot register a version of tenant "
                                    f"{spec.tenant_id!r}; use a key of that tenant.")
-        existing = t.versions.get(spec.version)
-        if existing is not None and existing.tenant_id != self.tenant:
-            raise InvalidRequest(f"The version id {spec.version!r} is taken; choose another id.",
-                                 param="spec.version")
+        # Version ids live in the tenant's namespace: only a shared version's id or a public model's
+        # name is taken (both visible to every tenant); another tenant's ids are neither seen nor taken.
+        shared = t.versions.get(spec.version)
+        if (shared is not None and shared.tenant_id is None) or spec.version in t.models:
+            raise InvalidRequest(f"The version id {spec.version!r} is taken by a shared version or model; "
+                                 f"choose another id.", param="spec.version")
         # the weights a version serves: the backend's own model, or one a visible version already serves
         # (an adapter another tenant's version loaded is not this tenant's to serve)
         served = {v.upstream_model for v in t.versions.values() if self.sees_version(v)}
@@ -135,13 +151,13 @@ class AdminScope:
         return key, spec.model_copy(update={"tenant_id": self.tenant}), merged
 
     def removable(self, t: RoutingTable, version: str) -> str:
-        """``version`` if the caller may remove it, else raise (another tenant's is as unknown as a
-        version that does not exist)."""
-        spec = t.versions.get(version)
-        if self.operator:
-            return version
-        if spec is None or spec.tenant_id not in (None, self.tenant):
+        """The table key of ``version`` if the caller may remove it, else raise (another tenant's is as
+        unknown as a version that does not exist)."""
+        key = self.lookup(t, version)
+        if key is None:
+            if self.operator:
+                return version  # the router's own 404
             raise ModelNotFound(f"No version {version!r} of tenant {self.tenant!r}.", param="version")
-        if spec.tenant_id is None:
+        if t.versions[key].tenant_id is None:
             self.require_operator(f"The shared version {version!r}")
-        return version
+        return key

@@ -44,7 +44,8 @@ from molt.gateway.sessions import IdleLRU
 from molt.harness import HarnessSpec
 from molt.renamed import renamed
 
-__all__ = ["Route", "Router", "RoutingTable", "TrafficSplit", "VersionSpec", "choose", "scope_key", "session_start"]
+__all__ = ["Route", "Router", "RoutingTable", "TrafficSplit", "VersionSpec", "choose", "scope_key", "session_start",
+           "version_key"]
 
 _DATA = ConfigDict(extra="forbid", frozen=True)
 _MAX_GENERATIONS = 64
@@ -72,6 +73,18 @@ class VersionSpec(BaseModel):
     tenant_id: str | None = None
     memory_ids: tuple[str, ...] = ()
     skill_ids: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _plain_id(self) -> VersionSpec:
+        if "#" in self.version:
+            raise ValueError(f"A version id may not contain '#' (it separates a tenant's namespace); got "
+                             f"{self.version!r}.")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The version's key in the routing table (:func:`version_key`)."""
+        return version_key(self.version, self.tenant_id)
 
 
 class TrafficSplit(BaseModel):
@@ -104,8 +117,9 @@ class RoutingTable(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> RoutingTable:
         for vid, spec in self.versions.items():
-            if spec.version != vid:
-                raise ValueError(f"versions[{vid!r}].version is {spec.version!r}; the key and the id must match.")
+            if spec.key != vid:
+                raise ValueError(f"versions[{vid!r}] is version {spec.version!r} of tenant {spec.tenant_id!r}, "
+                                 f"whose key is {spec.key!r}; the key and the id must match.")
         for model, gens in self.models.items():
             if not gens:
                 raise ValueError(f"model {model!r} has no generation; give it at least one version.")
@@ -122,7 +136,7 @@ class RoutingTable(BaseModel):
     @classmethod
     def single(cls, model: str, version: VersionSpec) -> RoutingTable:
         """A table serving one model with one version."""
-        return cls(versions={version.version: version}, models={model: (TrafficSplit(weights={version.version: 1.0}),)})
+        return cls(versions={version.key: version}, models={model: (TrafficSplit(weights={version.key: 1.0}),)})
 
     def current_weights(self, model: str) -> dict[str, float]:
         """The weights new sessions of ``model`` get now."""
@@ -158,6 +172,20 @@ def _unit(*parts: str) -> float:
 def scope_key(model: str, tenant_id: str, agent_id: str | None = None) -> str:
     """The routing key of ``model`` for one tenant (and agent): ``model#tenant[/agent]``."""
     return f"{model}#{tenant_id}" + (f"/{agent_id}" if agent_id else "")
+
+
+def version_key(version: str, tenant_id: str | None) -> str:
+    """The routing table's key of a version: its id when it is shared, ``id#tenant`` when it is one
+    tenant's. Version ids live in a namespace per tenant (two tenants may each have a ``v2``; one
+    cannot take or probe the other's id); a version id never holds ``#``, so keys never collide."""
+    return version if tenant_id is None else f"{version}#{tenant_id}"
+
+
+def key_tenant(key: str) -> str | None:
+    """The tenant a routing key (``model#tenant[/agent]``) or version key (``id#tenant``) belongs to
+    (``None``: shared)."""
+    _, sep, rest = key.partition("#")
+    return rest.partition("/")[0] if sep else None
 
 
 def session_start(key: str) -> float | None:
@@ -201,7 +229,8 @@ def choose(table: RoutingTable, model: str, key: str, started_at: float,
            healthy: Iterable[str] | None = None) -> Route:
     """The pure routing function (see the module docstring).
 
-    ``model`` is a public model name or a version id (which pins the version). ``healthy`` is the set
+    ``model`` is a key of the table: a routing key, or a version key (which pins the version; a
+    caller's name becomes such a key through :meth:`Router.resolve`, inside its tenant). ``healthy`` is the set
     of backends that can take requests (``None``: all). Raises ``ModelNotFound`` for an unknown name
     and ``BackendUnavailable`` when no backend of any eligible version is healthy.
     """
@@ -219,7 +248,7 @@ def choose(table: RoutingTable, model: str, key: str, started_at: float,
         return Route(spec, backend)
     gens = table.models.get(model)
     if gens is None:
-        known = ", ".join(sorted(table.models)) or "none"
+        known = ", ".join(sorted(m for m in table.models if "#" not in m)) or "none"
         raise ModelNotFound(f"The model {model!r} does not exist here; served models: {known}.", param="model")
     ranked = _ranked_versions(table, _generation(gens, started_at), key)
     for i, vid in enumerate(ranked):
@@ -274,22 +303,56 @@ class Router:
         return seen
 
     def route(self, model: str, session_key: str, *, exclude: Iterable[str] = ()) -> Route:
-        """The version and backend for a request of ``session_key`` to ``model``."""
+        """The version and backend for a request of ``session_key`` to table key ``model`` (no tenant
+        wall: callers on behalf of a tenant use :meth:`route_for`)."""
         excluded = set(exclude)
         healthy = [b for b, ok in self._health.items() if ok and b not in excluded]
         return choose(self._table, model, session_key, self.started_at(session_key), healthy)
 
+    def resolve(self, model: str, tenant_id: str, agent_id: str | None = None) -> str:
+        """The table key that ``model`` names for ``tenant_id``'s agent ``agent_id`` — the one place a
+        request's ``model`` is read, so every route resolves it alike.
+
+        ``model`` may be a public model name (the most specific of ``model#tenant/agent``,
+        ``model#tenant`` and ``model`` the table has: the control plane binds each tenant's agent to
+        its own versions under such keys), a routing key of the caller's tenant, or a version id of
+        the caller's tenant or a shared one. Anything else — another tenant's version id or routing
+        key included — raises the same :class:`ModelNotFound`, which lists only the caller's models.
+        """
+        t = self._table
+        if "#" in model:
+            if key_tenant(model) == tenant_id and model in t.models:
+                return model
+        elif (own := version_key(model, tenant_id)) in t.versions:
+            return own
+        elif (spec := t.versions.get(model)) is not None and spec.tenant_id is None:
+            return model
+        elif model in t.models:
+            if agent_id is not None and (k := scope_key(model, tenant_id, agent_id)) in t.models:
+                return k
+            if (k := scope_key(model, tenant_id)) in t.models:
+                return k
+            return model
+        raise self.not_found(model, tenant_id)
+
+    def not_found(self, model: str, tenant_id: str | None) -> ModelNotFound:
+        """The one answer to a name ``tenant_id`` may not use: unknown and another tenant's alike."""
+        return ModelNotFound(f"The model {model!r} does not exist here; served models: "
+                             f"{', '.join(self.models(tenant_id)) or 'none'}.", param="model")
+
+    def route_for(self, model: str, tenant_id: str, agent_id: str | None, session_key: str, *,
+                  exclude: Iterable[str] = ()) -> Route:
+        """:meth:`route` of what ``model`` names inside ``tenant_id`` (:meth:`resolve`)."""
+        return self.route(self.resolve(model, tenant_id, agent_id), session_key, exclude=exclude)
+
     def scoped_model(self, model: str, tenant_id: str | None, agent_id: str | None) -> str:
-        """The routing key for ``model`` requested by ``tenant_id``'s agent ``agent_id``: the most
-        specific of ``model#tenant/agent``, ``model#tenant`` and ``model`` that the table has (the
-        control plane binds each tenant's agent to its own policy versions under such keys)."""
-        models = self._table.models
-        if tenant_id is not None and len(models) > 1:
-            if agent_id is not None and (k := scope_key(model, tenant_id, agent_id)) in models:
-                return k
-            if (k := scope_key(model, tenant_id)) in models:
-                return k
-        return model
+        """The routing key of public model ``model`` for ``tenant_id``'s agent (see :meth:`resolve`)."""
+        if tenant_id is None:
+            return model
+        try:
+            return self.resolve(model, tenant_id, agent_id)
+        except ModelNotFound:
+            return model
 
     def bind(self, key: str, specs: Iterable[VersionSpec], weights: Mapping[str, float], *,
              immediate: bool = False) -> RoutingTable:
@@ -298,7 +361,9 @@ class Router:
         moves at once (a rollback). Versions no key uses any more are dropped."""
         with self._lock:
             t = self._table
-            versions = {**t.versions, **{sp.version: sp for sp in specs}}
+            specs = list(specs)
+            weights = _in_namespace(t, weights, key_tenant(key), specs)
+            versions = {**t.versions, **{sp.key: sp for sp in specs}}
             if immediate:
                 models = {**t.models, key: (TrafficSplit(since=0.0, weights=dict(weights)),)}
                 used = {v for gens in models.values() for g in gens for v in g.weights}
@@ -307,15 +372,15 @@ class Router:
                     for b in sp.backends:
                         self._health.setdefault(b, True)
             else:
-                self._commit(t, versions, key, dict(weights))
+                self._commit(t, versions, key, weights)
             return self._table
 
     def models(self, tenant_id: str | None = None) -> list[str]:
-        """Public model names, then version ids. Tenant-scoped routing keys are never listed, nor
-        another tenant's versions (``tenant_id``: the caller's tenant)."""
+        """Public model names, then the version ids ``tenant_id`` may name (shared ones and its own).
+        Tenant-scoped routing keys are never listed, nor another tenant's versions."""
         t = self._table
         return (sorted(m for m in t.models if "#" not in m)
-                + sorted(v for v, sp in t.versions.items() if sp.tenant_id is None or sp.tenant_id == tenant_id))
+                + sorted({sp.version for sp in t.versions.values() if sp.tenant_id in (None, tenant_id)}))
 
     # ------------------------------------------------------------------ health
 
@@ -343,11 +408,11 @@ class Router:
         version."""
         with self._lock:
             t = self._table
-            if spec.version in t.models:
+            if spec.version in t.models or spec.key in t.models:
                 raise ValueError(f"{spec.version!r} is a model name; choose another version id.")
-            versions = {**t.versions, spec.version: spec}
-            new_weights = {**(t.current_weights(model) if model in t.models else {}), **(weights or {}),
-                           spec.version: weight}
+            versions = {**t.versions, spec.key: spec}
+            named = _in_namespace(t, weights or {}, key_tenant(model) or spec.tenant_id, [spec])
+            new_weights = {**(t.current_weights(model) if model in t.models else {}), **named, spec.key: weight}
             self._commit(t, versions, model, new_weights)
             return self._table
 
@@ -357,11 +422,12 @@ class Router:
             t = self._table
             if model not in t.models:
                 raise ModelNotFound(f"The model {model!r} does not exist here.", param="model")
-            self._commit(t, dict(t.versions), model, dict(weights))
+            self._commit(t, dict(t.versions), model, _in_namespace(t, weights, key_tenant(model)))
             return self._table
 
     def remove_version(self, version: str) -> RoutingTable:
-        """Drop a version (a rollback): its sessions move to the other versions of their generation."""
+        """Drop a version by its table key (a rollback): its sessions move to the other versions of
+        their generation."""
         with self._lock:
             t = self._table
             if version not in t.versions:
@@ -389,6 +455,23 @@ class Router:
         for spec in versions.values():
             for b in spec.backends:
                 self._health.setdefault(b, True)
+
+
+def _in_namespace(t: RoutingTable, weights: Mapping[str, float], tenant: str | None,
+                  specs: Iterable[VersionSpec] = ()) -> dict[str, float]:
+    """``weights`` keyed by table keys: a name is a version of ``specs``, else ``tenant``'s own
+    version of that id, else a table key as given (a shared version, or a key the operator names)."""
+    specs = sorted(specs, key=lambda sp: sp.tenant_id == tenant)  # the key's own tenant's spec wins a tie
+    given = {sp.version: sp.key for sp in specs}
+    out: dict[str, float] = {}
+    for name, w in weights.items():
+        if name in given:
+            out[given[name]] = w
+        elif tenant is not None and (own := version_key(name, tenant)) in t.versions:
+            out[own] = w
+        else:
+            out[name] = w
+    return out
 
 
 __getattr__ = renamed(__name__, {"Decision": "Route", "Generation": "TrafficSplit"}, globals())

@@ -37,7 +37,7 @@ from molt.gateway.metrics import Metrics
 from molt.gateway.router import Route, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import KeyRing, Principal, Role
-from molt.harness import Applied, HarnessApplier, StaticHarness
+from molt.harness import Applied, HarnessApplier, StaticHarness, belongs_to
 
 __all__ = ["Call", "Gateway", "GatewayConfig"]
 
@@ -82,6 +82,8 @@ class Call:
     principal: Principal
     endpoint: str
     public_model: str
+    #: the routing-table key the request's model named inside the caller's tenant (:meth:`Router.resolve`)
+    target: str
     resolution: Resolution | None
     record: CallRecord
     decision: Route
@@ -158,6 +160,9 @@ class Gateway:
         self._static_harness = StaticHarness()
         #: Requests served with the static harness because the harness took over ``harness_timeout_s``.
         self.harness_fallbacks = 0
+        #: Requests refused because the version routed to belongs to another tenant (never expected:
+        #: the router resolves a request's model inside its tenant; this is the second wall).
+        self.harness_refusals = 0
         self.store = store
         self.metrics = Metrics()
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
@@ -246,11 +251,12 @@ class Gateway:
                    headers: Mapping[str, str]) -> Call:
         """Resolve the trajectory, route, and apply the harness for a chat request."""
         session, trajectory, agent = _ids_from(headers, body)
+        target = self.router.resolve(req.model, principal.tenant_id, agent)
         trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         res = self.sessions.resolve(principal.tenant_id, req.messages, session_id=session, trajectory_id=trajectory)
         st = res.state
         self.namespace.claim(principal.tenant_id, st.trajectory_id)
-        decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
+        decision = self.router.route(target, st.route_key)
         rec = CallRecord(endpoint="chat.completions", event_ids=[new_id() for _ in range(req.n)],
                          trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=res.parent_id,
                          tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
@@ -259,7 +265,8 @@ class Gateway:
                          new_tools=tool_results(req.messages, res.new_from) if res.continued else [],
                          task=_task_from(headers, body))
         so = body.get("stream_options")
-        call = Call(principal=principal, endpoint="chat.completions", public_model=req.model, resolution=res,
+        call = Call(principal=principal, endpoint="chat.completions", public_model=req.model, target=target,
+                    resolution=res,
                     record=rec, decision=decision, backend=self.backends[decision.backend], applied=None,
                     want_logprobs=req.logprobs,
                     include_usage=bool(isinstance(so, dict) and so.get("include_usage")), t0=time.perf_counter())
@@ -270,6 +277,7 @@ class Gateway:
                          headers: Mapping[str, str]) -> Call:
         """Resolve the trajectory and route a completions request (no harness: there are no messages)."""
         session, trajectory, agent = _ids_from(headers, body)
+        target = self.router.resolve(req.model, principal.tenant_id, agent)
         trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         st = None
         if trajectory is not None:
@@ -281,14 +289,15 @@ class Gateway:
             st = res.state
         self.namespace.claim(principal.tenant_id, st.trajectory_id)
         parent = st.last_event_id
-        decision = self.router.route(self.router.scoped_model(req.model, principal.tenant_id, agent), st.route_key)
+        decision = self.router.route(target, st.route_key)
         rec = CallRecord(endpoint="completions", event_ids=[new_id() for _ in range(req.n)],
                          trajectory_id=st.trajectory_id, session_id=st.session_id, parent_id=parent,
                          tenant_id=principal.tenant_id, agent_id=agent, public_model=req.model, decision=decision,
                          started=time.time(), prompt=req.prompt, sampling=_sampling(req), key_name=principal.key_name,
                          task=_task_from(headers, body))
         so = body.get("stream_options")
-        call = Call(principal=principal, endpoint="completions", public_model=req.model, resolution=None, record=rec,
+        call = Call(principal=principal, endpoint="completions", public_model=req.model, target=target,
+                    resolution=None, record=rec,
                     decision=decision, backend=self.backends[decision.backend], applied=None,
                     want_logprobs=req.logprobs is not None,
                     include_usage=bool(isinstance(so, dict) and so.get("include_usage")), t0=time.perf_counter())
@@ -315,6 +324,18 @@ class Gateway:
         if rec.session_id:
             call.headers["x-molt-session"] = rec.session_id
 
+    def _wall(self, call: Call, model: str) -> None:
+        """Refuse to apply a version of another tenant (:func:`~molt.harness.belongs_to`): its prompt,
+        memories, skills and adapter never reach this request, which gets the same 404 as a model that
+        does not exist; :attr:`harness_refusals` counts it."""
+        spec = call.decision.version
+        tenant = call.principal.tenant_id
+        if not belongs_to(spec, tenant):
+            self.harness_refusals += 1
+            log.error("Refused to apply version %r of tenant %r to a request of tenant %r (a routing fault).",
+                      spec.version, spec.tenant_id, tenant)
+            raise self.router.not_found(model, tenant)
+
     async def _apply_harness(self, req: ChatRequest, spec: Any) -> Applied:
         """The harness applied to the request. One that does I/O (``blocking``: memory retrieval embeds
         the query and searches LanceDB) runs on a worker thread, so it never holds the event loop and
@@ -334,6 +355,7 @@ class Gateway:
         return self._static_harness.apply(req.messages, req.tools, spec)
 
     async def _backend_chat_request(self, call: Call, req: ChatRequest) -> ChatRequest:
+        self._wall(call, req.model)
         spec = call.decision.version
         applied = await self._apply_harness(req, spec)
         call.applied = applied
@@ -347,6 +369,7 @@ class Gateway:
                            seed=req.seed, extra=req.extra)
 
     def _backend_completion_request(self, call: Call, req: CompletionRequest) -> CompletionRequest:
+        self._wall(call, req.model)
         model = call.decision.version.upstream_model or call.backend.model
         if model == req.model:
             return req
@@ -361,7 +384,7 @@ class Gateway:
             return False
         key = call.resolution.state.route_key if call.resolution else call.record.trajectory_id
         try:
-            decision = self.router.route(call.public_model, key)
+            decision = self.router.route(call.target, key)
         except MoltError:
             return False
         log.warning("Backend %s failed (%s); failing over to %s.", call.decision.backend, exc, decision.backend)
@@ -410,7 +433,7 @@ class Gateway:
                     t.name = call.applied.client_tool_name(t.name)
 
     def _fail(self, call: Call, exc: BaseException, status: OutcomeStatus, outcome: str) -> None:
-        self.metrics.backend(call.decision.backend, call.decision.version.version, outcome)
+        self.metrics.backend(call.decision.backend, call.decision.version.key, outcome)
         call.record.status, call.record.error = status, exc
         call.record.latency_ms = (time.perf_counter() - call.t0) * 1000.0
         if self.capture is not None:
@@ -428,7 +451,7 @@ class Gateway:
                                    rec.event_ids[:len(result.choices)])
         elif state is not None:
             self.sessions.note_call(state, rec.event_ids[:max(1, len(result.choices))])
-        version = call.decision.version.version
+        version = call.decision.version.key  # a tenant's version is labelled id#tenant: never merged across tenants
         self.metrics.backend(call.decision.backend, version, "ok")
         if result.usage is not None:
             self.metrics.add_tokens(version, result.usage.prompt_tokens, result.usage.completion_tokens)

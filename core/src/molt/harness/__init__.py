@@ -2,7 +2,7 @@
 skills, tool schemas) applied to a request before it reaches the model — at the gateway, or where
 the agent runs (:class:`LiveVersion`, used by the framework adapters)."""
 
-from molt.harness.apply import Applied, HarnessApplier, HarnessTarget, StaticHarness, apply_spec
+from molt.harness.apply import Applied, HarnessApplier, HarnessTarget, StaticHarness, apply_spec, belongs_to
 from molt.harness.live import DEFAULT_POLL_S, LiveVersion, VersionSource
 from molt.harness.spec import HarnessSpec, Skill, ToolRewrite
 
@@ -18,4 +18,5 @@ __all__ = [
     "ToolRewrite",
     "VersionSource",
     "apply_spec",
+    "belongs_to",
 ]

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from molt.harness.spec import HarnessSpec
 
-__all__ = ["Applied", "HarnessApplier", "HarnessTarget", "StaticHarness"]
+__all__ = ["Applied", "HarnessApplier", "HarnessTarget", "StaticHarness", "belongs_to"]
 
 
 @runtime_checkable
@@ -76,6 +76,15 @@ class StaticHarness:
         if spec is None or spec.is_empty:
             return Applied(messages, tools)
         return apply_spec(spec, messages, tools)
+
+
+def belongs_to(version: object, tenant_id: str) -> bool:
+    """Whether ``version``'s parts may be applied to a request of ``tenant_id``: a shared version
+    (no ``tenant_id``) or one of that tenant. The router already resolves a request's model only
+    inside its tenant; the application point checks again, so a routing fault can never put one
+    tenant's prompt, memories or skills into another's request."""
+    owner = getattr(version, "tenant_id", None)
+    return owner is None or owner == tenant_id
 
 
 def apply_spec(spec: HarnessSpec, messages: list[dict[str, Any]],
