@@ -15,11 +15,14 @@ What runs (all on loopback, each server one process / one worker):
   repo (a ``git worktree`` of an older commit) in this environment: a regression check in one rotation.
 - ``molt (in-process stub)``: the gateway serving the stub backend itself (no upstream hop), i.e.
   the gateway's own cost over the stub served directly.
+- ``molt → stub /v1/responses``, ``molt → stub /v1/messages``: the same ``molt → stub`` server asked the
+  same question in the Responses API's and Anthropic Messages API's wire formats (the same chat path
+  behind them): what each translation costs beside Chat Completions, in the same rotation.
 - ``litellm → stub``: LiteLLM's proxy (``litellm[proxy]`` from PyPI, in its own venv
   ``.venv-bench-litellm`` made by :func:`ensure_litellm`, telemetry off, a master key checked on
   every request, no database) routing model ``stub`` to the stub server.
 
-Each target answers the same non-streamed chat request from a load generator (a minimal keep-alive
+Each target answers the same non-streamed question from a load generator (a minimal keep-alive
 HTTP/1.1 client on uvloop, in this process): sequentially (concurrency 1, round-robin over the
 targets, one request each in turn) and with 16 connections in a closed loop (four alternating slices
 per target). Interleaving makes a busy neighbour on a shared machine slow every target alike. "Added"
@@ -53,8 +56,20 @@ LITELLM_VENV = ROOT / ".venv-bench-litellm"
 LITELLM_SPEC = "litellm[proxy]==1.106.12"  # the newest whose proxy extras all resolve from the registry
 KEY = "sk-bench-writer"
 LITELLM_KEY = "sk-litellm-bench-0123456789abcdef0123456789abcdef"
-BODY = json.dumps({"model": "stub",
-                   "messages": [{"role": "user", "content": "What is the status of order A-17?"}]}).encode()
+QUESTION = "What is the status of order A-17?"
+BODY = json.dumps({"model": "stub", "messages": [{"role": "user", "content": QUESTION}]}).encode()
+#: The same question on the gateway's other wire formats, served by the same chat path (target name
+#: suffix → path and body); every other target answers Chat Completions.
+ROUTES = {
+    " /v1/responses": ("/v1/responses", json.dumps({"model": "stub", "input": QUESTION}).encode()),
+    " /v1/messages": ("/v1/messages", json.dumps({"model": "stub", "max_tokens": 256,
+                                                  "messages": [{"role": "user", "content": QUESTION}]}).encode()),
+}
+
+
+def route_of(name: str) -> tuple[str, bytes]:
+    """The path and body a target is measured with."""
+    return next((r for suffix, r in ROUTES.items() if name.endswith(suffix)), ("/v1/chat/completions", BODY))
 
 
 # ------------------------------------------------------------------------------------------ setup
@@ -228,7 +243,7 @@ class Conn:
 
 
 async def load(port: int, path: str, key: str | None, *, concurrency: int, requests: int | None,
-               seconds: float) -> tuple[list[float], float]:
+               seconds: float, body: bytes = BODY) -> tuple[list[float], float]:
     """Closed-loop load; returns (latencies in ms, wall seconds)."""
     lat: list[float] = []
     stop = time.perf_counter() + seconds
@@ -237,7 +252,7 @@ async def load(port: int, path: str, key: str | None, *, concurrency: int, reque
 
     async def worker() -> None:
         nonlocal count, errors
-        c = Conn(port, path, BODY, key)
+        c = Conn(port, path, body, key)
         try:
             while time.perf_counter() < stop and (requests is None or count < requests):
                 count += 1
@@ -267,12 +282,11 @@ def measure(targets: list[tuple[str, int, str | None]], args: argparse.Namespace
     concurrency 1 goes round-robin one request at a time; concurrency 16 alternates short slices."""
     import uvloop
 
-    path = "/v1/chat/completions"
-
     async def run() -> list[dict[str, Any]]:
-        for _, port, key in targets:  # warm-up
-            await load(port, path, key, concurrency=4, requests=200, seconds=5)
-        conns = [Conn(port, path, BODY, key) for _, port, key in targets]
+        for name, port, key in targets:  # warm-up
+            path, body = route_of(name)
+            await load(port, path, key, concurrency=4, requests=200, seconds=5, body=body)
+        conns = [Conn(port, *route_of(name), key) for name, port, key in targets]
         seq: list[list[float]] = [[] for _ in targets]
         stop = time.perf_counter() + args.seconds * len(targets)
         for _ in range(args.requests):
@@ -289,8 +303,10 @@ def measure(targets: list[tuple[str, int, str | None]], args: argparse.Namespace
         wall = [0.0] * len(targets)
         slices = 4
         for _ in range(slices):
-            for i, (_, port, key) in enumerate(targets):
-                lat, w = await load(port, path, key, concurrency=16, requests=None, seconds=args.seconds / slices)
+            for i, (name, port, key) in enumerate(targets):
+                path, body = route_of(name)
+                lat, w = await load(port, path, key, concurrency=16, requests=None, seconds=args.seconds / slices,
+                                    body=body)
                 conc[i] += lat
                 wall[i] += w
         out = []
@@ -385,6 +401,8 @@ def main() -> None:
             cmd = [py, __file__, "--serve-molt", str(port), "--upstream", upstream, "--home", tmp + "/a"]
             stack.enter_context(process(cmd, port, env=quiet, headers=auth))
             targets.append(("molt → stub", port, KEY))
+            # the same server on its Responses and Messages routes, beside its Chat Completions
+            targets += [("molt → stub" + suffix, port, KEY) for suffix in ROUTES]
             if args.compare_tree is not None:
                 tree = args.compare_tree.resolve()
                 if not (tree / "core" / "src" / "molt").is_dir():

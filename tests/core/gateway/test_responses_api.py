@@ -18,7 +18,7 @@ from molt.backends import StubBackend
 from .conftest import Served
 
 W = {"authorization": "Bearer sk-acme-writer"}
-O = {"authorization": "Bearer sk-operator"}
+OPERATOR = {"authorization": "Bearer sk-operator"}
 TOOL = {"type": "function", "name": "get_weather", "description": "Current weather in a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 SCRIPT = [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}, "It is sunny in Paris, 21 C."]
@@ -78,7 +78,7 @@ def test_streaming_events_parse_and_match_the_plain_answer(served: Served) -> No
     assert kinds.count("response.output_text.delta") == 4 and "response.output_text.done" in kinds
     assert final.output_text == "echo: one two three" and final.usage is not None
     events = [e for e in client.responses.create(model="stub", input="Paris", tools=[TOOL], stream=True)]
-    done = [e for e in events if e.type == "response.completed"][0].response
+    done = next(e for e in events if e.type == "response.completed").response
     [call] = done.output
     assert call.type == "function_call" and call.arguments == '{"city":"Paris"}'
     assert [e.type for e in events if "function_call_arguments" in e.type] == [
@@ -103,7 +103,7 @@ def test_the_versions_harness_applies_as_on_chat(served: Served) -> None:
     spec = {"version": "stub@edited", "backends": ["stub"],
             "harness": {"system_prompt": "Always cite the weather service.",
                         "tool_rewrites": {"get_weather": {"rename": "weather_lookup"}}}}
-    r = httpx.post(served.url + "/v1/molt/admin/versions", headers=O,
+    r = httpx.post(served.url + "/v1/molt/admin/versions", headers=OPERATOR,
                    json={"model": "stub", "spec": spec, "weight": 1.0, "weights": {"stub@base": 0.0}})
     assert r.status_code == 200, r.text
     raw = served.client().responses.with_raw_response.create(model="stub", input="Oslo", tools=[TOOL])

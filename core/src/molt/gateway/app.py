@@ -6,6 +6,7 @@ endpoint                                 what                                   
 POST /v1/chat/completions                chat, streaming, tools, n, logprobs         write
 POST /v1/completions                     text or token-id prompts                    write
 POST /v1/responses                       the Responses API (items, tools, stream)    write
+POST /v1/messages[/count_tokens]         the Anthropic Messages API                  write
 GET  /v1/models, /v1/models/{id}         public models and policy versions           any key
 GET  /health                             liveness and backend health                 any key
 GET  /metrics                            Prometheus text format                      read
@@ -46,7 +47,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from molt.gateway.error_responses import error_body, install_error_handlers, route_template
-from molt.gateway.routes import admin, feedback, inference, operations, otlp, responses
+from molt.gateway.routes import admin, feedback, inference, messages, operations, otlp, responses
 from molt.gateway.routes.admin import AdapterBody, VersionBody, WeightsBody
 from molt.gateway.routes.context import RouteContext
 from molt.gateway.service import Gateway
@@ -56,7 +57,7 @@ from molt.gateway.service import Gateway
 __all__ = ["AdapterBody", "VersionBody", "WeightsBody", "create_app", "error_body", "route_template"]
 
 #: The route modules, installed in this order (the order Starlette matches in).
-ROUTE_MODULES = (inference, responses, operations, feedback, admin, otlp)
+ROUTE_MODULES = (inference, responses, messages, operations, feedback, admin, otlp)
 
 
 def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> FastAPI:

@@ -6,8 +6,9 @@ never rewritten), sent through the Recorder like events. "The last call" of a se
 recent model call of its current trajectory; with ``discount`` γ the k-th call before it gets
 ``value · γ^k`` as well (a per-turn discounted credit, each its own annotation).
 
-Calls are identified by the id the gateway returned: the response ``id`` (``chatcmpl-<event id>``, ``resp_<event id>``, ``msg_<event id>``)
-or the ``X-Molt-Event-Id`` header. A key may only reward its own tenant's calls.
+Calls are identified by the id the gateway returned: the response ``id``
+(``chatcmpl-<event id>``, ``resp_<event id>``, ``msg_<event id>``) or the ``X-Molt-Event-Id`` header.
+A key may only reward its own tenant's calls.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -500,7 +500,7 @@ class Gateway:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def deltas(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncIterator[Delta]:
+    async def deltas(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncGenerator[Delta, None]:
         """The backend's stream as deltas (tool names as the client knows them), for any wire format
         to render. At the end of the stream the call is finished (``call.record.result`` holds the
         assembled answer); the caller records it with :meth:`record` after its last bytes. A backend

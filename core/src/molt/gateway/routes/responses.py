@@ -270,7 +270,8 @@ def parse_responses_request(body: Any, store: ResponseStore, tenant: str) -> Res
     conversation_input = input_messages(body["input"])
     tools = _tools(body.get("tools"))
     max_out = body.get("max_output_tokens")
-    if max_out is not None and (isinstance(max_out, bool) or not isinstance(max_out, int) or not 1 <= max_out <= 1 << 20):
+    if max_out is not None and (isinstance(max_out, bool) or not isinstance(max_out, int)
+                                or not 1 <= max_out <= 1 << 20):
         raise _bad(f"'max_output_tokens' must be an integer between 1 and {1 << 20}, got {max_out!r}.",
                    "max_output_tokens")
     previous = store.get(tenant, prev_id) if prev_id is not None else None
