@@ -460,6 +460,11 @@ def main() -> None:
     if molt:
         print(f"molt → stub adds {molt['add_p50_1']:.2f} ms p50 / {molt['add_p99_1']:.2f} ms p99 at concurrency 1 "
               f"(goal ≤ 1 ms / ≤ 5 ms)")
+        for suffix in ROUTES:
+            if (r := by.get("molt → stub" + suffix)) is not None:
+                print(f"molt → stub{suffix} adds {r['add_p50_1']:.2f} ms p50 / {r['add_p99_1']:.2f} ms p99 at "
+                      f"concurrency 1 beside Chat Completions' {molt['add_p50_1']:.2f} / {molt['add_p99_1']:.2f} "
+                      f"(the same server, same rotation); {r['rps_16']:.0f} vs {molt['rps_16']:.0f} req/s at c=16")
     other = next((r for r in rows if r["name"].startswith("molt ") and r["name"].endswith(" → stub")
                   and r["name"] != "molt → stub"), None)
     if molt and other:
