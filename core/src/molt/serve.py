@@ -442,6 +442,11 @@ def serve_command(
     plane_setting: Annotated[list[str] | None, typer.Option(
         "--plane-setting", help="KEY=VALUE (repeatable): a control-plane threshold (molt.control.plane."
                                 "PlaneSettings, e.g. canary_min=6, replay_sample=8).")] = None,
+    approval: Annotated[str | None, typer.Option(
+        "--approval", help="What the control plane may put live without an operator: auto (everything, the "
+                           "default), context (memory, skill, harness and tool-schema changes wait as proposals "
+                           "in the console's Proposals page and `molt versions proposals`), all (every new "
+                           "version waits).")] = None,
 ) -> None:
     """Serve the whole stack: gateway, governance, store, console, control plane, trainer, vLLM."""
     import uvicorn
@@ -474,6 +479,10 @@ def serve_command(
         typer.secho("molt serve: --model-path is for the local and vllm backends.", fg="red", err=True)
         raise typer.Exit(2)
     settings = plane_settings(plane_setting or [])
+    if approval is not None:
+        if approval not in ("auto", "context", "all"):
+            raise typer.BadParameter(f"give auto, context or all; got {approval!r}", param_hint="--approval")
+        settings["approval"] = approval
     if settings and importlib.util.find_spec("molt.control.plane") is not None:
         try:  # a typo fails the start, not the plane's thread later
             importlib.import_module("molt.control.plane").PlaneSettings(**settings)

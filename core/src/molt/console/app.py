@@ -7,8 +7,11 @@ GET  /login, POST /login, /logout   log in with an API key (HttpOnly session coo
 GET  /trajectories                  list, filters: agent, outcome                      read
 GET  /trajectories/{id}             causal tree, redactions, rewards, provenance       read
 GET  /versions, /versions/diff      policy versions per agent, diff of two             read
+GET  /versions/{id}                 one version: parts, lineage, success, its change   read
 POST /versions/rollback             roll an agent back one version                     admin
-GET  /decisions                     the control plane's decision log                   read
+GET  /decisions, /decisions/{id}    the control plane's decision log, one decision     read
+GET  /proposals                     changes waiting for approval (approval mode)       admin
+POST /proposals/approve, /reject    approve (starts the canary) or reject, audited     admin
 GET  /signals, /api/signals         success rate over time per agent (live chart)      read
 GET  /quarantine                    records governance stopped, with reasons           admin
 ==================================  =================================================  ==========
@@ -16,7 +19,9 @@ GET  /quarantine                    records governance stopped, with reasons    
 Every trajectory, reward and quarantine read goes through :class:`molt.store.scoped.TenantView` for
 the caller's tenant, so another tenant's trajectory is a 404 and its rows never reach a list; policy
 versions and decisions come from the control plane for the caller's tenant only, and a version of
-another tenant is a 404 too. A browser session's forms carry a CSRF token.
+another tenant is a 404 too. A browser session's forms carry a CSRF token. Every change the plane made
+or proposes is shown with the same component (:mod:`molt.console.change`, data from
+:func:`molt.control.change.change_view`).
 
 Example::
 
@@ -42,6 +47,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from molt.console.auth import ConsoleAuth, Session
+from molt.console.change import CHANGE_STYLE, CHANGE_TEMPLATE
 from molt.console.templates import SCRIPT, STYLE, TEMPLATES
 from molt.console.views import (
     causal_tree,
@@ -98,7 +104,7 @@ class Console:
         self._signals: dict[tuple[str, str | None, int], tuple[float, dict[str, Any]]] = {}
         self._signals_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
-        self.env = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATES), autoescape=True,
+        self.env = jinja2.Environment(loader=jinja2.DictLoader({**TEMPLATES, "change": CHANGE_TEMPLATE}), autoescape=True,
                                       undefined=jinja2.StrictUndefined)
         self.env.globals.update(fmt_ts=fmt_ts, redact=mark_redactions, base=self.base)
 
@@ -187,6 +193,162 @@ class Console:
                            seqs={e.event_id: e.seq for e in traj.events}, summary=summary,
                            provenance=provenance_rows(traj), chain=view.verify(trajectory_id))
 
+    # ------------------------------------------------------------------ a change, as a person judges it
+
+    def _memories(self) -> Any:
+        if getattr(self, "_memory_store", None) is None:
+            try:
+                from molt.control.memory import MemoryStore
+            except ImportError:
+                return None
+            self._memory_store = MemoryStore(self.store)
+        return self._memory_store
+
+    def proposals_book(self) -> Any:
+        if getattr(self, "_proposals", None) is None:
+            from molt.control.approval import Proposals
+            self._proposals = Proposals(self.store, self.control("versions"))
+        return self._proposals
+
+    def change(self, c: _Caller, entry: dict[str, Any], *, cluster: dict[str, Any] | None,
+               decision: dict[str, Any] | None, others: Sequence[dict[str, Any]] = (), version: Any = None,
+               operator: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The shared view of one change for the caller's tenant (examples read through its TenantView)."""
+        from molt.control.change import change_view
+        from molt.control.signals import episodes
+
+        reg = self.control("versions")
+        tenant = c.principal.tenant_id
+        parent = None
+        if version is not None and version.parent_id:
+            try:
+                parent = reg.get(version.parent_id, tenant_id=tenant)
+            except NotFound:
+                parent = None
+        view = self.view(c)
+
+        def read(tid: str) -> Any:
+            try:
+                return view.trajectory(tid)
+            except NotFound:
+                return None
+
+        eps = episodes(self.store, tenant, version.agent_id, limit=400) if version is not None else None
+        return change_view(entry, cluster=cluster, decision=decision, others=others, version=version, parent=parent,
+                           memories=self._memories(), trajectory=read, episodes=eps, operator=operator)
+
+    def _decision_change(self, c: _Caller, d: Any) -> dict[str, Any] | None:
+        """The change a decision chose (``None`` for a no-op or a decision without a candidate)."""
+        entry = next((x for x in d.candidates if d.chosen_candidate and x.get("candidate_id") == d.chosen_candidate),
+                     None) or next((x for x in d.candidates if x.get("kind") == d.choice), None)
+        if entry is None:
+            return None
+        cluster = next((x for x in (d.signals or {}).get("clusters") or [] if x.get("key") == entry.get("cluster")),
+                       None)
+        others = [x for x in [*d.candidates, *d.rejected]
+                  if x.get("cluster") == entry.get("cluster") and x is not entry]
+        version = None
+        if d.applied_version:
+            try:
+                version = self.control("versions").get(d.applied_version, tenant_id=c.principal.tenant_id)
+            except NotFound:
+                version = None
+        return self.change(c, entry, cluster=cluster, others=others, version=version,
+                           decision={"cycle_id": d.cycle_id, "choice": d.choice, "reason": d.reason,
+                                     "created_at": d.created_at})
+
+    def decision(self, c: _Caller, cycle_id: str) -> Response:
+        log_ = self.control("decisions")
+        if log_ is None:
+            raise NotFound("The control plane is not installed, so no decisions were made.")
+        d = log_.get(cycle_id, tenant_id=c.principal.tenant_id)
+        if d is None or d.tenant_id != c.principal.tenant_id:
+            raise NotFound(f"No decision {cycle_id!r} for tenant {c.principal.tenant_id!r}.")
+        return self.render("decision", c, page="/decisions", d=decision_row(d), change=self._decision_change(c, d),
+                           rejected=d.rejected, actions=d.actions)
+
+    def version_page(self, c: _Caller, version_id: str) -> Response:
+        reg = self.control("versions")
+        if reg is None:
+            raise NotFound("The control plane is not installed, so there are no versions.")
+        v = self._version(reg, c, version_id)
+        tenant = c.principal.tenant_id
+        lineage, cur, seen = [], v, set()
+        while cur is not None and cur.version_id not in seen:
+            seen.add(cur.version_id)
+            lineage.append(cur)
+            try:
+                cur = reg.get(cur.parent_id, tenant_id=tenant) if cur.parent_id else None
+            except NotFound:
+                cur = None
+        change = None
+        proposal = None
+        try:
+            proposal = self.proposals_book().get(v.version_id, tenant_id=tenant)
+        except NotFound:
+            proposal = None
+        if proposal is not None:
+            change = self._proposal_change(c, proposal)
+        else:
+            log_ = self.control("decisions")
+            made = next((d for d in (log_.list(tenant, v.agent_id, limit=None) if log_ is not None else [])
+                         if d.applied_version == v.version_id and d.choice not in ("promote", "rollback")), None)
+            change = self._decision_change(c, made) if made is not None else None
+        from molt.control.signals import episodes
+
+        from molt.control.change import version_success
+        eps = episodes(self.store, tenant, v.agent_id, limit=400)
+        success = [(x, version_success(eps, x.version_id)) for x in lineage]
+        parts = diff_rows([(k, val, None) for k, val in v.parts.model_dump(mode="json").items()])
+        history = [h for h in reversed(reg.history(tenant, v.agent_id)) if h["version_id"] == v.version_id]
+        return self.render("version", c, page="/versions", v=version_row(v), parts=parts, lineage=success,
+                           change=change, history=history)
+
+    def _proposal_change(self, c: _Caller, p: Any) -> dict[str, Any]:
+        ev = p.evidence
+        return self.change(c, ev.get("candidate") or {"kind": p.kind}, cluster=ev.get("cluster"),
+                           decision=ev.get("decision"), others=ev.get("others") or [], version=p.version,
+                           operator=p.decision)
+
+    def proposals(self, c: _Caller, q: dict[str, str]) -> Response:
+        c.principal.require("admin")
+        if self.control("versions") is None:
+            return self.render("proposals", c, page="/proposals", installed=False)
+        book = self.proposals_book()
+        tenant = c.principal.tenant_id
+        every = [p for p in book.list(tenant, status=None) if p.version.tenant_id == tenant]
+        waiting = [(p, self._proposal_change(c, p)) for p in every if p.status == "proposed"]
+        decided = [p for p in every if p.status != "proposed"][:50]
+        return self.render("proposals", c, page="/proposals", installed=True, waiting=waiting, decided=decided)
+
+    def decide(self, c: _Caller, form: dict[str, str], action: str) -> Response:
+        c.principal.require("admin")
+        if c.session is not None and not _same(form.get("csrf", ""), c.session.csrf):
+            raise PermissionDenied("The form is stale or was not sent by this console; reload the page and retry.")
+        vid = form.get("version_id", "")
+        actor = f"console:{c.principal.key_name or c.principal.role.value}"
+        book = self.proposals_book()
+        tenant = c.principal.tenant_id
+        try:
+            if action == "approve":
+                v = book.approve(vid, tenant_id=tenant, actor=actor, comment=form.get("comment") or None)
+                msg = f"Approved {vid}: its canary serves {v.canary_weight:.0%} of new sessions."
+            else:
+                v = book.reject(vid, tenant_id=tenant, actor=actor, comment=form.get("comment", ""))
+                msg = f"Rejected {vid}; the live version is unchanged."
+        except NotFound:
+            raise
+        except MoltError as exc:
+            if c.session is None:
+                raise
+            c.session.flash.append(f"{action.capitalize()} of {vid} failed: {exc}")
+        else:
+            log.info("console: %s %sd %s of tenant %s", actor, action, vid, tenant)
+            if c.session is None:
+                return JSONResponse({"version": v.model_dump(mode="json", exclude={"parts_bytes"})}, headers=_HEADERS)
+            c.session.flash.append(msg)
+        return RedirectResponse(f"{self.base}/proposals", 303)
+
     def versions(self, c: _Caller, q: dict[str, str]) -> Response:
         reg = self.control("versions")
         agent = q.get("agent") or None
@@ -200,8 +362,17 @@ class Console:
         for v in shown:
             groups.setdefault(v.agent_id, []).append(version_row(v))
         history = {a: list(reversed(reg.history(tenant, a)))[:10] for a in groups}
+        from molt.control.change import version_success
+        from molt.control.signals import episodes
+
+        for a, rows in groups.items():  # success per version, with its interval, from the runs it served
+            eps = episodes(self.store, tenant, a, limit=400)
+            for r in rows:
+                r["success"] = version_success(eps, r["version_id"])
+        rollback_to = {a: reg.rollback_target(tenant, a) for a in groups}
         return self.render("versions", c, page="/versions", installed=True, groups=list(groups.items()),
-                           history=history, agents=agents, agent=agent, can_admin=c.principal.can("admin"))
+                           history=history, agents=agents, agent=agent, can_admin=c.principal.can("admin"),
+                           rollback_to={a: (t.version_id if t is not None else None) for a, t in rollback_to.items()})
 
     def _version(self, reg: Any, c: _Caller, version_id: str) -> Any:
         # Asking with the caller's tenant makes another tenant's version a NotFound, like a missing one.
@@ -405,14 +576,19 @@ def create_console_app(store: Store, keyrings: KeyRing | Sequence[KeyRing] | Con
     routes = [
         Route("/", home), Route("/login", login_page), Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
-        Route("/static/console.css", static(STYLE, "text/css")),
+        Route("/static/console.css", static(STYLE + CHANGE_STYLE, "text/css")),
         Route("/static/console.js", static(SCRIPT, "text/javascript")),
         Route("/trajectories", page(query(con.trajectories))),
         Route("/trajectories/{trajectory_id}", page(lambda c, r: con.trajectory(c, r.path_params["trajectory_id"]))),
         Route("/versions", page(query(con.versions))),
         Route("/versions/diff", page(query(con.diff))),
         Route("/versions/rollback", page(con.rollback, write=True), methods=["POST"]),
+        Route("/versions/{version_id:path}", page(lambda c, r: con.version_page(c, r.path_params["version_id"]))),
         Route("/decisions", page(query(con.decisions))),
+        Route("/decisions/{cycle_id}", page(lambda c, r: con.decision(c, r.path_params["cycle_id"]))),
+        Route("/proposals", page(query(con.proposals))),
+        Route("/proposals/approve", page(lambda c, f: con.decide(c, f, "approve"), write=True), methods=["POST"]),
+        Route("/proposals/reject", page(lambda c, f: con.decide(c, f, "reject"), write=True), methods=["POST"]),
         Route("/signals", page(query(con.signals))),
         Route("/api/signals", page(query(con.signals_json))),
         Route("/quarantine", page(query(con.quarantine))),

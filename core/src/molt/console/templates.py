@@ -81,8 +81,8 @@ _BASE = """<!doctype html>
 <body><header><strong>Molt</strong>
 {% if who %}
 {% for path, label in [('/trajectories','Trajectories'),('/versions','Versions'),('/decisions','Decisions'),
-   ('/signals','Signals'),('/quarantine','Quarantine')] %}
-{% if path != '/quarantine' or who.can('admin') %}
+   ('/proposals','Proposals'),('/signals','Signals'),('/quarantine','Quarantine')] %}
+{% if path not in ('/quarantine', '/proposals') or who.can('admin') %}
 <a href="{{ base }}{{ path }}" class="{{ 'on' if page == path else '' }}">{{ label }}</a>{% endif %}
 {% endfor %}
 <span class="who">tenant <b id="tenant">{{ who.tenant_id }}</b> · {{ who.role.value }}</span>
@@ -176,15 +176,20 @@ show.</p>{% else %}
 <button type="submit">Filter</button></form>
 {% for a, vs in groups %}
 <h2>Agent {{ a or '(none)' }}</h2>
-{% if can_admin %}<form method="post" action="{{ base }}/versions/rollback" class="rollback" data-agent="{{ a or '' }}">
+{% if can_admin and rollback_to.get(a) %}<form method="post" action="{{ base }}/versions/rollback" class="rollback"
+data-agent="{{ a or '' }}" data-target="{{ rollback_to.get(a) }}">
 <input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="agent_id" value="{{ a or '' }}">
-<button type="submit" class="danger" data-agent="{{ a or '' }}">Rollback</button></form>{% endif %}
+<button type="submit" class="danger" data-agent="{{ a or '' }}">Roll back to {{ rollback_to.get(a) }}</button></form>
+{% elif can_admin %}<p class="lbl norollback">Nothing to roll back to: no earlier version of this agent was live.</p>
+{% endif %}
 <table class="versions" data-agent="{{ a or '' }}"><thead><tr><th>version</th><th>status</th><th>parent</th>
-<th>created (UTC)</th>
+<th>created (UTC)</th><th>success served (95% interval)</th>
 <th>note</th><th></th></tr></thead><tbody>
 {% for v in vs %}<tr data-version="{{ v.version_id }}" class="{{ 'live' if v.live else '' }}">
-<td><code>{{ v.version_id }}</code>{% if v.live %} <span class="badge live">live</span>{% endif %}</td>
+<td><a href="{{ base }}/versions/{{ v.version_id|urlencode }}"><code>{{ v.version_id }}</code></a>
+{% if v.live %} <span class="badge live">live</span>{% endif %}</td>
 <td>{{ v.status }}</td><td><code>{{ v.parent_id or '' }}</code></td><td>{{ fmt_ts(v.created_at) }}</td>
+<td class="success-rate">{{ v.success.text }}</td>
 <td>{{ v.note }}{% if v.created_by %} <span class="lbl">by {{ v.created_by }}</span>{% endif %}</td>
 <td>{% if v.parent_id %}
 <a href="{{ base }}/versions/diff?a={{ v.parent_id|urlencode }}&b={{ v.version_id|urlencode }}">diff with parent</a>
@@ -212,11 +217,11 @@ _DECISIONS = """{% extends "base" %}{% block title %}Decision log{% endblock %}{
 {% for a in agents %}<option {{ 'selected' if a == agent else '' }}>{{ a }}</option>{% endfor %}</select></label>
 <button type="submit">Filter</button></form>
 <table id="decisions"><thead><tr><th>at (UTC)</th><th>agent</th><th>choice</th><th>reason</th><th>applied version</th>
-<th>evidence</th></tr></thead><tbody>
-{% for d in rows %}<tr><td>{{ fmt_ts(d.created_at) }}</td><td>{{ d.agent_id or '' }}</td><td><b>{{ d.choice }}</b></td>
+<th></th></tr></thead><tbody>
+{% for d in rows %}<tr data-cycle="{{ d.cycle_id }}"><td>{{ fmt_ts(d.created_at) }}</td><td>{{ d.agent_id or '' }}</td>
+<td><b>{{ d.choice }}</b></td>
 <td>{{ d.reason }}</td><td><code>{{ d.applied_version or '' }}</code></td>
-<td><details><summary>signals and candidates</summary><pre>{{ d.signals }}</pre><pre>{{ d.candidates }}</pre>
-</details></td></tr>
+<td><a class="open" href="{{ base }}/decisions/{{ d.cycle_id }}">evidence</a></td></tr>
 {% else %}<tr><td colspan="6">No decisions yet.</td></tr>{% endfor %}</tbody></table>
 {% endif %}{% endblock %}"""
 
@@ -246,7 +251,66 @@ _QUARANTINE = """{% extends "base" %}{% block title %}Quarantine{% endblock %}{%
 {% if rows|length == limit %}<p>Showing the newest {{ limit }}.</p>{% endif %}
 {% endblock %}"""
 
+_DECISION = """{% extends "base" %}{% from "change" import change as change_html %}{% block title %}Decision{% endblock %}
+{% block body %}
+<h1>Decision: {{ d.choice }} for agent {{ d.agent_id }}</h1>
+<p>{{ fmt_ts(d.created_at) }} UTC · cycle <code>{{ d.cycle_id }}</code>{% if d.applied_version %} · version
+<a href="{{ base }}/versions/{{ d.applied_version|urlencode }}"><code>{{ d.applied_version }}</code></a>{% endif %}</p>
+<p id="reason">{{ d.reason }}</p>
+{% if change %}{{ change_html(change, base + '/trajectories/') }}{% else %}<p>No change was chosen in this cycle.</p>{% endif %}
+{% if actions %}<h2>What the cycle did</h2><ul id="actions">{% for a in actions %}<li>{{ a }}</li>{% endfor %}</ul>{% endif %}
+{% if rejected %}<h2>Candidates not chosen</h2><table id="rejected"><thead><tr><th>kind</th><th>what</th><th>why not</th>
+</tr></thead><tbody>{% for r in rejected %}<tr><td>{{ r.kind }}</td><td>{{ r.description or r.cluster or '' }}</td>
+<td>{{ r.rejected }}</td></tr>{% endfor %}</tbody></table>{% endif %}
+<details class="raw"><summary>signals (raw JSON)</summary><pre>{{ d.signals }}</pre></details>
+{% endblock %}"""
+
+_VERSION = """{% extends "base" %}{% from "change" import change as change_html %}{% block title %}Version{% endblock %}
+{% block body %}
+<h1>Version <code>{{ v.version_id }}</code> <span class="badge {{ 'live' if v.live else '' }}" id="status">{{ v.status }}</span></h1>
+<p>Agent {{ v.agent_id }} · created {{ fmt_ts(v.created_at) }} UTC{% if v.created_by %} by {{ v.created_by }}{% endif %}
+· {{ v.note }}</p>
+<h2>Lineage and success served</h2>
+<table id="lineage"><thead><tr><th>version</th><th>success of the requests it served (95% interval)</th></tr></thead><tbody>
+{% for x, s in lineage %}<tr data-version="{{ x.version_id }}"><td><a href="{{ base }}/versions/{{ x.version_id|urlencode }}">
+<code>{{ x.version_id }}</code></a> {{ x.status }}</td><td>{{ s.text }}</td></tr>{% endfor %}</tbody></table>
+<h2>The change that made it</h2>
+{% if change %}{{ change_html(change, base + '/trajectories/') }}{% else %}<p>No recorded change made this version (a base version,
+or one created by hand).</p>{% endif %}
+<h2>Parts</h2>
+<table id="parts">{% for r in parts %}<tr><th><code>{{ r.path }}</code></th><td><pre>{{ r.a }}</pre></td></tr>{% endfor %}</table>
+<details class="history"><summary>Pointer log of this version</summary><table>
+{% for h in history %}<tr><td>{{ fmt_ts(h.at) }}</td><td>{{ h.action }}</td><td>{{ h.actor or '' }}</td>
+<td>{{ h.reason or '' }}</td></tr>{% endfor %}</table></details>
+{% endblock %}"""
+
+_PROPOSALS = """{% extends "base" %}{% from "change" import change as change_html %}{% block title %}Proposals{% endblock %}
+{% block body %}
+<h1>Proposals</h1>
+<p>Changes the control plane wants to make and may not make without you (approval mode). Approving one starts its
+canary: a share of new sessions is served by it, and the plane promotes or aborts it on what it serves.
+Rejecting one keeps the live version, and the same change is not proposed again for its failure cluster.</p>
+{% if not installed %}<p class="err">The control plane is not installed.</p>{% else %}
+{% for p, v in waiting %}<div class="proposal" data-version="{{ p.version.version_id }}">
+<h2>{{ p.version.agent_id }}: <code>{{ p.version.version_id }}</code></h2>
+{{ change_html(v, base + '/trajectories/') }}
+<form method="post" action="{{ base }}/proposals/approve" class="approve">
+<input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="version_id" value="{{ p.version.version_id }}">
+<label>comment <input name="comment" size="40"></label> <button type="submit">Approve (start the canary)</button></form>
+<form method="post" action="{{ base }}/proposals/reject" class="reject">
+<input type="hidden" name="csrf" value="{{ csrf }}"><input type="hidden" name="version_id" value="{{ p.version.version_id }}">
+<label>why <input name="comment" size="40" required></label> <button type="submit" class="danger">Reject</button></form>
+</div>
+{% else %}<p id="none">No change is waiting for approval.</p>{% endfor %}
+{% if decided %}<h2>Decided</h2><table id="decided"><thead><tr><th>version</th><th>kind</th><th>status</th><th>by</th>
+<th>comment</th></tr></thead><tbody>{% for p in decided %}<tr data-version="{{ p.version.version_id }}">
+<td><a href="{{ base }}/versions/{{ p.version.version_id|urlencode }}"><code>{{ p.version.version_id }}</code></a></td>
+<td>{{ p.kind }}</td><td>{{ p.status }}</td><td>{{ (p.decision or {}).get('actor') or '' }}</td>
+<td>{{ (p.decision or {}).get('reason') or '' }}</td></tr>{% endfor %}</tbody></table>{% endif %}
+{% endif %}{% endblock %}"""
+
 TEMPLATES: dict[str, str] = {
+    "decision": _DECISION, "version": _VERSION, "proposals": _PROPOSALS,
     "base": _BASE, "login": _LOGIN, "error": _ERROR, "trajectories": _TRAJECTORIES, "trajectory": _TRAJECTORY,
     "versions": _VERSIONS, "diff": _DIFF, "decisions": _DECISIONS, "signals": _SIGNALS, "quarantine": _QUARANTINE,
 }

@@ -10,6 +10,9 @@ install with no key file is its own operator. ::
     molt versions diff support@acme:v1 support@acme:v2
     molt versions promote support@acme:v2
     molt versions rollback --tenant acme --agent support
+    molt versions proposals --tenant acme                   # changes waiting for an operator (approval mode)
+    molt versions approve support@acme:v3                   # starts its canary
+    molt versions reject support@acme:v3 --comment "the refund window differs by region"
     molt evolve run --tenant acme --agent my-agent          # replays with the served model
     molt evolve run --tenant acme --reflector-url https://llm.example/v1 --reflector-model big-model
     molt evolve log --tenant acme
@@ -185,6 +188,88 @@ def _actor(api_key: str | None) -> str:
     return "api-key" if api_key else "operator"
 
 
+@versions_app.command("proposals")
+def versions_proposals(tenant: TenantOpt = None, agent: AgentOpt = None, store: StoreOpt = None,
+                       api_key: KeyOpt = None, operator: OperatorOpt = False, json: JsonOpt = False) -> None:
+    """List the changes waiting for an operator's approval (approval mode), with their evidence."""
+    from molt.control.approval import Proposals
+
+    try:
+        t = _who(api_key, operator, "read", tenant)
+        reg = _registry(store)
+        book = Proposals(reg.store, reg)
+        tenants = [t] if t else sorted({p[0] for p in reg.agents()})
+        got = [p for tt in tenants for p in book.list(tt, agent)]
+    except MoltError as exc:
+        _fail(exc)
+    if json:
+        for p in got:
+            typer.echo(orjson.dumps({**_brief(p.version), "kind": p.kind, "cluster": p.cluster,
+                                     "evidence": p.evidence}).decode())
+        return
+    if not got:
+        console.print("No change is waiting for approval.")
+        return
+    for p in got:
+        cand = p.evidence.get("candidate") or {}
+        replay = (cand.get("evidence") or {}).get("replay") or {}
+        ci = replay.get("success_delta_ci")
+        delta = replay.get("success_delta")
+        console.print(f"[bold]{p.version.version_id}[/bold] ({p.version.tenant_id}/{p.version.agent_id}) "
+                      f"{p.kind} for cluster {p.cluster}", highlight=False, soft_wrap=True)
+        console.print(f"  proposed: {cand.get('description') or ''}", highlight=False, soft_wrap=True)
+        if delta is not None:
+            console.print(f"  replay with {replay.get('model')} ({replay.get('backend')}): fixes {delta:+.0%}"
+                          + (f" (95% interval {ci[0]:+.0%} to {ci[1]:+.0%})" if ci else "")
+                          + f" on {replay.get('scored')} scored of {replay.get('sampled')} replayed",
+                          highlight=False, soft_wrap=True)
+        for path, a, b in p.evidence.get("diff") or []:
+            console.print(f"  {path}: {orjson.dumps(a).decode()} → {orjson.dumps(b).decode()}", highlight=False,
+                          soft_wrap=True)
+        console.print(f"  approve: molt versions approve {p.version.version_id}    reject: molt versions reject "
+                      f"{p.version.version_id} --comment WHY", highlight=False, soft_wrap=True)
+
+
+@versions_app.command("approve")
+def versions_approve(version: str,
+                     weight: Annotated[float, typer.Option("--weight", min=0.01, max=0.99,
+                                                           help="The canary's share of new sessions.")] = 0.2,
+                     comment: Annotated[str | None, typer.Option("--comment", help="Why (kept in the audit log).")]
+                     = None,
+                     store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False) -> None:
+    """Approve a proposed change: its canary starts (the control plane then promotes or aborts it)."""
+    from molt.control.approval import Proposals
+
+    try:
+        t = _who(api_key, operator, "admin", None)
+        reg = _registry(store)
+        tenant = t or reg.get(version).tenant_id
+        v = Proposals(reg.store, reg).approve(version, tenant_id=tenant, actor=_actor(api_key), weight=weight,
+                                              comment=comment)
+    except MoltError as exc:
+        _fail(exc)
+    console.print(f"approved: {v.version_id} is in canary at {weight:.0%} for {v.tenant_id}/{v.agent_id}")
+
+
+@versions_app.command("reject")
+def versions_reject(version: str,
+                    comment: Annotated[str, typer.Option("--comment", help="Why (required; kept in the audit log "
+                                                         "and shown to the next operator).")] = "",
+                    store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False) -> None:
+    """Reject a proposed change: the live version stays, and the same change is not proposed again for
+    its failure cluster."""
+    from molt.control.approval import Proposals
+
+    try:
+        t = _who(api_key, operator, "admin", None)
+        reg = _registry(store)
+        tenant = t or reg.get(version).tenant_id
+        v = Proposals(reg.store, reg).reject(version, tenant_id=tenant, actor=_actor(api_key), comment=comment)
+    except MoltError as exc:
+        _fail(exc)
+    console.print(f"rejected: {v.version_id}; the live version of {v.tenant_id}/{v.agent_id} is unchanged")
+
+
 @evolve_app.command("run")
 def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
                backend: Annotated[str, typer.Option("--backend", help="The model replay runs candidates with: the "
@@ -200,6 +285,11 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
                = None,
                promote: Annotated[bool, typer.Option("--promote", help="Promote at once instead of a canary.")]
                = False,
+               approval: Annotated[str | None, typer.Option(
+                   "--approval", help="What may go live without an operator: auto (everything), context (no "
+                                      "memory, skill, harness or tool-schema change: it waits as a proposal), "
+                                      "all (no new version). Default: auto, or what --plane-setting "
+                                      "approval=... says.")] = None,
                reflector_url: Annotated[str | None, typer.Option(
                    "--reflector-url", help="A model that reads each failing cluster and writes candidates beside "
                                            "the templates': an OpenAI-compatible base URL (.../v1; in production a "
@@ -235,7 +325,10 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
     from molt.replay.verifiers import register_named_verifiers
 
     try:
-        settings = settings_from_pairs(plane_setting or [], **({"promote_directly": True} if promote else {}))
+        if approval is not None and approval not in ("auto", "context", "all"):
+            raise typer.BadParameter(f"give auto, context or all; got {approval!r}", param_hint="--approval")
+        settings = settings_from_pairs(plane_setting or [], **({"promote_directly": True} if promote else {}),
+                                       **({"approval": approval} if approval is not None else {}))
         register_named_verifiers(verifier or [], agent_verifier or [])
     except ValueError as exc:  # pydantic's ValidationError is one
         raise typer.BadParameter(str(exc), param_hint="--plane-setting / --verifier / --agent-verifier") from exc

@@ -52,6 +52,8 @@ class DecisionRecord(BaseModel):
     choice: str
     reason: str
     applied_version: str | None = None
+    #: The candidate the cycle chose (its ``candidate_id`` in ``candidates``), when it chose one.
+    chosen_candidate: str | None = None
     signals: dict[str, Any] = Field(default_factory=dict)
     candidates: list[dict[str, Any]] = Field(default_factory=list)
     rejected: list[dict[str, Any]] = Field(default_factory=list)

@@ -64,6 +64,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from molt.backends.base import BaseBackend
+from molt.control.approval import Approval, Proposals, needs_approval, proposal_evidence
 from molt.control.diagnose import (
     ALPHA,
     SCREEN,
@@ -113,6 +114,10 @@ class PlaneSettings(BaseModel):
     canary_min: int = 8
     canary_tolerance: float = 0.1
     promote_directly: bool = False
+    #: What may go live without an operator (molt.control.approval): ``auto`` everything, ``context`` no
+    #: context change (memory, skill, harness, tool schema) — it becomes a proposed version —, ``all`` no
+    #: new version at all. Rollbacks and canary aborts never wait.
+    approval: Approval = "auto"
     #: The family-wise false-alarm rate of a window's failure-cluster tests (molt.control.diagnose).
     alpha: float = ALPHA
     #: The feature similarity down to which failures share a cluster (molt.control.diagnose).
@@ -236,6 +241,7 @@ class ControlPlane:
         self.settings = settings or PlaneSettings()
         self.registry = VersionRegistry(store)
         self.log = DecisionLog(store)
+        self.proposals = Proposals(store, self.registry)
         self._memories = memories
         self._redactor = redactor
         self.trainer = trainer
@@ -334,6 +340,12 @@ class ControlPlane:
         if await self._canaries(live, window, result):
             self.log.append(rec)
             return result
+        waiting = self.registry.proposals(tenant_id, agent_id)
+        if waiting:  # one change at a time: an open proposal is the next change, once an operator decides
+            rec.reason = (f"waiting for an operator to approve or reject {', '.join(v.version_id for v in waiting)} "
+                          f"(approval mode: molt versions proposals, or the console's Proposals page)")
+            self.log.append(rec)
+            return result
 
         candidates: list[Candidate] = []
         clusters: dict[str, Cluster] = {}
@@ -414,6 +426,12 @@ class ControlPlane:
             if cand.kind == "weight_update":
                 continue
             entry = cand.model_dump(mode="json", exclude={"parts"})
+            refused = self.proposals.was_rejected(tenant_id, agent_id, kind=cand.kind, cluster=cand.cluster,
+                                                  payload=cand.payload, description=cand.description)
+            if refused is not None:
+                entry["rejected"] = f"operator: the same change was rejected for this cluster before ({refused})"
+                rec.rejected.append(entry)
+                continue
             if found_sufficient is not None and cand.cost > found_sufficient[0] and not s.replay_all:
                 entry["rejected"] = (f"not replayed: {found_sufficient[1]} (cost {found_sufficient[0]:g}) already "
                                      f"fixes its cluster sufficiently, and the cheapest sufficient candidate wins")
@@ -458,6 +476,7 @@ class ControlPlane:
             rec.candidates.append(wu_entry)
         result.chosen = chosen
         rec.choice = chosen.kind
+        rec.chosen_candidate = chosen.candidate_id
         rec.reason = why
         try:
             result.version = self._apply(chosen, live, rec)
@@ -637,6 +656,8 @@ class ControlPlane:
         out: dict[str, Any] = {"replay": _brief(ev)}
         out["replay"]["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
                                  else "generic replay from the recording")
+        replayer = self.backend_for(live.agent_id)
+        out["replay"]["model"], out["replay"]["backend"] = replayer.model, type(replayer).__name__
         stale = cluster is not None and cand.kind != "rollback" and any(
             e.policy_version != live.version_id for e in cluster.failures)
         if stale and ev.candidate_success_rate is not None and ev.scored:
@@ -949,6 +970,13 @@ class ControlPlane:
             parts = live.parts.with_skills([sk.skill_id])
         v = self.registry.create(t, a, parts, parent=live.version_id, note=f"{cand.kind}: {cand.description[:200]}",
                                  created_by=self.actor)
+        if needs_approval(s.approval, cand.kind):
+            v = self.proposals.record(v, kind=cand.kind, cluster=cand.cluster, payload=cand.payload,
+                                      description=cand.description, evidence=proposal_evidence(cand.candidate_id, rec),
+                                      actor=self.actor, cycle_id=rec.cycle_id, reason=rec.reason)
+            rec.actions.append(f"proposed {v.version_id} for an operator's approval (approval={s.approval}); "
+                               f"not routed until approved")
+            return v
         if s.promote_directly:
             v = self.registry.promote(v.version_id, actor=self.actor, reason=rec.reason)
             rec.actions.append(f"promoted {v.version_id}")
@@ -1005,7 +1033,12 @@ def _brief(ev: Evaluation) -> dict[str, Any]:
             "errors": ev.errors, "baseline_success_rate": ev.baseline_success_rate,
             "candidate_success_rate": ev.candidate_success_rate, "success_delta": ev.success_delta,
             "success_delta_ci": list(ev.success_delta_ci) if ev.success_delta_ci else None,
-            "model_calls": ev.cost.get("model_calls")}
+            "model_calls": ev.cost.get("model_calls"),
+            # Each replayed case (the trajectory, what it recorded and what the replay scored), so a person
+            # can open the runs the figures stand on.
+            "cases": [{"trajectory_id": d.get("trajectory_id"), "status": d.get("status"),
+                       "recorded_reward": d.get("recorded_reward"), "replayed_reward": d.get("replayed_reward")}
+                      for d in ev.evidence if d.get("trajectory_id")]}
 
 
 def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane: ControlPlane | None = None,

@@ -7,10 +7,11 @@ names the same text), the tool-schema rewrites and the governance config. Versio
 canonical JSON bytes, so "the same version" means byte-identical parts.
 
 Which version serves is a separate, append-only log of actions (``promote``, ``canary``, ``abort``,
-``rollback``) in the ``agent_version_events`` table. The live version is the top of a stack that
+``rollback``, and approval mode's ``propose`` and ``reject``) in the ``agent_version_events`` table. The live version is the top of a stack that
 ``promote`` pushes and ``rollback`` pops, so rollback is one step and restores exactly the version
 that was live before; a canary is a version given a share of new sessions until it is promoted or
-aborted. Nothing is ever rewritten.
+aborted. A *proposed* version (approval mode, :mod:`molt.control.approval`) waits for an operator and is
+not routed: approving it starts its canary, rejecting it marks it ``rejected``. Nothing is ever rewritten.
 
 Example::
 
@@ -77,7 +78,7 @@ EVENTS_SCHEMA = pa.schema([
     pa.field("tenant_id", pa.string(), nullable=False),
     pa.field("agent_id", pa.string(), nullable=False),
     pa.field("version_id", pa.string(), nullable=False),
-    pa.field("action", pa.string(), nullable=False),       # promote | canary | abort | rollback
+    pa.field("action", pa.string(), nullable=False),       # promote | canary | abort | rollback | propose | reject
     pa.field("weight", pa.float64()),
     pa.field("actor", pa.string()),
     pa.field("reason", pa.string()),
@@ -86,7 +87,7 @@ EVENTS_SCHEMA = pa.schema([
 
 _DATA = ConfigDict(extra="forbid", frozen=True)
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-Action = Literal["promote", "canary", "abort", "rollback"]
+Action = Literal["promote", "canary", "abort", "rollback", "propose", "reject"]
 
 
 class ModelPart(BaseModel):
@@ -160,8 +161,9 @@ class PolicyParts(BaseModel):
 
 class PolicyVersion(BaseModel):
     """One stored version: its id, owner, lineage and parts. ``status`` is filled by the registry
-    from the action log (``live``, ``canary``, ``previous`` — live before and reachable by rollback —
-    or ``candidate``)."""
+    from the action log (``live``, ``canary``, ``previous`` — live before and reachable by rollback —,
+    ``proposed`` — waiting for an operator's approval, not routed —, ``rejected`` by an operator, or
+    ``candidate``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -255,8 +257,22 @@ class VersionRegistry:
                 canary.pop(v, None)
         return stack, canary
 
+    def _marks(self, tenant_id: str, agent_id: str) -> dict[str, str]:
+        """Approval mode's marks from the action log: version → ``proposed`` or ``rejected`` (the last of
+        propose / reject / canary / promote / abort decides; a canary or promotion ends a proposal)."""
+        marks: dict[str, str] = {}
+        for r in self._actions(tenant_id, agent_id):
+            v, act = r["version_id"], r["action"]
+            if act == "propose":
+                marks[v] = "proposed"
+            elif act == "reject":
+                marks[v] = "rejected"
+            elif act in ("canary", "promote", "abort"):
+                marks.pop(v, None)
+        return marks
+
     def _version(self, row: dict[str, Any], stack: list[str] | None = None,
-                 canary: dict[str, float] | None = None) -> PolicyVersion:
+                 canary: dict[str, float] | None = None, marks: dict[str, str] | None = None) -> PolicyVersion:
         parts = PolicyParts.model_validate_json(row["parts"])
         vid = row["version_id"]
         status = "candidate"
@@ -267,6 +283,8 @@ class VersionRegistry:
                 status = "previous"
         if canary and vid in canary and status != "live":
             status = "canary"
+        if status == "candidate" and marks and vid in marks:
+            status = marks[vid]
         return PolicyVersion(version_id=vid, tenant_id=row["tenant_id"], agent_id=row["agent_id"],
                              parent_id=row["parent_id"], parts=parts, parts_bytes=row["parts"], note=row["note"],
                              created_by=row["created_by"], created_at=row["created_at"], status=status,
@@ -282,7 +300,7 @@ class VersionRegistry:
             raise NotFound(f"No policy version {version_id!r}" + (f" for tenant {tenant_id!r}." if tenant_id else "."))
         row = rows[0]
         stack, canary = self._state(row["tenant_id"], row["agent_id"])
-        return self._version(row, stack, canary)
+        return self._version(row, stack, canary, self._marks(row["tenant_id"], row["agent_id"]))
 
     def list(self, tenant_id: str, agent_id: str | None = None) -> list[PolicyVersion]:
         """The tenant's versions (of one agent, or all), newest first, with their status."""
@@ -290,12 +308,13 @@ class VersionRegistry:
         if agent_id is not None:
             where += f" AND agent_id = {sql_str(agent_id)}"
         rows = self._rows(self._versions, where)
-        states: dict[str, tuple[list[str], dict[str, float]]] = {}
+        states: dict[str, tuple[list[str], dict[str, float], dict[str, str]]] = {}
         out = []
         for row in sorted(rows, key=lambda r: (r["created_at"], r["version_id"]), reverse=True):
             st = states.get(row["agent_id"])
             if st is None:
-                st = states[row["agent_id"]] = self._state(tenant_id, row["agent_id"])
+                st = states[row["agent_id"]] = (*self._state(tenant_id, row["agent_id"]),
+                                                self._marks(tenant_id, row["agent_id"]))
             out.append(self._version(row, *st))
         return out
 
@@ -324,8 +343,12 @@ class VersionRegistry:
         _, canary = self._state(tenant_id, agent_id)
         return [self.get(v) for v in canary]
 
+    def proposals(self, tenant_id: str, agent_id: str | None = None) -> list[PolicyVersion]:
+        """Versions waiting for an operator's approval (status ``proposed``), newest first."""
+        return [v for v in self.list(tenant_id, agent_id) if v.status == "proposed"]
+
     def history(self, tenant_id: str, agent_id: str) -> list[dict[str, Any]]:
-        """The pointer log (promote / canary / abort / rollback), oldest first."""
+        """The pointer log (promote / canary / abort / rollback / propose / reject), oldest first."""
         return self._actions(tenant_id, agent_id)
 
     def diff(self, a_id: str, b_id: str, *, tenant_id: str | None = None) -> list[tuple[str, JsonValue, JsonValue]]:
@@ -405,6 +428,27 @@ class VersionRegistry:
             if v.status == "live":
                 raise InterventionError(f"{version_id} is already live.")
             self._log(v, "canary", actor=actor, reason=reason, weight=weight)
+            return self.get(version_id)
+
+    def propose(self, version_id: str, *, actor: str, reason: str | None = None,
+                tenant_id: str | None = None) -> PolicyVersion:
+        """Mark a new version ``proposed``: it waits for an operator (:meth:`canary` approves it,
+        :meth:`reject` refuses it) and is not routed meanwhile."""
+        with self._lock:
+            v = self.get(version_id, tenant_id=tenant_id)
+            if v.status != "candidate":
+                raise InterventionError(f"Only a new version can be proposed; {version_id} is {v.status}.")
+            self._log(v, "propose", actor=actor, reason=reason)
+            return self.get(version_id)
+
+    def reject(self, version_id: str, *, actor: str, reason: str | None = None,
+               tenant_id: str | None = None) -> PolicyVersion:
+        """Refuse a proposed version (it stays stored, marked ``rejected``; the live version is untouched)."""
+        with self._lock:
+            v = self.get(version_id, tenant_id=tenant_id)
+            if v.status != "proposed":
+                raise InterventionError(f"{version_id} is not waiting for approval (status {v.status}).")
+            self._log(v, "reject", actor=actor, reason=reason)
             return self.get(version_id)
 
     def abort(self, version_id: str, *, actor: str, reason: str | None = None,

@@ -6,7 +6,8 @@ One query over three sources, all read through the tenant-scoped path
 - the ``governance`` table — per event: ``redaction`` (entity types and counts, never values) and
   ``eligibility`` (verdict and reasons, with classification and retention class);
 - the ``quarantine`` table — ``quarantine`` (stage and reason);
-- the ``audit`` table — ``erasure`` and ``retention`` runs, trajectory-level ``eligibility``.
+- the ``audit`` table — ``erasure`` and ``retention`` runs, trajectory-level ``eligibility``, and
+  ``approval``: an operator's approval or rejection of a proposed policy version (molt.control.approval).
 
 Example::
 
@@ -35,7 +36,7 @@ from molt.store.scoped import TenantView
 __all__ = ["KINDS", "Audit", "AuditEntry"]
 
 #: Entry kinds :meth:`Audit.entries` can return.
-KINDS = ("redaction", "eligibility", "quarantine", "erasure", "retention")
+KINDS = ("redaction", "eligibility", "quarantine", "erasure", "retention", "approval")
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Audit:
                                        limit))
         if "quarantine" in wanted:
             out.extend(self._quarantine(self._where("ts", since, until, trajectory_id, event_id), limit))
-        runs = wanted & {"erasure", "retention", "eligibility"}
+        runs = wanted & {"erasure", "retention", "eligibility", "approval"}
         if runs and event_id is None:
             clause = f"kind IN ({', '.join(sql_str(k) for k in sorted(runs))})"
             if trajectory_id is not None:
