@@ -191,3 +191,25 @@ def test_evolve_run_takes_the_serve_flags(home: Path, capsys: pytest.CaptureFixt
                 ["--agent-verifier", "x=nomodule_here:f"]):
         assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, *bad,
                     "--backend", "molt_desk.world:DeskModel"]) == 2, bad
+
+
+def test_approval_mode_from_the_cli(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`molt evolve run --approval context` proposes; `molt versions proposals|approve|reject` decide."""
+    common = ["--backend", "molt_desk.world:DeskModel", "--live-tools", "molt_desk.world:live_tools"]
+    assert run(["evolve", "run", "--tenant", "acme", "--agent", AGENT, "--approval", "context", "--json",
+                *common]) == 0
+    rec = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    vid = rec["applied_version"]
+    assert rec["choice"] == "memory_insert" and any("proposed" in a for a in rec["actions"])
+    assert run(["versions", "proposals", "--tenant", "acme"]) == 0
+    out = capsys.readouterr().out
+    assert vid in out and "replay with DeskModel" not in out and "desk-model" in out and "95% interval" in out
+    assert FACTS["warranty period"].text.split()[-1].rstrip(".") in out  # the memory's text, in the diff
+    assert run(["versions", "reject", vid]) == 2                        # a rejection needs a comment
+    assert "needs a comment" in capsys.readouterr().err
+    assert run(["versions", "approve", vid, "--weight", "0.3"]) == 0
+    assert "canary at 30%" in capsys.readouterr().out
+    assert run(["versions", "proposals", "--tenant", "acme"]) == 0
+    assert "No change is waiting" in capsys.readouterr().out
+    assert run(["evolve", "run", "--tenant", "acme", "--approval", "sometimes", *common]) == 2
+    assert "--approval" in capsys.readouterr().err
