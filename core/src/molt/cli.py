@@ -247,6 +247,27 @@ def _trajectory_table(rows: list[Any]) -> Table:
     return t
 
 
+def _trajectory_by_client_id(s: Any, trajectory_id: str) -> Any:
+    """The trajectory ``trajectory_id`` names: stored under it, or under its keyed digest in the
+    reader's tenant (every tenant of the store for the operator), as governance stores a client's id
+    that holds personal data (:mod:`molt.governance.envelope`)."""
+    from molt.errors import NotFound
+    from molt.governance.envelope import lookup_ids
+
+    scoped = getattr(s, "tenant_id", None)
+    if scoped is not None:
+        tenants: list[str | None] = [scoped]
+    else:
+        got = s.table("events").search().select(["tenant_id"]).limit(None).to_arrow().column("tenant_id")
+        tenants = sorted(set(got.to_pylist()), key=str)
+    for tid in lookup_ids(trajectory_id, tenants):
+        try:
+            return s.trajectory(tid)
+        except NotFound:
+            continue
+    raise NotFound(f"No trajectory {trajectory_id} in the store.", trajectory_id=trajectory_id)
+
+
 @trajectories_app.command("show")
 def trajectories_show(
     trajectory_id: str,
@@ -260,7 +281,7 @@ def trajectories_show(
 
     s = open_reader(store, api_key, operator)
     try:
-        traj = s.trajectory(trajectory_id)
+        traj = _trajectory_by_client_id(s, trajectory_id)
     except NotFound:
         raise NotFound(f"No trajectory {trajectory_id} in {store_place(store)}"
                        f"{_tenant_clause(s)}; `molt trajectories ls` lists the ids it holds."

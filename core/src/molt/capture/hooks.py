@@ -24,7 +24,10 @@ their events), so passing the hook is the one call that attaches both.
 
 A late reward's free text (its ``reason``, e.g. a user's correction, and its ``annotator``) is client
 text like an event's payload: :func:`govern_reward` puts it through the same hook before the reward is
-kept, so every path that stores rewards (the Recorder, trace import) governs it alike.
+kept, so every path that stores rewards (the Recorder, trace import) governs it alike. A hook may also
+govern the ids a client chose: ``hook.govern_ids(event)``, when it has it, is asked before the Recorder
+dedupes, chains or quarantines an event (a digest may replace an id that holds personal data, see
+:mod:`molt.governance.envelope`), and ``hook.govern_annotation(reward)`` before a reward is kept.
 """
 
 from __future__ import annotations
@@ -78,7 +81,15 @@ def govern_reward(hook: CaptureHook | None, annotation: RewardAnnotation) -> Rew
     hook quarantines, or that it fails on, is dropped (fails closed: the score is kept, the text is
     not). Without a hook (recording ungoverned by the caller's choice) the annotation is unchanged.
     """
-    if hook is None or not (annotation.reason or annotation.annotator):
+    if hook is None:
+        return annotation
+    govern = getattr(hook, "govern_annotation", None)
+    if govern is not None:  # its ids as its events' are stored, its dimension names redacted
+        try:
+            annotation = govern(annotation)
+        except Exception:  # a reward whose ids cannot be governed keeps its score, not its dimensions
+            annotation = annotation.model_copy(update={"dimensions": None})
+    if not (annotation.reason or annotation.annotator):
         return annotation
     governed: dict[str, str | None] = {}
     for name in ("reason", "annotator"):

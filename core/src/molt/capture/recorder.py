@@ -464,6 +464,9 @@ class Recorder:
         rows: list[SealedRow | bytes] = []  # per frame, for the deliverer: an event's row, or the frame
         staged: dict[str, tuple[int, str]] = {}
         self._batch_ids = []
+        govern_ids = getattr(self.hook, "govern_ids", None)
+        if govern_ids is not None:  # the ids a client chose, as they will be stored (molt.governance.envelope)
+            items = [govern_ids(i) if isinstance(i, Event) else i for i in items]
         self._prefetch_heads(items)
         # Every event's salt drawn in one call: os.urandom releases the GIL, and a release per event let
         # the delivery thread in between each two events on the writer's path.

@@ -146,7 +146,12 @@ class Feedback:
         st = self.gw.sessions.trajectory(p.tenant_id, tid)
         if st is not None and not st.calls_truncated:
             return list(st.calls)
-        rows = self._store_rows(f"trajectory_id = {sql_str(tid)}")
+        # stored under the client's id, or under its keyed digest where the id holds personal data
+        # (molt.governance.envelope; the Recorder maps the reward's id the same way)
+        from molt.governance.envelope import lookup_ids
+
+        ids = ", ".join(sql_str(t) for t in lookup_ids(tid, [p.tenant_id]))
+        rows = self._store_rows(f"trajectory_id IN ({ids})")
         if st is not None:  # earlier calls fell out of memory: the store's, then what it has not got yet
             stored = [r["event_id"] for r in sorted(rows, key=lambda r: r["seq"]) if r["kind"] == "model_call"
                       and r["tenant_id"] == p.tenant_id]

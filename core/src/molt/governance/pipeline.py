@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from molt.atdp.models import Event
+from molt.atdp.models import Event, RewardAnnotation
 from molt.capture.hooks import HookResult
 from molt.errors import GovernanceError, MoltError
 from molt.governance.access import Action, KeyRing, Principal
+from molt.governance.envelope import EnvelopeIds
 from molt.governance.policy import (
     ANONYMOUS_TENANT,
     GovernancePolicy,
@@ -108,6 +109,7 @@ class GovernancePipeline:
         self.stats = PipelineStats()
         self._lock = threading.Lock()
         self._tenants: dict[str | None, TenantPolicy] = {}
+        self._ids = EnvelopeIds()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None, *, strict: bool = True, **kwargs: Any
@@ -152,6 +154,40 @@ class GovernancePipeline:
             got = self.policy.for_tenant(tenant_id if self.policy.knows(tenant_id) else None)
             self._tenants[tenant_id] = got
         return got
+
+    # ------------------------------------------------------------------ client-chosen ids
+
+    def _id_redactor(self, tenant_id: str | None) -> tuple[str, Any]:
+        """The tenant ids are digested for (the writer's key's, else the anonymous one) and its
+        redactor; ``None`` as the redactor where this pipeline or the tenant does not redact."""
+        tenant = tenant_id or (self.principal.tenant_id if self.principal is not None else None) or ANONYMOUS_TENANT
+        redact = next((s for s in self.stages if s.name == "redact"), None)
+        policy = self.tenant(tenant)
+        if redact is None or not policy.redaction.enabled:
+            return tenant, None
+        return tenant, redact.redactor(policy)  # type: ignore[attr-defined]
+
+    def governed_id(self, tenant_id: str | None, value: str) -> str:
+        """The id stored for a client's id ``value`` (:class:`~molt.governance.envelope.EnvelopeIds`):
+        ``value`` when it is an identifier with nothing personal in it, else its keyed digest."""
+        tenant, redactor = self._id_redactor(tenant_id)
+        return value if redactor is None or not value else self._ids.governed(tenant, value, redactor)
+
+    def govern_ids(self, event: Event) -> Event:
+        """``event`` with the ids its client chose governed (the Recorder asks before it dedupes,
+        chains or quarantines, so all of those see the stored ids). Never raises: an event whose ids
+        cannot be governed is returned as it is, and the redact stage refuses it."""
+        try:
+            tenant, redactor = self._id_redactor(event.metadata.tenant_id)
+            return event if redactor is None else self._ids.event(event, tenant, redactor)
+        except Exception as exc:
+            log.warning("Molt governance could not govern the ids of an event: %r", exc)
+            return event
+
+    def govern_annotation(self, annotation: RewardAnnotation) -> RewardAnnotation:
+        """A late reward's ids governed as its events' are and its dimension names redacted."""
+        tenant, redactor = self._id_redactor(annotation.tenant_id)
+        return annotation if redactor is None else self._ids.reward(annotation, tenant, redactor)
 
     def limits_for(self, tenant_id: str | None) -> LimitSettings:
         """The size limits of ``tenant_id`` (the defaults when the tenant is unknown)."""
@@ -236,11 +272,12 @@ class GovernancePipeline:
             return None, f" [record of {len(raw):,} bytes not kept: over quarantine_record_bytes={cap:,}]"
         if stage != "redact":
             try:
-                from molt.governance.envelope import redact_envelope
+                from molt.governance.envelope import redact_envelope, redact_names
                 from molt.governance.redaction import redact_event
 
                 redactor = redact.redactor(tenant)  # type: ignore[attr-defined]
-                redacted, _ = redact_event(ctx.original, redactor=redactor)
+                original = self._ids.event(ctx.original, ctx.original.metadata.tenant_id, redactor)
+                redacted, _ = redact_event(redact_names(original, redactor), redactor=redactor)
                 redacted, _ = redact_envelope(redacted, redactor)  # client-chosen ids too, as when stored
                 return redacted.model_dump_json().encode(), " [record kept redacted]"
             except Exception:  # the redaction failure is not this record's reason; keep nothing

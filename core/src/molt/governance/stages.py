@@ -187,7 +187,7 @@ class Redact:
         return self._vocabularies[key]
 
     def run(self, ctx: Context) -> None:
-        from molt.governance.envelope import redact_envelope
+        from molt.governance.envelope import redact_envelope, redact_names
         from molt.governance.redaction import redact_event
 
         tenant = _tenant(ctx, self.pipeline)
@@ -198,7 +198,10 @@ class Redact:
             redactor = self.redactor(tenant)
             vocabulary = self.vocabulary(tenant, ctx.event.metadata.tenant_id)
             keep = vocabulary.keeps if vocabulary else None  # nothing shared yet: nothing to look up
-            event, report = redact_event(ctx.event, redactor=redactor, keep=keep)
+            # the ids a client chose (the Recorder governs them before it chains; a caller of process()
+            # alone, an import, gets them governed here), then the names and URLs read as identifiers
+            event = self.pipeline.govern_ids(ctx.event)
+            event, report = redact_event(redact_names(event, redactor), redactor=redactor, keep=keep)
             if vocabulary is not None:
                 _observe_prompts(vocabulary, redactor, ctx.event)
             # the identifiers a client chose that the envelope stores (user → session, agent, task, tags)

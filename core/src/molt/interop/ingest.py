@@ -271,8 +271,14 @@ def _import(store: Any, rows: Iterable[Row], spill: Spill, *, source: str, tenan
     tenant = tenant_id if tenant_id is not None else next(iter(stated), None)
     ns = namespace if namespace is not None else TrajectoryNamespace(store_tenant(store))
 
+    hook = resolve_pipeline(pipeline)
+    governed_id = getattr(hook, "governed_id", None)
+
     def resolved(stid: str) -> str:
-        return ns.resolve(tenant, stid) if tenant is not None and tenant_id is not None else stid
+        tid = ns.resolve(tenant, stid) if tenant is not None and tenant_id is not None else stid
+        # the id as governance stores it (a digest where the id holds personal data), so that the
+        # lookups below and the events sealed agree
+        return governed_id(tenant, tid) if governed_id is not None else tid
 
     def load(stid: str, tid: str) -> tuple[list[tuple[str, Event]], list[_Refusal], int]:
         """A trajectory's events re-homed, without in-file copies; refusals of copies with other content."""
@@ -325,7 +331,6 @@ def _import(store: Any, rows: Iterable[Row], spill: Spill, *, source: str, tenan
 
     # 3. write: everything is checked; a page of trajectories at a time, each governed, sealed and
     # written with its rewards, so what is held is one page's rows and one write batch
-    hook = resolve_pipeline(pipeline)
     sink_for = getattr(hook, "sink_for", None)
     sink = sink_for(store) if sink_for is not None else store  # decisions are stored with their events
     now_us = int(time.time() * 1_000_000)

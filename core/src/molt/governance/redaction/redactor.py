@@ -20,6 +20,7 @@ from collections.abc import Callable
 from molt.errors import GovernanceError, MoltError
 from molt.governance.redaction.base import DIGIT, Detector, Span, detectors
 from molt.governance.redaction.mentions import MENTION, MENTION_TYPES, Alone, with_mentions
+from molt.governance.redaction.normalize import fold_for_detection
 from molt.governance.redaction.policy import RedactionPolicy, ReplacementMode, policies
 from molt.registry import Registry
 
@@ -170,7 +171,17 @@ class Redactor:
         return _own(self.detect(text))
 
     def _detect_one(self, text: str) -> list[Span]:
-        """What the detectors find in ``text`` under the policy, before mentions are looked for."""
+        """What the detectors find in ``text`` under the policy, before mentions are looked for. They
+        read the text Unicode-folded (:mod:`~molt.governance.redaction.normalize`: NFKC, invisible
+        characters removed), and the spans index the original text."""
+        folded = fold_for_detection(text)
+        if folded is not None:
+            return [Span(*folded.span(s.start, s.end), s.entity_type, s.score, s.detector)
+                    for s in self._detect_folded(folded.text)]
+        return self._detect_folded(text)
+
+    def _detect_folded(self, text: str) -> list[Span]:
+        """:meth:`_detect_one` of a text detectors can read as it is."""
         if not text or text.isspace():
             return []
         policy = self.policy
