@@ -80,11 +80,13 @@ _DIGEST_HEX = 32
 _KEY_ENV = "MOLT_PSEUDONYM_KEY"
 _KEY_FILE = "pseudonym.key"
 _DIGEST_SHAPE = re.compile(re.escape(DIGEST_PREFIX) + f"[0-9a-f]{{{_DIGEST_HEX}}}\\Z")
-# UUIDs and long hex runs (trace ids, digests) are random: read as 'x's, or their digit groups would
-# read as phone numbers once the dashes are spaces. A hex run counts only with a letter and a digit
-# in it, so a card number written as 16 digits is still read.
-_RANDOM_IDS = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
-                         r"|(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*[0-9])[0-9A-Fa-f]{16,}")
+# UUIDs and hex ids of the usual widths (span 16, trace 32, SHA-1 40, SHA-256 64 digits) are random:
+# read as 'x's, or their digit groups would read as phone numbers once the dashes are spaces. A hex
+# id counts only with a letter and a digit in it and nothing alphanumeric around it, so a card written
+# as 16 digits and an IBAN (22+ characters) are still read.
+_HEX = r"(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*[0-9])(?:[0-9A-Fa-f]{64}|[0-9A-Fa-f]{40}|[0-9A-Fa-f]{32}|[0-9A-Fa-f]{16})"
+_RANDOM_IDS = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+                         r"[0-9A-Fa-f]{12}|" + _HEX + r")(?![0-9A-Za-z])")
 # an identifier: printable ASCII, no space and no '@' (quotes and brackets carry no one's data)
 _ID_SHAPE = re.compile(r"[\x21-\x3f\x41-\x7e]+\Z")
 # separators read as spaces when an identifier, a name or a key is detected on: '.', '@' and '+'
