@@ -96,7 +96,7 @@ def test_reflector_candidate_wins_where_templates_have_none(tmp_path: Path, serv
     """No correction, so no template memory; the reflector writes the fact (and a rule). The memory, the
     cheaper, is replayed first, fixes the cluster and goes live; the rule is not replayed. The reflector
     saw the cluster: its requests, answers and verdicts, and the agent's tools."""
-    server.script.append((_cands({"kind": "harness_rule", "rule": "Answer politely."},
+    server.script.append((_cands({"kind": "harness_rule", "rule": "Every answer must be plain text."},
                                  {"kind": "memory", "text": FACT.text}), 0.0))
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         reflector = Reflector(f"http://127.0.0.1:{server.server_port}/v1", model="reflector-model")

@@ -163,7 +163,9 @@ def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *,
         if rule not in (parts.harness.system_prompt or ""):
             out.append(Candidate(kind="harness_edit", cluster=cluster.key, cost=COSTS["harness_edit"],
                                  description="generic self-check rule in the system prompt",
-                                 parts=parts.with_system_prompt(rule), payload={"system_prompt": rule},
+                                 parts=parts.with_system_prompt(rule),
+                                 # a sentence Molt writes, nothing learned in it (molt.control.gate)
+                                 payload={"system_prompt": rule, "fixed_text": True},
                                  source_trajectories=ids))
         out.append(Candidate(kind="weight_update", cluster=cluster.key, cost=COSTS["weight_update"],
                              description=f"train the weights on the cluster's requests "

@@ -20,7 +20,8 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    failed outside the agent (timeouts, 5xx: :func:`~molt.control.diagnose.environment_fault`) gets no
    candidate: it is flagged to the operator, and the cycle's choice is ``environment_fault`` when
    nothing else is to be done.
-4. **Gates** for each context candidate, cheapest first: safety (memory and skill text pass
+4. **Gates** for each context candidate, cheapest first: the safety gate on every text it would put in a
+   prompt (:mod:`molt.control.gate`; again before canary), safety (memory and skill text pass
    redaction unchanged — generated text holding PII is rejected; every source trajectory belongs to
    the tenant), **replay** on the failing cluster (:func:`molt.replay.evaluate_candidate`: success
    delta with its 95 % interval; through the agent's ``@molt.replayable`` entry point when it has one,
@@ -79,6 +80,7 @@ from molt.control.diagnose import (
     same_pattern,
 )
 from molt.control.evidence import Confirmation, confirmation, screen_levels
+from molt.control.gate import SafetyGate, Verdict, gate_context
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
@@ -234,7 +236,7 @@ class ControlPlane:
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
                  trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
                  base_parts: PolicyParts | None = None, actor: str = "control-plane", embedder: Any = None,
-                 judge: BaseBackend | None = None, reflector: Any = None):
+                 judge: BaseBackend | None = None, reflector: Any = None, gate: SafetyGate | None = None):
         self.store = store
         self.backend = backend
         self.live_tools = live_tools
@@ -250,6 +252,9 @@ class ControlPlane:
         self.embedder = embedder
         self.judge = judge
         self.reflector = reflector if reflector is not None else self._settings_reflector()
+        # Every text a candidate would put in a prompt is screened before replay and again before canary.
+        self.gate = gate if gate is not None else SafetyGate()
+        self._gate_ctx: dict[str, Any] = {}
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Per cycle: the confirmation level of each screened cluster's candidates (screen_levels), and the
@@ -332,6 +337,7 @@ class ControlPlane:
         self._confirm_levels = {}
         self._region_live = {}
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
+        self._gate_ctx = gate_context(live, window)
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
                              signals=signals.model_dump(mode="json"))
@@ -431,6 +437,8 @@ class ControlPlane:
             if refused is not None:
                 entry["rejected"] = f"operator: the same change was rejected for this cluster before ({refused})"
                 rec.rejected.append(entry)
+                continue
+            if not self._screened(cand, entry, rec):
                 continue
             if found_sufficient is not None and cand.cost > found_sufficient[0] and not s.replay_all:
                 entry["rejected"] = (f"not replayed: {found_sufficient[1]} (cost {found_sufficient[0]:g}) already "
@@ -944,9 +952,22 @@ class ControlPlane:
                 out.add(tenant)
         return sorted(out)
 
+    def _screened(self, cand: Candidate, entry: dict[str, Any], rec: DecisionRecord) -> bool:
+        """The safety gate's verdict on ``cand`` (:mod:`molt.control.gate`), kept in its log ``entry``; a
+        refused candidate goes to the log's rejected list with the reasons (its source trajectories are
+        the feedback the gate flags: :func:`molt.control.gate.flagged_feedback`)."""
+        verdict: Verdict = self.gate.screen_candidate(cand, **self._gate_ctx)
+        entry["gate"] = verdict.model_dump()
+        if not verdict.accepted:
+            entry["rejected"] = f"gate: {verdict.summary()}"
+            rec.rejected.append(entry)
+        return verdict.accepted
+
     def _apply(self, cand: Candidate, live: PolicyVersion, rec: DecisionRecord) -> PolicyVersion | None:
         s = self.settings
         t, a = live.tenant_id, live.agent_id
+        if not self._screened(cand, cand.model_dump(mode="json", exclude={"parts"}), rec):  # again, before canary
+            raise InterventionError(f"the safety gate refused {cand.kind} before canary: {rec.rejected[-1]['rejected']}")
         if cand.kind == "rollback":
             v = self.registry.rollback(t, a, actor=self.actor, reason=rec.reason)
             rec.actions.append(f"rolled back to {v.version_id}")
