@@ -647,6 +647,7 @@ _MOUNTS: list[tuple[str, str]] = [
     ("policy", "molt.governance.cli:policy_app"),
     ("native", "molt.governance.cli:native_app"),
     ("serve", "molt.serve:serve_command"),
+    ("agents", "molt.gateway.agents_cli:agents_app"),
     ("replay", "molt.replay.cli:app"),
     ("versions", "molt.control.cli:versions_app"),
     ("evolve", "molt.control.cli:evolve_app"),

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from molt.backends import BACKENDS, POLICY_MODEL_NAME, BaseBackend, create_backend
+from molt.gateway.agents import AgentDirectory
 from molt.gateway.router import RoutingTable, VersionSpec
 from molt.gateway.service import Gateway, GatewayConfig
 
@@ -124,5 +125,7 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
         keyring = KeyRing.from_file(keys)
     public = model or backends[0].model
     table = RoutingTable.single(public, VersionSpec(version=f"{public}@base", backends=tuple(b.name for b in backends)))
-    gw = Gateway(backends, table, recorder=recorder, keyring=keyring, config=config, store=store)
+    # agents named by fingerprint (no X-Molt-Agent) and their operator-chosen names: `molt agents`
+    gw = Gateway(backends, table, recorder=recorder, keyring=keyring, config=config, store=store,
+                 agents=AgentDirectory(home))
     return gw, recorder, store

@@ -32,6 +32,7 @@ from molt.errors import (
     InvalidRequest,
     MoltError,
 )
+from molt.gateway.agents import AgentDirectory
 from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
 from molt.gateway.metrics import Metrics
 from molt.gateway.router import Route, Router, RoutingTable, VersionSpec
@@ -131,11 +132,13 @@ class Gateway:
         harness: the harness applier (default :class:`~molt.harness.StaticHarness`).
         config: :class:`GatewayConfig`.
         store: the store, to look up trajectories the gateway no longer remembers (rewards).
+        agents: names the agents of calls that name none (default: in memory, see
+            :mod:`molt.gateway.agents`).
     """
 
     def __init__(self, backends: Mapping[str, BaseBackend] | Sequence[BaseBackend], table: RoutingTable | None = None,
                  *, recorder: Any = None, keyring: KeyRing | None = None, harness: HarnessApplier | None = None,
-                 config: GatewayConfig | None = None, store: Any = None):
+                 config: GatewayConfig | None = None, store: Any = None, agents: AgentDirectory | None = None):
         self.backends: dict[str, BaseBackend] = (dict(backends) if isinstance(backends, Mapping)
                                                  else {b.name: b for b in backends})
         if not self.backends:
@@ -164,6 +167,7 @@ class Gateway:
         #: the router resolves a request's model inside its tenant; this is the second wall).
         self.harness_refusals = 0
         self.store = store
+        self.agents = agents or AgentDirectory()
         self.metrics = Metrics()
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
         self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
@@ -251,6 +255,7 @@ class Gateway:
                    headers: Mapping[str, str]) -> Call:
         """Resolve the trajectory, route, and apply the harness for a chat request."""
         session, trajectory, agent = _ids_from(headers, body)
+        agent = agent or self.agents.agent(principal.tenant_id, principal.agent_id, req.messages, req.tools, headers)
         target = self.router.resolve(req.model, principal.tenant_id, agent)
         trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         res = self.sessions.resolve(principal.tenant_id, req.messages, session_id=session, trajectory_id=trajectory)
@@ -277,6 +282,7 @@ class Gateway:
                          headers: Mapping[str, str]) -> Call:
         """Resolve the trajectory and route a completions request (no harness: there are no messages)."""
         session, trajectory, agent = _ids_from(headers, body)
+        agent = agent or principal.agent_id
         target = self.router.resolve(req.model, principal.tenant_id, agent)
         trajectory = self._own_trajectory(principal.tenant_id, trajectory)
         st = None

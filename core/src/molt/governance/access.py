@@ -97,6 +97,8 @@ class Principal:
     tenant_id: str
     role: Role
     key_name: str | None = None
+    #: The agent the key is bound to (``agent`` in the key file): the agent of its calls that name none.
+    agent_id: str | None = None
 
     def can(self, action: Action | str) -> bool:
         """Whether this principal's role allows ``action``."""
@@ -125,8 +127,9 @@ class KeyRing:
         self._by_digest: dict[str, Principal] = {}
 
     def add(self, *, tenant: str, role: Role | str, key: str | None = None, key_sha256: str | None = None,
-            name: str | None = None) -> None:
-        """Register a key (clear or as its SHA-256 digest) for ``tenant`` with ``role``."""
+            name: str | None = None, agent: str | None = None) -> None:
+        """Register a key (clear or as its SHA-256 digest) for ``tenant`` with ``role`` (and, optionally,
+        the ``agent`` its calls come from when they name none)."""
         if (key is None) == (key_sha256 is None):
             raise GovernanceError("Give exactly one of key or key_sha256 for each API key.")
         if not tenant:
@@ -139,7 +142,9 @@ class KeyRing:
         digest = key_sha256.lower() if key_sha256 else hash_key(key)  # type: ignore[arg-type]
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise GovernanceError(f"key_sha256 for tenant {tenant!r} is not a SHA-256 hex digest.")
-        self._by_digest[digest] = Principal(tenant_id=tenant, role=r, key_name=name)
+        if agent is not None and (not isinstance(agent, str) or not agent):
+            raise GovernanceError(f"The agent of a key of tenant {tenant!r} must be a non-empty string.")
+        self._by_digest[digest] = Principal(tenant_id=tenant, role=r, key_name=name, agent_id=agent)
 
     @classmethod
     def from_mapping(cls, keys: Mapping[str, tuple[str, Role | str]]) -> KeyRing:
@@ -163,12 +168,12 @@ class KeyRing:
         for i, entry in enumerate(data.get("keys", [])):
             if not isinstance(entry, dict):
                 raise GovernanceError(f"{p}: keys[{i}] must be a table.")
-            unknown = set(entry) - {"key", "key_sha256", "tenant", "role", "name"}
+            unknown = set(entry) - {"key", "key_sha256", "tenant", "role", "name", "agent"}
             if unknown:
                 raise GovernanceError(f"{p}: keys[{i}] has unknown fields {sorted(unknown)}.")
             try:
                 ring.add(tenant=entry.get("tenant", ""), role=entry.get("role", ""), key=entry.get("key"),
-                         key_sha256=entry.get("key_sha256"), name=entry.get("name"))
+                         key_sha256=entry.get("key_sha256"), name=entry.get("name"), agent=entry.get("agent"))
             except GovernanceError as exc:
                 raise GovernanceError(f"{p}: keys[{i}]: {exc.message}") from None
         return ring
