@@ -81,9 +81,10 @@ from molt.control.diagnose import (
 )
 from molt.control.evidence import Confirmation, confirmation, screen_levels
 from molt.control.gate import SafetyGate, Verdict, gate_context
+from molt.control.lease import Leases, LeaseHeld, holder_name
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
-from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
+from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, StalePromotion, VersionRegistry
 from molt.errors import InterventionError, MoltError
 from molt.harness import Skill
 from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
@@ -231,6 +232,9 @@ class ControlPlane:
             names — how ``molt serve --plane-setting reflector_url=...`` configures it — else templates only).
     """
 
+    #: How long a cycle waits for another writer's lease on its agent before :class:`LeaseHeld` (seconds).
+    lease_wait_s: float = 0.0
+
     def __init__(self, store: Store, backend: BaseBackend | Mapping[str, BaseBackend], *,
                  live_tools: LiveTools | None = None,
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
@@ -242,6 +246,7 @@ class ControlPlane:
         self.live_tools = live_tools
         self.settings = settings or PlaneSettings()
         self.registry = VersionRegistry(store)
+        self.leases = Leases(store)
         self.log = DecisionLog(store)
         self.proposals = Proposals(store, self.registry)
         self._memories = memories
@@ -324,6 +329,12 @@ class ControlPlane:
         return asyncio.run(self.arun_cycle(tenant_id, agent_id))
 
     async def arun_cycle(self, tenant_id: str, agent_id: str) -> CycleResult:
+        """One cycle for one agent under its writer lease (:mod:`molt.control.lease`: one writer per
+        agent; another's lease raises :class:`~molt.control.lease.LeaseHeld` after ``lease_wait_s``)."""
+        with self.leases.hold(tenant_id, agent_id, holder_name(self.actor), wait_s=self.lease_wait_s):
+            return await self._arun_cycle(tenant_id, agent_id)
+
+    async def _arun_cycle(self, tenant_id: str, agent_id: str) -> CycleResult:
         """One cycle for one agent: decide, apply, log. Never raises for a bad candidate."""
         s = self.settings
         live = self.registry.live(tenant_id, agent_id)
@@ -553,6 +564,9 @@ class ControlPlane:
                 break
             try:
                 r = self.run_cycle(t, a) if stop is None else asyncio.run(_unless_stopped(self.arun_cycle(t, a), stop))
+            except LeaseHeld as exc:  # another writer evolves this agent now; the next round retries
+                log.warning("%s", exc)
+                continue
             except Exception:
                 log.exception("Control-plane cycle for %s/%s failed; the other agents go on.", t, a)
                 continue
@@ -600,8 +614,14 @@ class ControlPlane:
                 rec.applied_version = live.version_id
                 return True
             if len(mine) >= s.canary_min:
-                result.version = self.registry.promote(c.version_id, actor=self.actor,
-                                                       reason=f"canary delta {delta:+.2f} on {len(mine)}")
+                try:  # compare-and-set: the canary's change was made on its parent
+                    result.version = self.registry.promote(c.version_id, actor=self.actor,
+                                                           reason=f"canary delta {delta:+.2f} on {len(mine)}",
+                                                           expected_live=c.parent_id or live.version_id)
+                except StalePromotion as exc:
+                    self.registry.abort(c.version_id, actor=self.actor, reason=str(exc))
+                    rec.choice, rec.reason = "rollback", f"canary {c.version_id} aborted: {exc}"
+                    return True
                 rec.choice, rec.reason = "promote", f"canary {c.version_id} promoted: delta {delta:+.2f}"
                 rec.applied_version = c.version_id
                 return True
@@ -999,7 +1019,7 @@ class ControlPlane:
                                f"not routed until approved")
             return v
         if s.promote_directly:
-            v = self.registry.promote(v.version_id, actor=self.actor, reason=rec.reason)
+            v = self.registry.promote(v.version_id, actor=self.actor, reason=rec.reason, expected_live=live.version_id)
             rec.actions.append(f"promoted {v.version_id}")
         else:
             v = self.registry.canary(v.version_id, s.canary_weight, actor=self.actor, reason=rec.reason)

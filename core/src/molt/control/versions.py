@@ -50,6 +50,7 @@ __all__ = [
     "ModelPart",
     "PolicyParts",
     "PolicyVersion",
+    "StalePromotion",
     "VERSIONS_SCHEMA",
     "VERSIONS_TABLE",
     "VersionRegistry",
@@ -197,6 +198,11 @@ class PolicyVersion(BaseModel):
         return self.parts.skill_ids
 
 
+class StalePromotion(InterventionError):
+    """A promotion compared against a live version that is no longer live (another writer changed
+    it): refused, since it would silently discard the change made meanwhile."""
+
+
 def diff_parts(a: PolicyParts, b: PolicyParts) -> list[tuple[str, JsonValue, JsonValue]]:
     """``(path, value in a, value in b)`` for every leaf that differs (dotted paths, sorted)."""
     out: list[tuple[str, JsonValue, JsonValue]] = []
@@ -216,7 +222,8 @@ class VersionRegistry:
     """Composite policy versions and the live/canary pointer log, in the store.
 
     Thread-safe within a process (one lock around create and pointer changes). Several processes
-    may read; let one process (``molt serve``'s control plane, or the CLI) write at a time.
+    may read; one writes an agent's versions at a time — control-plane cycles hold the agent's lease
+    (:mod:`molt.control.lease`), and a promotion given ``expected_live`` is a compare-and-set.
     """
 
     def __init__(self, store: Store):
@@ -409,12 +416,26 @@ class VersionRegistry:
                 log.exception("A version listener failed after %s of %s.", action, v.version_id)
 
     def promote(self, version_id: str, *, actor: str, reason: str | None = None,
-                tenant_id: str | None = None) -> PolicyVersion:
-        """Make ``version_id`` live (it ends its canary, if any)."""
+                tenant_id: str | None = None, expected_live: str | None = None) -> PolicyVersion:
+        """Make ``version_id`` live (it ends its canary, if any).
+
+        With ``expected_live`` it is a compare-and-set: the version it was compared against (a
+        canary's parent, the live version a cycle read) must still be live, else the promotion is
+        refused with :class:`StalePromotion` and logged — promoting over a live version nobody
+        compared it with would silently discard that version's change."""
         with self._lock:
             v = self.get(version_id, tenant_id=tenant_id)
             if v.status == "live":
                 return v
+            if expected_live is not None:
+                live = self.live(v.tenant_id, v.agent_id)
+                if live is not None and live.version_id != expected_live:
+                    log.warning("Refused to promote %s over live %s: it was compared against %s (actor %s).",
+                                version_id, live.version_id, expected_live, actor)
+                    raise StalePromotion(
+                        f"{version_id} was compared against {expected_live}, but {live.version_id} is live now "
+                        f"(another writer changed {v.tenant_id}/{v.agent_id} meanwhile); promoting it would discard "
+                        f"{live.version_id}'s change. Make a new candidate from {live.version_id}.")
             self._log(v, "promote", actor=actor, reason=reason)
             return self.get(version_id)
 
