@@ -121,15 +121,24 @@ wait "$chromium_job" || true
 cat -- "$chromium_out"
 rm -f -- "$chromium_out"
 
-((run_main)) || exit 0
+# `molt` lives in the environment, not on PATH: say how to reach it (also after the demo below, from its
+# exit trap, so it is the last thing printed).
+path_hint() {
+  say "molt is installed in $MOLT_VENV; to run it as \`molt\`, either"
+  say "  source $MOLT_VENV/bin/activate            # this shell only"
+  say "  export PATH=\"$MOLT_VENV/bin:\$PATH\"       # add to ~/.bashrc to keep it"
+  say "or call it by path: $MOLT_VENV/bin/molt --help"
+}
+((run_main)) || { path_hint; exit 0; }
+trap path_hint EXIT
 
 # The main job. Nothing here may reach a model hub: everything it needs was installed above.
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
 if "$MOLT_VENV/bin/molt" demo --help >/dev/null 2>&1; then
   # Its report goes under .molt/ (ignored), not into the clone as an untracked folder.
   say "running: molt demo --quick --out .molt/demo"
-  exec "$MOLT_VENV/bin/molt" demo --quick --out "$MOLT_ROOT/.molt/demo"
+  "$MOLT_VENV/bin/molt" demo --quick --out "$MOLT_ROOT/.molt/demo"
 else
   say "running: python -m molt.smoke ('molt demo' does not exist yet)"
-  exec "$MOLT_VENV/bin/python" -m molt.smoke
+  "$MOLT_VENV/bin/python" -m molt.smoke
 fi

@@ -43,7 +43,7 @@ err_console = Console(stderr=True, soft_wrap=True)  # a message stays one line, 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
                                             help="A tenant API key (or $MOLT_API_KEY): scopes every read to it.")]
-OperatorOpt = Annotated[bool, typer.Option("--operator", help="Read as the platform operator (all tenants).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API key (when a key file exists, only whoever may read it).")]
 
 
 def molt_home() -> Path:
@@ -507,7 +507,7 @@ def verify(
 
 @spool_app.command("deliver")
 def spool_deliver(store: StoreOpt = None) -> None:
-    """Deliver what waits in the spools under ``$MOLT_HOME`` (recorded by a Recorder without a store,
+    """Deliver what waits in the spools under $MOLT_HOME (recorded by a Recorder without a store,
     or by a process that ended before delivering) into the store, then exit."""
     from molt.capture import Recorder
     from molt.capture.spool import spool_backlog
@@ -550,7 +550,7 @@ def spool_deliver(store: StoreOpt = None) -> None:
 @app.command()
 def doctor(store: StoreOpt = None) -> None:
     """Show what is installed and where, the state of the store and spool, and the faults counted by
-    running Molt processes (their status files under ``$MOLT_HOME/status``)."""
+    running Molt processes (their status files under $MOLT_HOME/status)."""
     from importlib import metadata
 
     import molt
@@ -640,7 +640,7 @@ def _status_rows(t: Table) -> None:
 #: mounted as a group, a function as a single command. Modules that are not built yet are skipped.
 _MOUNTS: list[tuple[str, str]] = [
     ("smoke", "molt.smoke:smoke_command"),
-    ("redact", "molt.governance.redact_cli:redact_command"),
+    ("redact", "molt.governance.redact_cli:main"),
     ("erase", "molt.governance.cli:erase_command"),
     ("audit", "molt.governance.cli:audit_command"),
     ("retention", "molt.governance.cli:retention_app"),
@@ -653,6 +653,30 @@ _MOUNTS: list[tuple[str, str]] = [
     ("evolve", "molt.control.cli:evolve_app"),
     ("demo", "molt_demo.app:demo_command"),
 ]
+
+
+#: The sections of `molt --help`, in this order: what each command is for.
+_GROUPS: dict[str, str] = {
+    "serve": "Capture", "trajectories": "Capture", "reward": "Capture", "spool": "Capture", "schema": "Capture",
+    "redact": "Govern", "erase": "Govern", "audit": "Govern", "retention": "Govern", "policy": "Govern",
+    "native": "Govern",
+    "evolve": "Evolve", "versions": "Evolve", "replay": "Evolve", "demo": "Evolve",
+    "doctor": "Operate", "verify": "Operate", "smoke": "Operate",
+}
+_ORDER = ("Capture", "Govern", "Evolve", "Operate")
+
+
+def _group_commands() -> None:
+    """Put every command in its `molt --help` section (unknown ones under Operate), sections in order."""
+    def key(info: Any) -> tuple[int, str]:
+        name = info.name or getattr(info.callback, "__name__", "")
+        return _ORDER.index(_GROUPS.get(name, "Operate")), name
+
+    for info in [*app.registered_commands, *app.registered_groups]:
+        name = info.name or getattr(info.callback, "__name__", "")
+        info.rich_help_panel = _GROUPS.get(name, "Operate")
+    app.registered_commands.sort(key=key)
+    app.registered_groups.sort(key=key)
 
 
 def _mount(argv: list[str]) -> None:
@@ -671,6 +695,7 @@ def _mount(argv: list[str]) -> None:
             app.add_typer(obj, name=name)
         else:
             app.command(name)(obj)
+    _group_commands()
 
 
 def _utc(ts: datetime | None) -> datetime | None:
