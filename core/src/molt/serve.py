@@ -566,8 +566,12 @@ def serve_command(
     from molt.status import StatusReporter
 
     governed = {"state": {"governance": (policy or "OFF (--no-governance)") if recorder else "not recording"}}
+    # What `molt evolve run` replays with by default: the model this gateway serves (never its key).
+    served = {"state": {"backend.kind": backend, "backend.model": be.model, "backend.public_model": public,
+                        "backend.url": f"{base}/v1", "backend.model_path": str(model_path) if model_path else None,
+                        "backend.upstream_url": (server.base_url if server is not None else upstream_url)}}
     reporter = StatusReporter(home, "molt-serve", {"gateway": lambda: gateway_status(gw), "stack": stack.fault_status,
-                                                   "governance": lambda: governed},
+                                                   "governance": lambda: governed, "backend": lambda: served},
                               interval_s=STATUS_INTERVAL_S).start()
     rows.append(("status", f"{reporter.path} (molt doctor shows it)"))
     tune_process()

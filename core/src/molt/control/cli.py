@@ -272,11 +272,13 @@ def versions_reject(version: str,
 
 @evolve_app.command("run")
 def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
-               backend: Annotated[str, typer.Option("--backend", help="The model replay runs candidates with: the "
-                                                    "served model by default (what `molt serve --backend local` "
-                                                    "serves; --model to name another), another registered kind "
-                                                    "(stub, openai, vllm), or module:factory for a Python "
-                                                    "backend factory.")] = "local",
+               backend: Annotated[str | None, typer.Option("--backend", help="The model replay runs candidates with. "
+                                                           "Default: the model `molt serve` serves from this "
+                                                           "MOLT_HOME (it records its backend in $MOLT_HOME/status); "
+                                                           "without one, the local SmolLM2-135M. Or a registered "
+                                                           "kind (stub, local, openai, vllm; --model to name the "
+                                                           "model), or module:factory for a Python backend "
+                                                           "factory.")] = None,
                base_url: Annotated[str | None, typer.Option("--base-url", help="openai/vllm backend URL.")] = None,
                model: Annotated[str | None, typer.Option("--model", help="Backend model name.")] = None,
                live_tools: Annotated[str | None, typer.Option(
@@ -335,7 +337,7 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
     try:
         t = _who(api_key, operator, "admin", tenant)
         reg = _registry(store)
-        be = _backend(backend, base_url, model)
+        be = _replay_backend(backend, base_url, model)
         tools = _factory(live_tools, "--live-tools")() if live_tools else None
         refl = _reflector(reflector_url, reflector_model, reflector_key, reflector_max_tokens, be)
         plane = ControlPlane(reg.store, be, live_tools=tools, settings=settings,
@@ -355,6 +357,53 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
             typer.echo(orjson.dumps(rec.model_dump(mode="json")).decode())
         else:
             _print_decision(rec)
+
+
+def _served_backend() -> dict[str, Any] | None:
+    """What `molt serve` from this MOLT_HOME serves (its status file's backend), the running one first."""
+    from molt.status import read_status
+
+    found = [st for st in read_status(_home()) if st.get("component") == "molt-serve"
+             and (st.get("state") or {}).get("backend.kind")]
+    found.sort(key=lambda st: not st.get("running"))
+    return found[0] if found else None
+
+
+def _replay_backend(kind: str | None, base_url: str | None, model: str | None) -> Any:
+    """The backend replay runs with, said on stderr before any model loads: the one asked for, else the
+    model `molt serve` serves from this MOLT_HOME, else the local SmolLM2."""
+    from molt.backends.model import POLICY_MODEL_NAME
+
+    if kind is not None:
+        err_console.print(f"replay model: {model or '(the backend default)'} on the {kind} backend, as --backend "
+                          f"says", highlight=False)
+        return _backend(kind, base_url, model)
+    st = _served_backend()
+    if st is None:
+        err_console.print(f"replay model: {model or POLICY_MODEL_NAME} on the local backend — no `molt serve` has "
+                          f"recorded what it serves in {_home() / 'status'}; give --backend (and --model) to replay "
+                          f"with the model your agents use", highlight=False)
+        return _backend("local", base_url, model)
+    state = st["state"]
+    served_kind, served_model = state["backend.kind"], model or state.get("backend.model")
+    url = base_url or state.get("backend.upstream_url")
+    how = "running" if st.get("running") else "no longer running"
+    err_console.print(f"replay model: {served_model} on the {served_kind} backend — what `molt serve` (pid "
+                      f"{st.get('pid')}, {how}) serves at {state.get('backend.url')}", highlight=False)
+    if served_kind in ("vllm", "openai"):
+        # The served endpoint itself, not a second server: replay asks the same model the agents get.
+        if not url:
+            raise MoltError(f"`molt serve` serves {served_kind} without a recorded upstream URL; give --backend "
+                            f"{served_kind} --base-url URL.")
+        key = os.environ.get("MOLT_UPSTREAM_API_KEY") if served_kind == "openai" else None
+        from molt.backends import create_backend
+
+        return create_backend("openai", base_url=url, model=served_model, **({"api_key": key} if key else {}))
+    if served_kind == "local" and state.get("backend.model_path"):
+        from molt.backends import create_backend
+
+        return create_backend("local", model=served_model, model_path=Path(state["backend.model_path"]))
+    return _backend(served_kind, base_url, served_model)
 
 
 def _reflector(url: str | None, model: str | None, key: str | None, max_tokens: int, backend: Any) -> Any:
@@ -435,5 +484,8 @@ def _print_decision(d: Any, when: bool = False) -> None:
 
 def _delta(c: dict[str, Any]) -> str:
     r = (c.get("evidence") or {}).get("replay") or {}
-    d = r.get("success_delta")
-    return f" {d:+.0%} on replay" if isinstance(d, int | float) else ""
+    d, ci = r.get("success_delta"), r.get("success_delta_ci")
+    if not isinstance(d, int | float):
+        return ""
+    return (f" {d:+.0%}" + (f" (95% interval {ci[0]:+.0%} to {ci[1]:+.0%})" if ci else "") + " on replay"
+            + (f" with {r['model']}" if r.get("model") else ""))
