@@ -15,6 +15,7 @@ POST /v1/molt/rewards/trajectory         reward a trajectory                    
 POST /v1/molt/rewards/last-call          reward a session's last call (discounted)   write
 POST /v1/molt/trajectories/{id}/end      end a trajectory (optional final reward)    write
 POST /v1/molt/sessions/{id}/end          end a session's current trajectory          write
+GET  /openapi.json                       the OpenAPI 3.1 document (feedback bodies)  none
 GET  /v1/molt/admin/routes               the routing table (a tenant admin: its part)   admin
 PUT  /v1/molt/admin/models/{m}/weights   canary weights for new sessions             admin¹
 POST /v1/molt/admin/versions             register a policy version                   admin¹

@@ -8,7 +8,10 @@ recent model call of its current trajectory; with ``discount`` γ the k-th call 
 
 Calls are identified by the id the gateway returned: the response ``id``
 (``chatcmpl-<event id>``, ``resp_<event id>``, ``msg_<event id>``) or the ``X-Molt-Event-Id`` header.
-A key may only reward its own tenant's calls.
+A key may only reward its own tenant's calls. ``source`` says who gives the reward; left out, a failing
+reward (value ≤ 0.5) that carries a ``reason`` is a ``user_correction`` — what the control plane reads as
+a correction and may learn from — and any other a ``user_feedback`` rating (the call's outcome). The
+response says which was recorded. The bodies are published in ``/openapi.json`` (:mod:`molt.gateway.openapi`).
 """
 
 from __future__ import annotations
@@ -43,9 +46,14 @@ _BODY = ConfigDict(extra="forbid")
 class _Reward(BaseModel):
     model_config = _BODY
 
-    value: float
-    source: RewardSource = RewardSource.USER_FEEDBACK
-    reason: str | None = Field(default=None, max_length=16_384)
+    value: float = Field(description="The reward: above 0.5 the call succeeded, at or below it the call failed.")
+    source: RewardSource | None = Field(default=None, description=(
+        "Who says so. user_correction: the user said what the right answer is (in reason) — the control plane "
+        "learns from it; user_feedback: a rating, read as the call's outcome; verifier / test_result / judge / "
+        "human_label / environment: the outcome from that source. Left out: user_correction when a reason comes "
+        "with a failing value (value ≤ 0.5), else user_feedback."))
+    reason: str | None = Field(default=None, max_length=16_384, description=(
+        "Text: the user's correction (the right answer), or why the value is what it is."))
     dimensions: dict[str, float] | None = None
 
     @field_validator("value")
@@ -54,6 +62,15 @@ class _Reward(BaseModel):
         if not math.isfinite(v):
             raise ValueError("value must be a finite number.")
         return v
+
+    @model_validator(mode="after")
+    def _default_source(self) -> _Reward:
+        # What the control plane reads: a failing reward that says what was wrong is a user's correction
+        # (it may become a memory once enough users agree); a bare rating is the call's outcome.
+        if self.source is None:
+            failing = self.value <= 0.5 and bool(self.reason and self.reason.strip())
+            self.source = RewardSource.USER_CORRECTION if failing else RewardSource.USER_FEEDBACK
+        return self
 
 
 class CallReward(_Reward):
@@ -180,14 +197,15 @@ class Feedback:
 
     def _ann(self, p: Principal, body: _Reward, tid: str, eid: str | None, value: float,
              reason: str | None) -> RewardAnnotation:
-        return RewardAnnotation(trajectory_id=tid, event_id=eid, value=value, source=body.source, reason=reason,
+        return RewardAnnotation(trajectory_id=tid, event_id=eid, value=value,
+                                source=body.source or RewardSource.USER_FEEDBACK, reason=reason,
                                 dimensions=body.dimensions, annotator=p.key_name, tenant_id=p.tenant_id)
 
     def reward_call(self, p: Principal, body: CallReward) -> dict[str, Any]:
         """Reward one call."""
         tid, eid = self._call(p, body.call_id)
         ids = self._append([self._ann(p, body, tid, eid, body.value, body.reason)])
-        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [eid]}
+        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [eid], "source": str(body.source)}
 
     def _resolve(self, p: Principal, trajectory_id: str) -> str:
         """The trajectory a client's id names within ``p``'s tenant (the rule chat and OTLP use too)."""
@@ -198,7 +216,7 @@ class Feedback:
         tid = self._resolve(p, body.trajectory_id)
         self._trajectory_calls(p, tid)  # existence and tenant check
         ids = self._append([self._ann(p, body, tid, None, body.value, body.reason)])
-        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": []}
+        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [], "source": str(body.source)}
 
     def reward_last_call(self, p: Principal, body: LastCallReward) -> dict[str, Any]:
         """Reward the last call of a session or trajectory (discounted back over earlier calls)."""
@@ -220,7 +238,8 @@ class Feedback:
                 anns.append(self._ann(p, body, tid, eid, v, f"{body.reason + '; ' if body.reason else ''}"
                                       f"discounted from the last call: γ={body.discount:g}, {k} turn(s) back"))
         ids = self._append(anns)
-        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [a.event_id for a in anns]}
+        return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [a.event_id for a in anns],
+                "source": str(body.source)}
 
     def end_trajectory(self, p: Principal, tid: str, body: EndTrajectory, *, resolved: bool = False) -> dict[str, Any]:
         """Record the end of a trajectory (and its final reward); its session starts anew. ``tid`` is the

@@ -1,7 +1,10 @@
 """Feedback routes: rewards for a call, a trajectory or a session's last call, and the end of a trajectory
-or of a session's current trajectory (:mod:`molt.gateway.feedback` does the work)."""
+or of a session's current trajectory (:mod:`molt.gateway.feedback` does the work); and ``/openapi.json``,
+the published document of these bodies (:mod:`molt.gateway.openapi`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -15,6 +18,17 @@ __all__ = ["install"]
 
 def install(ctx: RouteContext) -> None:
     feedback = Feedback(ctx.gateway)
+
+    document: dict[str, Any] = {}
+
+    @ctx.route("/openapi.json", "GET")
+    async def openapi(request: Request) -> Response:
+        # Documentation only: no key needed (it names no tenant and no data).
+        if not document:
+            from molt.gateway.openapi import openapi_document
+
+            document.update(openapi_document())
+        return json_response(document)
 
     @ctx.route("/v1/molt/rewards/call", "POST")
     async def reward_call(request: Request) -> Response:
