@@ -29,7 +29,9 @@ ALLOWED: dict[str, set[str]] = {
     "interop": {"atdp", "store", "capture"},  # imports and exports: the capture path's decoders and sinks
     "testing": {"atdp", "capture", "harness"},  # the adapter conformance suite: on top (no subpackage lists it)
 }
-COMMON = {"errors", "registry", "renamed"}
+# molt.status: the status files every Molt process writes and `molt doctor` / `molt evolve run` read (a leaf:
+# stdlib and orjson only).
+COMMON = {"errors", "registry", "renamed", "status"}
 
 
 def _imports(path: Path) -> set[str]:
