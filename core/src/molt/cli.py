@@ -623,6 +623,10 @@ def _status_rows(t: Table) -> None:
         if isinstance(governance, str):  # off is shown in red: raw data, PII included, is being stored
             t.add_row("  governance", f"[bold red]{governance}[/bold red]" if governance.startswith("OFF")
                       else governance)
+        if isinstance(health := state.get("gateway.health"), str):  # what /health said at the last report
+            t.add_row("  health", health if health == "ok" else f"[red]{health}[/red]")
+            if state.get("gateway.health_rule"):
+                t.add_row("  health rule", str(state["gateway.health_rule"]))
         if "recorder.spool_pending_bytes" in state:
             t.add_row("  spool backlog", f"{state['recorder.spool_pending_bytes']:,} bytes, "
                                          f"{state.get('recorder.pending_in_queue', 0):,} events queued")

@@ -442,6 +442,9 @@ def serve_command(
     plane_setting: Annotated[list[str] | None, typer.Option(
         "--plane-setting", help="KEY=VALUE (repeatable): a control-plane threshold (molt.control.plane."
                                 "PlaneSettings, e.g. canary_min=6, replay_sample=8).")] = None,
+    strict_health: Annotated[bool, typer.Option(
+        "--strict-health", help="/health answers 503 (not 200 with status degraded) while capture drops records, "
+                                "spool writes fail or records back up.")] = False,
     approval: Annotated[str | None, typer.Option(
         "--approval", help="What the control plane may put live without an operator: auto (everything, the "
                            "default), context (memory, skill, harness and tool-schema changes wait as proposals "
@@ -492,7 +495,7 @@ def serve_command(
     be = _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url, upstream_key=upstream_key,
                   max_model_len=max_model_len, timeout_s=backend_timeout)
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
-                           max_sessions=max_sessions, session_idle_s=session_idle_s)
+                           max_sessions=max_sessions, session_idle_s=session_idle_s, strict_health=strict_health)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
                                      capture_process=capture_process, governance=policy, dedupe_ids=dedupe_ids,
                                      capture_recycle=capture_recycle)
@@ -506,7 +509,8 @@ def serve_command(
     rows: list[tuple[str, str]] = [("gateway", f"{base}/v1  ({backend} backend, model {public!r})"),
                                    ("store", shared.uri),
                                    ("recording", "off" if not recorder else f"on, governance {policy}" if policy
-                                    else "[bold red]on, governance OFF (--no-governance): PII is stored[/bold red]")]
+                                    else "[bold red]on, governance OFF (--no-governance): PII is stored[/bold red]"),
+                                   ("health", gw.capture_health.describe(strict_health))]
     stack = Stack()
     new_key = None
     registry = _bind_versions(stack, shared, gw, public)

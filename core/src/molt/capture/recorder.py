@@ -107,6 +107,13 @@ class RecorderStats:
     pending_in_queue: int
     spool_pending_bytes: int
     last_error: str | None
+    #: records lost because writing them to the spool failed (a full disk, a file-size limit)
+    dropped_write_failed: int = 0
+
+    @property
+    def dropped(self) -> int:
+        """Every record lost before it was durable: queue full, spool full, spool write failed."""
+        return self.dropped_queue_full + self.dropped_spool_full + self.dropped_write_failed
 
     def as_dict(self) -> dict[str, Any]:
         """The counters as a plain dict (for metrics and ``molt doctor``)."""
@@ -260,6 +267,7 @@ class Recorder:
         self._quarantined = 0
         self._sink_errors = 0
         self._writer_errors = 0
+        self._dropped_write = 0
         self._last_error: str | None = None
         self._handled = 0  # records the writer has taken off the queue (acked, dropped or failed)
         # [start, end) ranges, in the order records were taken off the queue, of batches that never became
@@ -410,6 +418,7 @@ class Recorder:
             duplicates=self._duplicates,
             sink_errors=self._sink_errors,
             writer_errors=self._writer_errors,
+            dropped_write_failed=self._dropped_write,
             pending_in_queue=len(self._queue),
             spool_pending_bytes=self._spool.pending_bytes(),
             last_error=self._last_error,
@@ -443,6 +452,7 @@ class Recorder:
             except Exception as exc:  # never let the writer die: count, log, keep going
                 durable = False
                 self._writer_errors += 1
+                self._dropped_write += len(items)
                 self._last_error = f"spool write failed: {exc!r}"
                 log.exception("Molt spool write failed; %d records were dropped.", len(items))
             if not durable:  # a retried record() of these events must not be dropped as a duplicate

@@ -78,7 +78,7 @@ _HOLDS_SPOOL = orjson.dumps({"id": "holds-spool", "ok": True, "stats": {}})
 #: RecorderStats fields that count since the Recorder opened (the rest are gauges of the live child):
 #: a recycled child's last values are added to its successors', so the gateway's counters never go back.
 _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dropped_spool_full", "quarantined",
-             "duplicates", "sink_errors", "writer_errors", "capture_failed")
+             "duplicates", "sink_errors", "writer_errors", "capture_failed", "dropped_write_failed")
 # The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
 # needs the current version's metadata and a few index pages, not a reader's caches. Both caches
 # fill with entries of superseded versions: the metadata cache reaches its bound (molt.store's
@@ -683,6 +683,11 @@ class CaptureProcess:
         if base.get("last_error") == 0:
             base["last_error"] = None
         return RecorderStats(**base)
+
+    @property
+    def build_failures(self) -> int:
+        """Calls whose events the child could not build (drops on this side are in :attr:`stats`)."""
+        return self._carried_counters()["capture_failed"] + int(self._last_stats.get("capture_failed") or 0)
 
     @property
     def failed(self) -> int:

@@ -159,12 +159,17 @@ def gateway_status(gw: Any) -> dict[str, dict[str, Any]]:
                              "gateway.event_loop_lag_max_s": round(m.loop_lag_max, 4)}
     if gw.capture is not None:
         faults["gateway.capture_failures"] = gw.capture.failed
+    s = None
     if gw.recorder is not None and hasattr(type(gw.recorder), "stats"):
         s = gw.recorder.stats
         faults.update({"recorder.sink_errors": s.sink_errors, "recorder.writer_errors": s.writer_errors,
-                       "recorder.dropped": s.dropped_queue_full + s.dropped_spool_full,
-                       "recorder.quarantined": s.quarantined})
+                       "recorder.dropped": s.dropped, "recorder.quarantined": s.quarantined})
         state.update({"recorder.spool_pending_bytes": s.spool_pending_bytes,
                       "recorder.pending_in_queue": s.pending_in_queue, "recorder.delivered": s.delivered,
                       "recorder.last_error": s.last_error})
+    if hasattr(gw, "capture_state"):  # what /health says now, in the words of the serve banner
+        capture = gw.capture_state(s)
+        state["gateway.health"] = ("ok" if capture["status"] == "ok"
+                                   else "degraded: " + "; ".join(capture["reasons"]))
+        state["gateway.health_rule"] = gw.capture_health.describe(gw.config.strict_health)
     return {"faults": faults, "state": state}

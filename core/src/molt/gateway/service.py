@@ -34,6 +34,7 @@ from molt.errors import (
 )
 from molt.gateway.agents import AgentDirectory
 from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
+from molt.gateway.health import CaptureHealth
 from molt.gateway.metrics import Metrics
 from molt.gateway.router import Route, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
@@ -63,6 +64,8 @@ class GatewayConfig(BaseModel):
       ``max_sessions`` bounds them). Runs that never end (orphaned) are evicted by it.
     - ``harness_timeout_s``: time a harness that does I/O (memory retrieval) may take per request; past
       it the request is served with the version's static harness and the fallback counted (default 2 s).
+    - ``strict_health``: ``/health`` answers 503 (not 200) while capture is degraded — records dropped,
+      spool writes failing, or a backlog (:mod:`molt.gateway.health`; ``molt serve --strict-health``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,6 +77,7 @@ class GatewayConfig(BaseModel):
     max_sessions: int = Field(default=200_000, ge=100)
     session_idle_s: float | None = Field(default=1800.0, gt=0)
     harness_timeout_s: float = Field(default=2.0, gt=0, le=600)
+    strict_health: bool = False
 
 
 @dataclass(slots=True)
@@ -169,6 +173,8 @@ class Gateway:
         self.store = store
         self.agents = agents or AgentDirectory()
         self.metrics = Metrics()
+        #: Whether capture keeps up (``/health``, ``/metrics``, the status file).
+        self.capture_health = CaptureHealth()
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
         self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         #: Client-chosen trajectory ids resolved within the caller's tenant: chat, completions,
@@ -236,6 +242,15 @@ class Gateway:
                 await self.check_health()
             except Exception:  # the loop must outlive any one failure
                 log.exception("Health check failed.")
+
+    def capture_state(self, stats: Any) -> dict[str, Any]:
+        """Capture's health (:meth:`CaptureHealth.assess`) from the recorder's counters ``stats``."""
+        if self.capture is None:
+            return self.capture_health.assess(None)
+        # an in-process CallRecorder's failures are calls it could not build; a capture process counts its
+        # own drops in ``stats`` and reports build failures apart
+        built = getattr(self.capture, "build_failures", None)
+        return self.capture_health.assess(stats, int(built if built is not None else self.capture.failed))
 
     # ------------------------------------------------------------------ auth
 

@@ -34,11 +34,21 @@ def install(ctx: RouteContext) -> None:
         ctx.auth(request)
         backends = gw.router.health()
         ok = any(backends.values())
-        out: dict[str, Any] = {"status": "ok" if ok else "degraded", "backends": backends}
-        if (s := await _recorder_stats(gw)) is not None:
+        s = await _recorder_stats(gw)
+        capture = gw.capture_state(s)
+        degraded = not ok or capture["status"] != "ok"
+        out: dict[str, Any] = {"status": "degraded" if degraded else "ok", "backends": backends,
+                               "capture": capture}
+        if s is not None:
             out["recorder"] = {"enqueued": s.enqueued, "acknowledged": s.acknowledged, "delivered": s.delivered,
-                               "dropped": s.dropped_queue_full + s.dropped_spool_full}
-        return json_response(out, 200 if ok else 503)
+                               "dropped": s.dropped, "dropped_queue_full": s.dropped_queue_full,
+                               "dropped_spool_full": s.dropped_spool_full,
+                               "dropped_write_failed": s.dropped_write_failed, "writer_errors": s.writer_errors,
+                               "pending_in_queue": s.pending_in_queue}
+        # no backend: nothing can be served (503); capture degraded: the gateway still serves, 503 only
+        # when the operator asked for strict health (a probe that should take it out of rotation)
+        code = 503 if not ok or (degraded and gw.config.strict_health) else 200
+        return json_response(out, code)
 
     @ctx.route("/metrics", "GET")
     async def metrics(request: Request) -> Response:
@@ -50,6 +60,11 @@ def install(ctx: RouteContext) -> None:
             for k, v in s.as_dict().items():
                 if isinstance(v, int):
                     gauges.append(("molt_recorder_" + k, f"Recorder counter {k}.", {}, float(v)))
+            capture = gw.capture_state(s)
+            gauges.append(("molt_recorder_dropped_records", "Records lost before they were durable (queue full, "
+                           "spool full, spool write failed, events not built).", {}, float(capture["dropped"])))
+            gauges.append(("molt_gateway_capture_degraded", "1 while /health says capture is degraded.", {},
+                           float(capture["status"] != "ok")))
         if isinstance(recycled := getattr(gw.recorder, "recycled", None), int):  # a CaptureProcess
             gauges.append(("molt_capture_recycled", "Capture processes replaced by a fresh one (after "
                            "recycle_after records).", {}, float(recycled)))
