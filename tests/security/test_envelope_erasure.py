@@ -224,14 +224,17 @@ def test_no_planted_value_in_any_envelope_and_none_left_after_erasure(tmp_path: 
     print(f"raw hits before erasure: {sum(map(len, before.values()))} in {len(before)} payload files")
 
     # lookups and feedback by the client's own id reach the governed trajectory
+    _molt(env, "reward", chat_tid, "--value", "0.5", "--dim", f"{NAME}=1", "--operator")
     shown = json.loads(_molt(env, "trajectories", "show", chat_tid, "--json").stdout)
     assert shown["trajectory_id"] != chat_tid and shown["trajectory_id"].startswith("idh-")
     kinds = [e["kind"] for e in shown["events"]]
     assert kinds.count("model_call") == 2 and "user_message" in kinds, kinds  # both turns and the subject event
-    assert len(shown["rewards"]) == 1 and sorted(shown["rewards"][0]["dimensions"]) == sorted(
-        ["<PERSON_1>", "<EMAIL_ADDRESS_1>", "<IBAN_CODE_1>"]), shown["rewards"]
+    dims = sorted(sorted(r["dimensions"]) for r in shown["rewards"])
+    assert dims == [["<EMAIL_ADDRESS_1>", "<IBAN_CODE_1>", "<PERSON_1>"], ["<PERSON_1>"]], shown["rewards"]
     for tid in (lf_tid, ls_tid):
         assert json.loads(_molt(env, "trajectories", "show", tid, "--json").stdout)["events"]
+
+    assert not [n for r in _envelopes(home) for n in NEEDLES if n in r or n.lower() in r.lower()]
 
     out = _molt(env, "erase", "--subject", SUBJECT, "--operator")
     said = out.stdout + out.stderr

@@ -247,25 +247,34 @@ def _trajectory_table(rows: list[Any]) -> Table:
     return t
 
 
-def _trajectory_by_client_id(s: Any, trajectory_id: str) -> Any:
-    """The trajectory ``trajectory_id`` names: stored under it, or under its keyed digest in the
-    reader's tenant (every tenant of the store for the operator), as governance stores a client's id
-    that holds personal data (:mod:`molt.governance.envelope`)."""
-    from molt.errors import NotFound
+def _stored_trajectory_id(s: Any, trajectory_id: str) -> str | None:
+    """The id the trajectory a client calls ``trajectory_id`` is stored under: the id itself, or its
+    keyed digest in the reader's tenant (every tenant of the store for the operator), as governance
+    stores a client's id that holds personal data (:mod:`molt.governance.envelope`); None if neither."""
     from molt.governance.envelope import lookup_ids
 
+    if s.sealed_events(trajectory_id):
+        return trajectory_id
     scoped = getattr(s, "tenant_id", None)
     if scoped is not None:
         tenants: list[str | None] = [scoped]
     else:
         got = s.table("events").search().select(["tenant_id"]).limit(None).to_arrow().column("tenant_id")
         tenants = sorted(set(got.to_pylist()), key=str)
-    for tid in lookup_ids(trajectory_id, tenants):
-        try:
-            return s.trajectory(tid)
-        except NotFound:
-            continue
-    raise NotFound(f"No trajectory {trajectory_id} in the store.", trajectory_id=trajectory_id)
+    for tid in lookup_ids(trajectory_id, tenants)[1:]:
+        if s.sealed_events(tid):
+            return tid
+    return None
+
+
+def _trajectory_by_client_id(s: Any, trajectory_id: str) -> Any:
+    """The trajectory ``trajectory_id`` names (see :func:`_stored_trajectory_id`)."""
+    from molt.errors import NotFound
+
+    stored = _stored_trajectory_id(s, trajectory_id)
+    if stored is None:
+        raise NotFound(f"No trajectory {trajectory_id} in the store.", trajectory_id=trajectory_id)
+    return s.trajectory(stored)
 
 
 @trajectories_app.command("show")
@@ -459,8 +468,9 @@ def reward(
             raise MoltError(f"--dim takes NAME=VALUE, got {d!r}.")
         dims[name] = float(val)
     s = open_store(store, existing=True)
-    tenant = s.trajectory_tenant(trajectory_id)
     reader = open_reader(store, api_key, operator, action="write")
+    stored = _stored_trajectory_id(reader, trajectory_id)
+    tenant = s.trajectory_tenant(stored) if stored is not None else None
     if hasattr(reader, "tenant_id") and reader.tenant_id != tenant:
         from molt.errors import NotFound
 
@@ -468,6 +478,11 @@ def reward(
     ann = parse_reward({"trajectory_id": trajectory_id, "event_id": event, "value": value,
                         "source": source, "reason": reason, "dimensions": dims or None,
                         "tenant_id": tenant})
+    if stored is not None and stored != trajectory_id:  # a digested id: its reward is governed the same way
+        from molt.capture.hooks import govern_reward
+        from molt.capture.recorder import DEFAULT_PIPELINE, resolve_pipeline
+
+        ann = govern_reward(resolve_pipeline(DEFAULT_PIPELINE), ann)
     s.append_rewards([ann])
     console.print(f"Appended reward {value:+g} ({source}) as {ann.annotation_id}")
 

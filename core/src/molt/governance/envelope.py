@@ -89,6 +89,12 @@ _RANDOM_IDS = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9
                          r"[0-9A-Fa-f]{12}|" + _HEX + r")(?![0-9A-Za-z])")
 # an identifier: printable ASCII, no space and no '@' (quotes and brackets carry no one's data)
 _ID_SHAPE = re.compile(r"[\x21-\x3f\x41-\x7e]+\Z")
+# An organisation's name is no one's personal data, and framework names look like one (ChatOpenAI,
+# RunnableSequence): names and ids keep them. Read with every separator a space, a name's words lose
+# the cues the entity detector weighs (marker-2-acme is no person), so that reading adds only what
+# patterns and checksums find.
+_NOT_IN_NAMES = frozenset({"ORGANIZATION"})
+_WORD_GUESSES = frozenset({"PERSON", "ORGANIZATION", "LOCATION", "ADDRESS", "NRP"})
 # separators read as spaces when an identifier, a name or a key is detected on: '.', '@' and '+'
 # stay (they are part of an address, a domain or a phone number)
 _AS_WORDS = str.maketrans({c: " " for c in "_-/:~=#&?|,;"})
@@ -163,22 +169,34 @@ def lookup_ids(value: str, tenants: Iterable[str | None]) -> list[str]:
     return out
 
 
-def _spans_as_identifier(redactor: Any, text: str) -> list[Any]:
+def _spans_as_identifier(redactor: Any, text: str, *, loose: bool = False) -> list[Any]:
     """What ``redactor`` finds in ``text`` read as written and read with its separators as spaces (the
-    same offsets: each separator becomes one space)."""
+    same offsets: each separator becomes one space); ``loose`` also takes the names that reading
+    suggests (a URL's path, where a name between slashes has no other cue and a false find costs
+    only a placeholder in content)."""
     from molt.governance.redaction import resolve_overlaps
+    from molt.governance.redaction.mentions import MENTION
 
     text = _RANDOM_IDS.sub(lambda m: "x" * len(m.group()), text)
+    readings, skips = [text], [_NOT_IN_NAMES]
+    under = text.replace("_", " ")  # '_' joins words for the detectors' \b; '-', '/', '.' do not
+    if under != text:
+        readings.append(under)
+        skips.append(_NOT_IN_NAMES)
     words = text.translate(_AS_WORDS)
-    found = list(redactor.detect(text))
-    if words != text:
-        found.extend(redactor.detect(words))
+    if words != under:  # every separator a space: numbers and addresses, not guesses from words
+        readings.append(words)
+        skips.append(_NOT_IN_NAMES if loose else _WORD_GUESSES)
+    # one pass, memoised by text (names and ids repeat); a mention is a name found in another reading
+    # of the same characters, which that reading's own rule has already judged
+    found = [s for spans, skip in zip(redactor.detect_many(readings), skips, strict=True) for s in spans
+             if s.entity_type not in skip and s.detector != MENTION]
     return resolve_overlaps(found) if len(found) > 1 else found
 
 
 def _redact_identifier_text(redactor: Any, text: str, state: Any, records: list[Any] | None = None,
-                            path: str = "") -> str:
-    spans = _spans_as_identifier(redactor, text)
+                            path: str = "", *, loose: bool = False) -> str:
+    spans = _spans_as_identifier(redactor, text, loose=loose)
     if not spans:
         return text
     if records is not None:
@@ -262,10 +280,9 @@ def _redact_url(redactor: Any, url: str, state: Any) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        return _redact_identifier_text(redactor, url, state)
-    path = _redact_identifier_text(redactor, parts.path, state) if parts.path else parts.path
-    query = _redact_identifier_text(redactor, parts.query, state) if parts.query else parts.query
-    frag = _redact_identifier_text(redactor, parts.fragment, state) if parts.fragment else parts.fragment
+        return _redact_identifier_text(redactor, url, state, loose=True)
+    path, query, frag = (_redact_identifier_text(redactor, p, state, loose=True) if p else p
+                         for p in (parts.path, parts.query, parts.fragment))
     if (path, query, frag) == (parts.path, parts.query, parts.fragment):
         return url
     return urlunsplit((parts.scheme, parts.netloc, path, query, frag))
