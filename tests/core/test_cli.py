@@ -265,3 +265,21 @@ def test_an_agent_beside_molt_serve_records_through_its_own_spool(molt_home: Pat
     assert "molt serve" not in said  # `molt serve` delivers only MOLT_HOME/spool, not an agent's spool.<pid>
     assert "Delivered 1 records from" in molt("spool", "deliver", home=molt_home).stdout
     assert tid in molt("trajectories", "ls", home=molt_home).stdout and not (molt_home / "spool.4242").exists()
+
+
+def test_doctor_says_what_is_good_or_bad_and_warns_of_queued_weight_updates(molt_home: Path, filled: list[str]) -> None:
+    """Doctor knows the project's own environments (a package in .venv-crewai is installed there), and a
+    weight update queued in the store with no trainer running is a red warning naming what takes it."""
+    from molt.control.diagnose import Candidate
+    from molt.control.weight_queue import WeightQueue
+    from molt.store import Store
+
+    with Store.open(molt_home / "store", auto_compact=False) as store:
+        WeightQueue(store)("acme", "support", Candidate(kind="weight_update", cluster="math|answer|sum",
+                                                        description="train the weights", cost=50.0,
+                                                        payload={"task": "math"}))
+    out = molt("doctor", home=molt_home).stdout
+    assert "1 queued and no trainer is running to take them" in out and "molt-trainer serve --plane-requests" in out
+    for line in out.splitlines():
+        if line.strip().startswith("│ crewai") or line.strip().startswith("crewai"):
+            assert "not installed" not in line or "nor in .venv-crewai" in line, line

@@ -25,7 +25,8 @@ def test_the_report_lists_every_fix_and_decision_and_escapes_the_planes_text() -
                          training=None, main_png="MAIN", side_png="SIDE")
     assert "<b>25%</b> in the first round → <b>88%</b> in the last" in page
     assert "Hash chains verified: 96 trajectories, 0 broken" in page and 'href="molt-demo.log"' in page
-    assert "<td>25% of 8</td>" in page and "<td>100% of 6</td>" in page   # served by the parent / the version
+    # served by the parent / the version, each with its Wilson interval
+    assert "<td>25% of 8 (95% interval 7%–59%)</td>" in page and "<td>100% of 6 (95% interval 61%–100%)</td>" in page
     assert "overlaps: served together with harness_edit of round 1 (desk@acme:v1)" in page
     assert "<script>" not in page and "requested &lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<td>1</td><td>globex</td><td>tool_schema_edit</td><td>order_id &amp; &lt;id&gt;</td>" in page
@@ -40,4 +41,36 @@ def test_the_training_section_shows_base_against_adapter() -> None:
                          main_png="", side_png="")
     assert "Weights: the molt-math agent on smollm2-135m" in page
     assert "<b>17%</b> of 63" in page and "(math-a1): <b>98%</b>" in page
-    assert "<tr><td>1</td><td>16</td><td>12%</td><td>-</td></tr>" in page
+    assert "<tr><td>1</td><td>16</td><td>12%</td><td>-</td>\n<td>12% of 16 (95% interval 3%–36%)</td></tr>" in page
+
+
+def test_a_change_is_shown_whole_with_intervals_and_its_terms_explained() -> None:
+    """The change view in the report: the change's full text (not the description's first 120 characters),
+    every rate with its interval, the terms the log uses explained beside it."""
+    import re
+
+    from molt.control.change import change_view
+
+    text = ("Acme's refund window is 45 days from delivery for every order placed online, and 60 days for orders "
+            "placed in a store; refunds are paid to the original payment method within five working days.")
+    entry = {"kind": "memory_insert", "description": f"remember the correction: {text[:120]}", "cost": 1.0,
+             "cluster": "kb|answer|refund", "payload": {"text": text}, "source_trajectories": ["t1", "t2"],
+             "evidence": {"replay": {"model": "desk-model", "backend": "DeskModel", "sampled": 8, "scored": 8,
+                                     "unknown": 0, "errors": 0, "baseline_success_rate": 0.0,
+                                     "candidate_success_rate": 1.0, "success_delta": 1.0,
+                                     "success_delta_ci": [0.54, 1.0], "model_calls": 8, "cases": []},
+                          "regression": {"scored": 12, "baseline_success_rate": 1.0, "candidate_success_rate": 1.0}}}
+    view = change_view(entry, cluster={"key": "kb|answer|refund", "size": 8, "tenants": ["acme"]},
+                       decision={"cycle_id": "c1", "choice": "memory_insert", "reason": "cheapest sufficient, J=7.6"})
+    decisions = [{"round": 1, "tenant": "acme", "choice": "memory_insert", "reason": "cheapest sufficient, J=7.6",
+                  "version": "desk@acme:v2"}]
+    page = render_report(first=0.25, last=0.875, verified=1, broken=0, fixes=[], decisions=decisions, training=None,
+                         main_png="", side_png="", changes=[{"round": 2, "tenant": "acme", "agent": "desk",
+                                                             "view": view}], n_first=24, n_last=24)
+    assert text.replace("'", "&#39;") in page
+    assert "desk-model" in page and "DeskModel" in page
+    for m in re.finditer(r"\d+% of \d+", page):  # every rate carries its interval
+        assert page[m.end():m.end() + 15].startswith(" (95% interval"), page[m.start():m.end() + 40]
+    terms = page[page.index('id="terms"'):]
+    for word in ("<dt>cost</dt>", "<dt>J</dt>", "<dt>evidence bar</dt>", "p-value"):
+        assert word in terms

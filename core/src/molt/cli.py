@@ -574,17 +574,25 @@ def doctor(store: StoreOpt = None) -> None:
     t.add_row("molt-core", f"{molt.__version__} at {Path(molt.__file__).parent}")
     t.add_row("python", f"{sys.version.split()[0]} at {sys.executable}")
     t.add_row("MOLT_HOME", str(molt_home()))
+    root = Path(__file__).resolve().parents[3]
+    # The project's own environments: crewai and vllm pin dependencies the main one cannot hold, so they live
+    # in .venv-crewai and .venv-vllm (scripts/_envs.sh); a package there is installed, in that environment.
+    side = {".venv-crewai": ("crewai", "molt-crewai"), ".venv-vllm": ("vllm",)}
     for dist in ("molt-langchain", "molt-crewai", "molt-openai-agents", "molt-mcp", "molt-trainer",
                  "lancedb", "pyarrow", "pydantic", "torch", "transformers", "vllm", "verl", "peft",
                  "langchain-core", "openai-agents", "mcp", "crewai", "fastapi"):
         try:
-            t.add_row(dist, metadata.version(dist))
+            t.add_row(dist, f"{metadata.version(dist)} [green](ok)[/green]")
         except metadata.PackageNotFoundError:
-            t.add_row(dist, "[dim]not installed[/dim]")
-    root = Path(__file__).resolve().parents[3]
+            env = next((e for e, dists in side.items() if dist in dists), None)
+            found = _dist_in_env(root / env, dist) if env else None
+            t.add_row(dist, f"{found} in {env} [green](ok: its own environment)[/green]" if found
+                      else f"[yellow]not installed[/yellow]" + (f" (nor in {env}: bash scripts/setup.sh builds it)"
+                                                                if env else ""))
     for env in (".venv", ".venv-crewai", ".venv-vllm"):
         py = root / env / "bin" / "python"
-        t.add_row(f"env {env}", str(py) if py.exists() else "[dim]absent[/dim]")
+        t.add_row(f"env {env}", f"{py} [green](ok)[/green]" if py.exists() else
+                  "[yellow]absent[/yellow]" + (" (setup.sh --no-vllm skips it)" if env == ".venv-vllm" else ""))
     try:
         s = open_store(store, existing=True)
         t.add_row("store", s.uri)
@@ -597,6 +605,7 @@ def doctor(store: StoreOpt = None) -> None:
         ungoverned = (f" [yellow](at least {events - decided:,} events were recorded with governance off or "
                       f"before it was on: never trained on)[/yellow]") if decided < events else ""
         t.add_row("  governance", f"{decided:,} decisions{ungoverned}")
+        _weight_queue_rows(t, s)
     except MoltError as exc:
         t.add_row("store", f"[red]{exc}[/red]")
     from molt.capture.spool import spool_backlog
@@ -611,6 +620,38 @@ def doctor(store: StoreOpt = None) -> None:
             t.add_row("  waiting", f"[yellow]{_backlog_text(backlog)}[/yellow]")
     _status_rows(t)
     console.print(t)
+
+
+def _dist_in_env(env: Path, dist: str) -> str | None:
+    """The version of ``dist`` installed in the virtual environment ``env`` (``None`` if it is not)."""
+    norm = dist.replace("-", "_").lower()
+    for info in sorted(env.glob("lib/python*/site-packages/*.dist-info")):
+        name, _, version = info.name[:-len(".dist-info")].partition("-")
+        if name.replace("-", "_").lower() == norm:
+            return version
+    return None
+
+
+def _weight_queue_rows(t: Table, store: Any) -> None:
+    """Weight updates the control plane queued, and whether a running trainer takes them."""
+    try:
+        from molt.control.weight_queue import WeightQueue
+    except ImportError:
+        return
+    from molt.status import read_status
+
+    pending = WeightQueue(store).pending()
+    if not pending:
+        t.add_row("  weight updates", "[green]none queued[/green]")
+        return
+    taker = [st for st in read_status(molt_home()) if st.get("running")
+             and "weights.published" in (st.get("state") or {})]
+    if taker:
+        t.add_row("  weight updates", f"{len(pending)} queued; {taker[0]['component']} (pid {taker[0]['pid']}) "
+                                      f"takes them [green](ok)[/green]")
+    else:
+        t.add_row("  weight updates", f"[red]{len(pending)} queued and no trainer is running to take them[/red]: "
+                                      f"run `molt serve --train` or `molt-trainer serve --plane-requests`")
 
 
 def _status_rows(t: Table) -> None:
@@ -650,7 +691,10 @@ def _status_rows(t: Table) -> None:
         lag = state.get("gateway.event_loop_lag_max_s")
         if isinstance(lag, int | float):  # the longest the gateway served nothing
             ms = f"{lag * 1000:,.0f} ms"
-            t.add_row("  event loop lag, max", f"[red]{ms}[/red]" if lag >= 1 else ms)
+            verdict = ("[green]good: under 250 ms[/green]" if lag < 0.25 else
+                       "[yellow]high: requests waited up to this long (a busy CPU or blocking work)[/yellow]"
+                       if lag < 1 else "[red]bad: the gateway stalled for over a second[/red]")
+            t.add_row("  event loop lag, max", f"{ms} — {verdict} (the longest the gateway served nothing)")
 
 
 # ---------------------------------------------------------------------------------------- mounts
@@ -676,7 +720,7 @@ _MOUNTS: list[tuple[str, str]] = [
 
 #: The sections of `molt --help`, in this order: what each command is for.
 _GROUPS: dict[str, str] = {
-    "serve": "Capture", "trajectories": "Capture", "reward": "Capture", "spool": "Capture", "schema": "Capture",
+    "serve": "Capture", "agents": "Capture", "trajectories": "Capture", "reward": "Capture", "spool": "Capture", "schema": "Capture",
     "redact": "Govern", "erase": "Govern", "audit": "Govern", "retention": "Govern", "policy": "Govern",
     "native": "Govern",
     "evolve": "Evolve", "versions": "Evolve", "replay": "Evolve", "demo": "Evolve",

@@ -57,7 +57,7 @@ def fixes(decisions: list[dict[str, Any]], served: dict[tuple[str, str, str, str
                     "intervention": d["choice"], "round": d["round"] + 1,
                     "live_from": promoted + 1 if promoted else None, "version": d["version"], "parent": parent,
                     "before": before, "n_before": n_before, "after": after, "n_after": n_after,
-                    "overlaps": [], "what": d["description"]})
+                    "overlaps": [], "what": d.get("text") or d["description"]})
     made = {f["version"]: f for f in out if f["version"] and f["intervention"] != "rollback"}
     for f in out:
         if not f["version"] or f["intervention"] == "rollback":

@@ -10,7 +10,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import ChoiceLoader, DictLoader, Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from molt.console.change import CHANGE_STYLE, CHANGE_TEMPLATE
+from molt.control.change import TERMS, rate
 
 __all__ = ["LIBRARY_LOG", "pct", "render_report", "write_plots_and_report"]
 
@@ -33,28 +36,38 @@ def _cell(x: Any) -> str:
 
 
 def _served(x: float | None, n: int) -> str:
-    return "-" if x is None else f"{x:.0%} of {n}"
+    """A served success rate with its Wilson interval: ``"25% of 8 (95% interval 7%–59%)"``."""
+    return "-" if x is None else str(rate(round(x * n), n)["text"])
 
 
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("molt_demo", "templates"), autoescape=select_autoescape(["html", "j2"]),
+    # The change view is the console's own component (molt.console.change), loaded beside the report's template.
+    env = Environment(loader=ChoiceLoader([PackageLoader("molt_demo", "templates"),
+                                           DictLoader({"change": CHANGE_TEMPLATE})]),
+                      autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
                       undefined=StrictUndefined, keep_trailing_newline=True)
     env.filters.update(pct=pct, cell=_cell, served=_served)
+    env.globals.update(change_style=CHANGE_STYLE, terms=TERMS)
     return env
 
 
 def render_report(*, first: float, last: float, verified: int, broken: int, fixes: list[dict[str, Any]],
                   decisions: list[dict[str, Any]], training: dict[str, Any] | None, main_png: str,
-                  side_png: str) -> str:
-    """The report page (``main_png``/``side_png``: the plots as base64 PNG)."""
+                  side_png: str, changes: list[dict[str, Any]] | None = None, n_first: int = 0,
+                  n_last: int = 0) -> str:
+    """The report page (``main_png``/``side_png``: the plots as base64 PNG; ``changes``: each change the
+    plane chose, as :func:`molt.control.change.change_view` describes it)."""
     return _environment().get_template("report.html.j2").render(
         first=first, last=last, verified=verified, broken=broken, fixes=fixes, decisions=decisions,
-        training=training, main_png=main_png, side_png=side_png, library_log=LIBRARY_LOG)
+        training=training, main_png=main_png, side_png=side_png, library_log=LIBRARY_LOG, changes=changes or [],
+        first_rate=rate(round(first * n_first), n_first) if n_first else None,
+        last_rate=rate(round(last * n_last), n_last) if n_last else None)
 
 
 def write_plots_and_report(rounds: list[dict[str, Any]], decisions: list[dict[str, Any]], fixes: list[dict[str, Any]],
                            report: Path, png: Path, first: float, last: float, verified: int, broken: int,
-                           training: dict[str, Any] | None = None) -> None:
+                           training: dict[str, Any] | None = None, changes: list[dict[str, Any]] | None = None
+                           ) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,8 +108,11 @@ def write_plots_and_report(rounds: list[dict[str, Any]], decisions: list[dict[st
         a.legend()
     fig2.tight_layout()
     side_b64 = _b64(fig2)
+    first_round, last_round = min(r["round"] for r in rounds), max(r["round"] for r in rounds)
     report.write_text(render_report(first=first, last=last, verified=verified, broken=broken, fixes=fixes,
-                                    decisions=decisions, training=training, main_png=main_b64, side_png=side_b64),
+                                    decisions=decisions, training=training, main_png=main_b64, side_png=side_b64,
+                                    changes=changes, n_first=sum(r["n"] for r in rounds if r["round"] == first_round),
+                                    n_last=sum(r["n"] for r in rounds if r["round"] == last_round)),
                       encoding="utf-8")
     plt.close("all")
 

@@ -13,6 +13,7 @@ import httpx
 from rich.progress import Progress
 
 from molt.atdp.ids import new_id
+from molt.control.change import proposed_text
 from molt_demo.langchain_agent import LangChainModel, LangChainTools
 from molt_demo.traffic import TENANT_KEYS, math_module, math_traffic, round_traffic
 
@@ -104,9 +105,11 @@ def run_rounds(gw: Any, plane: Any, recorder: Any, store: Any, stats: list[Round
                 res = asyncio.run(pl.arun_cycle(tenant, agent))
                 rec = res.record
                 decisions.append({"round": rnd, "tenant": tenant, "agent": agent, "choice": rec.choice,
-                                  "reason": rec.reason, "version": rec.applied_version,
+                                  "reason": rec.reason, "version": rec.applied_version, "cycle_id": rec.cycle_id,
                                   "cluster": res.chosen.cluster if res.chosen else None,
                                   "description": res.chosen.description if res.chosen else None,
+                                  "text": proposed_text(res.chosen.model_dump(mode="json", exclude={"parts"}))
+                                  if res.chosen else None,
                                   "actions": rec.actions, "rejected": len(rec.rejected)})
             prog.update(bar, advance=1, description=_round_line(rnd, per, decisions[-len(cycles):]))
             if done is not None and done(rnd, decisions):

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from molt.atdp.ids import new_id
+from molt.control.change import PROMOTION_RULE
 from molt_demo.credit import fixes as credit_fixes
 from molt_demo.credit import parent_lookup, served_by_version
 from molt_demo.langchain_agent import LangChainTools
@@ -144,7 +145,13 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
     last = rate([s for s in stats if s.round == last_round])
     png = out_dir / "molt-demo-success.png"
     report = out_dir / "molt-demo-report.html"
-    write_plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken, training)
+    changes = change_views(store, plane.registry, memories, decisions)
+    rule = PROMOTION_RULE.format(canary_min=settings.canary_min, tolerance=settings.canary_tolerance)
+    for d in decisions:  # the rule a promotion followed, stated where it is logged
+        if d["choice"] == "promote":
+            d["reason"] = f"{d['reason']} — the promotion rule: {rule}"
+    write_plots_and_report(rounds_out, decisions, fixes, report, png, first, last, verified, broken, training,
+                           changes=changes)
     result = DemoResult(rounds_out, decisions, fixes, first, last, verified, broken, report, png,
                         time.perf_counter() - t_start, training, gw.harness_fallbacks)
     (out_dir / "molt-demo-result.json").write_bytes(orjson.dumps(
@@ -152,6 +159,32 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
     store.close()
     return result
 
+
+def change_views(store: Any, registry: Any, memories: Any, decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each change the plane chose in the run, as the console shows it (molt.control.change): what failed with
+    examples, the full text and diff, the replay's model, cases and intervals, the regression check, the
+    success it served against its parent, cost, gates and why this change."""
+    from molt.control.change import decision_change
+    from molt.control.log import DecisionLog
+    from molt.control.signals import episodes
+
+    log = DecisionLog(store)
+    out: list[dict[str, Any]] = []
+    eps: dict[tuple[str, str], list[Any]] = {}
+    for d in decisions:
+        if d["choice"] in ("noop", "promote", "environment_fault") or not d.get("cycle_id"):
+            continue
+        rec = log.get(d["cycle_id"], tenant_id=d["tenant"])
+        if rec is None:
+            continue
+        key = (d["tenant"], d["agent"])
+        if key not in eps:
+            eps[key] = episodes(store, d["tenant"], d["agent"], limit=1_000_000)
+        view = decision_change(rec, registry=registry, memories=memories, episodes=eps[key],
+                               trajectory=lambda tid: store.trajectory(tid))
+        if view is not None:
+            out.append({"round": d["round"] + 1, "tenant": d["tenant"], "agent": d["agent"], "view": view})
+    return out
 
 
 @contextlib.contextmanager

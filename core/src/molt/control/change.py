@@ -29,7 +29,8 @@ from molt.control.diagnose import COSTS
 from molt.control.versions import PolicyVersion, diff_parts
 from molt.replay.evaluate import newcombe_diff, wilson
 
-__all__ = ["KIND_NAMES", "PROMOTION_RULE", "TERMS", "change_view", "rate", "version_success"]
+__all__ = ["KIND_NAMES", "PROMOTION_RULE", "TERMS", "change_view", "decision_change", "proposed_text", "rate",
+           "version_success"]
 
 #: What each kind of change is called where a person reads it.
 KIND_NAMES = {"memory_insert": "memory insert", "skill_patch": "skill", "harness_edit": "harness edit (system prompt)",
@@ -208,7 +209,8 @@ def _show(v: Any) -> str:
     return orjson.dumps(v, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
-def _proposed_text(entry: dict[str, Any]) -> str:
+def proposed_text(entry: dict[str, Any]) -> str:
+    """The full text a candidate would add (memory, skill, system-prompt rule, tool-schema note), never cut."""
     p = entry.get("payload") or {}
     kind = entry.get("kind")
     if kind == "memory_insert":
@@ -300,7 +302,7 @@ def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
                    "corrections": c.get("corrections"), "said": c.get("failure_signals") or {},
                    "requests": evidence.get("n"), "p_value": evidence.get("p_value"), "level": evidence.get("level"),
                    "examples": shown, "example_ids": ids},
-        "proposed": {"text": _proposed_text(entry), "diff": diff},
+        "proposed": {"text": proposed_text(entry), "diff": diff},
         "replay": replay,
         "regression": _regression(ev.get("regression"), rejected),
         "served": served,
@@ -312,3 +314,31 @@ def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
         "raw": orjson.dumps({"candidate": entry, "cluster": cluster, "decision": decision},
                             option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str).decode(),
     }
+
+
+def decision_change(record: Any, *, registry: Any = None, memories: Any = None,
+                    trajectory: Callable[[str], Any] | None = None, episodes: Sequence[Any] | None = None
+                    ) -> dict[str, Any] | None:
+    """:func:`change_view` of the change a decision record chose (``None`` when it chose none): the
+    chosen candidate, its cluster, the other candidates of that cluster, the version it made and its
+    parent (read from ``registry``)."""
+    d = record
+    entry = next((x for x in d.candidates if d.chosen_candidate and x.get("candidate_id") == d.chosen_candidate),
+                 None) or next((x for x in d.candidates if x.get("kind") == d.choice), None)
+    if entry is None:
+        return None
+    cluster = next((x for x in (d.signals or {}).get("clusters") or [] if x.get("key") == entry.get("cluster")), None)
+    others = [x for x in [*d.candidates, *d.rejected] if x.get("cluster") == entry.get("cluster") and x is not entry]
+    version = parent = None
+    if registry is not None and d.applied_version:
+        from molt.errors import MoltError
+
+        try:
+            version = registry.get(d.applied_version, tenant_id=d.tenant_id)
+            parent = registry.get(version.parent_id, tenant_id=d.tenant_id) if version.parent_id else None
+        except MoltError:
+            version = parent = None
+    return change_view(entry, cluster=cluster, others=others, version=version, parent=parent, memories=memories,
+                       trajectory=trajectory, episodes=episodes,
+                       decision={"cycle_id": d.cycle_id, "choice": d.choice, "reason": d.reason,
+                                 "created_at": d.created_at})
