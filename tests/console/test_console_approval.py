@@ -97,8 +97,8 @@ def approval(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Approval]:
     store.close()
 
 
-def _propose(out: Approval, plane: Any, store: Any, f: Any, Traffic: Any, record_traffic: Any,  # noqa: N803
-             save_trajectories: Any, MemoryStore: Any, World: Any, AGENT: str, base_parts: Any) -> None:  # noqa: N803
+def _propose(out: Approval, plane: Any, store: Any, f: Any, Traffic: Any, record_traffic: Any,
+             save_trajectories: Any, MemoryStore: Any, World: Any, AGENT: str, base_parts: Any) -> None:
     for tenant in ("acme", "initech"):
         out.live[tenant] = plane.registry.ensure_base(tenant, AGENT, base_parts()).version_id
         items = [Traffic(tenant, AGENT, f"{f.questions[i % 3]} (ticket {i})", "kb_question", f.text) for i in range(8)]

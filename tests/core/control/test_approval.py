@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-
 import pytest
 
 from molt.control.approval import Proposals, fingerprint, needs_approval
 from molt.control.plane import ControlPlane, PlaneSettings
 from molt.errors import InterventionError, NotFound
-from molt.governance.audit import Audit
 from molt.governance.access import Principal, Role
+from molt.governance.audit import Audit
 from molt.replay import save_trajectories
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts, record_traffic

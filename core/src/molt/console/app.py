@@ -104,7 +104,8 @@ class Console:
         self._signals: dict[tuple[str, str | None, int], tuple[float, dict[str, Any]]] = {}
         self._signals_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
-        self.env = jinja2.Environment(loader=jinja2.DictLoader({**TEMPLATES, "change": CHANGE_TEMPLATE}), autoescape=True,
+        self.env = jinja2.Environment(loader=jinja2.DictLoader({**TEMPLATES, "change": CHANGE_TEMPLATE}),
+                                      autoescape=True,
                                       undefined=jinja2.StrictUndefined)
         self.env.globals.update(fmt_ts=fmt_ts, redact=mark_redactions, base=self.base)
 
@@ -294,9 +295,8 @@ class Console:
             made = next((d for d in (log_.list(tenant, v.agent_id, limit=None) if log_ is not None else [])
                          if d.applied_version == v.version_id and d.choice not in ("promote", "rollback")), None)
             change = self._decision_change(c, made) if made is not None else None
-        from molt.control.signals import episodes
-
         from molt.control.change import version_success
+        from molt.control.signals import episodes
         eps = episodes(self.store, tenant, v.agent_id, limit=400)
         success = [(x, version_success(eps, x.version_id)) for x in lineage]
         parts = diff_rows([(k, val, None) for k, val in v.parts.model_dump(mode="json").items()])

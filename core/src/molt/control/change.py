@@ -164,7 +164,8 @@ def _why_not_cheaper(entry: dict[str, Any], others: Sequence[dict[str, Any]]) ->
                 f"that passed its gates.")
     nxt = cheaper[0]
     why = nxt.get("rejected") or "it did not clear the evidence bar"
-    return (f"The cheaper {KIND_NAMES.get(nxt.get('kind', ''), nxt.get('kind'))} (cost {float(nxt.get('cost') or 0):g}) "
+    name = KIND_NAMES.get(nxt.get("kind", ""), nxt.get("kind"))
+    return (f"The cheaper {name} (cost {float(nxt.get('cost') or 0):g}) "
             f"was not chosen: {why}.")
 
 

@@ -45,7 +45,9 @@ evolve_app = typer.Typer(help="The evolution control plane: run a cycle, read th
 StoreOpt = Annotated[str | None, typer.Option("--store", help="Store URI (default: $MOLT_HOME/store).")]
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
                                             help="An API key of the tenant (or $MOLT_API_KEY).")]
-OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API key (when a key file exists, only whoever may read it).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API "
+                                                              "key (when a key file exists, only whoever may read "
+                                                              "it).")]
 TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Tenant id (default: the key's tenant).")]
 AgentOpt = Annotated[str | None, typer.Option("--agent", help="Agent id.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON output.")]

@@ -81,7 +81,7 @@ from molt.control.diagnose import (
 )
 from molt.control.evidence import Confirmation, confirmation, screen_levels
 from molt.control.gate import SafetyGate, Verdict, gate_context
-from molt.control.lease import Leases, LeaseHeld, holder_name
+from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, StalePromotion, VersionRegistry

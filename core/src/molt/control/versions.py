@@ -7,9 +7,9 @@ names the same text), the tool-schema rewrites and the governance config. Versio
 canonical JSON bytes, so "the same version" means byte-identical parts.
 
 Which version serves is a separate, append-only log of actions (``promote``, ``canary``, ``abort``,
-``rollback``, and approval mode's ``propose`` and ``reject``) in the ``agent_version_events`` table. The live version is the top of a stack that
-``promote`` pushes and ``rollback`` pops, so rollback is one step and restores exactly the version
-that was live before; a canary is a version given a share of new sessions until it is promoted or
+``rollback``, and approval mode's ``propose`` and ``reject``) in the ``agent_version_events`` table.
+The live version is the top of a stack that ``promote`` pushes and ``rollback`` pops, so rollback is
+one step and restores exactly the version that was live before; a canary is a version given a share of new sessions until it is promoted or
 aborted. A *proposed* version (approval mode, :mod:`molt.control.approval`) waits for an operator and is
 not routed: approving it starts its canary, rejecting it marks it ``rejected``. Nothing is ever rewritten.
 

@@ -39,7 +39,9 @@ KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", 
                                             help="An admin API key of the tenant (or $MOLT_API_KEY).")]
 KeysOpt = Annotated[Path | None, typer.Option("--keys", help="Key file (default: $MOLT_KEYS or "
                                                             "$MOLT_HOME/keys.toml).")]
-OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API key (when a key file exists, only whoever may read it).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API "
+                                                              "key (when a key file exists, only whoever may read "
+                                                              "it).")]
 SpoolOpt = Annotated[list[Path] | None, typer.Option("--spool", help="Recorder spool directories to scrub "
                                                                     "(default: $MOLT_HOME/spool if present).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON output.")]

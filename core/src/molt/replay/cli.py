@@ -50,7 +50,9 @@ VerifierOpt = Annotated[str | None, typer.Option("--verifier", help="e.g. contai
 
 KeyOpt = Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
                                             help="An API key of the trajectories' tenant (or $MOLT_API_KEY).")]
-OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API key (when a key file exists, only whoever may read it).")]
+OperatorOpt = Annotated[bool, typer.Option("--operator", help="Act as the platform operator: every tenant, no API "
+                                                              "key (when a key file exists, only whoever may read "
+                                                              "it).")]
 
 
 def _home() -> Any:
