@@ -45,6 +45,7 @@ def test_demo_quick_evolves_the_agent_and_reports_it(tmp_path: Path, demo_truth:
     demo_truth(res, home)
     page = (out / "molt-demo-report.html").read_text()
     assert "Which intervention fixed which failure cluster" in page and "tool_schema_edit" in page
+    _report_reads_whole(page, res)
     assert (out / "molt-demo.log").exists() and 'href="molt-demo.log"' in page
     terminal = proc.stdout.decode() + proc.stderr.decode()
     assert "WARNING" not in terminal and "Warning:" not in terminal, terminal[-3000:]
@@ -83,3 +84,25 @@ def test_sigint_loses_no_acknowledged_event(tmp_path: Path) -> None:
     verify = subprocess.run([sys.executable, "-m", "molt.cli", "verify", "--store", str(home / "store")],
                             capture_output=True, env=env, cwd=ROOT, timeout=300)
     assert verify.returncode == 0, verify.stdout.decode() + verify.stderr.decode()
+
+
+def _report_reads_whole(page: str, res: dict[str, Any]) -> None:
+    """Every change of the run is in the report whole (its full text, never cut), every rate carries its
+    interval, the terms the log uses are explained, and each promotion states the rule it followed."""
+    import html
+    import re
+
+    changed = [d for d in res["decisions"] if d.get("text")]
+    assert changed, res["decisions"]
+    shown = html.unescape(page)
+    for d in changed:
+        assert d["text"] in shown, d["text"]
+    views = page.count('<section class="change"')
+    assert views >= len([d for d in changed if d["choice"] != "weight_update" or d.get("version")])
+    for m in re.finditer(r"\d+% of \d+", page):
+        assert page[m.end():m.end() + 15].startswith(" (95% interval"), page[m.start():m.end() + 60]
+    for term in ("<dt>cost</dt>", "<dt>J</dt>", "<dt>evidence bar</dt>"):
+        assert term in page
+    promotions = [d for d in res["decisions"] if d["choice"] == "promote"]
+    assert promotions and all("the promotion rule: a canary is promoted once it has served" in d["reason"]
+                              for d in promotions)
