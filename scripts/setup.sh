@@ -79,6 +79,10 @@ ensure_chromium() {
 chromium_out="$(mktemp "${TMPDIR:-/tmp}/molt-setup-out.XXXXXX")"
 ensure_chromium >"$chromium_out" 2>&1 &
 chromium_job=$!
+# Claude Code and Codex CLI from npm into .cli-agents/ (the gateway's tests drive them as unmodified agents).
+cli_agents_out="$(mktemp "${TMPDIR:-/tmp}/molt-setup-out.XXXXXX")"
+bash "$MOLT_ROOT/scripts/install_cli_agents.sh" >"$cli_agents_out" 2>&1 &
+cli_agents_job=$!
 
 # The environments are independent (each its own venv, lock and log), so they build at the same time:
 # on a fresh machine the vLLM one alone takes as long as the other two together, mostly downloading.
@@ -120,6 +124,9 @@ fi
 wait "$chromium_job" || true
 cat -- "$chromium_out"
 rm -f -- "$chromium_out"
+wait "$cli_agents_job" || true
+cat -- "$cli_agents_out"
+rm -f -- "$cli_agents_out"
 
 # `molt` lives in the environment, not on PATH: say how to reach it (also after the demo below, from its
 # exit trap, so it is the last thing printed).

@@ -127,7 +127,7 @@ def test_keys_and_version_headers_errors_in_anthropics_shape(served: Served) -> 
     {"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
     {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "x"}]}]},
     {"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
-    {"messages": [{"role": "system", "content": "hi"}]},
+    {"messages": [{"role": "tool", "content": "hi"}]},
     {"messages": []},
     {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "web_search_20250305", "name": "w"}]},
     {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0},

@@ -16,7 +16,10 @@ the answer, with deterministic log-probabilities, so token capture can be tested
 Directives in the last user message inject faults (tests of the gateway's error handling):
 ``[[stub:sleep=2.5]]`` waits before answering, ``[[stub:fail]]`` raises ``BackendUnavailable``,
 ``[[stub:die_after=3]]`` dies after 3 streamed chunks (a non-streamed call fails),
-``[[stub:chunk_delay=0.2]]`` waits that long between streamed chunks.
+``[[stub:chunk_delay=0.2]]`` waits that long between streamed chunks. And one scripts a tool call whatever
+the client appends to its turns (coding agents add reminders after tool results):
+``[[stub:call=Read {"file_path": "/tmp/notes.txt"}]]`` calls that offered tool until a tool result
+follows the message holding the directive, then answers ``"The tool returned: <result>"``.
 
 Example::
 
@@ -99,6 +102,9 @@ class StubBackend(BaseBackend):
         if self.script:
             reply = self.script[min(self.calls - 1, len(self.script) - 1)]
             return self._scripted(reply)
+        scripted = self._call_directive(req)
+        if scripted is not None:
+            return scripted
         last = req.messages[-1]
         role = last.get("role")
         if role == "tool":
@@ -115,6 +121,27 @@ class StubBackend(BaseBackend):
             return None, [call], _calls_text([call])
         text = "echo: " + user_text
         return text, None, text
+
+    def _call_directive(self, req: ChatRequest) -> tuple[str | None, list[ToolCallOut] | None, str] | None:
+        """The ``[[stub:call=NAME {json args}]]`` directive of the latest message holding one: that tool
+        call until a tool result follows the message, then the answer to the latest result (whatever
+        messages a client appends after it)."""
+        for i in range(len(req.messages) - 1, -1, -1):
+            found = [m.group(2) for m in _DIRECTIVE.finditer(text_content(req.messages[i].get("content")))
+                     if m.group(1) == "call" and m.group(2)]
+            if found:
+                break
+        else:
+            return None
+        results = [m for m in req.messages[i + 1:] if m.get("role") == "tool"]
+        if results:
+            text = "The tool returned: " + text_content(results[-1].get("content"))
+            return text, None, text
+        name, _, args = found[-1].strip().partition(" ")
+        if name not in {t["function"]["name"] for t in req.tools or ()}:
+            return None
+        call = ToolCallOut(id=_call_id(name, args), name=name, arguments=args.strip() or "{}")
+        return None, [call], _calls_text([call])
 
     def _scripted(self, reply: Any) -> tuple[str | None, list[ToolCallOut] | None, str]:
         if isinstance(reply, str):

@@ -97,9 +97,13 @@ def _message(m: Any, i: int) -> list[dict[str, Any]]:
     if not isinstance(m, dict):
         raise _bad(f"{where} must be an object with 'role' and 'content'.", where)
     role = m.get("role")
-    if role not in ("user", "assistant"):
-        raise _bad(f"{where}.role must be 'user' or 'assistant', got {role!r}.", f"{where}.role")
+    if role not in ("user", "assistant", "system"):
+        raise _bad(f"{where}.role must be 'user', 'assistant' or 'system', got {role!r}.", f"{where}.role")
     content = m.get("content")
+    if role == "system":  # a system turn within the conversation (Claude Code sends them): text only
+        text = content if isinstance(content, str) else _text_blocks(content if isinstance(content, list) else [None],
+                                                                       f"{where}.content")
+        return [{"role": "system", "content": text}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):

@@ -206,6 +206,8 @@ def input_messages(items: Any) -> list[dict[str, Any]]:
             args = item.get("arguments", "")
             if not isinstance(args, str):
                 raise _bad(f"{where}.arguments must be a JSON string.", f"{where}.arguments")
+            if isinstance(item.get("namespace"), str) and item["namespace"]:
+                name = f"{item['namespace']}.{name}"
             if turn is None:
                 turn = {"role": "assistant", "content": None}
             turn.setdefault("tool_calls", []).append(
@@ -223,20 +225,38 @@ def input_messages(items: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: Tools the API's host runs (not the client): a chat backend cannot, so they are not offered to it.
+HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search", "computer_use_preview", "code_interpreter",
+                          "image_generation", "local_shell", "mcp", "custom"})
+
+
 def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Function tools in chat form; a ``namespace``'s tools as ``<namespace>.<name>`` (an answer's call
+    of one is given back with its ``namespace``); hosted tools (:data:`HOSTED_TOOLS`) left out."""
     if tools is None:
         return None
     if not isinstance(tools, list):
         raise _bad("'tools' must be a list of tool objects.", "tools")
     out = []
+
+    def add(t: dict[str, Any], prefix: str, where: str) -> None:
+        if not isinstance(t.get("name"), str):
+            raise _bad(f"{where}.name is required and must be a string.", f"{where}.name")
+        fn = {k: t[k] for k in ("description", "parameters") if t.get(k) is not None}
+        out.append({"type": "function", "function": {"name": prefix + t["name"], **fn}})
+
     for i, t in enumerate(tools):
-        if not isinstance(t, dict) or t.get("type") != "function":
-            typ = t.get("type") if isinstance(t, dict) else None
-            raise _bad(f"tools[{i}].type {typ!r} is not served here: this gateway takes function tools "
-                       "({'type': 'function', 'name', 'parameters'}).", f"tools[{i}].type")
-        fn = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
-        out.append({"type": "function", "function": fn})
-    return out
+        typ = t.get("type") if isinstance(t, dict) else None
+        if typ == "function":
+            add(t, "", f"tools[{i}]")
+        elif typ == "namespace" and isinstance(t.get("name"), str) and isinstance(t.get("tools"), list):
+            for j, inner in enumerate(t["tools"]):
+                if isinstance(inner, dict) and inner.get("type") == "function":
+                    add(inner, t["name"] + ".", f"tools[{i}].tools[{j}]")
+        elif typ not in HOSTED_TOOLS:
+            raise _bad(f"tools[{i}].type {typ!r} is not a tool type this gateway takes (function, namespace; "
+                       f"hosted tools — {', '.join(sorted(HOSTED_TOOLS))} — are left out).", f"tools[{i}].type")
+    return out or None
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -320,8 +340,12 @@ def _message_item(item_id: str, text: str, status: str = "completed") -> dict[st
 
 
 def _call_item(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, "name": name,
+    item = {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
+    namespace, dot, short = name.rpartition(".")
+    if dot and namespace:  # a namespace's tool, offered to the backend as <namespace>.<name>
+        item["namespace"], item["name"] = namespace, short
+    return item
 
 
 def output_items(result: Result, event_id: str) -> list[dict[str, Any]]:
