@@ -3,6 +3,7 @@ key's tenant's ATDP events; no key or a role that may not write is refused."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,3 +51,18 @@ def test_otlp_export_lands_as_the_tenants_trajectory(serve: Callable[..., Served
     assert events[1].outcome.status == "error"  # type: ignore[union-attr]
     assert s.store.verify(tid).ok
     assert s.store.trajectories(tenant="globex") == []
+
+
+def test_the_x_molt_agent_header_names_the_agent_of_spans_that_name_none(serve: Callable[..., Served]) -> None:
+    s = serve()
+    named = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "x"}, "spans": [
+        _span("c3c3c3c3c3c3c3c3", "a1a1a1a1a1a1a1a1", "invoke_agent planner",
+              {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": "planner"})]}]}]}
+    headers = {"Authorization": "Bearer sk-acme-writer", "X-Molt-Agent": "support"}
+    for export in (EXPORT, named):
+        assert httpx.post(s.url + "/v1/traces", json=export, headers=headers).status_code == 200
+    tid = s.gateway.namespace.namespaced("acme", TRACE)
+    deadline = time.monotonic() + 30
+    while len(events := s.events(tid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [e.metadata.agent_id for e in events] == ["support", "support", "planner"]  # the span's own id wins

@@ -230,6 +230,7 @@ class OtlpIngest:
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
         tenant_id: str | None = None,
+        agent_id: str | None = None,
     ) -> tuple[int, bytes, str]:
         """Serve one OTLP/HTTP ``POST /v1/traces``: ``(status, response body, response content type)``.
 
@@ -237,7 +238,8 @@ class OtlpIngest:
         ``gzip``/``deflate``; answers 200 with an ``ExportTraceServiceResponse`` in the request's
         encoding (``partial_success`` naming rejected spans), 400 for an undecodable body, 413 for
         one over ``max_body_bytes``, 415 for another content type. ``tenant_id`` (the tenant the
-        caller authenticated as) overrides every other source of ``metadata.tenant_id``.
+        caller authenticated as) overrides every other source of ``metadata.tenant_id``; ``agent_id``
+        (the exporter's ``X-Molt-Agent`` header) names the agent of spans that carry no ``gen_ai.agent.id``.
         """
         ctype = (content_type or "").split(";")[0].strip().lower()
         is_json = ctype == "application/json"
@@ -268,22 +270,24 @@ class OtlpIngest:
                 _status_body(f"The body is not a valid {what} ExportTraceServiceRequest: {exc}.", is_json),
                 _ctype(is_json),
             )
-        result = self.ingest(spans, tenant_id=tenant_id)
+        result = self.ingest(spans, tenant_id=tenant_id, agent_id=agent_id)
         return 200, _response_body(result, is_json), _ctype(is_json)
 
     # ---------------------------------------------------------------- spans
 
-    def ingest(self, spans: Iterable[IngestSpan], *, tenant_id: str | None = None) -> IngestResult:
+    def ingest(self, spans: Iterable[IngestSpan], *, tenant_id: str | None = None,
+               agent_id: str | None = None) -> IngestResult:
         """Record each span as an event, and its evaluations as late rewards; a span that cannot be
         mapped is rejected (counted), not raised.
 
-        ``tenant_id`` overrides the ingest's own and the spans' ``tenant.id`` resource attribute.
+        ``tenant_id`` overrides the ingest's own and the spans' ``tenant.id`` resource attribute;
+        ``agent_id`` is the agent of spans that name none (``gen_ai.agent.id``).
         """
         accepted = rejected = rewards = skipped = 0
         first: str | None = None
         for s in spans:
             try:
-                got, dropped = self.record_span(s, tenant_id=tenant_id)
+                got, dropped = self.record_span(s, tenant_id=tenant_id, agent_id=agent_id)
                 accepted += 1
                 rewards += got
                 skipped += dropped
@@ -293,7 +297,8 @@ class OtlpIngest:
                 self.capture.fail(exc)
         return IngestResult(accepted, rejected, first, rewards, skipped)
 
-    def record_span(self, s: IngestSpan, *, tenant_id: str | None = None) -> tuple[int, int]:
+    def record_span(self, s: IngestSpan, *, tenant_id: str | None = None,
+                    agent_id: str | None = None) -> tuple[int, int]:
         """Record one span: its event (unless it is an evaluation span), then its evaluations as late
         rewards. Returns ``(rewards recorded, evaluations not recorded)``; raises if the span cannot be
         mapped.
@@ -311,7 +316,7 @@ class OtlpIngest:
             tenant = tenant_id or self.tenant_id or s.resource.get("tenant.id")
             owner = str(tenant) if tenant else None
         else:
-            ev = self.to_event(s, tenant_id=tenant_id)
+            ev = self.to_event(s, tenant_id=tenant_id, agent_id=agent_id)
             self.capture.record(ev)
             if not s.events:
                 return 0, 0
@@ -357,8 +362,9 @@ class OtlpIngest:
         ns = self.namespace
         return ns if tenant_id is not None and ns is not None and ns.enabled else None
 
-    def to_event(self, s: IngestSpan, *, tenant_id: str | None = None) -> Event:
-        """The ATDP event for one span (see the module docstring for the mapping)."""
+    def to_event(self, s: IngestSpan, *, tenant_id: str | None = None, agent_id: str | None = None) -> Event:
+        """The ATDP event for one span (see the module docstring for the mapping); ``agent_id`` names the
+        agent when the span does not (``gen_ai.agent.id``)."""
         span = s.span
         ns = self._namespace(tenant_id)
         if isinstance(span.attributes.get("molt.event"), str):
@@ -408,6 +414,8 @@ class OtlpIngest:
         tenant = tenant_id or self.tenant_id or s.resource.get("tenant.id")
         if tenant:
             md["tenant_id"] = str(tenant)
+        if agent_id and not md.get("agent_id"):
+            md["agent_id"] = agent_id[:256]
         tags = {**(md.get("tags") or {}), **self._tags}
         if s.resource.get("service.name"):
             tags["service.name"] = str(s.resource["service.name"])

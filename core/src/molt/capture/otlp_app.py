@@ -62,6 +62,8 @@ def otlp_routes(
             request.headers.get("content-encoding"),
             max_body_bytes=max_body_bytes,
             tenant_id=tenant,
+            # the agent of spans that name none, as the gateway's model calls read it
+            agent_id=request.headers.get("x-molt-agent") or None,
         )
         return Response(status_code=status, content=content, media_type=ctype)
 
