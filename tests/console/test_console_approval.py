@@ -170,6 +170,22 @@ def test_a_decision_and_a_version_show_the_same_change(page: Any, approval: Appr
     _shot(page, "version")
 
 
+def test_signals_show_the_windows_success_with_the_decisions_on_it(page: Any, approval: Approval) -> None:
+    """A burst of traffic is still a curve (not a single dot), each point with its interval, and the cycle's
+    decision — made after the traffic — is placed on the chart."""
+    _login(page, approval, "sk-acme-reader", "/console/signals")
+    page.wait_for_selector("#chart polyline[data-agent=molt-support-desk]", state="attached")
+    points = page.locator("#chart circle")
+    assert points.count() >= 3
+    assert page.locator("#chart line.interval").count() == points.count()
+    decisions = page.locator("#chart line.decision")
+    assert decisions.count() >= 1
+    width = float(page.evaluate("() => document.getElementById('chart').clientWidth"))
+    for i in range(decisions.count()):
+        assert 0 <= float(decisions.nth(i).get_attribute("x1") or -1) <= width
+    _shot(page, "signals")
+
+
 def test_approval_starts_a_canary_that_serves(page: Any, approval: Approval) -> None:
     vid = approval.proposal["acme"]
     _login(page, approval, "sk-acme-admin", "/console/proposals")

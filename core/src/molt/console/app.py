@@ -56,6 +56,7 @@ from molt.console.views import (
     fmt_ts,
     mark_redactions,
     provenance_rows,
+    rate_text,
     success_series,
     version_row,
 )
@@ -107,7 +108,7 @@ class Console:
         self.env = jinja2.Environment(loader=jinja2.DictLoader({**TEMPLATES, "change": CHANGE_TEMPLATE}),
                                       autoescape=True,
                                       undefined=jinja2.StrictUndefined)
-        self.env.globals.update(fmt_ts=fmt_ts, redact=mark_redactions, base=self.base)
+        self.env.globals.update(fmt_ts=fmt_ts, redact=mark_redactions, base=self.base, rate_text=rate_text)
 
     # ------------------------------------------------------------------ plumbing
 

@@ -46,20 +46,28 @@ document.querySelectorAll('form.rollback').forEach(f=>f.addEventListener('submit
     const agents=Object.keys(data.series); let t0=Infinity,t1=-Infinity;
     agents.forEach(a=>data.series[a].forEach(p=>{t0=Math.min(t0,p.t);t1=Math.max(t1,p.t+data.bucket_s);}));
     if(!agents.length){el.appendChild(mk('text',{x:L,y:H/2},'No rewarded trajectories yet.'));return;}
+    // decisions made since the window began extend it to the right, so each one is placed on the chart
+    (data.decisions||[]).forEach(d=>{if(d.t>=t0) t1=Math.max(t1,d.t+data.bucket_s/2);});
     const x=t=>L+(W-L-R)*(t1>t0?(t-t0)/(t1-t0):0.5), y=v=>T+(H-T-B)*(1-v);
     [0,0.25,0.5,0.75,1].forEach(v=>{el.appendChild(mk('line',{x1:L,x2:W-R,y1:y(v),y2:y(v),stroke:'#e3e6ea'}));
       el.appendChild(mk('text',{x:4,y:y(v)+4,'font-size':11},Math.round(v*100)+'%'));});
     el.appendChild(mk('text',{x:L,y:H-8,'font-size':11},new Date(t0*1000).toLocaleTimeString()));
     el.appendChild(mk('text',{x:W-R-70,y:H-8,'font-size':11},new Date(t1*1000).toLocaleTimeString()));
     (data.decisions||[]).forEach(d=>{if(d.t<t0||d.t>t1)return;
-      const l=mk('line',{x1:x(d.t),x2:x(d.t),y1:T,y2:H-B,stroke:'#999','stroke-dasharray':'3 3'});
-      l.appendChild(mk('title',{},d.agent+': '+d.choice)); el.appendChild(l);});
+      const l=mk('line',{x1:x(d.t),x2:x(d.t),y1:T,y2:H-B,stroke:'#999','stroke-dasharray':'3 3',
+        'class':'decision'});
+      l.appendChild(mk('title',{},d.agent+': '+d.choice)); el.appendChild(l);
+      el.appendChild(mk('text',{x:x(d.t)+3,y:T+10,'font-size':10,fill:'#555'},d.choice));});
     const legend=document.getElementById('legend'); if(legend) legend.textContent='';
     agents.forEach((a,i)=>{const c=colors[i%colors.length], pts=data.series[a];
       el.appendChild(mk('polyline',{fill:'none',stroke:c,'stroke-width':2,'data-agent':a,
         points:pts.map(p=>x(p.t+data.bucket_s/2)+','+y(p.rate)).join(' ')}));
-      pts.forEach(p=>{const d=mk('circle',{cx:x(p.t+data.bucket_s/2),cy:y(p.rate),r:3,fill:c});
-        d.appendChild(mk('title',{},a+': '+Math.round(p.rate*100)+'% of '+p.n)); el.appendChild(d);});
+      pts.forEach(p=>{const cx=x(p.t+data.bucket_s/2);
+        if(p.lo!==undefined) el.appendChild(mk('line',{x1:cx,x2:cx,y1:y(p.hi),y2:y(p.lo),stroke:c,'stroke-opacity':0.35,
+          'stroke-width':4,'class':'interval'}));
+        const d=mk('circle',{cx:cx,cy:y(p.rate),r:3,fill:c});
+        d.appendChild(mk('title',{},a+': '+Math.round(p.rate*100)+'% of '+p.n+' (95% interval '+
+          Math.round(p.lo*100)+'–'+Math.round(p.hi*100)+'%)')); el.appendChild(d);});
       if(legend){const s=document.createElement('span'); s.style.color=c;
         s.textContent='\\u25A0 '+a; legend.appendChild(s);}});
   }
@@ -227,15 +235,16 @@ _DECISIONS = """{% extends "base" %}{% block title %}Decision log{% endblock %}{
 
 _SIGNALS = """{% extends "base" %}{% block title %}Signals{% endblock %}{% block body %}
 <h1>Signals</h1>
-<p>Success rate per agent over time (rewarded trajectories, by the time of their last event; dashed lines are
-control-plane decisions). <span id="updated" class="lbl"></span></p>
+<p>Success rate per agent over time (rewarded trajectories, by the time of their last event; a burst of traffic is
+shown in equal groups of runs in arrival order), each point with its 95% interval as a bar; dashed lines are
+control-plane decisions, placed at the time they were made. <span id="updated" class="lbl"></span></p>
 <svg id="chart" data-src="{{ base }}/api/signals" data-every="5000" role="img" aria-label="success rate"></svg>
 <p class="legend" id="legend"></p>
 <table id="totals"><thead><tr><th>agent</th><th>success</th><th>failure</th><th>error</th><th>unrewarded</th>
-<th>success rate</th></tr></thead><tbody>
+<th>success rate (95% interval)</th></tr></thead><tbody>
 {% for a, t in totals %}<tr><td>{{ a }}</td><td>{{ t.success }}</td><td>{{ t.failure }}</td><td>{{ t.error }}</td>
 <td>{{ t.unrewarded }}</td>
-<td>{{ '—' if not (t.success + t.failure) else '%.0f%%' % (100 * t.success / (t.success + t.failure)) }}</td></tr>
+<td>{{ rate_text(t.success, t.success + t.failure) }}</td></tr>
 {% else %}<tr><td colspan="6">No trajectories yet.</td></tr>{% endfor %}</tbody></table>
 {% endblock %}"""
 

@@ -172,9 +172,37 @@ def success_series(summaries: Iterable[TrajectorySummary], *, buckets: int = 30,
         cell = acc[s.agent_id or "(none)"][int(t // width) * width]
         cell[0] += 1 if s.outcome == "success" else 0
         cell[1] += 1
-    series = {agent: [{"t": t, "rate": ok / n, "n": n} for t, (ok, n) in sorted(cells.items())]
+    series = {agent: [_point(t, ok, n) for t, (ok, n) in sorted(cells.items())]
               for agent, cells in sorted(acc.items())}
+    if bucket_s is None:
+        # Traffic that arrived in a burst lands in one or two time buckets — one dot says nothing about the
+        # trend. Such an agent's runs are shown in equal groups in arrival order instead (each point at its
+        # group's first run), so a window of tens of runs is still a curve.
+        for agent, pts in series.items():
+            mine = sorted((t, s.outcome == "success") for s, t in zip(rewarded, times, strict=True)
+                          if (s.agent_id or "(none)") == agent)
+            if len(pts) < 3 <= len(mine):
+                size = max(1, -(-len(mine) // min(buckets, max(3, len(mine) // 4))))
+                groups = [mine[i:i + size] for i in range(0, len(mine), size)]
+                series[agent] = [_point(g[0][0], sum(ok for _, ok in g), len(g)) for g in groups]
     return {"bucket_s": width, "series": series, "totals": dict(totals)}
+
+
+def rate_text(k: int, n: int) -> str:
+    """``k`` of ``n`` as a person reads it, with the 95 % Wilson interval: ``"60% of 20 (95% interval 39–78%)"``."""
+    if n <= 0:
+        return "—"
+    p = _point(0.0, k, n)
+    return f"{p['rate']:.0%} of {n} (95% interval {p['lo']:.0%}–{p['hi']:.0%})"
+
+
+def _point(t: float, ok: int, n: int) -> dict[str, Any]:
+    """One point of a success series with its 95 % Wilson interval."""
+    z = 1.959963984540054
+    p = ok / n
+    den = 1 + z * z / n
+    mid, half = (p + z * z / (2 * n)) / den, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return {"t": t, "rate": p, "n": n, "lo": max(0.0, mid - half), "hi": min(1.0, mid + half)}
 
 
 # ------------------------------------------------------------------------------------ control plane
