@@ -138,3 +138,30 @@ def test_bad_settings_are_refused() -> None:
         PlaneSettings(approval="maybe")  # type: ignore[arg-type]
 
 
+
+
+def test_an_adapter_trained_by_a_trainer_service_is_proposed_under_approval_all(tmp_path: Path) -> None:
+    """`molt-trainer serve --plane-requests` trains outside the cycle; under approval `all` the version with
+    its adapter waits for an operator instead of going to canary."""
+    import threading
+
+    from molt.control.diagnose import Candidate
+    from molt.control.versions import ModelPart
+    from molt.control.weight_queue import WeightQueue, serve_requests
+
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = _plane(store, "all")
+        queue = WeightQueue(store)
+        plane.trainer = queue
+        live = plane.registry.live("acme", AGENT)
+        cand = Candidate(kind="weight_update", cluster="math|answer|sum", description="train the weights", cost=50.0,
+                         payload={"task": "math"}, source_trajectories=[])
+        from molt.control.log import DecisionRecord
+
+        rec = DecisionRecord(tenant_id="acme", agent_id=AGENT, choice="weight_update", reason="capability gap")
+        assert plane._apply(cand, live, rec) is None  # queued for the service
+        part = ModelPart(base="desk-model", adapter="lora-1", adapter_path="/ckpt/lora-1")
+        assert serve_requests(queue, lambda t, a, c: part, threading.Event(), poll_s=0, max_requests=1) == 1
+        [p] = Proposals(store).list("acme")
+        assert p.kind == "weight_update" and p.version.parts.model.adapter == "lora-1"
+        assert plane.registry.canaries("acme", AGENT) == []

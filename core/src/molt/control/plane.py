@@ -993,6 +993,8 @@ class ControlPlane:
             rec.actions.append(f"rolled back to {v.version_id}")
             return v
         if cand.kind == "weight_update":
+            if needs_approval(s.approval, cand.kind):  # a trainer service proposes the adapter it trains
+                cand.payload["approval"] = s.approval
             got = self.trainer(t, a, cand) if self.trainer is not None else None
             if not isinstance(got, ModelPart):
                 rec.actions.append(f"weight update requested from the trainer (request {got})" if got

@@ -43,6 +43,7 @@ import orjson
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
 from molt.atdp.ids import new_id
+from molt.control.approval import needs_approval
 from molt.control.diagnose import Candidate
 from molt.control.versions import ModelPart, VersionRegistry
 from molt.errors import InterventionError, MoltError
@@ -207,6 +208,17 @@ def _train_one(req: QueuedRequest, train: Callable[[str, str, Candidate], ModelP
                                 f"{part.adapter} against; nothing routed to it")
     v = registry.create(req.tenant_id, req.agent_id, live.parts.with_model(part), parent=live.version_id,
                         created_by=actor, note=f"weight_update: request {req.request_id}, adapter {part.adapter}")
-    v = registry.canary(v.version_id, canary_weight, actor=actor,
-                        reason=f"weight update request {req.request_id} ({req.cluster}): adapter {part.adapter}")
+    why = f"weight update request {req.request_id} ({req.cluster}): adapter {part.adapter}"
+    mode = cand.payload.get("approval")
+    if isinstance(mode, str) and needs_approval(mode, cand.kind):
+        # The plane ran under approval mode: the trained adapter waits for an operator like any other change.
+        from molt.control.approval import Proposals
+
+        Proposals(registry.store, registry).record(
+            v, kind=cand.kind, cluster=cand.cluster, payload=cand.payload, description=cand.description,
+            evidence={"candidate": cand.model_dump(mode="json", exclude={"parts"}),
+                      "request": {"request_id": req.request_id, "adapter": part.adapter}},
+            actor=actor, reason=why)
+        return v.version_id
+    v = registry.canary(v.version_id, canary_weight, actor=actor, reason=why)
     return v.version_id
