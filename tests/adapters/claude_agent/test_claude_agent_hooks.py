@@ -216,3 +216,26 @@ def test_a_failed_run_is_recorded_as_failed(hooks: MoltClaudeHooks) -> None:
     assert "exited with 1" in str(turns[1].outcome.error)
     [prompt] = [e for e in evs if e.kind == EventKind.USER_MESSAGE]
     assert prompt.parent_id == turns[0].event_id  # the prompt's parent is recorded now
+
+
+def test_an_error_result_then_the_sdks_raise_is_one_failed_turn(hooks: MoltClaudeHooks) -> None:
+    """The SDK yields the error result and then raises (ResultError): one error trajectory, not two."""
+    from claude_agent_sdk import ResultMessage
+
+    async def not_logged_in() -> Any:
+        data = {"session_id": "s9", "transcript_path": "/dev/null", "cwd": "/", "hook_event_name": "UserPromptSubmit",
+                "prompt": "help alpha"}
+        await hooks._on_hook(data, None, {"signal": None})  # type: ignore[arg-type]
+        yield ResultMessage(subtype="success", duration_ms=5, duration_api_ms=0, is_error=True, num_turns=1,
+                            session_id="s9", result="Not logged in · Please run /login")
+        raise RuntimeError("Claude Code returned an error result: Not logged in")
+
+    async def consume(stream: Any) -> list[Any]:
+        return [m async for m in stream]
+
+    with pytest.raises(RuntimeError, match="Not logged in"):
+        asyncio.run(consume(hooks.watch(not_logged_in())))
+    evs = _events(hooks)
+    assert len({e.trajectory_id for e in evs}) == 1
+    [turn] = [e for e in evs if e.kind == EventKind.AGENT_STEP and e.name == "turn"]
+    assert turn.outcome.status == OutcomeStatus.ERROR and "Please run /login" in str(turn.outcome.error)

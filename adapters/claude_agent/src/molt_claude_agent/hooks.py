@@ -105,16 +105,24 @@ class MoltClaudeHooks(Instrumentor):
         Hooks never hear of a run that fails — Claude Code not logged in, an API error, the CLI
         crashing — so without this its turn is never closed and its trajectory looks healthy. An error
         result (``ResultMessage.is_error``) or an exception from the stream ends the turn as an error;
-        the exception is re-raised. ``async for message in hooks.watch(query(prompt=…, options=…))``.
+        the exception is re-raised. One failure is one error turn: the SDK raises after yielding an error
+        result (``ResultError``), which ends the turn the result already ended, not a second one; an
+        exception alone ends the turn of the last session the stream named.
+        ``async for message in hooks.watch(query(prompt=…, options=…))``.
         """
+        session: str | None = None
+        failed = False
         try:
             async for message in messages:
+                session = getattr(message, "session_id", None) or session
                 if isinstance(message, ResultMessage) and message.is_error:
                     why = "; ".join(message.errors or []) or message.result or message.subtype
                     self._run_failed(message.session_id, f"the run failed ({message.subtype}): {why}")
+                    failed = True
                 yield message
         except Exception as exc:
-            self._run_failed(None, f"the run raised {type(exc).__name__}: {exc}")
+            if not failed:
+                self._run_failed(session, f"the run raised {type(exc).__name__}: {exc}")
             raise
 
     def _run_failed(self, session: str | None, reason: str) -> None:
