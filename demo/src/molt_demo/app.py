@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from molt_demo.report import LIBRARY_LOG, pct
+from molt_demo.report import LIBRARY_LOG
+from molt_demo.report import served_text as served
 from molt_demo.run import DemoResult, console, run_demo
 
 # The demo's public names, importable from its command's module too.
@@ -79,8 +80,7 @@ def demo_command(
         tbl.add_column(col)
     for f in res.fixes:  # per version: the task's success under the parent vs under the version it made
         tbl.add_row(f["tenant"], f["cluster"], f["intervention"], str(f["round"] or "-"), f["version"] or "-",
-                    "-" if f["before"] is None else f"{f['before']:.0%} of {f['n_before']}",
-                    ("-" if f["after"] is None else f"{f['after']:.0%} of {f['n_after']}")
+                    served(f["before"], f["n_before"]), served(f["after"], f["n_after"])
                     + (" (overlaps)" if f["overlaps"] else ""))
     Console().print(tbl)
     ran = max((r["round"] for r in res.rounds), default=-1) + 1
@@ -89,8 +89,8 @@ def demo_command(
                         f"round(s) as the live version (--until-trained)")
     if res.training is not None:
         t = res.training
-        Console().print(f"{t['agent']}: success {pct(t['success_base'])} served by the base model → "
-                        f"{pct(t['success_adapter'])} served by the trained adapter "
+        Console().print(f"{t['agent']}: success {served(t['success_base'], t['n_base'])} served by the base model "
+                        f"→ {served(t['success_adapter'], t['n_adapter'])} served by the trained adapter "
                         f"({', '.join(t['adapters']) or 'none'})")
     Console().print(f"chains verified: {res.verified} ok, {res.broken} broken · report: {res.report} · "
                     f"plot: {res.png} · library messages: {res.report.parent / LIBRARY_LOG}")

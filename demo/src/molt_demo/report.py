@@ -15,7 +15,7 @@ from jinja2 import ChoiceLoader, DictLoader, Environment, PackageLoader, StrictU
 from molt.console.change import CHANGE_STYLE, CHANGE_TEMPLATE
 from molt.control.change import TERMS, rate
 
-__all__ = ["LIBRARY_LOG", "pct", "render_report", "write_plots_and_report"]
+__all__ = ["LIBRARY_LOG", "pct", "render_report", "served_text", "write_plots_and_report"]
 
 #: Where the libraries' own messages go (beside the report): the terminal shows the demo's progress only.
 LIBRARY_LOG = "molt-demo.log"
@@ -35,9 +35,12 @@ def _cell(x: Any) -> str:
     return "-" if x is None else str(x)
 
 
-def _served(x: float | None, n: int) -> str:
+def served_text(x: float | None, n: int) -> str:
     """A served success rate with its Wilson interval: ``"25% of 8 (95% interval 7%–59%)"``."""
     return "-" if x is None else str(rate(round(x * n), n)["text"])
+
+
+_served = served_text
 
 
 def _environment() -> Environment:
