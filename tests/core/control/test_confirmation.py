@@ -119,17 +119,19 @@ def test_replay_confirms_what_the_bar_cannot_reach(tmp_path: Path) -> None:
     (Fisher and the confirmed-failure test ~0.02, 8 of 8 against the tolerated 0.5 is 0.004, the level
     0.01 / 3 / clusters), so before the screen the cycle was a no-op. Screened, the memory is replayed on
     the cluster's asks beside the live version: 8 fixed, 0 broken (sign test 0.0039) within the cluster's
-    share of alpha — it goes live. With five asks (0.031) the replay cannot confirm it: no change."""
+    share of alpha — it goes live. With five asks (0.031) the replay cannot confirm it: under the strict
+    bar no change; by default a guarded canary (10 % of the sessions, never promoted directly) whose live
+    outcomes decide."""
     world = World(flaky=0.5)
     refund, ids = FACTS["refund window"], sorted(ORDERS)
-    for asks, choice in ((8, "memory_insert"), (5, "noop")):
+    for asks, choice, guarded in ((8, "memory_insert", True), (5, "noop", False), (5, "memory_insert", True)):
         items = [Traffic("acme", AGENT, f"{refund.questions[i % 3]} (ticket r{i})", "kb_question", refund.text)
                  for i in range(asks)]
         items += [Traffic("acme", AGENT, f"Where is order {ids[i % len(ids)]}? (ticket s{i})", "status")
                   for i in range(12)]
-        with Store.open(tmp_path / f"s{asks}", auto_compact=False) as store:
+        with Store.open(tmp_path / f"s{asks}{guarded}", auto_compact=False) as store:
             plane = ControlPlane(store, DeskModel(), live_tools=world.live_tools(), base_parts=base_parts(),
-                                 settings=PlaneSettings(promote_directly=True))
+                                 settings=PlaneSettings(promote_directly=True, guarded=guarded))
             plane.registry.ensure_base("acme", AGENT, base_parts())
             save_trajectories(store, asyncio.run(record_traffic(items, plane.registry, plane, world, DeskModel())))
             res = plane.run_cycle("acme", AGENT)
@@ -141,3 +143,8 @@ def test_replay_confirms_what_the_bar_cannot_reach(tmp_path: Path) -> None:
                              if c.get("kind") == "memory_insert" and "confirmation" in (c.get("evidence") or {})]
             assert confirmations and confirmations[0]["fixed"] == asks and confirmations[0]["broken"] == 0
             assert confirmations[0]["confirmed"] == (asks == 8)
+            if res.version is not None:
+                # confirmed: promoted at once as asked; unconfirmed: a guarded canary at 10 %
+                assert (res.version.status, res.version.canary_weight) == (
+                    ("live", None) if asks == 8 else ("canary", 0.1)), res.version
+                assert ("guard" in res.record.signals) == (asks != 8)

@@ -48,8 +48,9 @@ def test_a_window_seen_before_is_not_replayed_again_and_a_late_reward_is(tmp_pat
               for i in range(12)]
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         desk = CountingDesk()
+        # The strict bar (no guarded canary): the window stays a no-op, so each cycle weighs it again.
         plane = ControlPlane(store, desk, live_tools=world.live_tools(), base_parts=base_parts(),
-                             settings=PlaneSettings(promote_directly=True))
+                             settings=PlaneSettings(promote_directly=True, guarded=False))
         plane.registry.ensure_base("acme", AGENT, base_parts())
         recorded = asyncio.run(record_traffic(items, plane.registry, plane, world, DeskModel()))
         save_trajectories(store, recorded)

@@ -43,9 +43,12 @@ this: a binomial test against the add-one-smoothed rest rate raised a cluster in
 without a pattern at a 5 % base rate and alpha 1 %). The
 requests of clusters already found significant are left out of the rest (iterated until the set is
 stable): a second pattern is not the agent's base rate; this only follows a first alarm, so it does
-not raise the chance of one. A cluster of two or more failures is significant when its p-value is at
-most ``alpha`` divided by the number of candidate clusters tested in the window (Bonferroni): the chance that a
-window without patterns raises any cluster is at most ``alpha`` (default 1 %; measured in the tests).
+not raise the chance of one. The clusters of two or more failures are tested with Holm's step-down
+procedure: sorted by p-value, the first is significant at ``alpha`` divided by the number of candidate
+clusters tested in the window (Bonferroni's level), the next at ``alpha`` over one fewer, and so on while
+each before it was found: the chance that a window without patterns raises any cluster is still at most
+``alpha`` (default 1 %; measured in the tests), and a second and third real pattern in a mixed window no
+longer pay for every cluster of the window.
 
 A comparison with the rest of the window cannot see a pattern that *is* the agent's traffic: an agent
 with one kind of request (the rest is empty), or one whose every intent fails in its own way (the rest
@@ -56,7 +59,8 @@ most ``tolerable``, P(X ≥ k) for X ~ Binomial(n, tolerable) bounds the chance 
 estimated rate). Rewards are noisy, so each cluster is tested a third time on the failures a signal
 other than the outcome reward confirms (a correction, an unrecovered tool error, a thumbs-down), which
 a flipped reward can neither make nor unmake (:mod:`molt.control.evidence`). The three tests split the
-level (Bonferroni again, ``alpha / 3`` per test and cluster), so the family-wise false-alarm rate stays
+level (Bonferroni, the smallest p-value times three is what Holm's procedure reads), so the
+family-wise false-alarm rate stays
 at most ``alpha`` for windows whose failures neither depend on the request nor exceed the tolerated rate.
 
 A cluster below that bar whose smallest p-value is at most ``screen`` (:data:`SCREEN`) is *screened*
@@ -75,13 +79,13 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from molt.control.embed import Embedder
-from molt.control.evidence import Agreement, agreement
+from molt.control.evidence import Agreement, agreement, holm
 from molt.control.signals import Episode, arg_pattern
 
 __all__ = ["ALPHA", "SCREEN", "SIMILARITY", "TESTS", "TOLERABLE", "Cluster", "Evidence", "binomial_greater",
@@ -118,7 +122,7 @@ class Evidence:
     base_failures: int       # f: failures in the rest of the window
     base_requests: int       # m: requests in the rest of the window
     p_value: float           # one-sided Fisher exact test of k/n against f/m
-    level: float             # alpha / (3 × clusters tested): what any of the p-values must not exceed
+    level: float             # Holm's step for this cluster / 3: what any of the p-values must not exceed
     significant: bool
     tolerable: float = TOLERABLE  # the failure rate the binomial test's null hypothesis allows
     p_tolerable: float = 1.0      # one-sided binomial test of k of n against ``tolerable``
@@ -137,7 +141,8 @@ class Evidence:
 
     def summary(self) -> dict[str, Any]:
         return {"test": "one-sided Fisher exact vs the rest of the window, one-sided binomial vs the tolerated "
-                        "failure rate (Bonferroni)", "k": self.failures,
+                        "failure rate, Fisher on the confirmed failures (Bonferroni over the three); Holm's "
+                        "step-down over the window's clusters", "k": self.failures,
                 "n": self.requests, "f": self.base_failures, "m": self.base_requests, "p_value": self.p_value,
                 "tolerable": self.tolerable, "p_tolerable": self.p_tolerable,
                 "level": self.level, "significant": self.significant, "screened": self.screened,
@@ -437,7 +442,6 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], alpha: float, tolerab
     region = {c.key: {e.trajectory_id for e in c.requests} | {e.trajectory_id for e in c.failures}
               for c in clusters}
     tested = [c for c in clusters if c.size >= 2]
-    level = alpha / (TESTS * max(1, len(tested)))
     # The base rate leaves out the requests of the clusters already found significant: a second
     # pattern in the window is not the agent's base rate. This only ever follows a first alarm, so the
     # chance of any alarm in a window without patterns is still that of the first pass (<= alpha).
@@ -452,11 +456,20 @@ def _test(clusters: list[Cluster], eps: Sequence[Episode], alpha: float, tolerab
             p = fisher_greater(c.size, n, f, len(rest))
             pt = binomial_greater(c.size, n, tolerable)
             agreed = agreement(c.failures, n, rest)
-            least = min(p, pt, agreed.p_value)
             c.evidence = Evidence(failures=c.size, requests=n, base_failures=f, base_requests=len(rest),
-                                  p_value=p, level=level, significant=c.size >= 2 and least <= level,
-                                  tolerable=tolerable, p_tolerable=pt, agreement=agreed,
-                                  screened=c.size >= 2 and level < least <= screen)
+                                  p_value=p, level=alpha / (TESTS * max(1, len(tested))), significant=False,
+                                  tolerable=tolerable, p_tolerable=pt, agreement=agreed)
+        # Holm's step-down over the tested clusters, each cluster's three tests Bonferroni-combined
+        # (its smallest p-value times three): the first step is Bonferroni's alpha / clusters, each
+        # later one is held to a looser level once the ones before it were found.
+        steps = holm({c.key: min(1.0, TESTS * _p(c)) for c in tested}, alpha)
+        for c in clusters:
+            ev = c.evidence
+            assert ev is not None
+            level = steps[c.key][0] / TESTS if c.key in steps else ev.level
+            sig = c.key in steps and steps[c.key][1]
+            c.evidence = replace(ev, level=level, significant=sig, screened=c.size >= 2 and not sig
+                                 and _p(c) <= screen)
         now = {c.key for c in clusters if c.significant}
         if now == found:
             break

@@ -55,8 +55,9 @@ from typing import Any
 
 from molt.control.signals import Episode
 
-__all__ = ["INDEPENDENT_SIGNALS", "Agreement", "Confirmation", "agreement", "confirmation", "confirmed",
-           "reward_disagreement", "screen_levels", "sign_greater"]
+__all__ = ["INDEPENDENT_SIGNALS", "AgentEvidence", "Agreement", "CanaryState", "Confirmation", "FlipEstimate",
+           "agent_evidence", "agreement", "canary_state", "confirmation", "confirmed", "flip_rate", "holm",
+           "mixture_ratio", "pair_in_time", "reward_disagreement", "screen_levels", "sign_greater"]
 
 #: Failure signals that do not come through the outcome reward (``Episode.failure_signals``).
 INDEPENDENT_SIGNALS = frozenset({"correction", "tool_error", "thumbs_down"})
@@ -155,3 +156,223 @@ def screen_levels(p_values: Mapping[str, float], candidates: Mapping[str, int], 
     inv = {k: 1.0 / max(p_values[k], 1e-300) for k in keys}
     total = sum(inv.values())
     return {k: alpha * inv[k] / total / candidates[k] for k in keys}
+
+
+
+# --------------------------------------------------------------------------- the reward channel's noise
+
+
+@dataclass(frozen=True)
+class FlipEstimate:
+    """How often an outcome reward says the opposite of what happened, from the calls where two signals
+    speak (:func:`flip_rate`)."""
+
+    rate: float          # the estimated flip rate of an outcome-reward channel
+    upper: float         # its one-sided 95 % upper bound (Wilson)
+    against_truth: tuple[int, int]   # (disagreeing, compared): a reward beside a correction / tool error / thumbs-down
+    between_rewards: tuple[int, int]  # (disagreeing, compared): two reward channels on the same call
+
+    def summary(self) -> dict[str, Any]:
+        return {"model": "each outcome-reward channel flips with one rate; corrections, unrecovered tool errors "
+                         "and thumbs-downs are taken as true", "rate": round(self.rate, 4),
+                "upper_95": round(self.upper, 4), "reward_vs_independent": list(self.against_truth),
+                "reward_vs_reward": list(self.between_rewards)}
+
+
+def flip_rate(window: Sequence[Episode]) -> FlipEstimate:
+    """The outcome rewards' flip rate, estimated from disagreements between signals on the same call.
+
+    Each outcome-reward channel (verifier, judge, user feedback, ...: ``Episode.votes``) is taken to
+    flip with one rate ``e``, independently; a correction, an unrecovered tool error or a thumbs-down
+    is a statement of failure and taken as true. A reward beside such a statement disagrees with
+    probability ``e`` (it says success); two reward channels on one call disagree with probability
+    ``2e(1 - e)``. The two moment estimates are pooled by the number of comparisons. With no call where
+    two signals speak the estimate is 0 with an upper bound of 1 (nothing is known)."""
+    d1 = n1 = d2 = n2 = 0
+    for e in window:
+        rewards = [v for k, v in e.votes.items() if k not in INDEPENDENT_SIGNALS]
+        truth = any(not v for k, v in e.votes.items() if k in INDEPENDENT_SIGNALS) or bool(e.corrections)
+        if truth:
+            n1 += len(rewards)
+            d1 += sum(rewards)
+        for i in range(len(rewards)):
+            for j in range(i + 1, len(rewards)):
+                n2 += 1
+                d2 += rewards[i] != rewards[j]
+    e1 = d1 / n1 if n1 else 0.0
+    r2 = min(d2 / n2, 0.5) if n2 else 0.0
+    e2 = (1.0 - math.sqrt(1.0 - 2.0 * r2)) / 2.0
+    n = n1 + n2
+    rate = (n1 * e1 + n2 * e2) / n if n else 0.0
+    return FlipEstimate(rate, _wilson_upper(rate * n, n) if n else 1.0, (d1, n1), (d2, n2))
+
+
+def _wilson_upper(k: float, n: int, z: float = 1.645) -> float:
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
+
+
+# --------------------------------------------------------------------------- the agent, then its clusters
+
+
+def holm(p_values: Mapping[str, float], alpha: float) -> dict[str, tuple[float, bool]]:
+    """Holm's step-down procedure: each hypothesis's ``(level it was held to, rejected)``. Sorted by
+    p-value, the i-th (from 0) of ``m`` is tested at ``alpha / (m - i)`` while every smaller one was
+    rejected; the family-wise error rate is at most ``alpha`` under any dependence, and it rejects
+    everything Bonferroni's ``alpha / m`` does, and more."""
+    order = sorted(p_values, key=lambda k: (p_values[k], k))
+    m = len(order)
+    out: dict[str, tuple[float, bool]] = {}
+    going = True
+    for i, k in enumerate(order):
+        level = alpha / (m - i)
+        going = going and p_values[k] <= level
+        out[k] = (level, going)
+    return out
+
+
+@dataclass(frozen=True)
+class AgentEvidence:
+    """The agent's failure rate (and each tenant's share of it) tested against the tolerated rate before
+    any cluster is (:func:`agent_evidence`)."""
+
+    failures: int
+    requests: int
+    tolerable: float
+    null_rate: float      # the tolerated rate as it shows through the estimated reward flips
+    p_value: float
+    level: float
+    significant: bool
+    tenants: dict[str, dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        return {"test": "one-sided exact binomial of the agent's failures against the tolerated failure rate "
+                        "(Holm over the agent and each tenant's share)", "k": self.failures, "n": self.requests,
+                "tolerable": self.tolerable, "null_rate": round(self.null_rate, 4), "p_value": self.p_value,
+                "level": self.level, "significant": self.significant, "tenants": self.tenants,
+                "false_alarm_rate": f"at most {self.level:g} for an agent failing at most {self.tolerable:g}"}
+
+
+def agent_evidence(window: Sequence[Episode], tolerable: float, alpha: float,
+                   flips: FlipEstimate | None = None) -> AgentEvidence:
+    """Test the agent (and each tenant's share, when the window holds several) against ``tolerable``.
+
+    Under the null hypothesis the agent fails at most ``tolerable`` of its requests. A flipped reward
+    moves a success to a failure as often as the reverse, so what the window shows under the null is
+    at most ``t + e (1 - 2t)`` for a flip rate ``e`` (its upper bound is used: the test must not alarm
+    on noise); for ``t = 0.5`` flips change nothing. P(X ≥ k), X ~ Binomial(n, that rate), is exact;
+    Holm's procedure over the agent and its tenants keeps the family-wise false-alarm rate at ``alpha``.
+    """
+    from molt.control.clusters import binomial_greater
+
+    e = min((flips.upper if flips is not None and flips.rate > 0 else 0.0), 0.5)
+    null = min(1.0, tolerable + e * (1.0 - 2.0 * tolerable)) if tolerable < 0.5 else tolerable
+    judged = [x for x in window if x.success is not None]
+    k = sum(1 for x in judged if x.success is False)
+    ps = {"*": binomial_greater(k, len(judged), null)}
+    counts: dict[str, tuple[int, int]] = {"*": (k, len(judged))}
+    tenants = sorted({x.tenant_id or "-" for x in judged})
+    if len(tenants) > 1:
+        for t in tenants:
+            mine = [x for x in judged if (x.tenant_id or "-") == t]
+            kt = sum(1 for x in mine if x.success is False)
+            ps[t] = binomial_greater(kt, len(mine), null)
+            counts[t] = (kt, len(mine))
+    tested = holm(ps, alpha)
+    return AgentEvidence(k, len(judged), tolerable, null, ps["*"], tested["*"][0], tested["*"][1],
+                         {t: {"k": counts[t][0], "n": counts[t][1], "p_value": ps[t], "level": tested[t][0],
+                              "significant": tested[t][1]} for t in tenants if t in ps})
+
+
+# --------------------------------------------------------------------------- the guarded canary
+
+
+def mixture_ratio(wins: int, losses: int, a: float, b: float) -> float:
+    """The mixture likelihood ratio of ``wins`` and ``losses`` against a fair coin, the win probability
+    drawn from Beta(``a``, ``b``): B(a + wins, b + losses) / B(a, b) · 2^(wins + losses). Under the fair
+    coin it is a nonnegative martingale with mean 1, so by Ville's inequality the chance that it ever
+    reaches ``1 / alpha`` — however often it is looked at — is at most ``alpha``."""
+    def lbeta(x: float, y: float) -> float:
+        return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+    return math.exp(lbeta(a + wins, b + losses) - lbeta(a, b) + (wins + losses) * math.log(2.0))
+
+
+@dataclass(frozen=True)
+class CanaryState:
+    """The guarded canary's sequential test after the live outcomes seen so far (:func:`canary_state`)."""
+
+    canary: tuple[int, int]      # (successes, rewarded runs) served by the canary
+    live: tuple[int, int]        # (successes, rewarded runs) of the live version beside it
+    wins: int                    # discordant pairs the canary won (it succeeded, its live partner failed)
+    losses: int                  # discordant pairs the canary lost
+    prior: tuple[float, float]   # the mixing Beta(a, b) over the win probability, from the replay
+    ratio: float                 # the mixture likelihood ratio for "the canary is better"
+    harm: float                  # the same for "the canary is worse" (flat mixing prior)
+    alpha: float
+    decision: str                # "promote" | "abort" | "continue"
+    why: str
+
+    def summary(self) -> dict[str, Any]:
+        return {"test": "mSPRT on discordant canary/live pairs (each canary run paired with a live run beside "
+                        "it; under no effect a discordant pair is a fair coin): mixture likelihood ratio, the "
+                        "mixing Beta from the replay's fixed/broken, promote at 1/alpha; harm: the same with a "
+                        "flat mixing prior; exposure bounded",
+                "canary": list(self.canary), "live": list(self.live), "wins": self.wins, "losses": self.losses,
+                "prior": [round(self.prior[0], 3), round(self.prior[1], 3)], "ratio": round(self.ratio, 4),
+                "harm_ratio": round(self.harm, 4), "threshold": round(1 / self.alpha, 3),
+                "false_promotion_rate": f"at most {self.alpha:g}", "decision": self.decision, "why": self.why}
+
+
+def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[tuple[bool, bool]], *,
+                 prior: tuple[float, float], alpha: float, max_runs: int, expired: bool) -> CanaryState:
+    """The guarded canary's decision from its runs' outcomes (``canary``), the live version's beside it
+    (``live``) and the ``pairs`` (canary outcome, live outcome) the plane matched in time.
+
+    Under the null hypothesis — the canary does no better than the live version — and with requests
+    routed to either at random, a discordant pair (one succeeded, the other failed) is the canary's win
+    with probability at most ½. The mixture likelihood ratio of the wins and losses against ½
+    (:func:`mixture_ratio`, mixing prior ``prior`` = Beta(1 + fixed, 1 + broken) of the replay) is a
+    test martingale: promoting when it reaches ``1 / alpha`` promotes a change without effect with
+    probability at most ``alpha``, whenever the plane looks (mSPRT). Harm is the mirror image with a
+    flat prior (abort at ``1 / alpha``). At the exposure bound (``max_runs`` canary runs, or
+    ``expired``) without a decision the canary is aborted: the experiment ended without evidence."""
+    wins = sum(1 for c, l in pairs if c and not l)
+    losses = sum(1 for c, l in pairs if l and not c)
+    ratio = mixture_ratio(wins, losses, *prior)
+    harm = mixture_ratio(losses, wins, 1.0, 1.0)
+    n1, k1, n0, k0 = len(canary), sum(canary), len(live), sum(live)
+    bar = 1.0 / alpha
+    if harm >= bar:
+        decision, why = "abort", f"harm: mixture ratio {harm:.1f} ≥ {bar:g} ({losses} pairs lost, {wins} won)"
+    elif ratio >= bar:
+        decision, why = "promote", f"mixture ratio {ratio:.1f} ≥ {bar:g} ({wins} pairs won, {losses} lost)"
+    elif n1 >= max_runs or expired:
+        decision, why = "abort", (f"exposure bound reached ({n1} canary runs{', time up' if expired else ''}) at "
+                                  f"mixture ratio {ratio:.2f} < {bar:g}: no evidence, the change is withdrawn")
+    else:
+        decision, why = "continue", (f"mixture ratio {ratio:.2f} < {bar:g} ({wins} won, {losses} lost of "
+                                     f"{len(pairs)} pairs) on {n1}/{max_runs} canary runs")
+    return CanaryState((k1, n1), (k0, n0), wins, losses, prior, ratio, harm, alpha, decision, why)
+
+
+def pair_in_time(canary: Sequence[tuple[Any, bool]], live: Sequence[tuple[Any, bool]]) -> list[tuple[bool, bool]]:
+    """Each canary run ``(time, outcome)`` paired with the live run nearest to it in time not paired yet
+    (ties: the earlier): ``(canary outcome, live outcome)`` pairs, in the canary's time order."""
+    free = sorted(live, key=lambda x: x[0])
+    used = [False] * len(free)
+    out: list[tuple[bool, bool]] = []
+    for t, ok in sorted(canary, key=lambda x: x[0]):
+        best = None
+        for i, (lt, _) in enumerate(free):
+            if used[i]:
+                continue
+            d = abs((lt - t).total_seconds()) if hasattr(lt - t, "total_seconds") else abs(lt - t)
+            if best is None or d < best[0]:
+                best = (d, i)
+        if best is None:
+            break
+        used[best[1]] = True
+        out.append((ok, free[best[1]][1]))
+    return out

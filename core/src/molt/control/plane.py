@@ -79,7 +79,17 @@ from molt.control.diagnose import (
     rollback_candidate,
     same_pattern,
 )
-from molt.control.evidence import Confirmation, confirmation, screen_levels
+from molt.control.evidence import (
+    AgentEvidence,
+    Confirmation,
+    FlipEstimate,
+    agent_evidence,
+    canary_state,
+    confirmation,
+    flip_rate,
+    pair_in_time,
+    screen_levels,
+)
 from molt.control.gate import SafetyGate, Verdict, gate_context
 from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.log import DecisionLog, DecisionRecord
@@ -94,6 +104,8 @@ from molt.store import Store, sql_str
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled", "settings_from_pairs"]
 
 log = logging.getLogger("molt.control")
+#: The cheap, reversible changes a guarded canary may try (weight updates keep the strict bar).
+GUARDED_KINDS = frozenset({"memory_insert", "skill_patch", "harness_edit", "tool_schema_edit"})
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -131,6 +143,20 @@ class PlaneSettings(BaseModel):
     #: A cluster below the bar whose smallest p-value is at most this is *screened*: its context candidates
     #: are replayed and go live only when the replay confirms them at ``alpha`` (molt.control.evidence).
     screen: float = SCREEN
+    #: The guarded canary (molt.control.evidence, "the canary is the experiment"): a cheap, reversible
+    #: context change (memory, skill, harness, tool schema) whose replay is positive (``min_gain``) but
+    #: whose interval is wide — on a significant cluster, a screened one, or any cluster of an agent that
+    #: fails beyond ``tolerable`` — goes to a small canary whose sequential test on live outcomes promotes
+    #: or aborts it. ``False``: the strict bar alone (a context change needs its interval above zero).
+    guarded: bool = True
+    #: The guarded canary's share of the agent's sessions.
+    guarded_weight: float = 0.1
+    #: Its sequential test's false-promotion rate (and harm test's level).
+    guarded_alpha: float = 0.05
+    #: Its exposure bound: canary runs, and seconds since it started; past either without a decision it
+    #: is aborted.
+    guarded_max_requests: int = 60
+    guarded_max_s: float = 7 * 86400.0
     #: A reflector (molt.control.reflector) writing candidates beside the templates': an OpenAI-compatible
     #: base URL (``.../v1``; in production a strong model), or ``"served"`` for the plane's replay backend
     #: (the served model). ``None``: templates only. Its bearer token is read from the environment variable
@@ -266,6 +292,12 @@ class ControlPlane:
         # live version's replayed rewards on each screened cluster's region.
         self._confirm_levels: dict[str, float] = {}
         self._region_live: dict[tuple[str, str], dict[str, float | None]] = {}
+        # Per cycle: the reward channel's flip rate, the agent-level test, the clusters only the agent-level
+        # test makes worth a guarded canary, and the guarded candidate chosen (if any).
+        self._flips = FlipEstimate(0.0, 1.0, (0, 0), (0, 0))
+        self._agent: AgentEvidence | None = None
+        self._family: set[str] = set()
+        self._guard: dict[str, Any] | None = None
         # Across cycles: each trajectory's replay under each policy (by content), reused while the
         # trajectory and its rewards are unchanged — a sliding window meets the same runs cycle after cycle.
         self.replays = ReplayMemo()
@@ -347,12 +379,22 @@ class ControlPlane:
         self._live_evals = {}
         self._confirm_levels = {}
         self._region_live = {}
+        self._guard = None
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
         self._gate_ctx = gate_context(live, window)
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
                              signals=signals.model_dump(mode="json"))
         result = CycleResult(record=rec, signals=signals)
+        self._flips = flip_rate(window)
+        self._agent = agent_evidence(window, s.tolerable, s.alpha, self._flips)
+        rec.signals["evidence"] = {"agent": self._agent.summary(), "flip_rate": self._flips.summary(),
+                                   "clusters": "Holm's step-down at alpha over the window's clusters "
+                                               "(molt.control.clusters)",
+                                   "bar": ("guarded: a context change with positive replay but a wide interval "
+                                           "goes to a guarded canary; weight updates keep the strict bar"
+                                           if s.guarded else "strict: every change needs its replay interval "
+                                                             "above zero")}
 
         if await self._canaries(live, window, result):
             self.log.append(rec)
@@ -377,9 +419,15 @@ class ControlPlane:
         # The evidence bar is each cluster's exact test against the rest of the window (diagnose).
         found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
                                  tolerable=s.tolerable, screen=s.screen)
+        # An agent failing beyond what it tolerates is itself the evidence: its clusters are where the
+        # failures are, and each may get a context change tried on a guarded canary.
+        family = s.guarded and self._agent is not None and self._agent.significant
+        self._family = set()
         for c in found:
-            if not (c.significant or c.screened):
+            if not (c.significant or c.screened or (family and c.size >= 2)):
                 continue
+            if not (c.significant or c.screened):
+                self._family.add(c.key)
             live_runs = [e for e in c.requests if e.policy_version == live.version_id]
             if live_runs and not any(e.policy_version == live.version_id for e in c.failures):
                 rec.actions.append(f"cluster {c.key} ({c.size}) not seen under {live.version_id}: already fixed")
@@ -400,16 +448,25 @@ class ControlPlane:
             candidates.extend(await self._reflect(list(clusters.values()), window, live, rec))
         # The screened clusters' share of alpha, fixed before anything is replayed (molt.control.evidence).
         screened = {k: c for k, c in clusters.items() if not c.significant}
+        self._family &= set(screened)
         self._confirm_levels = screen_levels(
-            {k: c.evidence.p_min for k, c in screened.items() if c.evidence is not None},
+            {k: c.evidence.p_min for k, c in screened.items() if c.evidence is not None and k not in self._family},
             Counter(x.cluster for x in candidates if x.cluster in screened and x.kind != "weight_update"), s.alpha)
         n_sig = sum(1 for c in clusters.values() if c.significant)
+        ag = self._agent
+        assert ag is not None
+        rec.actions.append(f"agent: {ag.failures} of {ag.requests} failed, p={ag.p_value:.3g} against the tolerated "
+                           f"{ag.tolerable:g} at {ag.level:.3g} ({'significant' if ag.significant else 'not significant'}"
+                           f"); reward flip rate {self._flips.rate:.2f} (95% upper {self._flips.upper:.2f})")
         rec.actions.append(f"{n_sig + len(faults)} failure cluster(s) significant at alpha {s.alpha} "
-                           f"(of {len(found)}), {len(faults)} of them environment faults, {len(screened)} more "
-                           f"screened at {s.screen} (their candidates need the replay's confirmation), "
-                           f"{len(candidates)} candidate(s)")
+                           f"(of {len(found)}, Holm), {len(faults)} of them environment faults, "
+                           f"{len(screened) - len(self._family)} more screened at {s.screen} (their candidates need "
+                           f"the replay's confirmation, or a guarded canary), {len(self._family)} in the agent's "
+                           f"significant failures (guarded canary only), {len(candidates)} candidate(s)")
         rec.signals["clusters"] = [c.summary() | ({"environment_fault": faults[c.key]} if c.key in faults else {})
-                                   for c in found if c.significant or c.key in screened]
+                                   | ({"bar": "guarded: the agent's failures are significant, this cluster's are "
+                                              "not by themselves"} if c.key in self._family else {})
+                                   for c in found if c.significant or c.key in screened or c.key in faults]
 
         significant = any(c.significant for c in clusters.values())
         if not candidates:
@@ -590,6 +647,9 @@ class ControlPlane:
         for c in self.registry.canaries(live.tenant_id, live.agent_id):
             mine = [e for e in window if e.policy_version == c.version_id and e.success is not None]
             live_runs = [e for e in window if e.policy_version == live.version_id and e.success is not None]
+            guard = self._guard_of(c)
+            if guard is not None:
+                return self._guarded_canary(c, live, guard, mine, live_runs, result)
             start = min((m.started_at for m in mine), default=None)
             # Compare with the live version's concurrent traffic; with too little of it, its whole window.
             concurrent = [e for e in live_runs if start is not None and e.started_at >= start]
@@ -628,6 +688,49 @@ class ControlPlane:
             rec.choice, rec.reason = "noop", f"canary {c.version_id} has {len(mine)}/{s.canary_min} rewarded runs"
             return True
         return False
+
+    def _guard_of(self, canary: PolicyVersion) -> dict[str, Any] | None:
+        """The guard the decision that started ``canary`` recorded (``None``: an ordinary canary)."""
+        for d in self.log.list(canary.tenant_id, canary.agent_id, limit=200):
+            if d.applied_version == canary.version_id and isinstance(d.signals.get("guard"), dict):
+                return d.signals["guard"] | {"started": _utc(d.created_at).isoformat()}
+        return None
+
+    def _guarded_canary(self, c: PolicyVersion, live: PolicyVersion, guard: Mapping[str, Any],
+                        mine: list[Episode], live_runs: list[Episode], result: CycleResult) -> bool:
+        """One look of a guarded canary's sequential test (:func:`molt.control.evidence.canary_state`): each
+        canary run paired with the live run nearest in time that was served since the canary started,
+        then promote, abort (harm, or the exposure bound) or go on — its state in the decision log."""
+        rec = result.record
+        started = datetime.fromisoformat(guard["started"])
+        beside = [e for e in live_runs if _utc(e.started_at) >= started] or live_runs
+        pairs = pair_in_time([(_utc(e.started_at), bool(e.success)) for e in mine],
+                             [(_utc(e.started_at), bool(e.success)) for e in beside])
+        expired = (datetime.now(UTC) - started).total_seconds() >= float(guard.get("max_s", 0) or 0)
+        prior = guard.get("prior") or [1.0, 1.0]
+        st = canary_state([bool(e.success) for e in mine], [bool(e.success) for e in beside], pairs,
+                          prior=(float(prior[0]), float(prior[1])), alpha=float(guard["alpha"]),
+                          max_runs=int(guard["max_requests"]), expired=expired)
+        rec.signals["canary"] = st.summary() | {"version": c.version_id}
+        rec.actions.append(f"guarded canary {c.version_id}: {st.why}")
+        if st.decision == "promote":
+            try:  # compare-and-set: the canary's change was made on its parent
+                result.version = self.registry.promote(c.version_id, actor=self.actor,
+                                                       reason=f"guarded canary: {st.why}",
+                                                       expected_live=c.parent_id or live.version_id)
+            except StalePromotion as exc:
+                self.registry.abort(c.version_id, actor=self.actor, reason=str(exc))
+                rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {exc}"
+                return True
+            rec.choice, rec.reason = "promote", f"guarded canary {c.version_id} promoted: {st.why}"
+            rec.applied_version = c.version_id
+        elif st.decision == "abort":
+            self.registry.abort(c.version_id, actor=self.actor, reason=f"guarded canary: {st.why}")
+            rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {st.why}"
+            rec.applied_version = live.version_id
+        else:
+            rec.choice, rec.reason = "noop", f"guarded canary {c.version_id} running: {st.why}"
+        return True
 
     def _previous(self, live: PolicyVersion) -> PolicyVersion | None:
         return self.registry.rollback_target(live.tenant_id, live.agent_id)
@@ -707,22 +810,37 @@ class ControlPlane:
         if ev.scored == 0 or ev.unknown > s.max_unknown_share * max(ev.sampled, 1):
             out["rejected"] = f"replay: too little coverage ({ev.scored} scored, {ev.unknown} unknown)"
             return out
-        if cluster is not None and cluster.key in self._confirm_levels and cand.kind != "rollback":
-            # A screened cluster: the candidate goes live only if the replay confirms it (evidence.py).
+        guardable = s.guarded and cand.kind in GUARDED_KINDS and self._promising(out["replay"])
+        if cluster is not None and cluster.key in self._family and cand.kind != "rollback":
+            # Only the agent-level test is significant: the candidate can go live only on a guarded canary.
+            out["bar"] = "guarded"
+            out["guarded_why"] = "only the agent's failure rate is significant, not this cluster's by itself"
+        elif cluster is not None and cluster.key in self._confirm_levels and cand.kind != "rollback":
+            # A screened cluster: the candidate goes live only if the replay confirms it (evidence.py), or —
+            # positive but unconfirmed — on a guarded canary, whose live outcomes are the experiment.
             if not self._clears(out["replay"]):
                 out["confirmation"] = {"skipped": "the replay did not clear the evidence bar"}
+                if guardable:
+                    out["bar"] = "guarded"
+                    out["guarded_why"] = "the cluster is screened, and the replay's interval is wide"
             else:
                 conf = await self._confirm(cand, cluster, live, ev, policy, agent, tenant)
                 out["confirmation"] = conf.summary()
                 if not conf.confirmed:
-                    out["rejected"] = (f"confirmation: {cluster.key} is screened, not significant, and replay on "
-                                       f"its {conf.pairs} requests does not confirm the candidate ({conf.fixed} "
-                                       f"fixed, {conf.broken} broken; sign test p={conf.p_value:.3g} > "
-                                       f"{conf.level:.3g})")
-                    return out
+                    if guardable and conf.fixed > conf.broken:
+                        out["bar"] = "guarded"
+                        out["guarded_why"] = (f"the cluster is screened and the replay does not confirm it at its "
+                                              f"share of alpha ({conf.fixed} fixed, {conf.broken} broken; sign "
+                                              f"test p={conf.p_value:.3g} > {conf.level:.3g})")
+                    else:
+                        out["rejected"] = (f"confirmation: {cluster.key} is screened, not significant, and replay "
+                                           f"on its {conf.pairs} requests does not confirm the candidate "
+                                           f"({conf.fixed} fixed, {conf.broken} broken; sign test "
+                                           f"p={conf.p_value:.3g} > {conf.level:.3g})")
+                        return out
         held = [e.trajectory_id for e in window if e.success and e.tenant_id == tenant and e.trajectory_id
                 not in set(failing) and e.policy_version in (live.version_id, None)][-s.regression_sample:]
-        if held and not self._clears(out["replay"]):
+        if held and not (self._clears(out["replay"]) or guardable):
             # Gates cheapest first: a candidate whose replay does not clear the evidence bar can be neither
             # chosen nor more "tried" than it is (the weight rule counts it as replayed and failed), so the
             # held-back successes are not replayed for it.
@@ -730,10 +848,17 @@ class ControlPlane:
         elif held:
             reg = await self._replay(held, agent, policy, live, cand.candidate_id + ":regr", parts=parts)
             out["regression"] = _brief(reg)
+            # Some recorded successes are flipped failures, and those fail again on replay whatever the
+            # candidate: the drop they explain (the flip rate's upper bound, estimated from the signals'
+            # disagreements) is allowed beside the tolerance — one flipped held-back success does not
+            # fail a candidate.
+            flips = self._flips.upper if self._flips.rate > 0 else 0.0
+            out["regression"]["flip_allowance"] = round(flips, 4)
             if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
-                    reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance:
+                    reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance - flips:
                 out["rejected"] = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
-                                   f"{reg.candidate_success_rate:.2f}")
+                                   f"{reg.candidate_success_rate:.2f} (beyond the tolerance {s.regression_tolerance:g}"
+                                   f" and the reward flip allowance {flips:.2f})")
         return out
 
     async def _confirm(self, cand: Candidate, cluster: Cluster, live: PolicyVersion, ev: Evaluation,
@@ -806,6 +931,12 @@ class ControlPlane:
         d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
         return d is not None and ci is not None and d >= self.settings.min_gain and ci[0] > 0
 
+    def _promising(self, replay: Mapping[str, Any]) -> bool:
+        """Whether a replay is positive evidence (``min_gain``), whatever its interval: enough for a guarded
+        canary."""
+        d = replay.get("success_delta")
+        return d is not None and d >= self.settings.min_gain
+
     def _sufficient(self, replay: Mapping[str, Any]) -> bool:
         """Whether a replay shows a sufficient fix (``sufficient_gain``, interval above zero)."""
         d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
@@ -816,8 +947,15 @@ class ControlPlane:
                 ) -> tuple[Candidate | None, str]:
         s = self.settings
         scored = []
+        guarded = []
         for cand, ev in passed:
             r = ev["replay"]
+            if s.guarded and cand.kind in GUARDED_KINDS and self._promising(r) and (
+                    ev.get("bar") == "guarded" or not self._clears(r)):
+                size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
+                guarded.append((cand, ev, r["success_delta"] * size - s.cost_lambda * cand.cost * size))
+            if ev.get("bar") == "guarded":
+                continue  # not evidence enough for the strict bar, only for a guarded canary
             delta, ci = r["success_delta"], r["success_delta_ci"]
             if delta is None or ci is None:
                 continue
@@ -834,6 +972,29 @@ class ControlPlane:
             cand, delta, ci, j = max(clearing, key=lambda x: x[3])
             return cand, (f"best partial fix: replay {delta:+.0%} on {cand.cluster} "
                           f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), J={j:.1f}")
+        if guarded:
+            # The canary is the experiment: a cheap, reversible change with positive replay evidence but a
+            # wide interval goes to a guarded canary (its sequential test on live outcomes decides).
+            cand, ev, j = max(guarded, key=lambda x: (x[2], -x[0].cost))
+            r = ev["replay"]
+            conf = ev.get("confirmation") or {}
+            fixed = conf.get("fixed")
+            broken = conf.get("broken")
+            if fixed is None:  # the replay on the cluster's failures: its fixes, and no pairs broken
+                fixed = round((r.get("candidate_success_rate") or 0.0) * (r.get("scored") or 0)
+                              - (r.get("baseline_success_rate") or 0.0) * (r.get("scored") or 0))
+                broken = 0
+            self._guard = {"candidate": cand.candidate_id, "prior": [1.0 + max(0, int(fixed)), 1.0 + int(broken or 0)],
+                           "alpha": s.guarded_alpha, "max_requests": s.guarded_max_requests,
+                           "max_s": s.guarded_max_s, "share": s.guarded_weight}
+            ci = r.get("success_delta_ci") or [None, None]
+            lo = f"{ci[0]:+.2f}" if ci[0] is not None else "n/a"
+            short = ev.get("guarded_why") or "its interval is too wide for the strict bar"
+            return cand, (f"guarded canary: replay {r['success_delta']:+.0%} on {cand.cluster} (95% CI low {lo}; "
+                          f"{short}); a cheap, reversible {cand.kind} is tried on "
+                          f"{s.guarded_weight:.0%} of the sessions, and its mSPRT on live outcomes (false-promotion "
+                          f"rate {s.guarded_alpha:g}, at most {s.guarded_max_requests} canary runs) promotes or "
+                          f"aborts it")
         # A weight update is the last resort, and only for a cluster whose evidence is in and on which
         # context changes were generated, replayed and failed (see _weight_evidence); the others wait.
         weights = sorted((c for c in all_candidates if c.kind == "weight_update" and c.cluster in clusters),
@@ -1013,6 +1174,10 @@ class ControlPlane:
             parts = live.parts.with_skills([sk.skill_id])
         v = self.registry.create(t, a, parts, parent=live.version_id, note=f"{cand.kind}: {cand.description[:200]}",
                                  created_by=self.actor)
+        guard = self._guard if self._guard is not None and self._guard["candidate"] == cand.candidate_id else None
+        if guard is not None:
+            # Its sequential test runs once the version is canaried (here, or when an operator approves it).
+            rec.signals["guard"] = guard | {"version": v.version_id}
         if needs_approval(s.approval, cand.kind):
             v = self.proposals.record(v, kind=cand.kind, cluster=cand.cluster, payload=cand.payload,
                                       description=cand.description, evidence=proposal_evidence(cand.candidate_id, rec),
@@ -1020,7 +1185,11 @@ class ControlPlane:
             rec.actions.append(f"proposed {v.version_id} for an operator's approval (approval={s.approval}); "
                                f"not routed until approved")
             return v
-        if s.promote_directly:
+        if guard is not None:
+            # The canary is the experiment: never promoted directly, whatever promote_directly says.
+            v = self.registry.canary(v.version_id, s.guarded_weight, actor=self.actor, reason=rec.reason)
+            rec.actions.append(f"guarded canary {v.version_id} at {s.guarded_weight:.0%}")
+        elif s.promote_directly:
             v = self.registry.promote(v.version_id, actor=self.actor, reason=rec.reason, expected_live=live.version_id)
             rec.actions.append(f"promoted {v.version_id}")
         else:

@@ -81,6 +81,10 @@ class Episode:
     #: What said this trajectory failed: "reward" (a low or negative outcome reward), "judge",
     #: "correction", "thumbs_down", "tool_error" (empty for a success or an unscored run).
     failure_signals: list[str] = field(default_factory=list)
+    #: What each signal on this call said, success (True) or failure (False): the latest reward of each
+    #: outcome source by its name ("verifier", "judge", ...), and "correction" / "thumbs_down" /
+    #: "tool_error" (False) when present — what :func:`molt.control.evidence.flip_rate` compares.
+    votes: dict[str, bool] = field(default_factory=dict)
 
     @property
     def tool_errors(self) -> list[ToolUse]:
@@ -138,8 +142,10 @@ def episode_of(traj: Trajectory) -> Episode:
     reward: float | None = None
     verdict: str | None = None
     said: list[str] = []
+    votes: dict[str, bool] = {}
     for r in sorted(traj.rewards, key=lambda r: r.created_at):
         if r.source in _OUTCOME_SOURCES:
+            votes[str(r.source)] = r.value > 0.5
             reward, success, verdict = r.value, r.value > 0.5, r.reason
             said = [] if success else ["judge" if r.source == RewardSource.JUDGE else "reward"]
         elif r.source == RewardSource.USER_CORRECTION:
@@ -157,11 +163,13 @@ def episode_of(traj: Trajectory) -> Episode:
         if present:
             success = False
             said.append(signal)
+            votes[signal] = False
     return Episode(trajectory_id=traj.trajectory_id, tenant_id=md.tenant_id if md else None,
                    agent_id=md.agent_id if md else None, task=md.task if md else None, policy_version=version,
                    started_at=first.timestamp, success=success, reward=reward, question=question, answer=answer,
                    tools=tools, offered_tools=offered, corrections=corrections, verdict=verdict, model_calls=calls,
-                   tokens=tokens, failure_signals=list(dict.fromkeys(said)) if success is False else [])
+                   tokens=tokens, failure_signals=list(dict.fromkeys(said)) if success is False else [],
+                   votes=votes)
 
 
 def _first_user(e: Any) -> str:
