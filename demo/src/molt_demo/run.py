@@ -94,7 +94,9 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
                          "trajectories": len(cand.source_trajectories)})
         return rid
 
-    settings = PlaneSettings(canary_weight=0.5, canary_min=4, window=200)
+    # Twelve requests a round: a canary needs half the sessions to see a few runs a round (a guarded
+    # canary's sequential test too — it decides on pairs of canary and live runs).
+    settings = PlaneSettings(canary_weight=0.5, canary_min=4, window=200, guarded_weight=0.5)
     trained = TrainMode.build(store, home, model_dir) if train else None
     plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(),
                          base_parts=base_parts(), trainer=trainer_hook if trained is None else trained.trainer,

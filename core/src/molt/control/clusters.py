@@ -10,8 +10,9 @@ recover from.
 **Clusters** (:func:`cluster_failures`) come from what every captured trajectory has, no
 ``metadata.task`` needed:
 
-- the failure's *signature*: its first tool error (tool, error type) when it has one, else the kind of
-  the verdict when there is one (``format`` when it names the answer's format, else ``answer``);
+- the failure's *signature*: its first tool error (tool, error type) when it has one, else what the
+  verdict requires of the answer when it states a requirement (``format:<requirement>``: a consumer's
+  rejection reason, a judge's rubric, a validator's message — :func:`requirement_of`), else ``answer``;
   failures of different signatures never share a cluster;
 - the user's *intent*: the packaged all-MiniLM-L6-v2 embedding (:mod:`molt.control.embed`) of the
   first user message, with ids and numbers masked (an order number is not an intent);
@@ -89,7 +90,8 @@ from molt.control.evidence import Agreement, agreement, holm
 from molt.control.signals import Episode, arg_pattern
 
 __all__ = ["ALPHA", "SCREEN", "SIMILARITY", "TESTS", "TOLERABLE", "Cluster", "Evidence", "binomial_greater",
-           "cluster_failures", "embed_texts", "fisher_greater", "intent_text", "resolve_embedder", "same_pattern"]
+           "cluster_failures", "embed_texts", "fisher_greater", "intent_text", "requirement_of", "resolve_embedder",
+           "same_pattern"]
 
 log = logging.getLogger("molt.control")
 
@@ -108,7 +110,13 @@ SIMILARITY = 0.5
 #: Fisher on the confirmed failures).
 TESTS = 3
 
-_FORMAT = re.compile(r"\b(format|json|schema|markdown|yaml|csv)\b", re.I)
+# How a consumer states a requirement on the answer, whatever it is about: a deontic modal ("answers
+# must cite the section id", "the reply should be in German", "amounts need to be in EUR"), or the answer
+# said to lack a property ("the answer is not a JSON object ...", "the answer does not cite ...").
+_MODAL = re.compile(r"\b(?:must|should|shall|ha(?:s|ve) to|needs? to|(?:is|are) required to|(?:is|are) expected to)"
+                    r"\s+(?:always\s+)?(?P<req>.+)", re.I)
+_LACKS = re.compile(r"^(?:(?:the\s+)?(?:answer|output|reply|response|result)s?\s+(?:(?P<be>is|was|are|were)\s+not|"
+                    r"(?:does|did|do)\s+not|doesn't|didn't)|(?P<bare>not))\s+(?P<req>.+)", re.I)
 # Ids, amounts and dates carry no intent: "Where is order A-1003?" and "... A-2710?" ask the same thing.
 _IDS = re.compile(r"[A-Za-z]*[-_#]?\d[\w\-./:]*")
 
@@ -155,7 +163,7 @@ class Cluster:
 
     key: str
     task: str | None            # the members' most common ``metadata.task`` (None without labels)
-    signature: str              # "tool:<name>:<error type>" | "format" | "answer"
+    signature: str              # "tool:<name>:<error type>" | "format:<requirement>" | "answer"
     kind: Literal["tool_error", "format", "answer"]
     failures: list[Episode] = field(default_factory=list)
     tool: str | None = None
@@ -205,9 +213,36 @@ def _signature(e: Episode) -> tuple[str, str, str | None, str | None]:
     if errs:
         t = errs[0]
         return f"tool:{t.name}:{t.error_type or 'error'}", "tool_error", t.name, t.error_type
-    if e.verdict and _FORMAT.search(e.verdict):
-        return "format", "format", None, None
+    req = requirement_of(e.verdict) if e.verdict else None
+    if req is not None:
+        return f"format:{_IDS.sub('#', req.lower())}", "format", None, None
     return "answer", "answer", None, None
+
+
+def requirement_of(verdict: str) -> str | None:
+    """What a consumer's rejection reason, a judge's rubric or a validator's message requires of the
+    answer, as a verb phrase ("cite the section id", "be a JSON object with an 'answer' key"), or
+    ``None`` when it states no requirement ("wrong answer", "the refund was not issued").
+
+    Read from how a requirement is said, not what it is about: a clause with a deontic modal ("answers
+    must cite the section id") or one saying the answer lacks a property ("the answer is not in EUR"),
+    after a leading label ("format: …", "rejected: …"). Failures are clustered on the requirement,
+    and :func:`molt.control.diagnose.propose` offers a harness edit stating it."""
+    for clause in re.split(r"(?<=[.;!?])\s+(?=[A-Z])|\s*\n\s*", verdict.strip()):
+        clause = re.sub(r"^(?:[A-Za-z][\w -]{0,30}:\s*)+", "", clause.strip()).strip().rstrip(".;!? ")
+        m = _MODAL.search(clause)
+        if m:
+            return _tidy_requirement(m.group("req"))
+        m = _LACKS.match(clause)
+        if m:
+            req = m.group("req")
+            return _tidy_requirement(("be " + req) if m.group("be") or m.group("bare") else req)
+    return None
+
+
+def _tidy_requirement(text: str) -> str | None:
+    text = " ".join(text.split()).strip().rstrip(".;!? ")
+    return text[:200] if re.search(r"[A-Za-z]{2,}", text) else None
 
 
 def intent_text(question: str) -> str:

@@ -14,8 +14,10 @@ Each cluster that passes gets the candidates that could fix it, built from the t
 ``skill_patch``           a multi-step procedure that the intent's successes share and its
                           failures lack, whatever signalled the failures (a tool error, a late
                           negative reward, a correction): procedural instructions with a trigger
-``harness_edit``          format failures: the verdict's format requirement becomes a system-
-                          prompt rule; answer failures: a generic "check your work" rule
+``harness_edit``          failures whose verdict states a requirement on the answer (a consumer's
+                          rejection reason, a rubric, a validator's message — whatever it is
+                          about: a citation, a JSON field, a unit, a language): a system-prompt
+                          rule stating it; answer failures: a generic "check your work" rule
 ``weight_update``         answer failures (no tool error): only when context changes were
                           replayed on the cluster and failed (decided by the selector), sized by
                           recurrence across tenants
@@ -55,6 +57,7 @@ from molt.control.clusters import (
     embed_texts,
     fisher_greater,
     intent_text,
+    requirement_of,
     resolve_embedder,
     same_pattern,
 )
@@ -151,13 +154,14 @@ def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *,
                              payload={"name": name, "trigger": trigger, "instructions": instructions},
                              source_trajectories=src))
     if cluster.kind == "format":
-        verdict = Counter(e.verdict or "" for e in cluster.failures).most_common(1)[0][0]
-        req = _requirement(verdict)
-        out.append(Candidate(kind="harness_edit", cluster=cluster.key, cost=COSTS["harness_edit"],
-                             description=f"system-prompt rule from the verifier's format requirement: {req}",
-                             parts=parts.with_system_prompt(f"Output format: every answer must be {req}."),
-                             payload={"system_prompt": f"Output format: every answer must be {req}."},
-                             source_trajectories=ids))
+        reqs = Counter(r for e in cluster.failures if e.verdict for r in [requirement_of(e.verdict)] if r)
+        if reqs:
+            req = reqs.most_common(1)[0][0]
+            rule = f"Requirement on every answer (its consumer rejects answers that break it): answers must {req}."
+            out.append(Candidate(kind="harness_edit", cluster=cluster.key, cost=COSTS["harness_edit"],
+                                 description=f"system-prompt rule stating the consumer's requirement: {req}",
+                                 parts=parts.with_system_prompt(rule), payload={"system_prompt": rule},
+                                 source_trajectories=ids))
     if cluster.kind == "answer":
         rule = "Before answering, re-check every figure and computation step by step."
         if rule not in (parts.harness.system_prompt or ""):
@@ -353,12 +357,6 @@ def _with_notes(parameters: dict[str, Any], names: list[str], note: str) -> dict
         prop["description"] = f"{desc} Note: {note}".strip()
         params["properties"][n] = prop
     return params
-
-
-def _requirement(verdict: str) -> str:
-    text = re.sub(r"^.*?format:\s*", "", verdict, flags=re.I)
-    text = re.sub(r"^(the )?(answer|output) (is|was) not\s+", "", text, flags=re.I)
-    return text.strip().rstrip(".") or "in the required format"
 
 
 def _procedure(cluster: Cluster, window: Sequence[Episode]) -> tuple[str, str, str, list[str]] | None:

@@ -153,6 +153,9 @@ class PlaneSettings(BaseModel):
     guarded_weight: float = 0.1
     #: Its sequential test's false-promotion rate (and harm test's level).
     guarded_alpha: float = 0.05
+    #: The fewest failures a cluster needs for a guarded canary: one or two asks of anything are noise,
+    #: whatever their replay says.
+    guarded_min_failures: int = 3
     #: Its exposure bound: canary runs, and seconds since it started; past either without a decision it
     #: is aborted.
     guarded_max_requests: int = 60
@@ -950,9 +953,9 @@ class ControlPlane:
         guarded = []
         for cand, ev in passed:
             r = ev["replay"]
-            if s.guarded and cand.kind in GUARDED_KINDS and self._promising(r) and (
-                    ev.get("bar") == "guarded" or not self._clears(r)):
-                size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
+            size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
+            if s.guarded and cand.kind in GUARDED_KINDS and self._promising(r) and size >= s.guarded_min_failures \
+                    and (ev.get("bar") == "guarded" or not self._clears(r)):
                 guarded.append((cand, ev, r["success_delta"] * size - s.cost_lambda * cand.cost * size))
             if ev.get("bar") == "guarded":
                 continue  # not evidence enough for the strict bar, only for a guarded canary
