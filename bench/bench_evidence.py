@@ -120,8 +120,9 @@ def choices(per_kind: int, root: Path) -> dict[str, Any]:
             for s in picked:
                 r = run_scenario(s, root / f"{bar.split()[0]}-{flip}", settings=settings, flip=flip,
                                  late_corrections=True)
+                guarded = bool(r.cycle and "guard" in r.cycle.record.signals)
                 rows.append({"name": s.name, "kind": s.kind, "truth": s.truth, "choice": r.choice,
-                             "right": r.choice == s.truth, "guarded": bool(r.cycle and "guard" in r.cycle.record.signals)})
+                             "right": r.choice == s.truth, "guarded": guarded})
             out[f"{flip}|{bar}"] = rows
             console.print(f"  flip {flip:.0%} {bar:16} {sum(x['right'] for x in rows)}/{len(rows)} right",
                           highlight=False)

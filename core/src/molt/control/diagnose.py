@@ -74,12 +74,13 @@ __all__ = ["ALPHA", "COSTS", "SCREEN", "SIMILARITY", "TOLERABLE", "Candidate", "
 
 log = logging.getLogger("molt.control")
 
-Kind = Literal["memory_insert", "skill_patch", "harness_edit", "tool_schema_edit", "weight_update", "rollback",
-               "noop"]
+Kind = Literal["memory_insert", "memory_update", "memory_retire", "skill_patch", "harness_edit", "tool_schema_edit",
+               "weight_update", "rollback", "noop"]
 
 #: Relative cost of each intervention (compute, latency, token budget, blast radius): the selector
 #: prefers the cheapest sufficient one.
-COSTS: dict[str, float] = {"rollback": 0.5, "memory_insert": 1.0, "tool_schema_edit": 2.0, "harness_edit": 2.5,
+COSTS: dict[str, float] = {"rollback": 0.5, "memory_retire": 0.5, "memory_update": 0.9, "memory_insert": 1.0,
+                           "tool_schema_edit": 2.0, "harness_edit": 2.5,
                            "skill_patch": 3.0, "weight_update": 50.0, "noop": 0.0}
 
 _ARG_ERRORS = re.compile(r"(validation|value|type|schema|argument|invalid)", re.I)
@@ -322,6 +323,14 @@ def agreed_correction(cluster: Cluster, *, redactor: Any = None, embedder: Embed
             groups.append([(tid, text)])
     best = max(groups, key=len)
     if len(best) * 2 <= len(per):
+        changed = _changed_fact(per, groups)
+        if changed is not None:
+            said = Counter(t for _, t in changed)
+            text = min(said, key=lambda t: (-said[t], len(t), t))
+            cluster.notes.append(f"the users' corrections changed over time: the latest {len(changed)} agree, after "
+                                 f"{len(per) - len(changed)} earlier one(s) that stated other facts — a change, not "
+                                 f"noise")
+            return text, [tid for tid, _ in changed], len(changed)
         cluster.notes.append(f"the users' corrections disagree: {len(per)} correction(s) in {len(groups)} group(s) "
                              f"stating different facts, the largest backed by {len(best)} — no majority, so no "
                              f"memory (they contradict each other, or each is specific to its own request)")
@@ -329,6 +338,20 @@ def agreed_correction(cluster: Cluster, *, redactor: Any = None, embedder: Embed
     said = Counter(t for _, t in best)
     text = min(said, key=lambda t: (-said[t], len(t), t))
     return text, [tid for tid, _ in best], len(best)
+
+
+def _changed_fact(per: list[tuple[str, str]], groups: list[list[tuple[str, str]]]) -> list[tuple[str, str]] | None:
+    """The group of corrections that superseded the others: ``per`` is in time order (the window's, oldest
+    first); when the latest three or more corrections all agree, and every correction of their group comes
+    after every other correction, the facts changed (a new policy) — the later word is the fact. Otherwise
+    ``None`` (contradiction without an order is noise)."""
+    where = {tid: i for i, g in enumerate(groups) for tid, _ in g}
+    last = where[per[-1][0]]
+    members = [i for i, (tid, _) in enumerate(per) if where[tid] == last]
+    first = members[0]
+    if len(members) < 3 or members != list(range(first, len(per))) or first == 0:
+        return None
+    return [per[i] for i in members]
 
 
 def rollback_candidate(live: PolicyVersion, previous: PolicyVersion, window: Sequence[Episode]) -> Candidate:

@@ -326,7 +326,8 @@ class CanaryState:
 
 
 def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[tuple[bool, bool]], *,
-                 prior: tuple[float, float], alpha: float, max_runs: int, expired: bool) -> CanaryState:
+                 prior: tuple[float, float], alpha: float, max_runs: int, expired: bool,
+                 served: int | None = None) -> CanaryState:
     """The guarded canary's decision from its runs' outcomes (``canary``), the live version's beside it
     (``live``) and the ``pairs`` (canary outcome, live outcome) the plane matched in time.
 
@@ -336,24 +337,26 @@ def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[t
     (:func:`mixture_ratio`, mixing prior ``prior`` = Beta(1 + fixed, 1 + broken) of the replay) is a
     test martingale: promoting when it reaches ``1 / alpha`` promotes a change without effect with
     probability at most ``alpha``, whenever the plane looks (mSPRT). Harm is the mirror image with a
-    flat prior (abort at ``1 / alpha``). At the exposure bound (``max_runs`` canary runs, or
-    ``expired``) without a decision the canary is aborted: the experiment ended without evidence."""
-    wins = sum(1 for c, l in pairs if c and not l)
-    losses = sum(1 for c, l in pairs if l and not c)
+    flat prior (abort at ``1 / alpha``). At the exposure bound (``max_runs`` canary runs — ``served``, all
+    the canary served, when the outcomes tested are only those of its target —, or ``expired``) without a
+    decision the canary is aborted: the experiment ended without evidence."""
+    wins = sum(1 for c, lv in pairs if c and not lv)
+    losses = sum(1 for c, lv in pairs if lv and not c)
     ratio = mixture_ratio(wins, losses, *prior)
     harm = mixture_ratio(losses, wins, 1.0, 1.0)
     n1, k1, n0, k0 = len(canary), sum(canary), len(live), sum(live)
+    exposed = max(n1, served or 0)
     bar = 1.0 / alpha
     if harm >= bar:
         decision, why = "abort", f"harm: mixture ratio {harm:.1f} ≥ {bar:g} ({losses} pairs lost, {wins} won)"
     elif ratio >= bar:
         decision, why = "promote", f"mixture ratio {ratio:.1f} ≥ {bar:g} ({wins} pairs won, {losses} lost)"
-    elif n1 >= max_runs or expired:
-        decision, why = "abort", (f"exposure bound reached ({n1} canary runs{', time up' if expired else ''}) at "
+    elif exposed >= max_runs or expired:
+        decision, why = "abort", (f"exposure bound reached ({exposed} canary runs{', time up' if expired else ''}) at "
                                   f"mixture ratio {ratio:.2f} < {bar:g}: no evidence, the change is withdrawn")
     else:
         decision, why = "continue", (f"mixture ratio {ratio:.2f} < {bar:g} ({wins} won, {losses} lost of "
-                                     f"{len(pairs)} pairs) on {n1}/{max_runs} canary runs")
+                                     f"{len(pairs)} pairs) on {exposed}/{max_runs} canary runs")
     return CanaryState((k1, n1), (k0, n0), wins, losses, prior, ratio, harm, alpha, decision, why)
 
 

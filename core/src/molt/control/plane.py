@@ -66,8 +66,10 @@ from pydantic import BaseModel, ConfigDict
 
 from molt.backends.base import BaseBackend
 from molt.control.approval import Approval, Proposals, needs_approval, proposal_evidence
+from molt.control.clusters import embed_texts, intent_text, resolve_embedder
 from molt.control.diagnose import (
     ALPHA,
+    COSTS,
     SCREEN,
     SIMILARITY,
     TOLERABLE,
@@ -99,13 +101,15 @@ from molt.errors import InterventionError, MoltError
 from molt.harness import Skill
 from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
 from molt.replay.evaluate import Evaluation, ReplayMemo, newcombe_diff
+from molt.replay.generic import checkable_facts
 from molt.store import Store, sql_str
 
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled", "settings_from_pairs"]
 
 log = logging.getLogger("molt.control")
 #: The cheap, reversible changes a guarded canary may try (weight updates keep the strict bar).
-GUARDED_KINDS = frozenset({"memory_insert", "skill_patch", "harness_edit", "tool_schema_edit"})
+GUARDED_KINDS = frozenset({"memory_insert", "memory_update", "memory_retire", "skill_patch", "harness_edit",
+                           "tool_schema_edit"})
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
@@ -301,6 +305,10 @@ class ControlPlane:
         self._agent: AgentEvidence | None = None
         self._family: set[str] = set()
         self._guard: dict[str, Any] | None = None
+        self._running_guard: PolicyVersion | None = None
+        # Per backend: whether the replay model uses what its context states (_context_probe).
+        self._probes: dict[int, tuple[bool, str]] = {}
+        self._probe_note: tuple[bool, str] | None = None
         # Across cycles: each trajectory's replay under each policy (by content), reused while the
         # trajectory and its rewards are unchanged — a sliding window meets the same runs cycle after cycle.
         self.replays = ReplayMemo()
@@ -383,6 +391,7 @@ class ControlPlane:
         self._confirm_levels = {}
         self._region_live = {}
         self._guard = None
+        self._running_guard = None
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
         self._gate_ctx = gate_context(live, window)
         signals = compute_signals(window, live_version=live.version_id)
@@ -445,6 +454,7 @@ class ControlPlane:
                 continue
             clusters[c.key] = c
             made = propose(c, window, live, redactor=self.redactor, embedder=self.embedder, similarity=s.similarity)
+            made += self._lifecycle(c, made, live)
             # A screened cluster is not evidence enough for weights: replay cannot confirm a weight update.
             candidates.extend(x for x in made if c.significant or x.kind != "weight_update")
         if self.reflector is not None and clusters:
@@ -458,9 +468,10 @@ class ControlPlane:
         n_sig = sum(1 for c in clusters.values() if c.significant)
         ag = self._agent
         assert ag is not None
+        verdict = "significant" if ag.significant else "not significant"
         rec.actions.append(f"agent: {ag.failures} of {ag.requests} failed, p={ag.p_value:.3g} against the tolerated "
-                           f"{ag.tolerable:g} at {ag.level:.3g} ({'significant' if ag.significant else 'not significant'}"
-                           f"); reward flip rate {self._flips.rate:.2f} (95% upper {self._flips.upper:.2f})")
+                           f"{ag.tolerable:g} at {ag.level:.3g} ({verdict}); reward flip rate {self._flips.rate:.2f} "
+                           f"(95% upper {self._flips.upper:.2f})")
         rec.actions.append(f"{n_sig + len(faults)} failure cluster(s) significant at alpha {s.alpha} "
                            f"(of {len(found)}, Holm), {len(faults)} of them environment faults, "
                            f"{len(screened) - len(self._family)} more screened at {s.screen} (their candidates need "
@@ -491,6 +502,7 @@ class ControlPlane:
                                  f"{best.evidence.level:.3g})" if best is not None and best.evidence is not None
                                  else f" ({sum(c.size for c in found)} failure(s) in {len(found)} cluster(s))"
                                  if found else " (no failures in the window)"))
+            self._while_guarded(rec)
             self.log.append(rec)
             return result
 
@@ -534,6 +546,10 @@ class ControlPlane:
                 if self._sufficient(evidence["replay"]) and found_sufficient is None:
                     found_sufficient = (cand.cost, cand.kind)
 
+        facts = {c.cluster for c in candidates if c.kind in ("memory_insert", "memory_update")}
+        self._probe_note = None
+        if any(c.kind == "weight_update" and c.cluster in facts for c in candidates):
+            self._probe_note = await self._context_probe(agent_id)
         chosen, why = self._select(passed, candidates, clusters, result.evaluations)
         if chosen is None:
             notes = [f"{c.key}: {n}" for c in clusters.values() for n in c.notes]
@@ -548,6 +564,7 @@ class ControlPlane:
                 # evidence for a later window), or none of the significant ones' candidates passed.
                 if not significant or (not passed and not any(c.kind == "weight_update" for c in candidates)):
                     rec.choice = "environment_fault"
+            self._while_guarded(rec)
             self.log.append(rec)
             return result
         wu_entry = chosen.model_dump(mode="json", exclude={"parts"})
@@ -557,6 +574,12 @@ class ControlPlane:
         rec.choice = chosen.kind
         rec.chosen_candidate = chosen.candidate_id
         rec.reason = why
+        if self._running_guard is not None:
+            # One change at a time: a change with strict evidence takes the guarded canary's place (the
+            # guarded change is proposed again, on its own evidence, once this one is decided).
+            g = self._running_guard
+            self.registry.abort(g.version_id, actor=self.actor, reason=f"withdrawn for {chosen.kind}: strict evidence")
+            rec.actions.append(f"guarded canary {g.version_id} withdrawn: {chosen.kind} clears the strict bar")
         try:
             result.version = self._apply(chosen, live, rec)
         except MoltError as exc:
@@ -692,6 +715,71 @@ class ControlPlane:
             return True
         return False
 
+    def _lifecycle(self, cluster: Cluster, made: list[Candidate], live: PolicyVersion) -> list[Candidate]:
+        """Candidates that age the live version's memories for ``cluster``: *update* — a newer fact (the
+        users' agreed correction) on the same topic as a live memory that states other facts supersedes
+        it (the memory replaced, replayed on the window) — and *retire* — the live version without one of
+        its memories (a drop after an upstream change, or a memory gone stale: replay with and without
+        each part says which explains the failures). Replay decides; a weight update is never chosen while
+        one of them fixes the cluster."""
+        if not live.parts.memory_ids:
+            return []
+        mems = self.memories.memories(live.tenant_id, list(live.parts.memory_ids))
+        if not mems:
+            return []
+        out: list[Candidate] = []
+        ids = [e.trajectory_id for e in cluster.failures]
+        emb = resolve_embedder(self.embedder)
+        texts = [m.text for m in mems]
+        mem_vecs = embed_texts(emb, texts)
+        for new in [c for c in made if c.kind == "memory_insert"]:
+            vec = embed_texts(emb, [new.payload["text"]])[0]
+            mine = {f.lower() for f in checkable_facts(new.payload["text"])}
+            for m, v in zip(mems, mem_vecs, strict=True):
+                theirs = {f.lower() for f in checkable_facts(m.text)}
+                if float(v @ vec) >= self.settings.similarity and mine != theirs:
+                    out.append(Candidate(
+                        kind="memory_update", cluster=cluster.key, cost=COSTS["memory_update"],
+                        description=f"update memory {m.memory_id} ('{m.text[:60]}') with the newer fact: "
+                                    f"{new.payload['text'][:100]}",
+                        parts=live.parts.model_copy(update={"memory_ids": tuple(
+                            i for i in live.parts.memory_ids if i != m.memory_id)}),
+                        payload={"text": new.payload["text"], "replaces": m.memory_id, "old_text": m.text},
+                        source_trajectories=new.source_trajectories))
+        centroid = cluster.centroid
+        ranked = sorted(zip(mems, mem_vecs, strict=True), key=lambda mv: -float(mv[1] @ centroid)
+                        if centroid is not None and len(centroid) == len(mv[1]) else 0.0)
+        for m, _ in ranked[:3]:
+            out.append(Candidate(
+                kind="memory_retire", cluster=cluster.key, cost=COSTS["memory_retire"],
+                description=f"retire memory {m.memory_id} ('{m.text[:80]}'): replay the cluster without it",
+                parts=live.parts.model_copy(update={"memory_ids": tuple(
+                    i for i in live.parts.memory_ids if i != m.memory_id)}),
+                payload={"memory_id": m.memory_id, "text": m.text}, source_trajectories=ids))
+        return out
+
+    async def _context_probe(self, agent_id: str) -> tuple[bool, str]:
+        """Whether the replay model uses a fact its system prompt states (a made-up one it cannot know):
+        when it does not, replay cannot judge a context change on this model, and a replayed memory that
+        "did not help" says nothing about the memory."""
+        be = self.backend_for(agent_id)
+        key = id(be)
+        if key not in self._probes:
+            from molt.backends.base import ChatRequest
+
+            code = "7291"
+            try:
+                await be.start()
+                res = await be.chat(ChatRequest(model=be.model, max_tokens=24, temperature=0.0, messages=[
+                    {"role": "system", "content": f"Fact: the archive's door code is {code}."},
+                    {"role": "user", "content": "What is the archive's door code?"}]))
+                answer = res.choices[0].text or ""
+                self._probes[key] = (code in answer, f"asked a door code its system prompt states ({code}), it "
+                                                     f"answered {answer[:80]!r}")
+            except Exception as exc:  # a probe that fails says nothing either way
+                self._probes[key] = (True, f"the probe failed ({type(exc).__name__}: {exc})")
+        return self._probes[key]
+
     def _guard_of(self, canary: PolicyVersion) -> dict[str, Any] | None:
         """The guard the decision that started ``canary`` recorded (``None``: an ordinary canary)."""
         for d in self.log.list(canary.tenant_id, canary.agent_id, limit=200):
@@ -707,13 +795,27 @@ class ControlPlane:
         rec = result.record
         started = datetime.fromisoformat(guard["started"])
         beside = [e for e in live_runs if _utc(e.started_at) >= started] or live_runs
+        # Harm anywhere: the canary's pooled success rate significantly below the live one's aborts it.
+        if mine and beside:
+            k1, k0 = sum(bool(e.success) for e in mine), sum(bool(e.success) for e in beside)
+            if newcombe_diff(k1, len(mine), k0, len(beside))[1] < 0:
+                why = (f"harm: {k1}/{len(mine)} canary runs succeeded against {k0}/{len(beside)} live, the 95% "
+                       f"interval of the difference below zero")
+                self.registry.abort(c.version_id, actor=self.actor, reason=f"guarded canary: {why}")
+                rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {why}"
+                rec.applied_version = live.version_id
+                return True
+        # The sequential test reads the requests the change is about (its cluster's task, or requests like
+        # its failures): elsewhere the two versions are the same agent, and their pairs only add noise.
+        served = len(mine)
+        mine, beside = self._targeted(guard, mine), self._targeted(guard, beside)
         pairs = pair_in_time([(_utc(e.started_at), bool(e.success)) for e in mine],
                              [(_utc(e.started_at), bool(e.success)) for e in beside])
         expired = (datetime.now(UTC) - started).total_seconds() >= float(guard.get("max_s", 0) or 0)
         prior = guard.get("prior") or [1.0, 1.0]
         st = canary_state([bool(e.success) for e in mine], [bool(e.success) for e in beside], pairs,
                           prior=(float(prior[0]), float(prior[1])), alpha=float(guard["alpha"]),
-                          max_runs=int(guard["max_requests"]), expired=expired)
+                          max_runs=int(guard["max_requests"]), expired=expired, served=served)
         rec.signals["canary"] = st.summary() | {"version": c.version_id}
         rec.actions.append(f"guarded canary {c.version_id}: {st.why}")
         if st.decision == "promote":
@@ -732,8 +834,36 @@ class ControlPlane:
             rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {st.why}"
             rec.applied_version = live.version_id
         else:
+            # The canary goes on; the cycle looks on for a change with strict evidence, which would take
+            # its place (a guarded canary must not hold up what the strict bar already allows).
             rec.choice, rec.reason = "noop", f"guarded canary {c.version_id} running: {st.why}"
+            self._running_guard = c
+            return False
         return True
+
+    def _while_guarded(self, rec: DecisionRecord) -> None:
+        """A cycle that made no change while a guarded canary runs: the canary's state is the decision."""
+        g = self._running_guard
+        if g is None:
+            return
+        state = rec.signals.get("canary") or {}
+        rec.reason = (f"guarded canary {g.version_id} running: {state.get('why', '')}; meanwhile no change "
+                      f"clears the strict bar ({rec.reason})")
+        rec.choice = "noop"
+
+    def _targeted(self, guard: Mapping[str, Any], runs: list[Episode]) -> list[Episode]:
+        """The runs of the guarded change's target: requests whose intent is like one of its cluster's
+        failures' (the clustering's similarity), of its task when it has one."""
+        if guard.get("task"):
+            runs = [e for e in runs if e.task == guard["task"]]
+        qs = [q for q in guard.get("questions") or [] if q]
+        if not qs or not runs:
+            return runs
+        emb = resolve_embedder(self.embedder)
+        ref = embed_texts(emb, qs)
+        got = embed_texts(emb, [intent_text(e.question) for e in runs])
+        sims = (got @ ref.T).max(axis=1)
+        return [e for e, sim in zip(runs, sims, strict=True) if float(sim) >= self.settings.similarity]
 
     def _previous(self, live: PolicyVersion) -> PolicyVersion | None:
         return self.registry.rollback_target(live.tenant_id, live.agent_id)
@@ -762,18 +892,19 @@ class ControlPlane:
             return {"rejected": f"safety: {len(foreign)} source trajectories are not {tenant}'s"}
         extra_mem: list[str] = []
         extra_skill: list[Skill] = []
-        if cand.kind in ("memory_insert", "skill_patch"):
-            keys = ("text",) if cand.kind == "memory_insert" else ("name", "trigger", "instructions")
+        is_memory = cand.kind in ("memory_insert", "memory_update")
+        if is_memory or cand.kind == "skill_patch":
+            keys = ("text",) if is_memory else ("name", "trigger", "instructions")
             bad = [k for k in keys if not isinstance(cand.payload.get(k), str) or not cand.payload[k].strip()]
             if bad:
                 return {"rejected": f"malformed {cand.kind.replace('_', ' ')}: empty or missing {', '.join(bad)}"}
-            texts = ([cand.payload["text"]] if cand.kind == "memory_insert"
+            texts = ([cand.payload["text"]] if is_memory
                      else [cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"]])
             found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]})
             if found:
                 return {"rejected": f"safety: generated {cand.kind.replace('_', ' ')} contains "
                                     f"{', '.join(found)}; it is never stored or served"}
-            if cand.kind == "memory_insert":
+            if is_memory:
                 extra_mem.append(cand.payload["text"])
             else:
                 extra_skill.append(Skill(name=cand.payload["name"], instructions=cand.payload["instructions"]))
@@ -975,6 +1106,8 @@ class ControlPlane:
             cand, delta, ci, j = max(clearing, key=lambda x: x[3])
             return cand, (f"best partial fix: replay {delta:+.0%} on {cand.cluster} "
                           f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), J={j:.1f}")
+        if self._running_guard is not None:
+            return None, "a guarded canary is running (only a change with strict evidence may take its place)"
         if guarded:
             # The canary is the experiment: a cheap, reversible change with positive replay evidence but a
             # wide interval goes to a guarded canary (its sequential test on live outcomes decides).
@@ -987,7 +1120,12 @@ class ControlPlane:
                 fixed = round((r.get("candidate_success_rate") or 0.0) * (r.get("scored") or 0)
                               - (r.get("baseline_success_rate") or 0.0) * (r.get("scored") or 0))
                 broken = 0
-            self._guard = {"candidate": cand.candidate_id, "prior": [1.0 + max(0, int(fixed)), 1.0 + int(broken or 0)],
+            cl = clusters.get(cand.cluster)
+            self._guard = {"candidate": cand.candidate_id, "cluster": cand.cluster,
+                           "task": cl.task if cl is not None else None,
+                           "questions": list(dict.fromkeys(intent_text(e.question) for e in cl.failures))[:12]
+                           if cl is not None else [],
+                           "prior": [1.0 + max(0, int(fixed)), 1.0 + int(broken or 0)],
                            "alpha": s.guarded_alpha, "max_requests": s.guarded_max_requests,
                            "max_s": s.guarded_max_s, "share": s.guarded_weight}
             ci = r.get("success_delta_ci") or [None, None]
@@ -1068,6 +1206,16 @@ class ControlPlane:
             # a candidate replayed against the live version then "fails" because nothing is left to fix.
             return [], (f"{cluster.key}: a failure under the live version {live} — its {cluster.size} failure(s) "
                         f"were recorded under {', '.join(sorted(stamped))}")
+        facts = [c for c in all_candidates if c.cluster == cluster.key and c.kind in ("memory_insert", "memory_update")]
+        if facts:
+            # The users agree on a fact: a missing (or changed) fact is context's to fix, never training's.
+            used, probe = self._probe_note if self._probe_note is not None else (True, "")
+            why = (f"the replay model does not use its context ({probe}): replay cannot judge the memory here"
+                   if not used else "the memory did not clear the bar on replay")
+            fact = str(facts[0].payload.get("text", ""))[:80]
+            return [], (f"{cluster.key}: its users' corrections agree on a fact ({fact!r}), and a fact is never "
+                        f"sent to training; {why} — the cluster waits for a replay that can judge it or for a "
+                        f"guarded canary")
         tried: list[str] = []
         untried: list[str] = []
         for c in all_candidates:
@@ -1171,6 +1319,13 @@ class ControlPlane:
             m = self.memories.add_memory(t, cand.payload["text"], agent_id=a,
                                          source_trajectory_id=(cand.source_trajectories or [None])[0])
             parts = live.parts.with_memories([m.memory_id])
+        elif cand.kind == "memory_update":
+            m = self.memories.add_memory(t, cand.payload["text"], agent_id=a,
+                                         source_trajectory_id=(cand.source_trajectories or [None])[0])
+            parts = (cand.parts or live.parts).with_memories([m.memory_id])
+            rec.actions.append(f"memory {cand.payload.get('replaces')} superseded by {m.memory_id}")
+        elif cand.kind == "memory_retire":
+            rec.actions.append(f"memory {cand.payload.get('memory_id')} retired from the version")
         elif cand.kind == "skill_patch":
             sk = self.memories.add_skill(t, cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"],
                                          agent_id=a, source_trajectory_id=(cand.source_trajectories or [None])[0])
