@@ -19,7 +19,8 @@ with 0 %, 15 % and 25 % of the outcome rewards flipped and the users' correction
    the share whose choice is the ground truth's intervention (a guarded canary counts as its kind).
 
 Run: ``.venv/bin/python bench/bench_evidence.py`` (``--seeds 40 --per-kind 1``; ``--part false`` or
-``--part choices`` for one part). Writes ``bench/out/evidence.json``.
+``--part choices`` for one part, ``--kinds``, ``--bars guarded,strict``). Writes ``bench/out/evidence.json``
+as it goes.
 """
 
 from __future__ import annotations
@@ -94,36 +95,42 @@ def _changed(r: Any) -> bool:
     return r.cycle is not None and (r.cycle.version is not None or r.choice == "weight_update")
 
 
-def false_changes(seeds: int, root: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kind in ("noise-only", "contradicting", "environment fault"):
-        for bar, settings in BARS.items():
-            rows = []
+KINDS = ("noise-only", "contradicting", "environment fault")
+
+
+def false_changes(seeds: int, root: Path, kinds: list[str], bars: list[str], save: Any,
+                  out: dict[str, Any]) -> dict[str, Any]:
+    for kind in kinds:
+        for bar in bars:
+            settings = BARS[bar]
+            rows: list[dict[str, Any]] = []
             for seed in range(seeds):
                 flip = FLIPS[seed % len(FLIPS)]
                 r = run_scenario(window(kind, seed), root / bar.split()[0], settings=settings, flip=flip,
                                  late_corrections=True)
                 rows.append({"seed": seed, "flip": flip, "choice": r.choice, "changed": _changed(r),
                              "reason": r.reason[:200]})
-            out[f"{kind}|{bar}"] = rows
+                out[f"{kind}|{bar}"] = rows
+                save()
             n = sum(x["changed"] for x in rows)
             console.print(f"  {kind:18} {bar:16} {n}/{len(rows)} changed", highlight=False)
     return out
 
 
-def choices(per_kind: int, root: Path) -> dict[str, Any]:
+def choices(per_kind: int, root: Path, bars: list[str], save: Any, out: dict[str, Any]) -> dict[str, Any]:
     picked = [s for k in TRUTH for s in [x for x in SCENARIOS if x.kind == k][:per_kind]]
-    out: dict[str, Any] = {}
     for flip in FLIPS:
-        for bar, settings in BARS.items():
-            rows = []
+        for bar in bars:
+            settings = BARS[bar]
+            rows: list[dict[str, Any]] = []
             for s in picked:
                 r = run_scenario(s, root / f"{bar.split()[0]}-{flip}", settings=settings, flip=flip,
                                  late_corrections=True)
                 guarded = bool(r.cycle and "guard" in r.cycle.record.signals)
                 rows.append({"name": s.name, "kind": s.kind, "truth": s.truth, "choice": r.choice,
                              "right": r.choice == s.truth, "guarded": guarded})
-            out[f"{flip}|{bar}"] = rows
+                out[f"{flip}|{bar}"] = rows
+                save()
             console.print(f"  flip {flip:.0%} {bar:16} {sum(x['right'] for x in rows)}/{len(rows)} right",
                           highlight=False)
     return out
@@ -134,27 +141,40 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=40)
     ap.add_argument("--per-kind", type=int, default=1)
     ap.add_argument("--part", choices=["both", "false", "choices"], default="both")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="false-change window kinds, comma-separated")
+    ap.add_argument("--bars", default=",".join(b.split()[0] for b in BARS), help="guarded,strict")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "evidence.json"))
     args = ap.parse_args()
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bars = [b for b in BARS if b.split()[0] in args.bars.split(",")]
     t0 = time.perf_counter()
     result: dict[str, Any] = {"seeds": args.seeds, "per_kind": args.per_kind}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # what is done so far, so a long run can be read before it ends
+        out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+
     with tempfile.TemporaryDirectory(prefix="molt-bench-evidence-") as d:
         if args.part in ("both", "false"):
             console.print(f"[bold]false changes[/bold] ({args.seeds} seeded windows per kind, flips "
                           f"{'/'.join(f'{f:.0%}' for f in FLIPS)} over the seeds, late corrections)")
-            result["false_changes"] = false_changes(args.seeds, Path(d) / "false")
+            result["false_changes"] = {}
+            false_changes(args.seeds, Path(d) / "false", kinds, bars, save, result["false_changes"])
         if args.part in ("both", "choices"):
             console.print(f"[bold]right choices[/bold] (first {args.per_kind} scenario(s) of each kind)")
-            result["choices"] = choices(args.per_kind, Path(d) / "choices")
+            result["choices"] = {}
+            choices(args.per_kind, Path(d) / "choices", bars, save, result["choices"])
     if "false_changes" in result:
         t = Table(title="False-change rate on windows where nothing should change (bound: 5 %)")
         t.add_column("window")
         for bar in BARS:
             t.add_column(bar, justify="right")
-        for kind in ("noise-only", "contradicting", "environment fault"):
+        for kind in kinds:
             cells = []
             for bar in BARS:
-                rows = result["false_changes"][f"{kind}|{bar}"]
-                cells.append(f"{sum(x['changed'] for x in rows) / len(rows):.1%} of {len(rows)}")
+                rows = result["false_changes"].get(f"{kind}|{bar}") or []
+                cells.append(f"{sum(x['changed'] for x in rows) / len(rows):.1%} of {len(rows)}" if rows else "-")
             t.add_row(kind, *cells)
         console.print(t)
     if "choices" in result:
@@ -169,13 +189,12 @@ def main() -> None:
             for x in rows:
                 by[(x["kind"], float(flip), bar)].append(x["right"])
         for kind in TRUTH:
-            t.add_row(kind, *[f"{sum(v)}/{len(v)}" for flip in FLIPS for bar in BARS
+            t.add_row(kind, *[f"{sum(v)}/{len(v)}" if v else "-" for flip in FLIPS for bar in BARS
                               for v in [by[(kind, flip, bar)]]])
         console.print(t)
-    console.print(f"{time.perf_counter() - t0:.0f} s")
-    out = ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "evidence.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    result["seconds"] = round(time.perf_counter() - t0)
+    console.print(f"{result['seconds']} s")
+    save()
 
 
 if __name__ == "__main__":

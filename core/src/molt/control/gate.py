@@ -705,9 +705,9 @@ class SafetyGate:
         kw: dict[str, Any] = {"tools": tools, "system_prompt": system_prompt}
         p: Mapping[str, Any] = candidate.payload or {}
         kind = candidate.kind
-        if kind in ("rollback", "weight_update", "noop"):
+        if kind in ("rollback", "weight_update", "noop", "memory_retire"):
             return Verdict(accepted=True)  # no new text: a rollback restores a version that served
-        if kind == "memory_insert":
+        if kind in ("memory_insert", "memory_update"):
             return self._field("memory", p.get("text"), "memory", **kw)
         if kind == "skill_patch":
             verdicts = [self._field("skill name", p.get("name"), "skill", **kw),

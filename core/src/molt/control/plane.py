@@ -8,6 +8,9 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    judged by which tasks its few runs happened to draw): a delta below ``-canary_tolerance``, or a
    pooled rate significantly below the live one, aborts it (automatic rollback); ``canary_min``
    rewarded trajectories otherwise promote it. Either way the cycle ends there (one change at a time).
+   A *guarded* canary (below) is decided by its sequential test instead
+   (:func:`~molt.control.evidence.canary_state`: promote, abort on harm or at its exposure bound, or go
+   on — while it goes on the cycle continues, and a change with strict evidence takes its place).
 2. **Signals** (:mod:`molt.control.signals`) over the newest ``window`` trajectories.
 3. **Candidates**: a rollback when the live version — promoted inside the window — does worse than
    the one before it (:func:`~molt.control.diagnose.rollback_candidate`); and for every failure
@@ -37,7 +40,12 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    across tenants (≥ 2, ``min_cluster`` each) or is large (``min_weight_cluster``) — a candidate that
    could not be replayed is no evidence that context cannot fix it; a cluster still waiting is a no-op
    "waiting for evidence" naming what it waits for; else **no-op**, naming every significant cluster
-   and what became of its candidates (the record's ``signals["clusters"]`` describes each).
+   and what became of its candidates (the record's ``signals["clusters"]`` describes each). Before
+   the weight update, the **guarded** route (``guarded``): a cheap, reversible context change whose
+   replay is positive but whose interval is too wide for the bars above — on a significant or screened
+   cluster, or any cluster of an agent whose own failure rate is significant
+   (:func:`~molt.control.evidence.agent_evidence`) — goes to a guarded canary at ``guarded_weight``.
+   A weight update is never asked for a cluster whose users agree on a fact.
 6. **Apply**: a new version (live parts + the change) goes to canary at ``canary_weight`` — or live
    at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
    ``trainer`` hook (``None``: recorded as requested).
@@ -1207,15 +1215,6 @@ class ControlPlane:
             return [], (f"{cluster.key}: a failure under the live version {live} — its {cluster.size} failure(s) "
                         f"were recorded under {', '.join(sorted(stamped))}")
         facts = [c for c in all_candidates if c.cluster == cluster.key and c.kind in ("memory_insert", "memory_update")]
-        if facts:
-            # The users agree on a fact: a missing (or changed) fact is context's to fix, never training's.
-            used, probe = self._probe_note if self._probe_note is not None else (True, "")
-            why = (f"the replay model does not use its context ({probe}): replay cannot judge the memory here"
-                   if not used else "the memory did not clear the bar on replay")
-            fact = str(facts[0].payload.get("text", ""))[:80]
-            return [], (f"{cluster.key}: its users' corrections agree on a fact ({fact!r}), and a fact is never "
-                        f"sent to training; {why} — the cluster waits for a replay that can judge it or for a "
-                        f"guarded canary")
         tried: list[str] = []
         untried: list[str] = []
         for c in all_candidates:
@@ -1229,6 +1228,16 @@ class ControlPlane:
                              + (" (regressed held-back successes)" if rejected.startswith("regression") else ""))
             else:
                 untried.append(f"{c.kind}: {rejected or 'not replayed'}")
+        if facts:
+            # The users agree on a fact: a missing (or changed) fact is context's to fix, never training's.
+            used, probe = self._probe_note if self._probe_note is not None else (True, "")
+            why = (f"the replay model does not use its context ({probe}): replay cannot judge the memory here"
+                   if not used else "the memory did not clear the bar on replay" if tried else
+                   f"none of its context changes could be replayed ({'; '.join(untried)})")
+            fact = str(facts[0].payload.get("text", ""))[:80]
+            return [], (f"{cluster.key}: its users' corrections agree on a fact ({fact!r}), and a fact is never "
+                        f"sent to training; {why} — the cluster waits for a replay that can judge it or for a "
+                        f"guarded canary")
         if not tried:
             return [], (f"{cluster.key}: a context change replayed on it — "
                         + (f"none could be replayed ({'; '.join(untried)})" if untried else
