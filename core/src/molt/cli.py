@@ -356,9 +356,11 @@ def trajectories_export(
             sent, failed = export_otlp(s, otlp, where=where, progress=step)
             done = f"Sent {sent:,} spans to {otlp}" + (f"; {failed:,} failed" if failed else "")
         elif fmt == "hf":
+            from molt.governance.thorough import default_pass
             from molt.interop.hf import export_dataset
 
-            done = f"Exported {export_dataset(s, output, where=where, progress=step):,} trajectories to {output}"
+            n = export_dataset(s, output, where=where, progress=step, clean=default_pass().clean_many)
+            done = f"Exported {n:,} trajectories to {output}"
         elif fmt == "otlp":
             from molt.interop.otlp import write_otlp_file
 

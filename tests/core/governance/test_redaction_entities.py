@@ -222,15 +222,8 @@ def test_structured_detectors_in_digit_windows() -> None:
             {("ORGANIZATION", "Brightline Analytics"), ("ADDRESS", "Suite 4"), ("ADDRESS", "8010")},
         ),
         ("Ana Ruiz\n\n17 Hochstrasse 12\n Apt. 3\n Graz\n\n Austria 8010", {("ADDRESS", "8010")}),
-        # a list introduced as people, not a firm named after three surnames
-        (
-            "The shop is the brainchild of our 3 founders: Kovalev, Lee and Phillips.",
-            {("PERSON", "Kovalev"), ("PERSON", "Lee"), ("PERSON", "Phillips")},
-        ),
-        # the subject of "is a company / the brainchild of", any case
-        ("recargo is the brainchild of two engineers.", {("ORGANIZATION", "recargo")}),
-        ("The team arrived at Mozirje this morning.", {("LOCATION", "Mozirje")}),
-        ("Gayane shouted at the driver.", {("PERSON", "Gayane")}),
+        # the subject of "is a company", any case
+        ("recargo is a startup from Lisbon.", {("ORGANIZATION", "recargo")}),
         ("my name is janice beneventi.", {("PERSON", "janice beneventi")}),
     ],
 )
@@ -246,13 +239,13 @@ def test_a_firm_named_after_surnames_is_still_one() -> None:
 
 
 def test_run_memo_keeps_rules_that_look_past_its_key() -> None:
-    # "arrived at X" looks two words back, beyond the run memo's key (the run and the words next to it)
+    # "employed by X" looks two words back, beyond the run memo's key (the run and the words next to it)
     det = detectors.get("entities")()
-    first = "Yesterday the crew worked at Mozirje this morning."
-    second = "Yesterday the crew arrived at Mozirje this morning."
+    first = "Yesterday the crew was paid by Brennick this morning."
+    second = "Yesterday the crew was employed by Brennick this morning."
     fresh = found(detectors.get("entities")(), second)
     found(det, first)
-    assert found(det, second) == fresh and ("LOCATION", "Mozirje") in fresh
+    assert found(det, second) == fresh and ("ORGANIZATION", "Brennick") in fresh
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ import pytest
 from molt.governance.redaction import Redactor, native
 from molt.governance.redaction.evaluate import load_labelled
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "pii" / "presidio_generated_large.json"
+DATA = (Path(os.environ.get("MOLT_SHARED_DIR") or Path(__file__).resolve().parents[4] / "shared")
+        / "data" / "pii" / "presidio_generated_large.json")
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 ABI = native._abi()
 

@@ -267,8 +267,9 @@ def abstract_correction(text: str, redactor: Any = None) -> str:
     return out[:1].upper() + out[1:]
 
 
-# a placeholder (<PERSON_1>) or a keyed pseudonym (<PERSON_5e1f0a9c2b>), with the quotes or brackets around it
-_PLACEHOLDER = re.compile(r"[(\[{\"']*<[A-Z_]+_(?:\d+|[0-9a-f]{6,64})>[)\]}\"']*")
+# a placeholder (<PERSON_1>) or a keyed pseudonym (<PERSON_5e1f0a9c2b>), with its possessive clitic ("'s"
+# belongs to the name it follows, so it goes with it) and the quotes or brackets around it
+_PLACEHOLDER = re.compile(r"[(\[{\"']*<[A-Z_]+_(?:\d+|[0-9a-f]{6,64})>(?:['’]s\b)?[)\]}\"']*")
 
 
 def _tidy(text: str) -> str:

@@ -7,7 +7,7 @@ Two append-only LanceDB tables in the :class:`~molt.store.Store`:
 - ``skills``: skill patches (:class:`SkillPatch`): named procedural instructions with a trigger that
   says when to use them.
 
-Text is validated (non-empty, at most 4 KB) and redacted (molt's default redaction policy, unless
+Text is validated (non-empty, at most 4 KB) and redacted (the thorough redaction profile under molt's default policy, unless
 another redactor is given) *before* it is embedded or stored, so neither the row nor its vector holds
 the personal data. Ids are never reused and rows never rewritten, so a policy version's snapshot of
 memory and skill ids always names the same text.
@@ -152,11 +152,12 @@ class MemoryStore:
 
     @property
     def redactor(self) -> Any:
-        """The redactor applied to every text before it is stored."""
+        """The redactor applied to every text before it is stored: the thorough profile (a memory or
+        skill is text a prompt will carry; :mod:`molt.governance.redaction.profiles`)."""
         if self._redactor is None:
-            from molt.governance.redaction import Redactor
+            from molt.governance.redaction.profiles import redactor_for_profile
 
-            self._redactor = Redactor()
+            self._redactor = redactor_for_profile("thorough")
         return self._redactor
 
     def _open(self, name: str, schema: pa.Schema, fts_column: str) -> Any:

@@ -368,9 +368,12 @@ class ControlPlane:
     @property
     def redactor(self) -> Any:
         if self._redactor is None:
-            from molt.governance.redaction import RedactionPolicy, Redactor
-            self._redactor = Redactor(RedactionPolicy(name="control-plane-personal-data",
-                                                      entities=self.settings.pii_types))
+            from molt.governance.redaction import RedactionPolicy
+            from molt.governance.redaction.profiles import redactor_for_profile
+
+            # learned text (memories, skills, harness text) passes the thorough profile first
+            self._redactor = redactor_for_profile("thorough", RedactionPolicy(
+                name="control-plane-personal-data", entities=self.settings.pii_types))
         return self._redactor
 
     # ------------------------------------------------------------------ the cycle

@@ -8,7 +8,11 @@ offsets into the *original* text, so anyone can score redaction against their ow
     {"text":"Call <PERSON_1> on <PHONE_NUMBER_1>","spans":[{"entity_type":"PERSON","start":5,"end":13},…]}
 
 ``--policy`` names a registered policy (``default``, ``mask``; ``pseudonym`` when
-``MOLT_PSEUDONYM_KEY`` is set) or a YAML/JSON policy file. The CLI owner mounts :data:`app` as
+``MOLT_PSEUDONYM_KEY`` is set) or a YAML/JSON policy file. ``--profile`` picks the pass
+(:mod:`molt.governance.redaction.profiles`): ``fast`` (default; what capture runs: structured
+identifiers and the lexicon's names, thousands of events per CPU-second) or ``thorough`` (what every
+event passes before it is learned from: the same plus spaCy's small English NER, about a hundred
+times the CPU, more names, places and organisations found). The CLI owner mounts :data:`app` as
 ``molt redact``; :func:`redact_command` is the same thing as a function.
 """
 
@@ -50,7 +54,11 @@ def redact_line(line: str, redactor: object) -> bytes:
 
 
 def redact_command(
-    policy: str | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None
+    policy: str | None = None,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    profile: str = "fast",
 ) -> int:
     """Redact ``stdin`` (default ``sys.stdin``) line by line under ``policy``; returns the exit code.
 
@@ -59,11 +67,16 @@ def redact_command(
         redact_command("mask", stdin=io.StringIO("ssn 078-05-1120\\n"), stdout=out)
     """
     from molt.governance.redaction.policy import load_policy
-    from molt.governance.redaction.redactor import Redactor
+    from molt.governance.redaction.profiles import PROFILES, redactor_for_profile
 
+    if profile not in PROFILES:
+        raise MoltError(f"Unknown redaction profile {profile!r}; choose one of {', '.join(PROFILES)}.")
     src = stdin if stdin is not None else sys.stdin
     dst = stdout if stdout is not None else sys.stdout
-    redactor = Redactor(load_policy(policy))
+    try:
+        redactor = redactor_for_profile(profile, load_policy(policy))
+    except ImportError as exc:
+        raise MoltError(str(exc)) from exc
     for line in src:
         dst.write(redact_line(line, redactor).decode())
         dst.write("\n")
@@ -82,10 +95,18 @@ def main(
             "--policy", "-p", help="Registered policy name (default, mask, …) or a YAML/JSON policy file."
         ),
     ] = None,
+    profile: Annotated[
+        str,
+        typer.Option(
+            "--profile",
+            help="fast: what capture runs (structured identifiers, the lexicon's names); thorough: what "
+            "learning material passes (fast + spaCy's small English NER; ~100x the CPU).",
+        ),
+    ] = "fast",
 ) -> None:
     """Read plain-text or JSON lines (with a "text" field) on stdin; print {"text", "spans"} JSON lines."""
     try:
-        code = redact_command(policy)
+        code = redact_command(policy, profile=profile)
     except MoltError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

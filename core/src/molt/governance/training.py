@@ -10,7 +10,10 @@ A trajectory is handed to a trainer only when, under the policy *now* and as rec
 - no payload was erased, the hash chain verifies, and the minimum-quality rules hold (late rewards
   included).
 
-Events come back as stored — redacted at capture — minus the tenant's ``exclude_fields``. What another
+Events come back as stored — redacted at capture by the fast pass — minus the tenant's
+``exclude_fields``, and after the thorough redaction pass (:mod:`molt.governance.thorough`): nothing is
+handed to a trainer that the thorough pass has not seen. When that pass cannot run, the trajectory is
+ineligible (fail closed for training). What another
 process wrote (the gateway's capture process, under ``molt serve --train``) is seen within the store's
 ``read_consistency_s``.
 
@@ -35,7 +38,7 @@ from typing import Any
 import orjson
 
 from molt.atdp.chain import unseal, verify_chain
-from molt.errors import PermissionDenied
+from molt.errors import GovernanceError, PermissionDenied
 from molt.governance.access import Action, Principal
 from molt.governance.eligibility import event_reasons, quality_reasons, strip_fields
 from molt.governance.policy import GovernancePolicy
@@ -65,9 +68,11 @@ class TrajectoryVerdict:
 class TrainingQueue:
     """Eligible trajectories for one trainer principal (role ``trainer`` or ``admin``)."""
 
-    def __init__(self, store: Store, policy: GovernancePolicy, principal: Principal):
+    def __init__(self, store: Store, policy: GovernancePolicy, principal: Principal, *, thorough: Any = None):
         principal.require(Action.TRAIN)
         self.store = store
+        # the thorough redaction pass every handed-out event goes through (molt.governance.thorough)
+        self.thorough = thorough
         self.policy = policy
         self.principal = principal
         ensure_governance_tables(store)
@@ -160,11 +165,23 @@ class TrainingQueue:
             ok = not reasons
             traj = None
             if ok:
-                traj = Trajectory(trajectory_id=tid, events=[strip_fields(e, sorted(excluded)) for e in events],
-                                  rewards=late)
+                try:
+                    passed = self._thorough().clean_many(strip_fields(e, sorted(excluded)) for e in events)
+                except GovernanceError as exc:
+                    ok = False
+                    reasons.append(f"redaction: the thorough pass did not run: {exc}")
+                else:
+                    traj = Trajectory(trajectory_id=tid, events=passed, rewards=late)
             out.append((TrajectoryVerdict(trajectory_id=tid, tenant_id=tenant, eligible=ok,
                                           reasons=reasons[:_MAX_REASONS], events=len(records)), traj))
         return out
+
+    def _thorough(self) -> Any:
+        if self.thorough is None:
+            from molt.governance.thorough import default_pass
+
+            self.thorough = default_pass()
+        return self.thorough
 
     @staticmethod
     def _decisions(view: TenantView, tids: list[str]) -> dict[str, dict[str, Any]]:

@@ -136,24 +136,32 @@ def trajectory_row(events: list[Event], rewards: list[Any]) -> dict[str, Any]:
     }
 
 
-def _rows(reader: Any, where: str | None) -> Iterator[tuple[dict[str, Any], int]]:
+def _rows(reader: Any, where: str | None, clean: Callable[[list[Event]], list[Event]] | None
+          ) -> Iterator[tuple[dict[str, Any], int]]:
     for tid in reader.trajectory_ids(where):
         traj = reader.trajectory(tid)
         events = [e for e in traj.events if e is not None]
+        if clean is not None:
+            events = clean(events)
         if events:
             yield trajectory_row(events, list(traj.rewards)), len(events)
 
 
 def export_dataset(reader: Any, path: str | Path, *, where: str | None = None, batch: int = 512,
-                   progress: Callable[[int], None] | None = None) -> int:
-    """Write every trajectory ``reader`` (a store or a tenant view) holds as one dataset row; returns rows."""
+                   progress: Callable[[int], None] | None = None,
+                   clean: Callable[[list[Event]], list[Event]] | None = None) -> int:
+    """Write every trajectory ``reader`` (a store or a tenant view) holds as one dataset row; returns rows.
+
+    ``clean`` runs over each trajectory's events first: a dataset is training material, so ``molt
+    trajectories export --format hf`` passes the thorough redaction pass
+    (:meth:`molt.governance.thorough.ThoroughPass.clean_many`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = 0
     with pq.ParquetWriter(str(path), SCHEMA) as writer:
         rows: list[dict[str, Any]] = []
-        for row, events in _rows(reader, where):
+        for row, events in _rows(reader, where, clean):
             rows.append(row)
             if progress is not None:
                 progress(events)

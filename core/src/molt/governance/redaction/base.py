@@ -53,6 +53,8 @@ class EntityType(StrEnum):
     PRIVATE_KEY = "PRIVATE_KEY"
     #: Values of ``password=…`` / ``"password": "…"`` style assignments and URL credentials.
     PASSWORD = "PASSWORD"
+    #: Account handles (``@name``): online identifiers of people and organisations.
+    USERNAME = "USERNAME"
     PERSON = "PERSON"
     LOCATION = "LOCATION"
     ADDRESS = "ADDRESS"

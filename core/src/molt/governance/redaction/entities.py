@@ -40,7 +40,6 @@ from molt.governance.redaction.entity_context import ContextRules
 from molt.governance.redaction.entity_facts import RunWord, WordFacts, shared_memo
 from molt.governance.redaction.entity_lowercase import LowercaseText
 from molt.governance.redaction.entity_words import (
-    ARRIVED_AT,
     CAMEL,
     CASED_WORD,
     CONTRACTION,
@@ -69,7 +68,6 @@ from molt.governance.redaction.entity_words import (
     ORG_NOUNS,
     ORG_POSSESSIONS,
     ORG_VERBS,
-    PEOPLE_LIST,
     PERSON_CUES,
     PERSON_LABELS,
     PERSON_VERBS,
@@ -252,8 +250,6 @@ class EntityDetector:
             self.context.coordinated(source, out)
         if " is " in text or " was " in text or ", a " in text or ", an " in text or ", the " in text:
             self.context.defined_orgs(text, out)
-        if ":" in text:
-            self.context.people_lists(text, out)
         if " office" in text or " headquarters" in text:
             self.context.offices(text, out)
         if self._legal is not None and not lowercase:
@@ -421,11 +417,7 @@ class EntityDetector:
         if len(words) == 3 and words[1].f in ("and", "&") and words[0].last and words[2].last:
             self._local.wide = True
             m = FIRM_HEAD.search(text, max(0, words[0].start - 40), words[0].start)
-            if (
-                m is not None
-                and self.facts.lookup(m.group(1))[2]
-                and PEOPLE_LIST.search(text, max(0, m.start(1) - 40), m.start(1)) is None
-            ):
+            if m is not None and self.facts.lookup(m.group(1))[2]:
                 if out and out[-1].start == m.start(1):
                     out.pop()
                 out.append(Span(m.start(1), words[2].end, "ORGANIZATION", 0.75, self.name))
@@ -486,10 +478,6 @@ class EntityDetector:
         first, last = words[0], words[-1]
         start, end = first.start, last.end
         n = len(words)
-        if prev == "at":
-            self._local.wide = True  # looks two words back, beyond the run memo's key
-            if ARRIVED_AT.search(text, max(0, start - 24), start) is not None:
-                prev = "in"  # "arrived at Mozirje", "landed at Needham": a place, not a venue or employer
         # "Sunday" split off "Sunday at Acme"; "Hobbits", "Vikings": plurals of words. A month that
         # closes a list of names is a name ("John, Evan and April").
         if (
@@ -678,6 +666,12 @@ class EntityDetector:
             # "List the files", "Best regards", "call Echo"
             if not first.first and first.z >= 4.5:
                 return
+            # at the start of a sentence a capital says nothing: a word frequent in running text
+            # in English, or (when no first name) in another language, is that word there, a name
+            # list holding it or not ("Love this song", "Come on", "Hoy toca"); "Mark said" keeps
+            # its verb of speech
+            if at_start and (first.z >= 4.0 or (not first.first and self.lex.other_zipf.get(first.f, 0.0) >= 5.0)):
+                return
             # a word and a number: a pier, gate, room or model ("Pier 19", "Nimbus 2"), not a person
             if text[end : end + 1] == " " and text[end + 1 : end + 2].isdigit():
                 return
@@ -711,14 +705,8 @@ class EntityDetector:
             out.append(Span(start, end, "PERSON", 0.8 if names == n else 0.7, name))
             return
         if at_start and prev not in PERSON_CUES:
-            if n == 1 and first.z == 0 and nxt in ("is", "was"):
-                self._local.wide = True  # " is from " looks past the next word, beyond the memo's key
-            if (
-                n == 1
-                and first.z == 0
-                and (nxt_char in ",:!?" or nxt in PERSON_VERBS or text.startswith((" is from ", " was from "), end))
-            ):
-                out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …", "Gayane shouted"
+            if n == 1 and first.z == 0 and nxt_char in ",:!?":
+                out.append(Span(start, end, "PERSON", 0.5, name))  # "Vittore, can I …"
             return
         if any(w.common or w.foreign for w in words):
             return
@@ -726,6 +714,12 @@ class EntityDetector:
             return  # "Nimbus 2", "Pixel 10": a product and its model number
         if prev in PLACE_CUES and prev not in ("to", "at") and not comma:
             out.append(Span(start, end, "LOCATION", 0.55, name))
+            return
+        if prev == "of" and not (first.first or first.last):
+            # what something is "of", named by no name list: what a desk, a team or a branch belongs
+            # to ("the support desk of Acme"), a firm rather than a person; a person's name after
+            # "of" is one the lists know ("the son of David")
+            out.append(Span(start, end, "ORGANIZATION", 0.55, name))
             return
         out.append(Span(start, end, "PERSON", 0.55, name))
 

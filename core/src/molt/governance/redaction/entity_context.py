@@ -29,17 +29,12 @@ from molt.governance.redaction.entity_words import (
     ORG_FIELD_QUOTED,
     ORG_NOUNS,
     PARTICLES,
-    PEOPLE_ITEMS,
-    PEOPLE_NOUNS,
     SUBJECT,
     THE_WORDS,
     WORD,
 )
 from molt.governance.redaction.lexicon import fold
 from molt.governance.redaction.patterns import lowered
-from molt.governance.redaction.positions import (
-    word_before,
-)
 
 # a capitalised word and the ", " after it, right before a firm's name: one partner of a list
 PARTNER_BEFORE = re.compile(rf"(?<![^\W_])({WORD}),[ ]\Z")
@@ -76,27 +71,6 @@ class ContextRules:
                 out[:] = [s for s in out if s.end <= a or s.start >= b]
                 out.append(Span(a, b, "ORGANIZATION", 0.8, self.name))
 
-    def people_lists(self, text: str, out: list[Span]) -> None:
-        """Every item of a list introduced as people ("our 3 founders: Kovalev, Lee and Phillips"),
-        in any case, is a person; an item read as a place or an organisation is overruled."""
-        k = text.find(":")
-        while k > 0:
-            if text[k - 1].isalpha() and word_before(text, k) in PEOPLE_NOUNS:
-                m = PEOPLE_ITEMS.match(text, k + 1)
-                if m is not None:
-                    self._people_items(text, m.start(1), m.end(1), out)
-            k = text.find(":", k + 1)
-
-    def _people_items(self, text: str, a0: int, b0: int, out: list[Span]) -> None:
-        for item in LIST_ITEM.finditer(text, a0, b0):
-            a, b = item.span()
-            f, _first, _last, z = self.facts.lookup(item.group())
-            if f in ("and", "or") or z >= 4.5:
-                continue
-            if any(s.start < b and a < s.end and (s.start < a or s.end > b) for s in out):
-                continue
-            out.append(Span(a, b, "PERSON", 0.85, self.name))
-
     def offices(self, text: str, out: list[Span]) -> None:
         """Organisations named as "the datamyne office", "the morningstar inc. headquarters" in text
         without capitals: the words before the office name one when a word is no frequent English."""
@@ -115,8 +89,8 @@ class ContextRules:
                     out.append(Span(a, b, "ORGANIZATION", 0.6, self.name))
 
     def defined_orgs(self, text: str, out: list[Span]) -> None:
-        """The subject of "X is a company / a startup / the brainchild of …" is an organisation,
-        in any case ("recargo is the brainchild of …"); it wins over a name read in it. So is a
+        """The subject of "X is a company / a startup …" is an organisation,
+        in any case ("recargo is a startup"); it wins over a name read in it. So is a
         name in apposition to such a noun ("Stackhaven, a startup based in Austin, …")."""
         low = lowered(text)
         if len(low) != len(text):
@@ -142,25 +116,8 @@ class ContextRules:
                 out.append(Span(a, b, "ORGANIZATION", 0.9, self.name))
 
     def coordinated(self, text: str, out: list[Span]) -> None:
-        """A capitalised word no lexicon knows, joined by "and" to a person, is a person too
-        ("Sigursteinsson and Dean were …"); not before a house number ("Ana and Hraunás 84")."""
-        persons = [s for s in out if s.entity_type == "PERSON"]
-        for p in persons:
-            for m in (
-                AND_BEFORE.search(text, max(0, p.start - 40), p.start),
-                AND_AFTER.match(text, p.end),
-            ):
-                if m is None:
-                    continue
-                a, b = m.span(1)
-                if a and (text[a - 1].isalnum() or text[a - 1] in "_'’-@./\\"):
-                    continue
-                f, _first, _last, z = self.facts.lookup(m.group(1))
-                if z or self.facts.place(f) or any(s.start < b and a < s.end for s in out):
-                    continue
-                out.append(Span(a, b, "PERSON", 0.55, self.name))
-        # and a word no lexicon knows, joined by "and" to a firm, is a firm too ("Zorblatt and Acme
-        # Corp bid"), not the person it was read as for lack of any cue
+        """A word no lexicon knows, joined by "and" to a firm, is a firm too ("Zorblatt and Acme
+        Corp bid"), not the person it was read as for lack of any cue."""
         for o in [s for s in out if s.entity_type == "ORGANIZATION"]:
             for m in (
                 AND_BEFORE.search(text, max(0, o.start - 40), o.start),

@@ -90,6 +90,12 @@ class WordFacts:
                 return (f, False, False, 0.0)
             lx = self.lex
             first, last, z = f in lx.first_names, f in lx.last_names, lx.zipf(f)
+            if (first or last) and not word.isascii():
+                cf = word.casefold()
+                if cf != f and cf not in lx.name_spellings:
+                    first = last = False  # "Está": accents no listed name is written with
+            if f in lx.languages:
+                first, last, z = False, False, max(z, 3.0)  # "French", "Swahili": a language, a word
             if not (first or last or z) and surname_shaped(f) and not self.place(f):
                 last = True  # "Kolbenikova", "Thorgrimsdottir": built as surnames are, in no list
             info = (f, first, last, z)

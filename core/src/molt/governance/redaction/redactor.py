@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - without mypy there is no compiled buil
 __all__ = ["Redactor", "ReplacementState", "redactors", "resolve_overlaps"]
 
 _DIGIT = re.compile(r"\d")
+_PLACEHOLDER = re.compile(r"<([A-Z][A-Z_]*?)_(\d{1,6})>")
 _SEPARATOR = "\n\n"
 _CACHE_MAX_TEXT = 8192
 
@@ -76,6 +77,14 @@ class ReplacementState:
     def __init__(self) -> None:
         self._numbers: dict[tuple[str, str], int] = {}
         self._counts: dict[str, int] = {}
+
+    def reserve(self, text: str) -> None:
+        """Number new values past the ``<TYPE_n>`` placeholders ``text`` already holds (text an
+        earlier pass redacted), so a second pass never gives a new value a number in use."""
+        for m in _PLACEHOLDER.finditer(text):
+            ty, n = m.group(1), int(m.group(2))
+            if n > self._counts.get(ty, 0):
+                self._counts[ty] = n
 
     def placeholder(self, entity_type: str, value: str) -> str:
         """``<TYPE_n>`` for ``value``, numbering new values from 1 per type."""
@@ -314,6 +323,8 @@ class Redactor:
         if not spans:
             return text
         state = state or ReplacementState()
+        if "<" in text:
+            state.reserve(text)
         parts: list[str] = []
         pos = 0
         for s in spans:

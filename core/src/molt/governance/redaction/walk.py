@@ -313,6 +313,12 @@ class Walker:
         found = self._detect_all(texts, known)
         redactor = self.redactor
         changed: set[str] = set()
+        if any(found):
+            # placeholders an earlier pass wrote anywhere in the event keep their numbers: a value
+            # this pass finds gets the next free one, never one that already names another value
+            for value in texts:
+                if "<" in value:
+                    self.state.reserve(value)
         for (holder, slot, path, value, _entity), spans in zip(self.leaves, found, strict=True):
             if spans and self.keep is not None:
                 spans = self._not_kept(value, spans, self.keep)
