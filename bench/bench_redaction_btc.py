@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     n_ent = sum(len(t.gold) for t in tweets)
     print(f"BTC split {split!r} = sections {', '.join(SPLITS[split])}: {len(tweets)} tweets, {n_ent} entities")
     wanted = [w for w in args.only.split(",") if w]
-    header = f"{'system':40} " + " ".join(f"{t + ' P':>7} {t + ' R':>7}" for t in TYPES) + f" {'tweets/CPU-s':>13} {'us/tweet':>9}"
+    cols = " ".join(f"{t + ' P':>7} {t + ' R':>7}" for t in TYPES)
+    header = f"{'system':40} {cols} {'tweets/CPU-s':>13} {'us/tweet':>9}"
     print(header)
     for name, predict in systems(args.ner_path, wanted):
         if wanted and not any(w.lower() in name.lower() for w in wanted):

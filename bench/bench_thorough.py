@@ -22,10 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_redaction import agent_traffic  # noqa: E402
-
-from molt.governance.redaction import Redactor, redact_event  # noqa: E402
-from molt.governance.thorough import ThoroughPass, ThoroughWorker  # noqa: E402
+from bench_redaction import agent_traffic
+from molt.governance.redaction import Redactor, redact_event
+from molt.governance.thorough import ThoroughPass, ThoroughWorker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     print("backlog while draining (s, events): " + ", ".join(f"{t:.1f}s {b}" for t, b in samples[::step]))
     rate = args.events / wall
     print(f"thorough pass: drained {args.events} in {wall:.1f} s wall, {cpu:.1f} s CPU -> {rate:,.1f} events/s wall, "
-          f"{worker.rate:,.1f} events/CPU-s of the pass ({args.events / fast_cpu / worker.rate:.0f}x the fast pass's CPU)")
+          f"{worker.rate:,.1f} events/CPU-s of the pass "
+          f"({args.events / fast_cpu / worker.rate:.0f}x the fast pass's CPU)")
     print(f"demo event rate {demo:.1f} events/s ({args.events_per_request:g} per request): drains at "
           f"{rate / demo:.1f}x it (goal >= 2x)")
     return 0

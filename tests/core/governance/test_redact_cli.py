@@ -50,3 +50,15 @@ def test_cli_as_a_process() -> None:
         check=True,
     )
     assert json.loads(proc.stdout)["spans"] == [{"entity_type": "IP_ADDRESS", "start": 3, "end": 11}]
+
+
+def test_profile_option_fast_and_thorough() -> None:
+    # a name the fast pass leaves and the thorough pass (spaCy's NER beside the lexicon) takes
+    line = '{"text": "Peregrine Ashdown approved the refund."}\n'
+    fast = CliRunner().invoke(app, ["--profile", "fast"], input=line)
+    thorough = CliRunner().invoke(app, ["--profile", "thorough"], input=line)
+    assert fast.exit_code == 0 and thorough.exit_code == 0, (fast.output, thorough.output)
+    assert "Ashdown" in json.loads(fast.output)["text"]
+    assert "Ashdown" not in json.loads(thorough.output)["text"]
+    bad = CliRunner().invoke(app, ["--profile", "slow"], input=line)
+    assert bad.exit_code == 2 and "fast, thorough" in bad.output

