@@ -96,3 +96,30 @@ def test_a_shared_system_prompt_keeps_its_business_name_in_stored_events() -> No
         assert res.event is not None
         stored = res.event.model_dump_json()
     assert "support desk of Acme." in stored, stored
+
+
+def _surrogates(window: int | None = None) -> Redactor:
+    from molt.governance.redaction import RedactionPolicy, ReplacementMode
+
+    return Redactor(RedactionPolicy(name="surrogates", tenant_id="acme", entity_modes={
+        "PERSON": ReplacementMode.SURROGATE, "EMAIL_ADDRESS": ReplacementMode.SURROGATE},
+        pseudonym_key="k" * 32, surrogate_window_s=window))  # fmt: skip
+
+
+def test_surrogates_are_consistent_realistic_and_not_the_value() -> None:
+    a = _surrogates().redact("Ana Lima wrote from ana.lima@example.org; Piotr Nowak replied.")[0]
+    b = _surrogates().redact("Yesterday Ana Lima called again.")[0]  # another redactor, another event
+    assert "Ana" not in a and "Lima" not in a and "Nowak" not in a and "<" not in a
+    stand_in = b.removeprefix("Yesterday ").removesuffix(" called again.")
+    assert stand_in in a and len(stand_in.split()) == 2 and stand_in.istitle()
+    assert a.count("@example.com") == 1 and "ana.lima" not in a
+    assert a.index(stand_in) == 0 and "Piotr" not in a and a.split("; ")[1].split(" replied")[0] != stand_in
+
+
+def test_surrogates_change_with_the_window() -> None:
+    from molt.governance.redaction import RedactionPolicy
+
+    pol: RedactionPolicy = _surrogates(window=3600).policy
+    names = ["Ana Lima", "Piotr Nowak", "Mei Chen", "Olu Adeyemi"]
+    assert all(pol.surrogate("PERSON", n, now=0) == pol.surrogate("PERSON", n, now=3599) for n in names)
+    assert any(pol.surrogate("PERSON", n, now=0) != pol.surrogate("PERSON", n, now=3600) for n in names)

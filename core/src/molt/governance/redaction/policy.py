@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import json
 import os
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -74,6 +75,9 @@ class ReplacementMode(StrEnum):
     MASK = "mask"
     PLACEHOLDER = "placeholder"
     PSEUDONYM = "pseudonym"
+    #: A realistic stand-in chosen by the tenant's key (:meth:`RedactionPolicy.surrogate`): the same
+    #: value gets the same fake name within a window, so replays and memories read as text.
+    SURROGATE = "surrogate"
 
 
 class TokenTraceHandling(StrEnum):
@@ -100,6 +104,9 @@ class RedactionPolicy(BaseModel):
     - ``mask_char`` — one character [*]; ``mask_length`` — fixed mask length, 1–64, None = span's [None].
     - ``pseudonym_key`` — the tenant's HMAC key, ≥ 16 characters; required for ``pseudonym`` [None].
     - ``pseudonym_length`` — hex digits of the HMAC kept, 6–64 [10].
+    - ``surrogate_window_s`` — for ``surrogate``: the same value keeps the same stand-in within windows
+      of this many seconds (UTC epoch buckets) and gets another in the next, so stand-ins cannot link a
+      person across windows; None = one stand-in for as long as the key lives [None].
     - ``token_traces`` — :class:`TokenTraceHandling` [drop_if_redacted].
     - ``keep_country_level_places`` — leave a LOCATION that is a country or larger (a continent, a
       world region, the EU) as it is [True]. A country is shared by millions of people and says
@@ -130,6 +137,7 @@ class RedactionPolicy(BaseModel):
     mask_length: Annotated[int, Field(ge=1, le=64)] | None = None
     pseudonym_key: SecretStr | None = None
     pseudonym_length: Annotated[int, Field(ge=6, le=64)] = 10
+    surrogate_window_s: Annotated[int, Field(ge=60)] | None = None
     token_traces: TokenTraceHandling = TokenTraceHandling.DROP_IF_REDACTED
     keep_country_level_places: bool = True
     operator_vocabulary_after: Annotated[int, Field(ge=0)] = 3
@@ -153,11 +161,12 @@ class RedactionPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _pseudonym_needs_key(self) -> RedactionPolicy:
-        uses = self.mode == ReplacementMode.PSEUDONYM or ReplacementMode.PSEUDONYM in self.entity_modes.values()
+        keyed = (ReplacementMode.PSEUDONYM, ReplacementMode.SURROGATE)
+        uses = self.mode in keyed or any(m in keyed for m in self.entity_modes.values())
         if uses and self.pseudonym_key is None:
             raise ValueError(
-                "mode/entity_modes use 'pseudonym' but pseudonym_key is not set; give the tenant an HMAC "
-                "key (derive_tenant_key(master_key, tenant_id) makes one) or choose another mode."
+                "mode/entity_modes use 'pseudonym' or 'surrogate' but pseudonym_key is not set; give the tenant "
+                "an HMAC key (derive_tenant_key(master_key, tenant_id) makes one) or choose another mode."
             )
         if self.pseudonym_key is not None and len(self.pseudonym_key.get_secret_value()) < 16:
             raise ValueError("pseudonym_key must be at least 16 characters; use a random 32-byte secret.")
@@ -179,6 +188,28 @@ class RedactionPolicy(BaseModel):
         ).hexdigest()
         return f"<{entity_type}_{digest[: self.pseudonym_length]}>"
 
+    def surrogate(self, entity_type: str, value: str, *, now: float | None = None) -> str:
+        """A realistic stand-in for ``value`` chosen by the tenant's key (case and spacing do not
+        change it): a person's name, an e-mail address at ``example.com``, a city or a firm built
+        from the lexicon's names; other types get their :meth:`pseudonym`. Within one
+        ``surrogate_window_s`` window (``now``: epoch seconds, default the clock) the same value gets
+        the same stand-in."""
+        if self.pseudonym_key is None:
+            raise GovernanceError(f"Policy {self.name!r} has no pseudonym_key; set one to use surrogates.")
+        from molt.governance.redaction.surrogates import stand_in
+
+        window = ""
+        if self.surrogate_window_s:
+            window = str(int((time.time() if now is None else now) // self.surrogate_window_s))
+        normalized = " ".join(value.casefold().split())
+        digest = hmac.new(
+            self.pseudonym_key.get_secret_value().encode(),
+            f"surrogate\x1f{window}\x1f{entity_type}\x1f{normalized}".encode(),
+            hashlib.sha256,
+        ).digest()
+        got = stand_in(entity_type, int.from_bytes(digest[:8], "big"))
+        return got if got is not None else self.pseudonym(entity_type, value)
+
     def fingerprint(self) -> str:
         """A short hash of the configuration (the key excluded), to record next to redacted data."""
         # sets dump in hash order, which changes from process to process: sort them so the
@@ -187,6 +218,8 @@ class RedactionPolicy(BaseModel):
         for k in ("entities", "allow_list"):
             dump[k] = sorted(dump[k])
         dump["entity_modes"] = dict(sorted(dump["entity_modes"].items()))
+        if dump.get("surrogate_window_s") is None:
+            del dump["surrogate_window_s"]  # unset, a configuration keeps the fingerprint it had before the field
         text = json.dumps(dump, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

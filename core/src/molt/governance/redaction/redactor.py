@@ -316,6 +316,8 @@ class Redactor:
             return state.placeholder(entity_type, value)
         if mode == ReplacementMode.PSEUDONYM:
             return self.policy.pseudonym(entity_type, value)
+        if mode == ReplacementMode.SURROGATE:
+            return self.policy.surrogate(entity_type, value)
         return self.policy.mask_char * (self.policy.mask_length or len(value))
 
     def apply(self, text: str, spans: list[Span], state: ReplacementState | None = None) -> str:
