@@ -20,7 +20,10 @@ what reaches the store — the characters replaced — is the same either way.
 
 The labelled format is presidio-research's: ``{"full_text", "spans": [{"entity_type",
 "start_position", "end_position"}], "template_id"}``. :func:`split_by_template` makes a
-deterministic held-out split by template so tuned rules are measured on templates they never saw.
+deterministic split by template. It does not make a held-out set of a file whose templates were
+looked at while tuning (the Presidio file's were: bench/bench_redaction.py treats all of it as
+development data); held-out figures need text no one tuned on (bench/bench_redaction_btc.py's
+report sections, the sealed second-source split).
 """
 
 from __future__ import annotations

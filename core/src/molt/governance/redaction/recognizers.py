@@ -87,10 +87,9 @@ class SpacyDetector:
     mapped to ``""`` or not listed is dropped). spaCy gives no per-entity confidence, so every
     span gets ``score``. Where spans overlap the higher score wins, so the default 0.5 — below the
     lexicon detector's 0.7–0.8 and the structured detectors' — makes the pipeline fill what Molt's
-    detectors did not find rather than replace what they did: with ``en_core_web_sm`` that read
-    P 0.801 R 0.892 on the held-out templates where letting its spans win (0.85) read 0.657 / 0.736
-    (``bench/bench_redaction.py``, table "Model-backed recognizer"). Raise it for a pipeline you
-    trust over the lexicon.
+    detectors did not find rather than replace what they did (with ``en_core_web_sm``, letting its
+    spans win lowered both precision and recall on the development sets of ``bench/bench_redaction.py``:
+    its bounds and types replaced the lexicon's). Raise it for a pipeline you trust over the lexicon.
     """
 
     def __init__(self, nlp: Any, *, labels: Mapping[str, str] | None = None, score: float = 0.5, name: str = "spacy"):
