@@ -13,6 +13,9 @@ What runs (all on loopback, each server one process / one worker):
   path as LiteLLM's: one more HTTP hop.
 - ``molt <rev> → stub`` (with ``--compare-tree DIR``): the same, served from another checkout of this
   repo (a ``git worktree`` of an older commit) in this environment: a regression check in one rotation.
+- ``molt → stub --ack-after-durable``: the same as ``molt → stub`` with ``molt serve --ack-after-durable``
+  (each answer waits until the capture child holds its record in the fsynced spool): the latency cost of
+  acknowledging only durable calls, beside the default in the same rotation.
 - ``molt (in-process stub)``: the gateway serving the stub backend itself (no upstream hop), i.e.
   the gateway's own cost over the stub served directly.
 - ``molt → stub /v1/responses``, ``molt → stub /v1/messages``: the same ``molt → stub`` server asked the
@@ -65,6 +68,9 @@ ROUTES = {
     " /v1/messages": ("/v1/messages", json.dumps({"model": "stub", "max_tokens": 256,
                                                   "messages": [{"role": "user", "content": QUESTION}]}).encode()),
 }
+
+
+ACK_DURABLE = "molt → stub --ack-after-durable"
 
 
 def route_of(name: str) -> tuple[str, bytes]:
@@ -153,8 +159,13 @@ def serve_molt(port: int, upstream: str | None, home: str) -> None:
     record = os.environ.get("MOLT_BENCH_RECORD", "1") == "1"
     governance = "default" if governance_available() and os.environ.get("MOLT_BENCH_GOVERNANCE", "1") == "1" else None
     in_process = os.environ.get("MOLT_BENCH_CAPTURE_PROCESS", "1") != "1"
+    config = None
+    if os.environ.get("MOLT_BENCH_ACK_DURABLE") == "1":
+        from molt.gateway import GatewayConfig
+
+        config = GatewayConfig(ack_after_durable=True)
     gw, recorder, store = build_gateway(backend, model="stub", record=record, home=Path(home),
-                                        capture_process=not in_process, governance=governance)
+                                        capture_process=not in_process, governance=governance, config=config)
     gw.keyring = KeyRing.from_mapping({KEY: ("bench", "agent_writer")})
     gw.router.replace(RoutingTable.single("stub", VersionSpec(version="stub@base", backends=(backend.name,))))
     tune_process()
@@ -403,6 +414,10 @@ def main() -> None:
             targets.append(("molt → stub", port, KEY))
             # the same server on its Responses and Messages routes, beside its Chat Completions
             targets += [("molt → stub" + suffix, port, KEY) for suffix in ROUTES]
+            port = free_port()
+            cmd = [py, __file__, "--serve-molt", str(port), "--upstream", upstream, "--home", tmp + "/d"]
+            stack.enter_context(process(cmd, port, env={**quiet, "MOLT_BENCH_ACK_DURABLE": "1"}, headers=auth))
+            targets.append((ACK_DURABLE, port, KEY))
             if args.compare_tree is not None:
                 tree = args.compare_tree.resolve()
                 if not (tree / "core" / "src" / "molt").is_dir():
@@ -465,6 +480,11 @@ def main() -> None:
                 print(f"molt → stub{suffix} adds {r['add_p50_1']:.2f} ms p50 / {r['add_p99_1']:.2f} ms p99 at "
                       f"concurrency 1 beside Chat Completions' {molt['add_p50_1']:.2f} / {molt['add_p99_1']:.2f} "
                       f"(the same server, same rotation); {r['rps_16']:.0f} vs {molt['rps_16']:.0f} req/s at c=16")
+    if molt and (d := by.get(ACK_DURABLE)) is not None:
+        ratio = (f"{d['p50_1'] / molt['p50_1']:.2f}× the default's p50" if molt["p50_1"] > 0 else "")
+        print(f"{ACK_DURABLE} adds {d['add_p50_1']:.2f} ms p50 / {d['add_p99_1']:.2f} ms p99 at concurrency 1 "
+              f"beside the default's {molt['add_p50_1']:.2f} / {molt['add_p99_1']:.2f} (same rotation; {ratio}); "
+              f"{d['rps_16']:.0f} vs {molt['rps_16']:.0f} req/s at c=16 = {d['rps_16'] / molt['rps_16']:.2f}×")
     other = next((r for r in rows if r["name"].startswith("molt ") and r["name"].endswith(" → stub")
                   and r["name"] != "molt → stub"), None)
     if molt and other:

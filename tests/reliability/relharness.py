@@ -275,6 +275,79 @@ def serve_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clie
     return counts, len(alive)
 
 
+def _acked_load(url: str, stop: threading.Event, seed: int, acked: list[str], counts: Counter[str]) -> None:
+    """Non-streamed chat calls; the event id of every answered (200) call is an acknowledgement."""
+    import httpx
+
+    rng = random.Random(seed)
+    h = {"authorization": "Bearer sk-crash-writer"}
+    with httpx.Client(timeout=10) as client:
+        while not stop.is_set():
+            try:
+                r = client.post(url + "/v1/chat/completions", headers={**h, "x-molt-session": f"s{rng.randint(0, 9)}"},
+                                json={"model": "stub", "messages": [{"role": "user",
+                                                                     "content": "hello " * rng.randint(1, 50)}]})
+                if r.status_code == 200:
+                    acked.append(r.headers["x-molt-event-id"])
+                counts["ok" if r.status_code == 200 else f"status {r.status_code}"] += 1
+            except httpx.HTTPError:
+                counts["failed"] += 1
+                if stop.is_set():
+                    return
+                time.sleep(0.01)
+
+
+def ack_trial(home: Path, seed: int, *, durable: bool, window: tuple[float, float] = (0.3, 1.5),
+              clients: int = 4) -> TrialResult:
+    """``kill -9`` of the whole ``molt serve`` (gateway and capture child, as a container's kill) under
+    load, a random time in ``window`` after its capture child first spooled; the clients count an answered call as acknowledged. With
+    ``durable`` (``--ack-after-durable``) no acknowledged call may be lost; without it, the calls lost
+    are the acknowledgement window. Then the store is checked as after every crash trial."""
+    rng = random.Random(seed)
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    keys = home / "keys.toml"
+    keys.write_text('[[keys]]\nkey = "sk-crash-writer"\ntenant = "crash"\nrole = "agent_writer"\n'
+                    '[[keys]]\nkey = "sk-crash-admin"\ntenant = "crash"\nrole = "admin"\n')
+    env = {**_env(), "MOLT_HOME": str(home)}
+    proc = subprocess.Popen([PYTHON, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port), "--keys",
+                             str(keys), "--log-level", "warning", "--evolve-every", "0", "--no-console",
+                             *(["--ack-after-durable"] if durable else [])],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    acked: list[str] = []
+    counts: Counter[str] = Counter()
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        _wait_up(url, proc, timeout=120)
+        threads = [threading.Thread(target=_acked_load, args=(url, stop, seed * 10 + i, acked, counts), daemon=True)
+                   for i in range(clients)]
+        for t in threads:
+            t.start()
+        # the kill window starts once the capture child spools (a cold governance pipeline on a busy
+        # machine takes seconds, during which every answered call of the default mode waits in its pipe)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (acked and _spooled_bytes(home / "spool") > 0):
+            time.sleep(0.02)
+        time.sleep(rng.uniform(*window))
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the gateway and its capture child at once
+        proc.wait(timeout=30)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    (home / "acked.jsonl").write_bytes(orjson.dumps({"events": list(acked), "rewards": []}) + b"\n")
+    time.sleep(0.5)  # the killed group's spool lock goes with its processes
+    res = check_home(home, "serve-ack" if durable else "serve-noack")
+    res.kills = 1
+    res.requests_ok = counts["ok"]
+    res.requests_failed = sum(v for k, v in counts.items() if k != "ok")
+    return res
+
+
 def _spooled_bytes(spool: Path) -> int:
     total = 0
     for p in spool.glob("*.seg"):

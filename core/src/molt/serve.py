@@ -442,6 +442,10 @@ def serve_command(
     plane_setting: Annotated[list[str] | None, typer.Option(
         "--plane-setting", help="KEY=VALUE (repeatable): a control-plane threshold (molt.control.plane."
                                 "PlaneSettings, e.g. canary_min=6, replay_sample=8).")] = None,
+    ack_after_durable: Annotated[bool, typer.Option(
+        "--ack-after-durable", help="Answer a call only once its record is in the capture process's fsynced spool "
+                                    "(a kill -9 then loses no answered call; costs latency, see bench_gateway). "
+                                    "Without it calls are answered first and recorded milliseconds later.")] = False,
     strict_health: Annotated[bool, typer.Option(
         "--strict-health", help="/health answers 503 (not 200 with status degraded) while capture drops records, "
                                 "spool writes fail or records back up.")] = False,
@@ -495,7 +499,8 @@ def serve_command(
     be = _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url, upstream_key=upstream_key,
                   max_model_len=max_model_len, timeout_s=backend_timeout)
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
-                           max_sessions=max_sessions, session_idle_s=session_idle_s, strict_health=strict_health)
+                           max_sessions=max_sessions, session_idle_s=session_idle_s, strict_health=strict_health,
+                           ack_after_durable=ack_after_durable)
     gw, recorder, st = build_gateway(be, model=model, record=record, store_uri=store, keys=keys, config=config,
                                      capture_process=capture_process, governance=policy, dedupe_ids=dedupe_ids,
                                      capture_recycle=capture_recycle)
@@ -510,7 +515,10 @@ def serve_command(
                                    ("store", shared.uri),
                                    ("recording", "off" if not recorder else f"on, governance {policy}" if policy
                                     else "[bold red]on, governance OFF (--no-governance): PII is stored[/bold red]"),
-                                   ("health", gw.capture_health.describe(strict_health))]
+                                   ("health", gw.capture_health.describe(strict_health)),
+                                   ("acknowledgement", "after the record is in the fsynced spool (--ack-after-durable)"
+                                    if ack_after_durable else "before the record is durable: a kill -9 loses the "
+                                    "calls answered in its last milliseconds (--ack-after-durable to wait)")]
     stack = Stack()
     new_key = None
     registry = _bind_versions(stack, shared, gw, public)

@@ -34,6 +34,7 @@ from molt.errors import (
 )
 from molt.gateway.agents import AgentDirectory
 from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
+from molt.gateway.durable import DurableAcks
 from molt.gateway.health import CaptureHealth
 from molt.gateway.metrics import Metrics
 from molt.gateway.router import Route, Router, RoutingTable, VersionSpec
@@ -64,6 +65,10 @@ class GatewayConfig(BaseModel):
       ``max_sessions`` bounds them). Runs that never end (orphaned) are evicted by it.
     - ``harness_timeout_s``: time a harness that does I/O (memory retrieval) may take per request; past
       it the request is served with the version's static harness and the fallback counted (default 2 s).
+    - ``ack_after_durable``: answer a call only once its record is in the recorder's fsynced spool
+      (:mod:`molt.gateway.durable`; ``molt serve --ack-after-durable``). Off by default: calls are
+      answered first and recorded after, and a gateway killed in between loses the calls it answered
+      in the last moments (the acknowledgement window, measured in the gateway README).
     - ``strict_health``: ``/health`` answers 503 (not 200) while capture is degraded — records dropped,
       spool writes failing, or a backlog (:mod:`molt.gateway.health`; ``molt serve --strict-health``).
     """
@@ -78,6 +83,7 @@ class GatewayConfig(BaseModel):
     session_idle_s: float | None = Field(default=1800.0, gt=0)
     harness_timeout_s: float = Field(default=2.0, gt=0, le=600)
     strict_health: bool = False
+    ack_after_durable: bool = False
 
 
 @dataclass(slots=True)
@@ -175,6 +181,9 @@ class Gateway:
         self.metrics = Metrics()
         #: Whether capture keeps up (``/health``, ``/metrics``, the status file).
         self.capture_health = CaptureHealth()
+        #: With ``ack_after_durable``: answers wait for their records' durability (group commit).
+        self.acks = (DurableAcks(recorder) if self.config.ack_after_durable and recorder is not None
+                     and hasattr(recorder, "flush") else None)
         new_traj = recorder.new_trajectory if recorder is not None and hasattr(recorder, "new_trajectory") else new_id
         self.sessions = Sessions(new_traj, max_entries=self.config.max_sessions, idle_s=self.config.session_idle_s)
         #: Client-chosen trajectory ids resolved within the caller's tenant: chat, completions,
@@ -208,6 +217,8 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._health_task = self._lag_task = None
+        if self.acks is not None:
+            self.acks.close()
         for b in self.backends.values():
             try:
                 await b.aclose()
@@ -482,6 +493,14 @@ class Gateway:
         if self.capture is not None:
             self.capture.submit(call.record)
 
+    async def record_durably(self, call: Call) -> bool:
+        """Record the call now and wait until its record is durable (``ack_after_durable``); ``False``
+        when that was not confirmed in time (the answer goes out anyway: fail open for the agent)."""
+        self.record(call)
+        if self.acks is None:
+            return False
+        return await self.acks.wait(self.acks.submitted())
+
     # ------------------------------------------------------------------ streamed
 
     async def open_stream(self, call: Call, req: ChatRequest | CompletionRequest,
@@ -592,14 +611,19 @@ class Gateway:
             yield b"data: [DONE]\n\n"
             return
         result = rec.result
+        recorded = False
         try:
             if call.include_usage and result is not None and result.usage is not None:
                 maker = wire.chat_chunk if chat else wire.completion_chunk
                 yield b"data: " + orjson.dumps(maker(id=cid, created=created, model=call.public_model,
                                                      usage=result.usage)) + b"\n\n"
+            if self.acks is not None:  # --ack-after-durable: the stream ends once its record is durable
+                recorded = True
+                await self.record_durably(call)
             yield b"data: [DONE]\n\n"
         finally:
-            self.record(call)
+            if not recorded:
+                self.record(call)
 
     def _restore_delta_names(self, call: Call, d: Delta) -> None:
         if call.applied is not None and call.applied.tool_names and d.tool_calls:

@@ -44,8 +44,12 @@ def install(ctx: RouteContext) -> None:
         result = await gw.run(call, req)
         payload = render(result, call, req)
         gw.finish(call, result)
-        resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers,
-                        background=BackgroundTask(record_later, call))
+        if gw.acks is not None:  # --ack-after-durable: the answer waits for its record's durability
+            await gw.record_durably(call)
+            resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers)
+        else:
+            resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers,
+                            background=BackgroundTask(record_later, call))
         gw.metrics.observe(path, 200, time.perf_counter() - t0)
         return resp
 
