@@ -25,12 +25,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--modes", default="durable,default", help="comma-separated: durable, default")
+    ap.add_argument("--first-seed", type=int, default=0, help="trial seeds start here (to add trials to a run)")
     args = ap.parse_args()
     for mode in args.modes.split(","):
         durable = mode == "durable"
         lost, acked, bad = [], [], 0
         with tempfile.TemporaryDirectory() as tmp:
-            for seed in range(args.trials):
+            for seed in range(args.first_seed, args.first_seed + args.trials):
                 res = ack_trial(Path(tmp) / f"t{seed}", 1000 + seed, durable=durable)
                 lost.append(res.lost)
                 acked.append(res.acked_events)

@@ -340,7 +340,13 @@ def ack_trial(home: Path, seed: int, *, durable: bool, window: tuple[float, floa
         for t in threads:
             t.join(timeout=30)
     (home / "acked.jsonl").write_bytes(orjson.dumps({"events": list(acked), "rewards": []}) + b"\n")
-    time.sleep(0.5)  # the killed group's spool lock goes with its processes
+    deadline = time.monotonic() + 60  # the spool lock goes with the last process of the killed group
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
     res = check_home(home, "serve-ack" if durable else "serve-noack")
     res.kills = 1
     res.requests_ok = counts["ok"]
