@@ -94,9 +94,13 @@ def _run(home: Path, t_start: float, out_dir: Path, rounds: int, per_tenant: int
                          "trajectories": len(cand.source_trajectories)})
         return rid
 
-    # Twelve requests a round: a canary needs half the sessions to see a few runs a round (a guarded
-    # canary's sequential test too — it decides on pairs of canary and live runs).
-    settings = PlaneSettings(canary_weight=0.5, canary_min=4, window=200, guarded_weight=0.5)
+    # Twelve requests a round: a canary needs half the sessions to see a few runs a round. The strict bar
+    # alone (guarded=False): the scripted world gives strict evidence within a few rounds, and a guarded
+    # canary — whose sequential test needs five or six of its target's requests won — would hold the
+    # agent's one change slot for most of the quick run's 8 rounds (measured: acme's harness rule and skill
+    # then came after the last round). The guarded canary is shown in tests/core/control/test_guarded_canary.py
+    # and bench/bench_evidence.py.
+    settings = PlaneSettings(canary_weight=0.5, canary_min=4, window=200, guarded=False)
     trained = TrainMode.build(store, home, model_dir) if train else None
     plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(),
                          base_parts=base_parts(), trainer=trainer_hook if trained is None else trained.trainer,
