@@ -13,7 +13,9 @@ The fingerprint reads the system prompt's first :data:`PROMPT_CHARS` characters 
 collapsed and digits blanked — coding agents put the date, the working directory and counts into their
 prompts, and a fingerprint that moved with them would name a new agent every day — and the sorted tool
 names. Each fingerprint gets a readable label: the client's user agent (product name) and the prompt's
-first words.
+first words. ``agents.json`` sits beside the governed store and is not reached by erasure, so when the
+gateway governs what it records the label's words pass the same redaction first (``redact``); a system
+prompt may name a person, and the label must not keep what the store would not.
 
 Fingerprints seen are written to ``agents.json`` in the gateway's home when a new one appears (rare: a
 new agent), which ``molt agents ls`` reads; names chosen by an operator live in ``agent-names.json``,
@@ -119,8 +121,9 @@ class AgentDirectory:
     ``agent-names.json`` live (``None``: in memory only, and no renames from outside)."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None, *, limit: int = MAX_AGENTS,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, redact: Callable[[str], str] | None = None):
         self.home = Path(home) if home is not None else None
+        self.redact = redact
         self.limit = limit
         self.clock = clock
         self._seen: dict[tuple[str, str], AgentEntry] = {}
@@ -149,7 +152,7 @@ class AgentDirectory:
             return None
         entry = self._seen.get((tenant, fp))
         if entry is None:
-            entry = AgentEntry(tenant, fp, label(messages, tools, headers.get("user-agent")), time.time(), time.time())
+            entry = AgentEntry(tenant, fp, self._label(messages, tools, headers), time.time(), time.time())
             self._seen[(tenant, fp)] = entry
             while len(self._seen) > self.limit:
                 self._seen.pop(next(iter(self._seen)))
@@ -161,6 +164,17 @@ class AgentDirectory:
             self._checked = now
             self._reload_names()
         return self._names.get((tenant, fp), fp)
+
+    def _label(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               headers: Mapping[str, str]) -> str:
+        text = label(messages, tools, headers.get("user-agent"))
+        if self.redact is None:
+            return text
+        try:
+            return self.redact(text)
+        except Exception:  # naming must never fail a call; a label that could not be governed is not kept
+            log.warning("Could not redact an agent's label; it is stored as its fingerprint only.", exc_info=True)
+            return "(label not governed)"
 
     def _save(self) -> None:
         if self.home is None:

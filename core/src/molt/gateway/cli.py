@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from molt.backends import BACKENDS, POLICY_MODEL_NAME, BaseBackend, create_backend
@@ -127,5 +128,17 @@ def build_gateway(backend: BaseBackend | list[BaseBackend], *, model: str | None
     table = RoutingTable.single(public, VersionSpec(version=f"{public}@base", backends=tuple(b.name for b in backends)))
     # agents named by fingerprint (no X-Molt-Agent) and their operator-chosen names: `molt agents`
     gw = Gateway(backends, table, recorder=recorder, keyring=keyring, config=config, store=store,
-                 agents=AgentDirectory(home))
+                 agents=AgentDirectory(home, redact=_label_redactor() if record and governance else None))
     return gw, recorder, store
+
+
+def _label_redactor() -> Callable[[str], str]:
+    """The fast redaction pass for agent labels, built on first use (a new agent is rare, and the
+    parent process otherwise never loads the detectors: the capture child governs the records)."""
+    from functools import cache
+
+    from molt.governance.envelope import redact_name
+    from molt.governance.redaction import Redactor
+
+    redactor = cache(Redactor)
+    return lambda text: redact_name(redactor(), text)

@@ -61,6 +61,7 @@ __all__ = [
     "lookup_ids",
     "master_key",
     "redact_envelope",
+    "redact_name",
     "redact_names",
 ]
 
@@ -202,6 +203,12 @@ def _redact_identifier_text(redactor: Any, text: str, state: Any, records: list[
     if records is not None:
         records.extend(_records(redactor, path, spans))
     return str(redactor.apply(text, spans, state))
+
+
+def redact_name(redactor: Any, text: str) -> str:
+    """``text``, a name or identifier kept outside the store (an agent's label, a tool name), redacted
+    as the envelope's names are: read as written and with its separators as spaces."""
+    return _redact_identifier_text(redactor, text, None)
 
 
 def _records(redactor: Any, path: str, spans: list[Any]) -> list[Any]:
