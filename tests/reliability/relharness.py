@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,18 +276,28 @@ def serve_life(home: Path, tids: list[str], seed: int, kill_after_s: float, clie
     return counts, len(alive)
 
 
-def _acked_load(url: str, stop: threading.Event, seed: int, acked: list[str], counts: Counter[str]) -> None:
-    """Non-streamed chat calls; the event id of every answered (200) call is an acknowledgement."""
+#: The inference routes an acknowledgement trial can load: path and body of one user turn.
+ACK_ROUTES: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
+    "chat": ("/v1/chat/completions", lambda text: {"model": "stub", "messages": [{"role": "user", "content": text}]}),
+    "responses": ("/v1/responses", lambda text: {"model": "stub", "input": text}),
+    "messages": ("/v1/messages", lambda text: {"model": "stub", "max_tokens": 64,
+                                               "messages": [{"role": "user", "content": text}]}),
+}
+
+
+def _acked_load(url: str, stop: threading.Event, seed: int, acked: list[str], counts: Counter[str],
+                route: str = "chat") -> None:
+    """Non-streamed calls of one route; the event id of every answered (200) call is an acknowledgement."""
     import httpx
 
     rng = random.Random(seed)
+    path, body = ACK_ROUTES[route]
     h = {"authorization": "Bearer sk-crash-writer"}
     with httpx.Client(timeout=10) as client:
         while not stop.is_set():
             try:
-                r = client.post(url + "/v1/chat/completions", headers={**h, "x-molt-session": f"s{rng.randint(0, 9)}"},
-                                json={"model": "stub", "messages": [{"role": "user",
-                                                                     "content": "hello " * rng.randint(1, 50)}]})
+                r = client.post(url + path, headers={**h, "x-molt-session": f"s{rng.randint(0, 9)}"},
+                                json=body("hello " * rng.randint(1, 50)))
                 if r.status_code == 200:
                     acked.append(r.headers["x-molt-event-id"])
                 counts["ok" if r.status_code == 200 else f"status {r.status_code}"] += 1
@@ -298,7 +309,7 @@ def _acked_load(url: str, stop: threading.Event, seed: int, acked: list[str], co
 
 
 def ack_trial(home: Path, seed: int, *, durable: bool, window: tuple[float, float] = (0.3, 1.5),
-              clients: int = 4) -> TrialResult:
+              clients: int = 4, route: str = "chat") -> TrialResult:
     """``kill -9`` of the whole ``molt serve`` (gateway and capture child, as a container's kill) under
     load, a random time in ``window`` after its capture child first spooled; the clients count an answered call as acknowledged. With
     ``durable`` (``--ack-after-durable``) no acknowledged call may be lost; without it, the calls lost
@@ -321,7 +332,8 @@ def ack_trial(home: Path, seed: int, *, durable: bool, window: tuple[float, floa
     threads: list[threading.Thread] = []
     try:
         _wait_up(url, proc, timeout=120)
-        threads = [threading.Thread(target=_acked_load, args=(url, stop, seed * 10 + i, acked, counts), daemon=True)
+        threads = [threading.Thread(target=_acked_load, args=(url, stop, seed * 10 + i, acked, counts, route),
+                                    daemon=True)
                    for i in range(clients)]
         for t in threads:
             t.start()

@@ -21,3 +21,11 @@ def test_kill_9_loses_no_acknowledged_call_with_ack_after_durable(tmp_path: Path
     for res in results:
         assert res.acked_events > 0 and res.requests_ok == res.acked_events, res
         assert res.lost == 0 and res.ok, res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", ["responses", "messages"])
+def test_the_other_wire_formats_acknowledge_only_durable_calls(tmp_path: Path, route: str) -> None:
+    res = ack_trial(tmp_path / route, 1, durable=True, route=route)
+    assert res.acked_events > 0 and res.requests_ok == res.acked_events, res
+    assert res.lost == 0 and res.ok, res

@@ -305,8 +305,13 @@ def install(ctx: RouteContext) -> None:
         except Exception as exc:
             return fail(exc)
         gw.finish(call, result)
+        later = None
+        if gw.acks is not None:  # --ack-after-durable: the answer waits for its record's durability
+            await gw.record_durably(call)
+        else:
+            later = BackgroundTask(record_later, call)
         resp = Response(orjson.dumps(message_object(mid, req.model, result)), media_type=JSON_MEDIA_TYPE,
-                        headers=call.headers, background=BackgroundTask(record_later, call))
+                        headers=call.headers, background=later)
         gw.metrics.observe("/v1/messages", 200, time.perf_counter() - t0)
         return resp
 
@@ -333,6 +338,7 @@ async def _stream(gw: Gateway, call: Call, model: str, mid: str, first: Any, it:
     index = -1
     open_kind: tuple[str, int] | None = None  # ("text", 0) or ("tool", backend tool index)
     seen_tools: set[int] = set()
+    recorded = False
 
     def close() -> bytes:
         nonlocal open_kind
@@ -380,7 +386,11 @@ async def _stream(gw: Gateway, call: Call, model: str, mid: str, first: Any, it:
         yield _event("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": None},
                                        "usage": {"input_tokens": usage.prompt_tokens if usage else 0,
                                                  "output_tokens": usage.completion_tokens if usage else 0}})
+        if gw.acks is not None:  # --ack-after-durable: the stream ends once its record is durable
+            recorded = True
+            await gw.record_durably(call)
         yield _event("message_stop", {})
     finally:
-        gw.record(call)
+        if not recorded:
+            gw.record(call)
 

@@ -419,8 +419,12 @@ def install(ctx: RouteContext) -> None:
         payload = response_object(rid, call.record.started, model, rr.echo, status=status,
                                   output=output_items(result, call.record.event_ids[0]), usage=_usage(result),
                                   incomplete=incomplete)
-        resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers,
-                        background=BackgroundTask(record_later, call))
+        later = None
+        if gw.acks is not None:  # --ack-after-durable: the answer waits for its record's durability
+            await gw.record_durably(call)
+        else:
+            later = BackgroundTask(record_later, call)
+        resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers, background=later)
         gw.metrics.observe("/v1/responses", 200, time.perf_counter() - t0)
         return resp
 
@@ -439,6 +443,7 @@ async def _stream(gw: Gateway, call: Call, rr: ResponsesRequest, rid: str, first
     items: list[dict[str, Any]] = []  # open output items, in output order
     text_at: int | None = None
     calls_at: dict[int, int] = {}  # the backend's tool-call index → output index
+    recorded = False
     try:
         async with contextlib.aclosing(gw.deltas(call, first, it)) as pieces:
             async for d in pieces:
@@ -488,8 +493,12 @@ async def _stream(gw: Gateway, call: Call, rr: ResponsesRequest, rid: str, first
         result = call.record.result
         keep(call, rr, rid)
         status, incomplete = _status(result) if result is not None else ("completed", None)
+        if gw.acks is not None:  # --ack-after-durable: the stream ends once its record is durable
+            recorded = True
+            await gw.record_durably(call)
         yield _sse(seq, "response.completed" if status == "completed" else "response.incomplete", {
             "response": response_object(rid, started, model, echo, status=status, output=items,
                                         usage=_usage(result), incomplete=incomplete)})
     finally:
-        gw.record(call)
+        if not recorded:
+            gw.record(call)
