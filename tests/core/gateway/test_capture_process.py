@@ -88,6 +88,10 @@ def test_gateway_with_a_capture_process(tmp_path: Path) -> None:
             proc._proc.wait(10)
             r2 = client.chat.completions.create(model="stub", messages=[{"role": "user", "content": "after"}])
             assert r2.choices[0].message.content == "echo: after"
+            # the call is recorded by a task that runs after its answer was sent: wait for it
+            deadline = time.monotonic() + 10
+            while proc.stats.dropped_queue_full < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert not proc.alive and proc.stats.dropped_queue_full >= 1
     finally:
         proc.close(timeout=5)
