@@ -255,7 +255,15 @@ class RequestTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class RateLimited(GatewayError):
+    """A key sent more requests of a kind than the gateway takes per minute (HTTP 429)."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+
 __all__ += [
+    "RateLimited",
     "BackendError",
     "BackendStreamError",
     "BackendTimeout",

@@ -13,6 +13,7 @@ import base64
 import html
 import sys
 import urllib.parse
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,63 @@ def test_the_plane_screens_again_before_canary(tmp_path: Path) -> None:
         assert plane.registry.live("acme", AGENT).version_id == base.version_id
         assert any(n == 2 for n in gate.seen.values())
         assert flagged_feedback(plane.log, "acme", AGENT)
+
+
+# ------------------------------------------------------------------------------------------- many hands
+
+
+async def _window_by(store: Store, plane: ControlPlane, items: list[Traffic], keys: list[str]) -> None:
+    """``items`` (+ healthy traffic) with the i-th correction sent through the API key ``keys[i % len]``."""
+    fine = [Traffic("acme", AGENT, f"Where is order A-{1000 + i}? (ticket {i})", "status") for i in range(12)]
+    got = await record_traffic(items + fine, plane.registry, plane, World(), plane.backend)
+    n = 0
+    out = []
+    for events, rewards in got:
+        rs = []
+        for r in rewards:
+            if r.source.value == "user_correction":
+                r = r.model_copy(update={"annotator": keys[n % len(keys)]})
+                n += 1
+            rs.append(r)
+        out.append((events, rs))
+    save_trajectories(store, out)
+
+
+def test_a_memory_from_one_key_alone_is_not_evidence_and_from_many_keys_is(tmp_path: Path) -> None:
+    fact = FACTS["refund window"].text
+    for keys, want in ((["sk-one"], False), (["sk-a", "sk-b", "sk-c"], True)):
+        with Store.open(tmp_path / f"s{len(keys)}", auto_compact=False) as store:
+            plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts(),
+                                 settings=PlaneSettings(promote_directly=True))
+            plane.registry.ensure_base("acme", AGENT, base_parts())
+            asyncio.run(_window_by(store, plane, _facts(8, fact), keys))
+            res = plane.run_cycle("acme", AGENT)
+            mem = [r for r in res.record.rejected if r.get("kind") == "memory_insert"]
+            if want:
+                assert res.choice == "memory_insert", (res.record.reason, mem)
+            else:
+                assert res.choice != "memory_insert" and mem
+                assert any("one API key (sk-one)" in r["rejected"] for r in mem), mem
+                assert not flagged_feedback(plane.log, "acme", AGENT)  # too few hands is not a poisoned text
+
+
+def test_corrections_of_a_key_the_gate_refused_are_held_out_of_evidence(tmp_path: Path) -> None:
+    from molt.control.hands import held_out_keys, without_held_out
+    from molt.control.signals import episodes
+
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts())
+        plane.registry.ensure_base("acme", AGENT, base_parts())
+        asyncio.run(_window_by(store, plane, _facts(8, ATTACK), ["sk-attacker", "sk-helper"]))
+        plane.run_cycle("acme", AGENT)
+        held = held_out_keys(store, plane.log, "acme", AGENT, hours=72)
+        assert held == {"sk-attacker", "sk-helper"}
+        assert held_out_keys(store, plane.log, "acme", AGENT, hours=72,
+                             now=datetime.now(UTC) + timedelta(hours=73)) == set()
+        window = episodes(store, "acme", AGENT)
+        kept = without_held_out(window, store, {"sk-attacker"})
+        before = sum(len(e.corrections) for e in window)
+        after = sum(len(e.corrections) for e in kept)
+        assert before == 8 and after == 4
+        # the held-out corrections no longer say their runs failed (their recorded rewards still do)
+        assert sum("correction" in e.failure_signals for e in kept) == 4

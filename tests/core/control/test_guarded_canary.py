@@ -50,7 +50,9 @@ def _serve(plane: ControlPlane, store: Store, version: object, questions: list[s
 def test_agent_level_evidence_canaries_a_memory_that_live_outcomes_promote(tmp_path: Path, guarded: bool) -> None:
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts(),
-                             settings=PlaneSettings(promote_directly=True, guarded=guarded, replay_sample=8))
+                             # two users correct each fact here (min_hands: molt.control.hands, test_gate.py)
+                             settings=PlaneSettings(promote_directly=True, guarded=guarded, replay_sample=8,
+                                                    min_hands=2))
         base = plane.registry.ensure_base("acme", AGENT, base_parts())
         save_trajectories(store, asyncio.run(record_traffic(_window(), plane.registry, plane, World(), plane.backend)))
         first = plane.run_cycle("acme", AGENT)
@@ -89,7 +91,7 @@ def test_agent_level_evidence_canaries_a_memory_that_live_outcomes_promote(tmp_p
 def test_guarded_canary_without_effect_is_aborted_at_its_exposure_bound(tmp_path: Path) -> None:
     with Store.open(tmp_path / "s", auto_compact=False) as store:
         plane = ControlPlane(store, DeskModel(), live_tools=World().live_tools(), base_parts=base_parts(),
-                             settings=PlaneSettings(guarded_max_requests=4, replay_sample=8))
+                             settings=PlaneSettings(guarded_max_requests=4, replay_sample=8, min_hands=2))
         base = plane.registry.ensure_base("acme", AGENT, base_parts())
         save_trajectories(store, asyncio.run(record_traffic(_window(), plane.registry, plane, World(), plane.backend)))
         first = plane.run_cycle("acme", AGENT)

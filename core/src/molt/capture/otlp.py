@@ -17,7 +17,10 @@ exporter at an endpoint serving :class:`OtlpIngest` (see :mod:`molt.capture.otlp
   id is resolved within the tenant like every other client-chosen trajectory id (another tenant's
   trace id names the caller's own namespaced trajectory) and event ids are derived from the resolved
   trajectory, so one tenant's export never lands in, links to, or deduplicates away another's; an
-  event Molt exported itself (``molt.event``) is re-homed the same way and stamped with the tenant;
+  event Molt exported itself (``molt.event``) is re-homed the same way and stamped with the tenant,
+  and loses the provenance only the serving gateway may stamp (the policy version, harness, retrieval
+  snapshot and weights that answered: :func:`molt.capture.tenancy.unclaimed`) — a writer cannot vote
+  for a version with runs it says that version served;
 - **errors as outcomes**: status ``ERROR`` (or an ``error.type`` attribute) becomes
   ``outcome.status == "error"`` with the status message, else the recorded exception's message; an
   ended span with status ``UNSET`` or ``OK`` is ``ok``;
@@ -68,7 +71,7 @@ from molt.capture.otlp_decode import (
     genai_messages,
     trace_service,
 )
-from molt.capture.tenancy import TrajectoryNamespace
+from molt.capture.tenancy import TrajectoryNamespace, unclaimed
 
 try:  # only MoltSpanProcessor needs the SDK
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -368,7 +371,9 @@ class OtlpIngest:
         span = s.span
         ns = self._namespace(tenant_id)
         if isinstance(span.attributes.get("molt.event"), str):
-            ev = span_to_event(span)  # an event Molt exported itself: as it was, in the caller's tenant
+            # an event Molt exported itself: as it was, in the caller's tenant — but the provenance only
+            # the serving gateway stamps (which version answered) is not the writer's to claim
+            ev = unclaimed(span_to_event(span), "otlp")
             if tenant_id is None:
                 return ev
             update: dict[str, Any] = {"metadata": ev.metadata.model_copy(update={"tenant_id": tenant_id})}

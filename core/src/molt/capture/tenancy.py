@@ -36,7 +36,25 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NAMESPACE_SEP", "TrajectoryNamespace", "store_tenant"]
+__all__ = ["NAMESPACE_SEP", "SERVED_PROVENANCE", "TrajectoryNamespace", "store_tenant", "unclaimed"]
+
+#: Provenance only the process that served a call may stamp: which policy version, harness, retrieval
+#: snapshot and weights answered it. The control plane judges versions by these (a canary by the runs
+#: stamped with it), so a writer that could set them could vote for a version with forged runs.
+SERVED_PROVENANCE = ("policy_version", "harness_fingerprint", "retrieval_snapshot", "model_checkpoint",
+                     "lora_adapter")
+
+
+def unclaimed(event: Any, integration: str) -> Any:
+    """``event`` (an ATDP :class:`~molt.atdp.models.Event` a writer sent whole: OTLP ``molt.event``, an
+    import) with the served provenance a writer cannot claim dropped and, where it claimed some,
+    ``integration`` the ingest path it came through."""
+    prov = event.provenance
+    if prov is None or all(getattr(prov, k, None) is None for k in SERVED_PROVENANCE):
+        return event  # nothing claimed: the event comes back exactly as it was exported
+    keep = {k: v for k, v in prov.model_dump().items() if k not in SERVED_PROVENANCE}
+    keep["integration"] = integration
+    return event.model_copy(update={"provenance": type(prov).model_validate(keep)})
 
 log = logging.getLogger("molt.capture")
 

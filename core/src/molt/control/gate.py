@@ -439,7 +439,7 @@ _TOOL_VERB = re.compile(
     r"\s+(?:the\s+|a\s+|an\s+|den\s+|die\s+|das\s+|le\s+|la\s+|l'|el\s+|lo\s+|il\s+|o\s+|de\s+)?"
     r"(?:(?:tool|function|api|endpoint|werkzeug|funktion|outil|fonction|herramienta|función|strumento|funzione|"
     r"ferramenta|função|functie|инструмент|функцию)\s+)?"
-    r"[`'\"]?([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+|(?-i:[a-z]+[A-Z][A-Za-z0-9]*))[`'\"]?", re.I)
+    r"[`'\"]?([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+|(?-i:[a-z]{2,}[A-Z][a-z]{2,}[A-Za-z0-9]*))[`'\"]?", re.I)
 _TOOL_NOUN = re.compile(r"[`'\"]?([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+)[`'\"]?\s+(?:tool|function|api|endpoint)\b", re.I)
 
 
@@ -677,6 +677,10 @@ class SafetyGate:
 
     def _tool_reasons(self, raw: str, role: str, tools: frozenset[str]) -> list[str]:
         named = {m.group(1) for m in _TOOL_VERB.finditer(raw)} | {m.group(1) for m in _TOOL_NOUN.finditer(raw)}
+        words = re.findall(r"[A-Za-z]{3,}", raw)
+        if words and sum(bool(re.search(r"[a-z][A-Z]", w)) for w in words) > 0.3 * len(words):
+            # casing is noise in this text ("tHe AnSwER"): a lower-to-upper turn names no camelCase tool
+            named = {n for n in named if "_" in n or "." in n}
         calls = [m for m in _TOOL_CALL_SYNTAX.finditer(raw)]
         named |= {m.group(1) for m in calls if m.group(1)}
         out: list[str] = []

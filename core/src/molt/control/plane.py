@@ -102,6 +102,7 @@ from molt.control.evidence import (
 )
 from molt.control.gate import SafetyGate, Verdict, gate_context
 from molt.control.lease import LeaseHeld, Leases, holder_name
+from molt.control.hands import held_out_keys, many_hands, without_held_out
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, StalePromotion, VersionRegistry
@@ -185,6 +186,12 @@ class PlaneSettings(BaseModel):
     #: Replay every candidate, even those dearer than a sufficient one already found (which cannot win):
     #: for measuring candidates (bench/bench_evolve.py), not for production cycles.
     replay_all: bool = False
+    #: A memory or skill needs corrections (or successes) from this many distinct sessions, and — when they
+    #: came through API keys — from this many keys (molt.control.hands).
+    min_hands: int = 3
+    min_keys: int = 2
+    #: How long corrections from a key whose feedback the safety gate refused stay out of the evidence.
+    held_out_hours: float = 72.0
     #: Entity types that make generated memory / skill text unservable (personal data and secrets;
     #: organisations and places are what policy facts are about, so they do not count).
     pii_types: frozenset[str] = frozenset({
@@ -301,6 +308,7 @@ class ControlPlane:
         # Every text a candidate would put in a prompt is screened before replay and again before canary.
         self.gate = gate if gate is not None else SafetyGate()
         self._gate_ctx: dict[str, Any] = {}
+        self._cluster_failures: dict[str, list[str]] = {}
         self._current: PolicyVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Per cycle: the confirmation level of each screened cluster's candidates (screen_levels), and the
@@ -405,6 +413,9 @@ class ControlPlane:
         self._running_guard = None
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
         self._gate_ctx = gate_context(live, window)
+        # corrections from keys whose feedback the gate refused lately are no evidence (molt.control.hands)
+        window = without_held_out(window, self.store, held_out_keys(self.store, self.log, tenant_id, agent_id,
+                                                                    hours=s.held_out_hours))
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
                              signals=signals.model_dump(mode="json"))
@@ -468,6 +479,7 @@ class ControlPlane:
             made += self._lifecycle(c, made, live)
             # A screened cluster is not evidence enough for weights: replay cannot confirm a weight update.
             candidates.extend(x for x in made if c.significant or x.kind != "weight_update")
+        self._cluster_failures = {k: [e.trajectory_id for e in c.failures] for k, c in clusters.items()}
         if self.reflector is not None and clusters:
             candidates.extend(await self._reflect(list(clusters.values()), window, live, rec))
         # The screened clusters' share of alpha, fixed before anything is replayed (molt.control.evidence).
@@ -1305,7 +1317,16 @@ class ControlPlane:
         if not verdict.accepted:
             entry["rejected"] = f"gate: {verdict.summary()}"
             rec.rejected.append(entry)
-        return verdict.accepted
+            return False
+        s = self.settings
+        # a skill's evidence is also the cluster's failing runs (the procedure is what they lacked)
+        extra = self._cluster_failures.get(cand.cluster, []) if cand.kind == "skill_patch" else []
+        few = many_hands(cand, self.store, rec.tenant_id, min_hands=s.min_hands, min_keys=s.min_keys,
+                         extra=extra)
+        if few:  # not a refusal of the text: its feedback is not flagged
+            entry["rejected"] = "; ".join(few)
+            rec.rejected.append(entry)
+        return not few
 
     def _apply(self, cand: Candidate, live: PolicyVersion, rec: DecisionRecord) -> PolicyVersion | None:
         s = self.settings

@@ -12,11 +12,16 @@ A key may only reward its own tenant's calls. ``source`` says who gives the rewa
 reward (value ≤ 0.5) that carries a ``reason`` is a ``user_correction`` — what the control plane reads as
 a correction and may learn from — and any other a ``user_feedback`` rating (the call's outcome). The
 response says which was recorded. The bodies are published in ``/openapi.json`` (:mod:`molt.gateway.openapi`).
+A key may send feedback only ``GatewayConfig.feedback_per_minute`` times a minute (429 past it): what
+users say becomes the agent's prompt text through the control plane, so one key must not be able to
+speak for many users.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -32,7 +37,7 @@ from molt.atdp.models import (
     RewardAnnotation,
     RewardSource,
 )
-from molt.errors import CaptureError, NotFound
+from molt.errors import CaptureError, NotFound, RateLimited
 from molt.governance.access import Principal
 
 if TYPE_CHECKING:
@@ -130,6 +135,28 @@ class Feedback:
 
     def __init__(self, gateway: Gateway):
         self.gw = gateway
+        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}  # (tenant, key) -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def admit(self, p: Principal, n: int = 1) -> None:
+        """Take ``n`` from ``p``'s key's bucket (``feedback_per_minute`` deep, refilled continuously), or
+        raise :class:`RateLimited` — before anything is looked up or written."""
+        rate = self.gw.config.feedback_per_minute
+        key = (p.tenant_id, p.key_name or "")
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(key, (float(rate), now))
+            tokens = min(float(rate), tokens + (now - at) * rate / 60.0)
+            if tokens < n:
+                self._buckets[key] = (tokens, now)
+                wait = (n - tokens) * 60.0 / rate
+                raise RateLimited(f"The key {p.key_name!r} sent more than {rate} feedback requests a minute; retry in "
+                                  f"{wait:.1f} s (GatewayConfig.feedback_per_minute).")
+            self._buckets[key] = (tokens - n, now)
+            if len(self._buckets) > 100_000:  # keys that stopped sending: full buckets carry nothing
+                for k, (t, a) in list(self._buckets.items()):
+                    if t + (now - a) * rate / 60.0 >= rate:
+                        del self._buckets[k]
 
     # ------------------------------------------------------------------ lookups
 
@@ -203,6 +230,7 @@ class Feedback:
 
     def reward_call(self, p: Principal, body: CallReward) -> dict[str, Any]:
         """Reward one call."""
+        self.admit(p)
         tid, eid = self._call(p, body.call_id)
         ids = self._append([self._ann(p, body, tid, eid, body.value, body.reason)])
         return {"annotation_ids": ids, "trajectory_id": tid, "event_ids": [eid], "source": str(body.source)}
@@ -213,6 +241,7 @@ class Feedback:
 
     def reward_trajectory(self, p: Principal, body: TrajectoryReward) -> dict[str, Any]:
         """Reward a whole trajectory."""
+        self.admit(p)
         tid = self._resolve(p, body.trajectory_id)
         self._trajectory_calls(p, tid)  # existence and tenant check
         ids = self._append([self._ann(p, body, tid, None, body.value, body.reason)])
@@ -220,6 +249,7 @@ class Feedback:
 
     def reward_last_call(self, p: Principal, body: LastCallReward) -> dict[str, Any]:
         """Reward the last call of a session or trajectory (discounted back over earlier calls)."""
+        self.admit(p)
         if body.session_id is not None:
             st = self.gw.sessions.session(p.tenant_id, body.session_id)
             if st is None:

@@ -2,7 +2,7 @@
 the harness, call the backend (with a timeout and one failover), answer, and record.
 
 :class:`Gateway` is what the FastAPI app (:mod:`molt.gateway.app`) drives; tests and embedders can
-drive it directly too.
+drive it directly too. One module at ~650 lines because it is one idea: that call path, in its order.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class GatewayConfig(BaseModel):
       in the last moments (the acknowledgement window, measured in the gateway README).
     - ``strict_health``: ``/health`` answers 503 (not 200) while capture is degraded — records dropped,
       spool writes failing, or a backlog (:mod:`molt.gateway.health`; ``molt serve --strict-health``).
+    - ``feedback_per_minute``: feedback one API key may send a minute (default 120; :mod:`molt.gateway.feedback`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -84,6 +85,7 @@ class GatewayConfig(BaseModel):
     harness_timeout_s: float = Field(default=2.0, gt=0, le=600)
     strict_health: bool = False
     ack_after_durable: bool = False
+    feedback_per_minute: int = Field(default=120, ge=1, le=1_000_000)
 
 
 @dataclass(slots=True)

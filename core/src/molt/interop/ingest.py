@@ -47,7 +47,7 @@ from molt.atdp.validate import MAX_RECORD_BYTES
 from molt.capture.hooks import govern_reward
 from molt.capture.recorder import DEFAULT_PIPELINE, index_fields, resolve_pipeline
 from molt.capture.sinks import SealedRow, SinkBatch
-from molt.capture.tenancy import TrajectoryNamespace, store_tenant
+from molt.capture.tenancy import TrajectoryNamespace, store_tenant, unclaimed
 from molt.errors import MoltError
 from molt.interop.spill import Spill
 from molt.store.query import sql_str
@@ -287,7 +287,8 @@ def _import(store: Any, rows: Iterable[Row], spill: Spill, *, source: str, tenan
         refused: list[_Refusal] = []
         copies = 0
         for where, data in spill.events(stid):
-            ev = Event.model_validate_json(data)
+            # which version served a call is the gateway's to say, not a file's
+            ev = unclaimed(Event.model_validate_json(data), "import")
             if tenant is not None:
                 ev = _rehome(ev, tid, ns, tenant)
             first = seen.get(ev.event_id)

@@ -110,9 +110,11 @@ def _kb(rng: random.Random, tenant: str, agent: str, n: int) -> list[Traffic]:
 def _facts(rng: random.Random, tenant: str, agent: str, topic: str, n: int, corrected: float) -> list[Traffic]:
     f = FACTS[topic]
     out = []
-    for _ in range(n):
+    for k in range(n):
         q = f"{rng.choice(f.questions)} (ticket {rng.randrange(10**5)})"
-        out.append(Traffic(tenant, agent, q, "kb_question", f.text if rng.random() < corrected else None))
+        # at least three users correct it: a memory needs corrections from three sessions (molt.control.hands)
+        said = rng.random() < corrected or (corrected > 0 and k < 3)
+        out.append(Traffic(tenant, agent, q, "kb_question", f.text if said else None))
     return out
 
 
