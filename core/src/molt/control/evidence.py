@@ -291,12 +291,22 @@ def agent_evidence(window: Sequence[Episode], tolerable: float, alpha: float,
 
 def mixture_ratio(wins: int, losses: int, a: float, b: float) -> float:
     """The mixture likelihood ratio of ``wins`` and ``losses`` against a fair coin, the win probability
-    drawn from Beta(``a``, ``b``): B(a + wins, b + losses) / B(a, b) · 2^(wins + losses). Under the fair
-    coin it is a nonnegative martingale with mean 1, so by Ville's inequality the chance that it ever
-    reaches ``1 / alpha`` — however often it is looked at — is at most ``alpha``."""
-    def lbeta(x: float, y: float) -> float:
-        return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
-    return math.exp(lbeta(a + wins, b + losses) - lbeta(a, b) + (wins + losses) * math.log(2.0))
+    drawn from Beta(``a``, ``b``) *truncated to above one half* (one-sided: only a coin biased towards
+    wins is the alternative). Under a coin that is fair — or biased towards losses — it is a nonnegative
+    supermartingale with mean at most 1, so by Ville's inequality the chance that it ever reaches
+    ``1 / alpha``, however often it is looked at, is at most ``alpha``. ``a`` and ``b`` are rounded to
+    whole numbers (the tail integrals are then binomial sums)."""
+    a, b = max(1, round(a)), max(1, round(b))
+
+    def log_tail(p: int, q: int) -> float:
+        # log ∫_{1/2}^1 θ^(p-1) (1-θ)^(q-1) dθ = log B(p, q) + log P(Bin(p+q-1, 1/2) ≤ p-1)
+        n = p + q - 1
+        terms = [math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in range(p)]
+        top = max(terms)
+        tail = top + math.log(sum(math.exp(t - top) for t in terms)) - n * math.log(2.0)
+        return math.lgamma(p) + math.lgamma(q) - math.lgamma(p + q) + tail
+
+    return math.exp(log_tail(a + wins, b + losses) - log_tail(a, b) + (wins + losses) * math.log(2.0))
 
 
 @dataclass(frozen=True)
@@ -334,10 +344,10 @@ def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[t
     Under the null hypothesis — the canary does no better than the live version — and with requests
     routed to either at random, a discordant pair (one succeeded, the other failed) is the canary's win
     with probability at most ½. The mixture likelihood ratio of the wins and losses against ½
-    (:func:`mixture_ratio`, mixing prior ``prior`` = Beta(1 + fixed, 1 + broken) of the replay) is a
-    test martingale: promoting when it reaches ``1 / alpha`` promotes a change without effect with
-    probability at most ``alpha``, whenever the plane looks (mSPRT). Harm is the mirror image with a
-    flat prior (abort at ``1 / alpha``). At the exposure bound (``max_runs`` canary runs — ``served``, all
+    (:func:`mixture_ratio`, mixing prior ``prior`` = Beta(1 + fixed, 1 + broken) of the replay, truncated
+    to the canary's side) is a test supermartingale: promoting when it reaches ``1 / alpha`` promotes a
+    change without effect with probability at most ``alpha``, whenever the plane looks (mSPRT). Harm is
+    the mirror image with a flat prior on the live version's side (abort at ``1 / alpha``). At the exposure bound (``max_runs`` canary runs — ``served``, all
     the canary served, when the outcomes tested are only those of its target —, or ``expired``) without a
     decision the canary is aborted: the experiment ended without evidence."""
     wins = sum(1 for c, lv in pairs if c and not lv)
