@@ -347,9 +347,10 @@ def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[t
     (:func:`mixture_ratio`, mixing prior ``prior`` = Beta(1 + fixed, 1 + broken) of the replay, truncated
     to the canary's side) is a test supermartingale: promoting when it reaches ``1 / alpha`` promotes a
     change without effect with probability at most ``alpha``, whenever the plane looks (mSPRT). Harm is
-    the mirror image with a flat prior on the live version's side (abort at ``1 / alpha``). At the exposure bound (``max_runs`` canary runs — ``served``, all
-    the canary served, when the outcomes tested are only those of its target —, or ``expired``) without a
-    decision the canary is aborted: the experiment ended without evidence."""
+    the mirror image with a flat prior on the live version's side (abort at ``1 / alpha``). At the
+    exposure bound (``max_runs`` canary runs — ``served``, all the canary served, when the outcomes tested
+    are only those of its target —, or ``expired``) without a decision the canary is aborted: the
+    experiment ended without evidence."""
     wins = sum(1 for c, lv in pairs if c and not lv)
     losses = sum(1 for c, lv in pairs if lv and not c)
     ratio = mixture_ratio(wins, losses, *prior)
