@@ -18,7 +18,7 @@ Each cluster that passes gets the candidates that could fix it, built from the t
                           rejection reason, a rubric, a validator's message — whatever it is
                           about: a citation, a JSON field, a unit, a language): a system-prompt
                           rule stating it; answer failures: a generic "check your work" rule
-``weight_update``         answer failures (no tool error): only when context changes were
+``weight_update``         answer and requirement failures (no tool error): only when context changes were
                           replayed on the cluster and failed (decided by the selector), sized by
                           recurrence across tenants
 ``rollback``              the live version, promoted in the window, does worse than the version
@@ -172,6 +172,9 @@ def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *,
                                  # a sentence Molt writes, nothing learned in it (molt.control.gate)
                                  payload={"system_prompt": rule, "fixed_text": True},
                                  source_trajectories=ids))
+    if cluster.kind in ("answer", "format"):
+        # A requirement the model still breaks with the rule in its prompt is a capability its weights
+        # lack; the selector asks for weights only after the context changes were replayed and failed.
         out.append(Candidate(kind="weight_update", cluster=cluster.key, cost=COSTS["weight_update"],
                              description=f"train the weights on the cluster's requests "
                                          f"({cluster.task or cluster.intent}); "
