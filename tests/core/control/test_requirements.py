@@ -23,6 +23,9 @@ from molt.control.versions import ModelPart, PolicyParts, PolicyVersion
     ("validator: the answer is not a JSON object with a 'ticket' field", "be a JSON object with a 'ticket' field"),
     ("Response does not include the ticket number", "include the ticket number"),
     ("assertion failed: format: not JSON", "be JSON"),
+    # what the verdict quotes of this answer is evidence, not the requirement: these cluster together
+    ("the reply does not open with the number: 'in mathematics, '", "open with the number"),
+    ('the reply does not open with the number: "Sure! The sum"', "open with the number"),
     ("wrong answer: expected the refund window", None),
     ("the refund was not issued", None),
     ("wrong or missing order state", None),

@@ -240,7 +240,14 @@ def requirement_of(verdict: str) -> str | None:
     return None
 
 
+#: What a verdict quotes of the answer after its requirement ("… does not open with the number: 'in
+#: mathematics, '"): evidence of this failure, not part of what is required, so failures that broke the
+#: same requirement differently still cluster together.
+_QUOTED_EVIDENCE = re.compile(r"\s*:\s*(?:['\"\u2018\u201c`]|[rbu]?['\"]).*$", re.S)
+
+
 def _tidy_requirement(text: str) -> str | None:
+    text = _QUOTED_EVIDENCE.sub("", text)
     text = " ".join(text.split()).strip().rstrip(".;!? ")
     return text[:200] if re.search(r"[A-Za-z]{2,}", text) else None
 
