@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from molt.atdp.models import RewardSource
+from molt.governance.access import OPEN_KEY_NAME
 from molt.store import Store, sql_str
 
 __all__ = ["Hand", "hands", "held_out_keys", "many_hands", "without_held_out"]
@@ -56,8 +57,9 @@ def hands(store: Store, tenant_id: str, trajectory_ids: Iterable[str]) -> dict[s
     out: dict[str, Hand] = {}
     for t in ids:
         # the keys of corrections that say something (the text a memory is made of): an OTLP evaluation
-        # carries no text, so a writer cannot pad the keys with annotations it names itself there
-        keys = frozenset(k for k, text, _ in _correction_keys(store, t) if k and text)
+        # carries no text, so a writer cannot pad the keys with annotations it names itself there;
+        # a gateway without keys names no writer, and the sessions alone are the evidence there
+        keys = frozenset(k for k, text, _ in _correction_keys(store, t) if k and text and k != OPEN_KEY_NAME)
         out[t] = Hand(session=sessions.get(t) or f"trajectory:{t}", keys=keys)
     return out
 

@@ -39,7 +39,7 @@ from molt.gateway.health import CaptureHealth
 from molt.gateway.metrics import Metrics
 from molt.gateway.router import Route, Router, RoutingTable, VersionSpec
 from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
-from molt.governance.access import KeyRing, Principal, Role
+from molt.governance.access import OPEN_KEY_NAME, KeyRing, Principal, Role
 from molt.harness import Applied, HarnessApplier, StaticHarness, belongs_to
 
 __all__ = ["Call", "Gateway", "GatewayConfig"]
@@ -49,7 +49,7 @@ log = logging.getLogger("molt.gateway")
 LAG_TICK_S = 0.1
 
 #: The caller of a gateway without keys: its one tenant, and the platform operator too.
-_OPEN = Principal(tenant_id="default", role=Role.OPERATOR, key_name="open-gateway")
+_OPEN = Principal(tenant_id="default", role=Role.OPERATOR, key_name=OPEN_KEY_NAME)
 
 
 class GatewayConfig(BaseModel):

@@ -45,7 +45,11 @@ from pathlib import Path
 
 from molt.errors import AuthenticationError, GovernanceError, PermissionDenied
 
-__all__ = ["Action", "KeyRing", "Principal", "Role", "generate_key", "hash_key"]
+__all__ = ["OPEN_KEY_NAME", "Action", "KeyRing", "Principal", "Role", "generate_key", "hash_key"]
+
+#: The key name a gateway without a key file gives every caller: it names no writer, so evidence that
+#: counts distinct keys (molt.control.hands) does not count it as one.
+OPEN_KEY_NAME = "open-gateway"
 
 
 class Role(StrEnum):
