@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from molt.governance.redaction.evaluate import TypeScore
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SHARED = Path(os.environ.get("MOLT_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared"))
@@ -117,28 +119,10 @@ def load_split(name: str) -> list[Tweet]:
 
 
 @dataclass
-class Counts:
-    """Entity-level counts for one type."""
-
-    gold: int = 0
-    found: int = 0
-    predicted: int = 0
-    correct: int = 0
-
-    @property
-    def recall(self) -> float:
-        return self.found / self.gold if self.gold else 1.0
-
-    @property
-    def precision(self) -> float:
-        return self.correct / self.predicted if self.predicted else 1.0
-
-
-@dataclass
 class Result:
     """Per-type counts of a system on a split, and its CPU seconds."""
 
-    by_type: dict[str, Counts] = field(default_factory=lambda: {t: Counts() for t in TYPES})
+    by_type: dict[str, TypeScore] = field(default_factory=lambda: {t: TypeScore() for t in TYPES})
     cpu: float = 0.0
     n: int = 0
     misses: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TYPES})
