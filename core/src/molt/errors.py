@@ -16,7 +16,9 @@ Every error Molt raises derives from one root, so callers can catch ``MoltError`
     ├── GovernanceError                    a governance stage failed
     │   ├── PolicyViolation                a record breaks a tenant's policy
     │   ├── AuthenticationError            no API key, or one that is not known (HTTP 401)
-    │   └── PermissionDenied (PermissionError)  the key's tenant or role may not do this (HTTP 403)
+    │   ├── PermissionDenied (PermissionError)  the key's tenant or role may not do this (HTTP 403)
+    │   └── LineageError                   an artifact's lineage does not hold: an adapter whose files
+    │                                      differ from its manifest, or trained on another tenant's data
     ├── ReplayError                        a trajectory cannot be replayed
     ├── InterventionError                  a control-plane intervention cannot be applied
     ├── RegistryError (LookupError)        registry misuse: unknown or conflicting names
@@ -38,6 +40,7 @@ __all__ = [
     "EventValidationError",
     "GovernanceError",
     "InterventionError",
+    "LineageError",
     "MoltError",
     "NotFound",
     "PayloadTooLarge",
@@ -163,6 +166,18 @@ class AuthenticationError(GovernanceError):
 
 class PermissionDenied(GovernanceError, PermissionError):
     """The caller's tenant or role may not perform the action."""
+
+
+class LineageError(GovernanceError):
+    """An artifact's lineage does not hold, so it is refused: an adapter directory whose files differ
+    from its manifest, a manifest that was edited, or one that names trajectories of a tenant the
+    adapter may not learn from. ``reason`` says which: ``"missing"``, ``"files"``, ``"tampered"``,
+    ``"tenant"``."""
+
+    def __init__(self, message: str, *, reason: str = "", trajectory_id: str | None = None,
+                 event_id: str | None = None):
+        super().__init__(message, trajectory_id=trajectory_id, event_id=event_id)
+        self.reason = reason
 
 
 class ReplayError(MoltError):
