@@ -32,8 +32,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted({ROOT / "README.md", ROOT / "core" / "README.md", ROOT / "trainer" / "README.md",
-               ROOT / "demo" / "README.md", *ROOT.glob("adapters/*/README.md"),
-               *ROOT.glob("core/src/molt/*/README.md")})
+               ROOT / "demo" / "README.md", ROOT / "bench" / "README.md", *ROOT.glob("docs/*.md"),
+               *ROOT.glob("adapters/*/README.md"), *ROOT.glob("core/src/molt/*/README.md")})
 _BLOCK = re.compile(r"(?:<!--\s*readme-test:\s*(?P<mark>[^>]*?)\s*-->\s*\n)?```python\n(?P<code>.*?)```", re.S)
 _SHELL = re.compile(r"(?:<!--\s*readme-test:\s*(?P<mark>[^>]*?)\s*-->\s*\n)?```(?:bash|sh|shell)\n(?P<code>.*?)```",
                     re.S)

@@ -1,4 +1,4 @@
-"""Package layering: imports point one way, as ../shared/DESIGN.md draws them, and no module reaches
+"""Package layering: imports point one way, as docs/architecture.md draws them, and no module reaches
 into another module's private names.
 
 Troubleshooting: if an import test fails, move the shared code down a layer (into molt.atdp or

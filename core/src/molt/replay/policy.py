@@ -4,7 +4,7 @@
 memories, skill patches, tool-schema rewrites), the weights (model name / LoRA adapter served by the
 backend) and sampling. :class:`ReplayPolicy` applies them exactly as the gateway would — through
 :mod:`molt.harness` and a :mod:`molt.backends` backend — but in process: a replay never goes through
-the gateway (see the dependency direction in DESIGN.md).
+the gateway (see the dependency direction in docs/architecture.md).
 
 Example::
 
