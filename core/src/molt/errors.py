@@ -205,6 +205,7 @@ class AdapterError(MoltError):
 #   │   └── BackendStreamError             the backend died in the middle of a streamed answer
 #   └── GatewayError                       a request the gateway cannot serve (status in ``status``)
 #       ├── InvalidRequest (ValueError)    malformed JSON, bad fields, invalid tool schemas (400)
+#       │   └── UpstreamRejected           an upstream model API refused the request (its own 4xx and body)
 #       ├── ModelNotFound (LookupError)    no model or policy version of that name (404)
 #       └── RequestTooLarge                the body is over the gateway's size cap (413)
 
@@ -256,6 +257,20 @@ class InvalidRequest(GatewayError, ValueError):
     """Malformed JSON, a missing or mistyped field, or an invalid tool schema (HTTP 400)."""
 
 
+class UpstreamRejected(InvalidRequest):
+    """An upstream model API refused the request with a 4xx: ``status`` is its status, ``body`` its JSON
+    error as it sent it, and ``api`` the wire format that body is in (``"openai"`` or ``"anthropic"``).
+    A route speaking that same API relays the body as it is; any other route words it in its own shape."""
+
+    code = "upstream_rejected"
+
+    def __init__(self, message: str, *, status: int, body: Any = None, api: str = "openai"):
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.api = api
+
+
 class ModelNotFound(GatewayError, LookupError):
     """No model or policy version of that name is served here (HTTP 404)."""
 
@@ -287,4 +302,5 @@ __all__ += [
     "InvalidRequest",
     "ModelNotFound",
     "RequestTooLarge",
+    "UpstreamRejected",
 ]

@@ -372,6 +372,7 @@ def _backend(kind: str, *, model: str | None, model_path: Path | None, **kw: Any
     start = kw.pop("start_vllm", None)
     url = kw.pop("upstream_url", None)
     kw.pop("upstream_key", None)
+    kw.pop("passthrough", None)
     server = VLLMServer(model_path, served_model_name=name, max_model_len=kw["max_model_len"]) \
         if start or (start is None and not url) else None
     return create_backend("vllm", base_url=url, server=server, model=name, tokenizer_path=model_path,
@@ -379,14 +380,18 @@ def _backend(kind: str, *, model: str | None, model_path: Path | None, **kw: Any
 
 
 def serve_command(
-    backend: Annotated[str, typer.Option(help="Backend kind: vllm, openai, local or stub.")] = "stub",
+    backend: Annotated[str, typer.Option(help="Backend kind: vllm, openai, anthropic, local or stub.")] = "stub",
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8000,
     model: Annotated[str | None, typer.Option(help="Public model name (default: the backend's).")] = None,
     upstream_url: Annotated[str | None, typer.Option(
-        help="openai/vllm: the upstream API root with /v1 (vllm: omit to start a server).")] = None,
+        help="openai/anthropic/vllm: the upstream API root with /v1 (vllm: omit to start a server).")] = None,
     upstream_key: Annotated[str | None, typer.Option(
-        help="openai: upstream API key (default $MOLT_UPSTREAM_API_KEY).")] = None,
+        help="openai/anthropic: upstream API key (default $MOLT_UPSTREAM_API_KEY).")] = None,
+    passthrough: Annotated[list[str] | None, typer.Option(
+        help="openai: a client API the upstream serves itself, relayed as it is instead of translated to "
+             "chat: 'responses' (its /v1/responses). The anthropic backend always passes /v1/messages "
+             "through.")] = None,
     keys: Annotated[str | None, typer.Option(help="TOML file of tenant API keys (default $MOLT_KEYS).")] = None,
     store: Annotated[str | None, typer.Option("--store", help="Store URI (default $MOLT_HOME/store).")] = None,
     record: Annotated[bool, typer.Option(help="Record every call into the store.")] = True,
@@ -496,8 +501,12 @@ def serve_command(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--plane-setting") from exc
     judged = register_verifiers(verifier or [], agent_verifier or [])
-    be = _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url, upstream_key=upstream_key,
-                  max_model_len=max_model_len, timeout_s=backend_timeout)
+    try:
+        be = _backend(backend, model=model, model_path=model_path, upstream_url=upstream_url,
+                      upstream_key=upstream_key, max_model_len=max_model_len, timeout_s=backend_timeout,
+                      passthrough=tuple(passthrough or ()))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--passthrough / --upstream-url") from exc
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
                            max_sessions=max_sessions, session_idle_s=session_idle_s, strict_health=strict_health,
                            ack_after_durable=ack_after_durable)

@@ -1,5 +1,5 @@
 """Model backends behind the gateway: ``vllm`` (token-in vLLM server, LoRA hot-load), ``openai`` (any
-OpenAI-compatible upstream), ``local`` (in-process transformers) and ``stub`` (deterministic, no model).
+OpenAI-compatible upstream), ``anthropic`` (an Anthropic Messages API upstream), ``local`` (in-process transformers) and ``stub`` (deterministic, no model).
 
 Example::
 
@@ -27,6 +27,7 @@ from molt.backends.base import (
     ToolCallDelta,
     ToolCallOut,
 )
+from molt.backends.anthropic import AnthropicBackend
 from molt.backends.local import LocalBackend
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model, find_policy_gguf
 from molt.backends.openai_compat import OpenAIBackend
@@ -37,17 +38,18 @@ from molt.renamed import renamed
 
 #: Backend classes by kind; ``molt serve --backend KIND`` and routing tables name them.
 BACKENDS: Registry[type[BaseBackend]] = Registry("backend")
-for _cls in (StubBackend, OpenAIBackend, LocalBackend, VLLMBackend):
+for _cls in (StubBackend, OpenAIBackend, AnthropicBackend, LocalBackend, VLLMBackend):
     BACKENDS.register(_cls.kind, _cls)
 
 
 def create_backend(kind: str, name: str | None = None, **config: Any) -> BaseBackend:
-    """A backend of the registered ``kind`` (``stub``, ``openai``, ``local``, ``vllm``) built from
+    """A backend of the registered ``kind`` (``stub``, ``openai``, ``anthropic``, ``local``, ``vllm``) built from
     ``config`` (the class's keyword arguments); an unknown kind lists the known ones."""
     return BACKENDS.get(kind)(name, **config)
 
 
 __all__ = [
+    "AnthropicBackend",
     "BACKENDS",
     "Backend",
     "BaseBackend",

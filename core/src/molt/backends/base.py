@@ -232,6 +232,10 @@ class BaseBackend:
 
     kind: ClassVar[str] = "base"
     capabilities: Capabilities = Capabilities()
+    #: Client APIs whose requests this backend's upstream takes as they are (``"messages"``,
+    #: ``"responses"``; :mod:`molt.backends.upstream`): the gateway relays those instead of translating
+    #: them to chat. None by default.
+    passthrough: frozenset[str] = frozenset()
 
     def __init__(self, name: str | None = None, *, model: str | None = None):
         self.name = name or self.kind
@@ -267,6 +271,16 @@ class BaseBackend:
     async def health(self) -> bool:
         """Healthy unless a subclass says otherwise."""
         return True
+
+    async def relay(self, api: str, body: dict[str, Any]) -> Any:
+        """Relay a request of client API ``api`` as it is (backends with a :attr:`passthrough`)."""
+        raise BackendError(f"The {self.kind} backend {self.name!r} passes no {api!r} requests through.",
+                           backend=self.name)
+
+    def relay_stream(self, api: str, body: dict[str, Any]) -> AsyncIterator[Any]:
+        """Relay a streamed request of client API ``api`` (backends with a :attr:`passthrough`)."""
+        raise BackendError(f"The {self.kind} backend {self.name!r} passes no {api!r} requests through.",
+                           backend=self.name)
 
     async def load_adapter(self, name: str, path: str) -> None:
         """Backends without LoRA support refuse."""

@@ -1,11 +1,11 @@
 """The ``openai`` backend: any OpenAI-compatible upstream (a hosted model, another gateway, a local
-server), over pooled keep-alive HTTP/1.1 connections (:mod:`molt.backends.http`).
+server), over pooled keep-alive HTTP/1.1 connections (:mod:`molt.backends.upstream`).
 
 It passes requests through and reads answers back; it cannot give token ids (the upstream does not
-expose them) nor load adapters. Upstream failures map onto Molt's backend errors: a refused or
-broken connection or a 5xx is ``BackendUnavailable`` (the gateway answers 502), a timeout is
-``BackendTimeout`` (504), a stream cut short is ``BackendStreamError``, and the upstream's own 400 /
-404 / 413 come back as the matching ``GatewayError``.
+expose them) nor load adapters. With ``passthrough=("responses",)`` (``molt serve --passthrough
+responses``) the upstream serves the Responses API too, and the gateway relays ``/v1/responses``
+requests to its ``/responses`` as they are (harness applied) instead of translating them to chat.
+Upstream failures map onto Molt's backend errors (:class:`~molt.backends.upstream.UpstreamBackend`).
 
 Example::
 
@@ -15,9 +15,8 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, ClassVar
 
 import httpx
@@ -25,27 +24,19 @@ import orjson
 
 from molt.backends import openai_wire as wire
 from molt.backends.base import (
-    BaseBackend,
     Capabilities,
     ChatRequest,
     CompletionRequest,
     Result,
     StreamItem,
 )
-from molt.backends.http import HTTPPool, iter_lines
-from molt.errors import (
-    BackendStreamError,
-    BackendTimeout,
-    BackendUnavailable,
-    InvalidRequest,
-    ModelNotFound,
-    RequestTooLarge,
-)
+from molt.backends.upstream import UpstreamBackend
+from molt.errors import BackendStreamError
 
 __all__ = ["OpenAIBackend"]
 
 
-class OpenAIBackend(BaseBackend):
+class OpenAIBackend(UpstreamBackend):
     """An OpenAI-compatible upstream.
 
     Args:
@@ -63,103 +54,35 @@ class OpenAIBackend(BaseBackend):
 
     def __init__(self, name: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
                  model: str | None = None, timeout_s: float = 120.0, connect_timeout_s: float = 5.0,
-                 max_connections: int = 256):
+                 max_connections: int = 256, passthrough: Iterable[str] = ()):
         base_url = base_url or os.environ.get("MOLT_UPSTREAM_BASE_URL")
         if not base_url:
             raise ValueError("The openai backend needs base_url (or $MOLT_UPSTREAM_BASE_URL), e.g. "
                              "'http://127.0.0.1:8001/v1'.")
-        super().__init__(name, model=model or "default")
-        self.base_url = base_url.rstrip("/")
         api_key = api_key if api_key is not None else os.environ.get("MOLT_UPSTREAM_API_KEY")
-        headers = {"content-type": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        self.timeout_s = timeout_s
-        self._pool = HTTPPool(self.base_url, {k: v for k, v in headers.items() if k != "content-type"},
-                             max_connections=max_connections)
-        # httpx for the occasional calls (models, health, adapters); the pool for inference.
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
-
-    # ------------------------------------------------------------------ transport
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                resp = await self._pool.request("POST", path, orjson.dumps(body))
-        except TimeoutError as exc:
-            raise BackendTimeout(f"The upstream {self.base_url} did not answer within {self.timeout_s:g} s.",
-                                 backend=self.name) from exc
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            raise BackendUnavailable(f"The upstream {self.base_url} is unreachable: {exc!r}. Check that it "
-                                     f"is running.", backend=self.name) from exc
-        if resp.status >= 400:
-            self._raise_for(resp.status, resp.body)
-        try:
-            out: dict[str, Any] = orjson.loads(resp.body)
-        except orjson.JSONDecodeError as exc:
-            raise BackendUnavailable(f"The upstream {self.base_url} answered with invalid JSON.",
-                                     backend=self.name) from exc
-        return out
-
-    def _raise_for(self, status: int, content: bytes) -> None:
-        try:
-            detail = orjson.loads(content)["error"]["message"]
-        except Exception:
-            detail = content[:300].decode(errors="replace")
-        msg = f"The upstream {self.base_url} answered {status}: {detail}"
-        if status == 400 or status == 422:
-            raise InvalidRequest(msg)
-        if status == 404:
-            raise ModelNotFound(msg)
-        if status == 413:
-            raise RequestTooLarge(msg)
-        if status in (408, 504):
-            raise BackendTimeout(msg, backend=self.name)
-        raise BackendUnavailable(msg, backend=self.name)
+        super().__init__(name, base_url=base_url, headers={"authorization": f"Bearer {api_key}"} if api_key else {},
+                         model=model, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                         max_connections=max_connections)
+        apis = frozenset(passthrough)
+        if not apis <= {"responses"}:
+            raise ValueError(f"The openai backend passes through only 'responses' (the Responses API), not "
+                             f"{sorted(apis - {'responses'})}.")
+        self.passthrough = apis
 
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """SSE chunks of a streamed answer. Only connecting and the response head are timed here;
-        the gateway bounds the wait for each chunk."""
-        cm = self._pool.stream("POST", path, orjson.dumps(body))
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                status, _, pieces = await cm.__aenter__()
-        except TimeoutError as exc:
-            raise BackendTimeout(f"The upstream {self.base_url} did not start answering within "
-                                 f"{self.timeout_s:g} s.", backend=self.name) from exc
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            raise BackendUnavailable(f"The upstream {self.base_url} is unreachable: {exc!r}.",
-                                     backend=self.name) from exc
-        try:
-            if status >= 400:
-                self._raise_for(status, b"".join([p async for p in pieces]))
-            async for line in iter_lines(pieces):
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return
-                chunk = orjson.loads(data)
-                if isinstance(chunk, dict) and "error" in chunk:
-                    err = chunk["error"]
-                    raise BackendStreamError(
-                        f"The upstream {self.base_url} failed mid-stream: "
-                        f"{err.get('message', err) if isinstance(err, dict) else err}", backend=self.name)
-                yield chunk
-            raise BackendStreamError(f"The upstream {self.base_url} closed the stream without [DONE].",
-                                     backend=self.name)
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            raise BackendStreamError(f"The upstream {self.base_url} connection broke mid-stream: {exc!r}.",
-                                     backend=self.name) from exc
-        except orjson.JSONDecodeError as exc:
-            raise BackendStreamError(f"The upstream {self.base_url} sent a malformed chunk.",
-                                     backend=self.name) from exc
-        finally:
-            await cm.__aexit__(None, None, None)
+        """SSE chunks of a streamed chat or completions answer, up to ``[DONE]``."""
+        async for _, data in self._events(path, body):
+            if data == b"[DONE]":
+                return
+            chunk = self._json(data)
+            if isinstance(chunk, dict) and "error" in chunk:
+                err = chunk["error"]
+                raise BackendStreamError(
+                    f"The upstream {self.base_url} failed mid-stream: "
+                    f"{err.get('message', err) if isinstance(err, dict) else err}", backend=self.name)
+            yield chunk
+        raise BackendStreamError(f"The upstream {self.base_url} closed the stream without [DONE].",
+                                 backend=self.name)
 
     # ------------------------------------------------------------------ the backend protocol
 
@@ -184,6 +107,12 @@ class OpenAIBackend(BaseBackend):
             for item in wire.parse_completion_chunk(chunk):
                 yield item
 
+    def _relayed_result(self, api: str, body: dict[str, Any]) -> Result:
+        return wire.parse_responses_response(body)
+
+    def _relay_parser(self, api: str) -> Callable[[str | None, dict[str, Any]], tuple[list[StreamItem], bool]]:
+        return wire.ResponsesStreamParser(f"The upstream {self.base_url}", self.name).feed
+
     async def models(self) -> list[str]:
         """The upstream's ``/models`` list (the configured model if it cannot be read)."""
         try:
@@ -199,8 +128,3 @@ class OpenAIBackend(BaseBackend):
         except httpx.HTTPError:
             return False
         return resp.status_code == 200
-
-    async def aclose(self) -> None:
-        """Close the connection pools."""
-        await self._pool.aclose()
-        await self._client.aclose()

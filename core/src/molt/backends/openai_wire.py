@@ -26,9 +26,10 @@ from molt.backends.base import (
     ToolCallDelta,
     ToolCallOut,
 )
-from molt.errors import InvalidRequest
+from molt.errors import BackendStreamError, InvalidRequest
 
 __all__ = [
+    "ResponsesStreamParser",
     "chat_chunk",
     "chat_request_body",
     "chat_response",
@@ -41,6 +42,7 @@ __all__ = [
     "parse_completion_chunk",
     "parse_completion_request",
     "parse_completion_response",
+    "parse_responses_response",
     "usage_dict",
 ]
 
@@ -506,3 +508,86 @@ def parse_completion_chunk(body: dict[str, Any]) -> list[StreamItem]:
     if body.get("usage"):
         items.append(StreamEnd(model=str(body.get("model", "")), usage=_parse_usage(body["usage"])))
     return items
+
+
+# --------------------------------------------------------------------------------- Responses API answers
+
+
+def _responses_usage(u: Any) -> TokenCounts | None:
+    if not isinstance(u, dict):
+        return None
+    return TokenCounts(prompt_tokens=int(u.get("input_tokens") or 0), completion_tokens=int(u.get("output_tokens") or 0))
+
+
+def _function_name(item: dict[str, Any]) -> str:
+    """A ``function_call`` item's tool name as the chat path names it (a namespace's tool: ``ns.name``)."""
+    name = str(item.get("name") or "")
+    return f"{item['namespace']}.{name}" if isinstance(item.get("namespace"), str) and item["namespace"] else name
+
+
+def _responses_finish(body: dict[str, Any], calls: bool) -> str:
+    if body.get("status") == "incomplete":
+        return "length"
+    return "tool_calls" if calls else "stop"
+
+
+def parse_responses_response(body: dict[str, Any]) -> Result:
+    """A :class:`Result` from an upstream Responses API ``response`` object: its ``output_text`` parts
+    as the text, its ``function_call`` items as tool calls (reasoning and other items carry no answer)."""
+    text: list[str] = []
+    calls: list[ToolCallOut] = []
+    for item in body.get("output") or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            text += [str(p.get("text", "")) for p in item.get("content") or []
+                     if isinstance(p, dict) and p.get("type") == "output_text"]
+        elif item.get("type") == "function_call":
+            calls.append(ToolCallOut(id=str(item.get("call_id") or item.get("id") or ""), name=_function_name(item),
+                                     arguments=str(item.get("arguments") or "{}")))
+    choice = Choice(index=0, text="".join(text) if text else None, tool_calls=calls or None,
+                    finish_reason=_responses_finish(body, bool(calls)))
+    return Result(choices=[choice], model=str(body.get("model", "")), usage=_responses_usage(body.get("usage")))
+
+
+class ResponsesStreamParser:
+    """Stream items from an upstream Responses API event stream, one event at a time: text deltas,
+    function calls (opened by ``response.output_item.added``, arguments by their deltas), and the end
+    (``response.completed`` / ``response.incomplete``) with usage. ``response.failed`` or an ``error``
+    event raises :class:`~molt.errors.BackendStreamError`. ``who`` names the upstream in messages."""
+
+    def __init__(self, who: str, backend: str | None = None):
+        self.who, self.backend = who, backend
+        self._calls: dict[int, int] = {}  # output index → tool-call index
+        self._args: dict[int, bool] = {}  # tool-call index → whether any argument text arrived
+
+    def feed(self, event: str | None, data: dict[str, Any]) -> tuple[list[StreamItem], bool]:
+        """``(items, whether this was the stream's last event)`` for one event."""
+        typ = data.get("type") or event
+        if typ == "response.output_text.delta" and isinstance(data.get("delta"), str):
+            return [Delta(text=data["delta"])], False
+        item = data.get("item")
+        if typ == "response.output_item.added" and isinstance(item, dict) and item.get("type") == "function_call":
+            k = self._calls[int(data.get("output_index", len(self._calls)))] = len(self._calls)
+            args = str(item.get("arguments") or "")
+            self._args[k] = bool(args)
+            return [Delta(tool_calls=[ToolCallDelta(index=k, id=str(item.get("call_id") or item.get("id") or ""),
+                                                    name=_function_name(item), arguments=args)])], False
+        if typ in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
+            k = self._calls.get(int(data.get("output_index", -1)))
+            if k is None:
+                return [], False
+            text = data.get("delta") if typ.endswith("delta") else (None if self._args[k] else data.get("arguments"))
+            if not isinstance(text, str) or not text:
+                return [], False
+            self._args[k] = True
+            return [Delta(tool_calls=[ToolCallDelta(index=k, arguments=text)])], False
+        if typ in ("response.completed", "response.incomplete"):
+            resp = data.get("response") if isinstance(data.get("response"), dict) else {}
+            return [Delta(finish_reason=_responses_finish(resp, bool(self._calls))),
+                    StreamEnd(model=str(resp.get("model", "")), usage=_responses_usage(resp.get("usage")))], True
+        if typ in ("response.failed", "error"):
+            resp = data.get("response") if isinstance(data.get("response"), dict) else data
+            err = resp.get("error") if isinstance(resp.get("error"), dict) else resp
+            raise BackendStreamError(f"{self.who} failed mid-stream: {err.get('message', err)}", backend=self.backend)
+        return [], False

@@ -7,6 +7,8 @@ Examples of the command::
     molt serve --backend vllm                                    # starts vLLM (.venv-vllm) on SmolLM2
     molt serve --backend vllm --upstream-url http://127.0.0.1:8100/v1      # an already running vLLM
     molt serve --backend openai --upstream-url https://api.example.com/v1 --model gpt-x
+    molt serve --backend openai --upstream-url https://api.example.com/v1 --passthrough responses
+    molt serve --backend anthropic --upstream-url https://api.anthropic.com/v1 --model claude-x
     molt serve --backend local --keys keys.toml --host 0.0.0.0 --port 8000
 
 Events go through a Recorder (spool in ``$MOLT_HOME/spool``) into the store (``$MOLT_HOME/store``);
@@ -52,13 +54,21 @@ def tune_process() -> None:
 
 def make_backend(kind: str, *, model: str | None = None, upstream_url: str | None = None,
                  upstream_key: str | None = None, start_vllm: bool | None = None, max_model_len: int = 1024,
-                 timeout_s: float = 120.0) -> BaseBackend:
-    """One backend of ``kind`` with the ``molt serve`` options."""
+                 timeout_s: float = 120.0, passthrough: tuple[str, ...] = ()) -> BaseBackend:
+    """One backend of ``kind`` with the ``molt serve`` options (``passthrough``: the client APIs the
+    ``openai`` upstream serves itself, ``("responses",)``; the ``anthropic`` backend always passes
+    ``/v1/messages`` through)."""
     BACKENDS.get(kind)  # unknown kinds list the known ones
+    if passthrough and kind != "openai":
+        raise ValueError(f"--passthrough is for the openai backend (the {kind} backend passes "
+                         f"{', '.join(sorted(BACKENDS.get(kind).passthrough)) or 'nothing'} through).")
     if kind == "stub":
         return create_backend("stub", model=model or "stub")
     if kind == "openai":
         return create_backend("openai", base_url=upstream_url, api_key=upstream_key, model=model,
+                              timeout_s=timeout_s, passthrough=passthrough)
+    if kind == "anthropic":
+        return create_backend("anthropic", base_url=upstream_url, api_key=upstream_key, model=model,
                               timeout_s=timeout_s)
     if kind == "local":
         return create_backend("local", model=model or POLICY_MODEL_NAME)

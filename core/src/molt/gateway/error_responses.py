@@ -23,6 +23,7 @@ from molt.errors import (
     MoltError,
     NotFound,
     PermissionDenied,
+    UpstreamRejected,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ def classify(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return 401, error_body(exc.message, "invalid_request_error", "invalid_api_key")
     if isinstance(exc, PermissionDenied):
         return 403, error_body(exc.message, "permission_error", "permission_denied")
+    if isinstance(exc, UpstreamRejected) and exc.api == "openai" and isinstance(exc.body, dict) \
+            and isinstance(exc.body.get("error"), dict):
+        return exc.status, exc.body  # an OpenAI-compatible upstream's own error, relayed as it is
     if isinstance(exc, GatewayError):
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
         return exc.status, error_body(exc.message, kind, exc.code, exc.param)

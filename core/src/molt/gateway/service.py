@@ -22,6 +22,7 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import OutcomeStatus
 from molt.backends import openai_wire as wire
 from molt.backends.base import BaseBackend, ChatRequest, CompletionRequest, Delta, Result, StreamEnd, StreamItem
+from molt.backends.upstream import RelayedEvent
 from molt.capture.tenancy import TrajectoryNamespace, store_tenant
 from molt.errors import (
     BackendError,
@@ -42,7 +43,7 @@ from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import OPEN_KEY_NAME, KeyRing, Principal, Role
 from molt.harness import Applied, HarnessApplier, StaticHarness, belongs_to
 
-__all__ = ["Call", "Gateway", "GatewayConfig"]
+__all__ = ["Call", "Gateway", "GatewayConfig", "Passthrough"]
 
 log = logging.getLogger("molt.gateway")
 #: The event-loop lag monitor's timer (seconds).
@@ -107,6 +108,25 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     t0: float = 0.0
     state: TrajectoryState | None = None
+    #: The upstream's own answer when the call was passed through (:class:`Passthrough`), else ``None``.
+    relayed: dict[str, Any] | None = None
+    #: Whether the call is being passed through (set once a backend that takes its API was chosen).
+    passed_through: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Passthrough:
+    """A request in a client API (``"messages"``, ``"responses"``) that a backend whose upstream speaks
+    that API takes as it is (:attr:`~molt.backends.base.BaseBackend.passthrough`).
+
+    ``build(backend_request, applied)`` gives the body to relay: the client's own body with what the
+    chat path would change for the backend — the model the version names, the harness's system text and
+    tool rewrites (``backend_request`` is the chat request after the harness, ``applied`` what the
+    harness did, ``None`` if nothing). A backend that does not speak the API gets the chat request,
+    as it would without a passthrough."""
+
+    api: str
+    build: Callable[[ChatRequest, Applied | None], dict[str, Any]]
 
 
 def _ids_from(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
@@ -430,14 +450,24 @@ class Gateway:
 
     # ------------------------------------------------------------------ non-streamed
 
-    async def run(self, call: Call, req: ChatRequest | CompletionRequest) -> Result:
-        """Call the backend (timeout, one failover); on failure the call is recorded and the error raised."""
+    async def run(self, call: Call, req: ChatRequest | CompletionRequest,
+                  passthrough: Passthrough | None = None) -> Result:
+        """Call the backend (timeout, one failover); on failure the call is recorded and the error raised.
+        With ``passthrough`` and a backend that takes its API, the request is relayed as it is and
+        ``call.relayed`` holds the upstream's answer."""
         for attempt in range(2):
             try:
                 if isinstance(req, ChatRequest):
                     breq: Any = await self._backend_chat_request(call, req)
-                    async with asyncio.timeout(self.config.backend_timeout_s):
-                        result = await call.backend.chat(breq)
+                    if self._passes(call, passthrough):
+                        assert passthrough is not None
+                        body = passthrough.build(breq, call.applied)
+                        async with asyncio.timeout(self.config.backend_timeout_s):
+                            relayed = await call.backend.relay(passthrough.api, body)
+                        call.relayed, result = relayed.body, relayed.result
+                    else:
+                        async with asyncio.timeout(self.config.backend_timeout_s):
+                            result = await call.backend.chat(breq)
                 else:
                     breq = self._backend_completion_request(call, req)
                     async with asyncio.timeout(self.config.backend_timeout_s):
@@ -459,6 +489,11 @@ class Gateway:
             self._restore_tool_names(call, result)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _passes(call: Call, passthrough: Passthrough | None) -> bool:
+        call.passed_through = passthrough is not None and passthrough.api in call.backend.passthrough
+        return call.passed_through
 
     def _restore_tool_names(self, call: Call, result: Result) -> None:
         if call.applied is not None and call.applied.tool_names:
@@ -506,12 +541,20 @@ class Gateway:
     # ------------------------------------------------------------------ streamed
 
     async def open_stream(self, call: Call, req: ChatRequest | CompletionRequest,
-                          ) -> tuple[StreamItem, AsyncIterator[StreamItem]]:
+                          passthrough: Passthrough | None = None) -> tuple[Any, AsyncIterator[Any]]:
         """Start the backend's stream and wait for its first item, so a backend that is down or too
-        slow is still an HTTP error (502/504) rather than an error chunk."""
+        slow is still an HTTP error (502/504) rather than an error chunk. With ``passthrough`` and a
+        backend that takes its API (``call.passed_through``), the items are the upstream's own
+        events (:class:`~molt.backends.upstream.RelayedEvent`)."""
         for attempt in range(2):
+            it: AsyncIterator[Any]
             if isinstance(req, ChatRequest):
-                it = call.backend.stream_chat(await self._backend_chat_request(call, req))
+                breq = await self._backend_chat_request(call, req)
+                if self._passes(call, passthrough):
+                    assert passthrough is not None
+                    it = call.backend.relay_stream(passthrough.api, passthrough.build(breq, call.applied))
+                else:
+                    it = call.backend.stream_chat(breq)
             else:
                 it = call.backend.stream_complete(self._backend_completion_request(call, req))
             try:
@@ -542,9 +585,11 @@ class Gateway:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def deltas(self, call: Call, first: StreamItem, it: AsyncIterator[StreamItem]) -> AsyncGenerator[Delta, None]:
+    async def deltas(self, call: Call, first: Any, it: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
         """The backend's stream as deltas (tool names as the client knows them), for any wire format
-        to render. At the end of the stream the call is finished (``call.record.result`` holds the
+        to render; a passed-through stream's items are its upstream events
+        (:class:`~molt.backends.upstream.RelayedEvent`), yielded as they are while what they mean is
+        assembled for the record (tool names restored there; the route restores them in the event). At the end of the stream the call is finished (``call.record.result`` holds the
         assembled answer); the caller records it with :meth:`record` after its last bytes. A backend
         failure mid-stream records the partial answer with the error and raises it as a
         :class:`~molt.errors.BackendError`; the client going away records the call as cancelled."""
@@ -554,7 +599,15 @@ class Gateway:
         item: StreamItem | None = first
         try:
             while item is not None:
-                if isinstance(item, StreamEnd):
+                if isinstance(item, RelayedEvent):
+                    for piece in item.items:
+                        if isinstance(piece, StreamEnd):
+                            asm.end = piece
+                        else:
+                            self._restore_delta_names(call, piece)
+                            asm.add(piece)
+                    yield item
+                elif isinstance(item, StreamEnd):
                     asm.end = item
                 else:
                     self._restore_delta_names(call, item)

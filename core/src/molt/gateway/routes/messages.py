@@ -15,6 +15,15 @@ Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}``, with the
 would use, raised before anything is routed or recorded; a backend dying mid-stream ends the stream
 with an ``error`` event (the partial answer is recorded with the error).
 
+With a backend whose upstream speaks the Messages API itself (``molt serve --backend anthropic``), the
+request passes through (:class:`~molt.gateway.service.Passthrough`): the client's body goes upstream
+as it is — thinking blocks, ``cache_control`` and every other field included — with only what the
+chat path would change: the model the routed version names, the harness's system text, its tool
+rewrites (and the history's calls renamed to match). The answer, streamed event by event, comes back
+as the upstream sent it but for the message id (``msg_<event id>``, so a reward by it reaches the
+record), the model (the name the client asked for) and tool names restored to the client's; it is
+recorded from what those events mean. The upstream's own 4xx errors are relayed as it sent them.
+
 ``count_tokens`` counts the request's prompt as the chat template renders it: exact for a byte-level
 tokenizer (the stub), an estimate of ``bytes / 4`` otherwise.
 """
@@ -36,14 +45,16 @@ from starlette.background import BackgroundTask
 from molt.backends import openai_wire as wire
 from molt.backends.base import ChatRequest, Result
 from molt.backends.chat_format import render_chatml, template_messages
-from molt.errors import BackendError, InvalidRequest
+from molt.backends.upstream import RelayedEvent
+from molt.errors import BackendError, InvalidRequest, UpstreamRejected
 from molt.gateway.error_responses import JSON_MEDIA_TYPE, classify
 from molt.gateway.routes.context import RouteContext, read_json
-from molt.gateway.service import Call, Gateway
+from molt.gateway.service import Call, Gateway, Passthrough
+from molt.harness import Applied
 from molt.gateway.sessions import normalize_arguments
 from molt.governance.access import Action
 
-__all__ = ["anthropic_error", "install", "message_object", "parse_messages_request"]
+__all__ = ["anthropic_error", "install", "message_object", "parse_messages_request", "passthrough_body"]
 
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -58,6 +69,9 @@ def _bad(message: str, param: str | None = None) -> InvalidRequest:
 def anthropic_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """The status and Anthropic-shaped body an exception leaves ``/v1/messages`` as (the status is the
     one :func:`~molt.gateway.error_responses.classify` gives every route)."""
+    if isinstance(exc, UpstreamRejected) and exc.api == "anthropic" and isinstance(exc.body, dict) \
+            and exc.body.get("type") == "error":
+        return exc.status, exc.body  # an Anthropic upstream's own error, relayed as it is
     status, body = classify(exc)
     return status, {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"),
                                                "message": body["error"]["message"]}}
@@ -262,6 +276,80 @@ def message_object(mid: str, model: str, result: Result) -> dict[str, Any]:
             "usage": {"input_tokens": u.prompt_tokens if u else 0, "output_tokens": u.completion_tokens if u else 0}}
 
 
+# --------------------------------------------------------------------------------- passthrough
+
+
+def _system_text(messages: list[dict[str, Any]]) -> str | None:
+    if messages and messages[0].get("role") == "system":
+        c = messages[0].get("content")
+        return c if isinstance(c, str) else "".join(str(p.get("text", "")) for p in c or () if isinstance(p, dict))
+    return None
+
+
+def passthrough_body(body: dict[str, Any], req: ChatRequest, breq: ChatRequest,
+                     applied: Applied | None) -> dict[str, Any]:
+    """The client's Messages body as it goes to a Messages upstream: the routed model, and what the
+    harness changed of the chat form ``req`` → ``breq`` carried over — the system text, the tools'
+    rewrites (by position: :func:`parse_messages_request` keeps the tools' order) and, for a renamed
+    tool, the history's ``tool_use`` blocks. Everything else is the client's, as it sent it."""
+    out = {k: v for k, v in body.items() if k != "stream"}
+    out["model"] = breq.model
+    if applied is None:
+        return out
+    new_system = _system_text(breq.messages)
+    if breq.messages is not req.messages and new_system != _system_text(req.messages) and new_system is not None:
+        out["system"] = new_system
+    if breq.tools is not req.tools and breq.tools and req.tools and isinstance(body.get("tools"), list):
+        forward: dict[str, str] = {}
+        tools = []
+        natives = [*body["tools"], *([{}] * (len(breq.tools) - len(body["tools"])))]  # a harness may add tools
+        for native, old, new in zip(natives, [*req.tools, *breq.tools[len(req.tools):]], breq.tools, strict=False):
+            fn, was = new["function"], old["function"]
+            t = {**native, "name": fn["name"], "input_schema": fn.get("parameters", native.get("input_schema"))}
+            if fn.get("description") is not None:
+                t["description"] = fn["description"]
+            if fn["name"] != was["name"]:
+                forward[was["name"]] = fn["name"]
+            tools.append(t)
+        out["tools"] = tools
+        if forward:
+            out["messages"] = [_renamed_turn(m, forward) for m in body["messages"]]
+    return out
+
+
+def _renamed_turn(m: Any, forward: dict[str, str]) -> Any:
+    if not isinstance(m, dict) or m.get("role") != "assistant" or not isinstance(m.get("content"), list):
+        return m
+    return {**m, "content": [{**b, "name": forward[b["name"]]} if isinstance(b, dict) and b.get("type") == "tool_use"
+                             and b.get("name") in forward else b for b in m["content"]]}
+
+
+def _restored_block(block: Any, applied: Applied | None) -> Any:
+    if applied is not None and applied.tool_names and isinstance(block, dict) and block.get("type") == "tool_use" \
+            and isinstance(block.get("name"), str):
+        return {**block, "name": applied.client_tool_name(block["name"])}
+    return block
+
+
+def _relayed_message(body: dict[str, Any], mid: str, model: str, applied: Applied | None) -> dict[str, Any]:
+    """The upstream's ``message`` as the client gets it: the gateway's id and the client's model and
+    tool names."""
+    out = {**body, "id": mid, "model": model}
+    if isinstance(body.get("content"), list):
+        out["content"] = [_restored_block(b, applied) for b in body["content"]]
+    return out
+
+
+def _relayed_event(ev: RelayedEvent, mid: str, model: str, applied: Applied | None) -> bytes:
+    data = ev.data
+    typ = str(data.get("type") or ev.event or "")
+    if typ == "message_start" and isinstance(data.get("message"), dict):
+        data = {**data, "message": _relayed_message(data["message"], mid, model, applied)}
+    elif typ == "content_block_start":
+        data = {**data, "content_block": _restored_block(data.get("content_block"), applied)}
+    return _event(ev.event or typ, data)
+
+
 def _event(typ: str, payload: dict[str, Any]) -> bytes:
     return b"event: " + typ.encode() + b"\ndata: " + orjson.dumps({"type": typ, **payload}) + b"\n\n"
 
@@ -296,12 +384,15 @@ def install(ctx: RouteContext) -> None:
             call = gw.begin_chat(p, req, body, request.headers)
             call.record.endpoint = "messages"
             mid = "msg_" + call.record.event_ids[0]
+            relay = Passthrough("messages", lambda breq, applied: passthrough_body(body, req, breq, applied))
             if stream:
-                first, it = await gw.open_stream(call, req)
+                first, it = await gw.open_stream(call, req, relay)
                 gw.metrics.observe("/v1/messages", 200, time.perf_counter() - t0)
-                return StreamingResponse(_stream(gw, call, req.model, mid, first, it), media_type="text/event-stream",
+                out = (_relay(gw, call, req.model, mid, first, it) if call.passed_through
+                       else _stream(gw, call, req.model, mid, first, it))
+                return StreamingResponse(out, media_type="text/event-stream",
                                          headers={**call.headers, "cache-control": "no-cache"})
-            result = await gw.run(call, req)
+            result = await gw.run(call, req, relay)
         except Exception as exc:
             return fail(exc)
         gw.finish(call, result)
@@ -310,8 +401,9 @@ def install(ctx: RouteContext) -> None:
             await gw.record_durably(call)
         else:
             later = BackgroundTask(record_later, call)
-        resp = Response(orjson.dumps(message_object(mid, req.model, result)), media_type=JSON_MEDIA_TYPE,
-                        headers=call.headers, background=later)
+        payload = (_relayed_message(call.relayed, mid, req.model, call.applied) if call.relayed is not None
+                   else message_object(mid, req.model, result))
+        resp = Response(orjson.dumps(payload), media_type=JSON_MEDIA_TYPE, headers=call.headers, background=later)
         gw.metrics.observe("/v1/messages", 200, time.perf_counter() - t0)
         return resp
 
@@ -394,3 +486,31 @@ async def _stream(gw: Gateway, call: Call, model: str, mid: str, first: Any, it:
         if not recorded:
             gw.record(call)
 
+
+
+async def _relay(gw: Gateway, call: Call, model: str, mid: str, first: Any, it: Any) -> AsyncIterator[bytes]:
+    """A passed-through Messages stream: the upstream's events as they arrive (id, model and tool
+    names as the client knows them); ``message_stop`` is held until the record is durable under
+    ``--ack-after-durable``; an upstream failure mid-stream ends it with an ``error`` event."""
+    recorded = False
+    last: RelayedEvent | None = None
+    try:
+        async with contextlib.aclosing(gw.deltas(call, first, it)) as events:
+            async for ev in events:
+                if (ev.data.get("type") or ev.event) == "message_stop":
+                    last = ev
+                    continue
+                yield _relayed_event(ev, mid, model, call.applied)
+    except BackendError as exc:
+        _, body = anthropic_error(exc)
+        yield _event("error", {"error": body["error"]})  # deltas() recorded the call with its error
+        return
+    try:
+        if gw.acks is not None:
+            recorded = True
+            await gw.record_durably(call)
+        if last is not None:
+            yield _relayed_event(last, mid, model, call.applied)
+    finally:
+        if not recorded:
+            gw.record(call)

@@ -1,6 +1,10 @@
 """``POST /v1/responses``: the OpenAI Responses API (what the OpenAI Agents SDK and Codex CLI speak by
 default) served by the chat path.
 
+One module at ~680 lines because it is one idea: the Responses API's wire format at the gateway — its
+requests read, its answers and event stream written, its state kept — whether served by the chat path
+or passed through to an upstream that speaks it.
+
 A Responses request is translated into the chat request it means — ``instructions`` as the system
 message, input items as messages (an assistant message and the ``function_call`` items after it are
 one assistant message with tool calls, the way the chat path's session index hashes a served answer;
@@ -17,6 +21,18 @@ new input; another tenant's id is answered as one that does not exist. ``store: 
 sequence (``response.created`` … ``response.completed``, or ``response.failed`` when the backend dies
 mid-stream). Errors are the API's ``{"error": {message, type, param, code}}`` objects, raised before
 anything is routed or stored.
+
+With a backend whose upstream serves the Responses API itself (``molt serve --backend openai
+--passthrough responses``), the request passes through (:class:`~molt.gateway.service.Passthrough`):
+the client's body goes to the upstream's ``/responses`` as it is — hosted tools, reasoning items and
+every other field included — with only what the chat path would change (the routed model, the
+harness's system text as ``instructions``, its tool rewrites). The upstream keeps the conversation:
+the response id the client sees is still the gateway's ``resp_<event id>``, stored per tenant with
+the upstream's own id, so ``previous_response_id`` is looked up within the caller's tenant (another
+tenant's id is "not found", as ever) and sent upstream as the upstream's id. The answer, streamed event
+by event, is the upstream's but for that id, the model name the client asked for and tool names
+restored; it is recorded from what the events mean, and the upstream's own 4xx errors are relayed as
+it sent them.
 """
 
 from __future__ import annotations
@@ -35,16 +51,18 @@ from starlette.background import BackgroundTask
 from molt.backends import openai_wire as wire
 from molt.backends.base import ChatRequest, Result
 from molt.backends.chat_format import text_content
+from molt.backends.upstream import RelayedEvent
 from molt.errors import BackendError, InvalidRequest
 from molt.gateway.capture import reply_message
 from molt.gateway.error_responses import JSON_MEDIA_TYPE
 from molt.gateway.routes.context import RouteContext, read_json
-from molt.gateway.service import Call, Gateway
+from molt.gateway.service import Call, Gateway, Passthrough
+from molt.harness import Applied
 from molt.gateway.sessions import IdleLRU
 from molt.governance.access import Action
 
 __all__ = ["PreviousResponseNotFound", "ResponseStore", "ResponsesRequest", "install", "parse_responses_request",
-           "response_object"]
+           "passthrough_body", "response_object"]
 
 #: Responses kept for ``previous_response_id`` (per gateway, all tenants together).
 MAX_RESPONSES = 20_000
@@ -70,6 +88,8 @@ class _Stored:
 
     parent: _Stored | None
     messages: tuple[dict[str, Any], ...]
+    #: The upstream's id of this response when it was passed through (the upstream keeps its state).
+    upstream_id: str | None = None
 
     def conversation(self) -> list[dict[str, Any]]:
         parts: list[tuple[dict[str, Any], ...]] = []
@@ -94,8 +114,9 @@ class ResponseStore:
                                            param="previous_response_id")
         return hit
 
-    def put(self, tenant: str, response_id: str, parent: _Stored | None, messages: list[dict[str, Any]]) -> None:
-        self._lru.put((tenant, response_id), _Stored(parent, tuple(messages)))
+    def put(self, tenant: str, response_id: str, parent: _Stored | None, messages: list[dict[str, Any]],
+            upstream_id: str | None = None) -> None:
+        self._lru.put((tenant, response_id), _Stored(parent, tuple(messages), upstream_id))
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -379,6 +400,114 @@ def _sse(seq: Iterator[int], typ: str, payload: dict[str, Any]) -> bytes:
     return b"event: " + typ.encode() + b"\ndata: " + orjson.dumps(body) + b"\n\n"
 
 
+# --------------------------------------------------------------------------------- passthrough
+
+
+def _system_text(messages: list[dict[str, Any]]) -> str | None:
+    if messages and messages[0].get("role") in ("system", "developer"):
+        return text_content(messages[0].get("content"))
+    return None
+
+
+def conversation_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as Responses input items (the inverse of :func:`input_messages`)."""
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id"),
+                          "output": text_content(m.get("content"))})
+            continue
+        if m.get("content"):
+            items.append({"role": role, "content": text_content(m.get("content"))})
+        for c in m.get("tool_calls") or ():
+            fn = c.get("function") or {}
+            items.append({"type": "function_call", "call_id": c.get("id"), "name": fn.get("name"),
+                          "arguments": fn.get("arguments") or "{}"})
+    return items
+
+
+def passthrough_body(body: dict[str, Any], rr: ResponsesRequest, breq: ChatRequest,
+                     applied: Applied | None) -> dict[str, Any]:
+    """The client's Responses body as it goes to a Responses upstream: the routed model, the previous
+    response named by the upstream's own id (or, for one the upstream never saw, the conversation as
+    input items), and what the harness changed of the chat form carried over — the system text as
+    ``instructions``, the tools' rewrites, a renamed tool's calls in the input. Everything else is the
+    client's, as it sent it."""
+    out = {k: v for k, v in body.items() if k != "stream"}
+    out["model"] = breq.model
+    prev = rr.previous
+    if prev is not None and prev.upstream_id is not None:
+        out["previous_response_id"] = prev.upstream_id
+    elif prev is not None:
+        out.pop("previous_response_id", None)
+        given = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        out["input"] = conversation_items(prev.conversation()) + given
+    if applied is None:
+        return out
+    req = rr.chat
+    new_system = _system_text(breq.messages)
+    if breq.messages is not req.messages and new_system is not None and new_system != _system_text(req.messages):
+        first = out["input"][0] if isinstance(out["input"], list) and out["input"] else None
+        if (not rr.echo["instructions"] and prev is None and isinstance(first, dict)
+                and first.get("role") in ("system", "developer")):
+            out["input"] = [{**first, "content": new_system}, *out["input"][1:]]  # the system text it sent
+        else:
+            out["instructions"] = new_system
+    if breq.tools is not req.tools and breq.tools and req.tools and isinstance(body.get("tools"), list):
+        rewritten = {old["function"]["name"]: new["function"] for old, new in zip(req.tools, breq.tools, strict=False)}
+        forward = {name: fn["name"] for name, fn in rewritten.items() if fn["name"] != name}
+
+        def tool(t: Any, prefix: str) -> Any:
+            if not isinstance(t, dict) or t.get("type") != "function" or prefix + str(t.get("name")) not in rewritten:
+                return t
+            fn = rewritten[prefix + t["name"]]
+            name = fn["name"][len(prefix):] if fn["name"].startswith(prefix) else t["name"]
+            return {**t, "name": name, **{k: fn[k] for k in ("description", "parameters") if k in fn}}
+
+        out["tools"] = [{**t, "tools": [tool(i, t["name"] + ".") for i in t["tools"]]}
+                        if isinstance(t, dict) and t.get("type") == "namespace" and isinstance(t.get("tools"), list)
+                        else tool(t, "") for t in body["tools"]]
+        if forward and isinstance(out["input"], list):
+            out["input"] = [{**i, "name": forward[i["name"]]} if isinstance(i, dict) and i.get("type") == "function_call"
+                            and not i.get("namespace") and i.get("name") in forward else i for i in out["input"]]
+    return out
+
+
+def _restored_item(item: Any, applied: Applied | None) -> Any:
+    if applied is None or not applied.tool_names or not isinstance(item, dict) or item.get("type") != "function_call":
+        return item
+    chat = wire_name = str(item.get("name") or "")
+    if item.get("namespace"):
+        chat = f"{item['namespace']}.{wire_name}"
+    client = applied.client_tool_name(chat)
+    if client == chat:
+        return item
+    namespace, dot, short = client.rpartition(".")
+    if item.get("namespace") and dot:
+        return {**item, "namespace": namespace, "name": short}
+    return {**item, "name": client}
+
+
+def _relayed_response(resp: dict[str, Any], rid: str, rr: ResponsesRequest, applied: Applied | None) -> dict[str, Any]:
+    """The upstream's ``response`` as the client gets it: the gateway's id, the client's model name,
+    previous response id and tool names."""
+    out = {**resp, "id": rid, "model": rr.chat.model, "previous_response_id": rr.previous_response_id}
+    if isinstance(resp.get("output"), list):
+        out["output"] = [_restored_item(i, applied) for i in resp["output"]]
+    return out
+
+
+def _relayed_event(ev: RelayedEvent, rid: str, rr: ResponsesRequest, applied: Applied | None) -> bytes:
+    data = dict(ev.data)
+    if isinstance(data.get("response"), dict):
+        data["response"] = _relayed_response(data["response"], rid, rr, applied)
+    if isinstance(data.get("item"), dict):
+        data["item"] = _restored_item(data["item"], applied)
+    typ = str(data.get("type") or ev.event or "")
+    return b"event: " + typ.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
 # --------------------------------------------------------------------------------- routes
 
 
@@ -393,10 +522,11 @@ def install(ctx: RouteContext) -> None:
         call.record.endpoint = "responses"
         return call, rr
 
-    def keep(call: Call, rr: ResponsesRequest, rid: str) -> None:
+    def keep(call: Call, rr: ResponsesRequest, rid: str, upstream_id: str | None = None) -> None:
         result = call.record.result
         if rr.store and result is not None and result.choices:
-            store.put(call.principal.tenant_id, rid, rr.previous, [*rr.input, reply_message(result.choices[0])])
+            store.put(call.principal.tenant_id, rid, rr.previous, [*rr.input, reply_message(result.choices[0])],
+                      upstream_id)
 
     async def record_later(call: Any) -> None:
         gw.record(call)
@@ -404,21 +534,29 @@ def install(ctx: RouteContext) -> None:
     @ctx.route("/v1/responses", "POST")
     async def responses(request: Request) -> Response:
         t0 = time.perf_counter()
-        call, rr = begin(request, await read_json(request, gw.config.max_body_bytes))
+        body = await read_json(request, gw.config.max_body_bytes)
+        call, rr = begin(request, body)
         rid = "resp_" + call.record.event_ids[0]
         model = rr.chat.model
+        relay = Passthrough("responses", lambda breq, applied: passthrough_body(body, rr, breq, applied))
         if rr.stream:
-            first, it = await gw.open_stream(call, rr.chat)
+            first, it = await gw.open_stream(call, rr.chat, relay)
             gw.metrics.observe("/v1/responses", 200, time.perf_counter() - t0)
-            return StreamingResponse(_stream(gw, call, rr, rid, first, it, keep), media_type="text/event-stream",
+            out = (_relay(gw, call, rr, rid, first, it, keep) if call.passed_through
+                   else _stream(gw, call, rr, rid, first, it, keep))
+            return StreamingResponse(out, media_type="text/event-stream",
                                      headers={**call.headers, "cache-control": "no-cache"})
-        result = await gw.run(call, rr.chat)
+        result = await gw.run(call, rr.chat, relay)
         gw.finish(call, result)
-        keep(call, rr, rid)
-        status, incomplete = _status(result)
-        payload = response_object(rid, call.record.started, model, rr.echo, status=status,
-                                  output=output_items(result, call.record.event_ids[0]), usage=_usage(result),
-                                  incomplete=incomplete)
+        if call.relayed is not None:
+            keep(call, rr, rid, str(call.relayed.get("id") or "") or None)
+            payload = _relayed_response(call.relayed, rid, rr, call.applied)
+        else:
+            keep(call, rr, rid)
+            status, incomplete = _status(result)
+            payload = response_object(rid, call.record.started, model, rr.echo, status=status,
+                                      output=output_items(result, call.record.event_ids[0]), usage=_usage(result),
+                                      incomplete=incomplete)
         later = None
         if gw.acks is not None:  # --ack-after-durable: the answer waits for its record's durability
             await gw.record_durably(call)
@@ -499,6 +637,43 @@ async def _stream(gw: Gateway, call: Call, rr: ResponsesRequest, rid: str, first
         yield _sse(seq, "response.completed" if status == "completed" else "response.incomplete", {
             "response": response_object(rid, started, model, echo, status=status, output=items,
                                         usage=_usage(result), incomplete=incomplete)})
+    finally:
+        if not recorded:
+            gw.record(call)
+
+
+async def _relay(gw: Gateway, call: Call, rr: ResponsesRequest, rid: str, first: Any, it: Any,
+                 keep: Any) -> AsyncIterator[bytes]:
+    """A passed-through Responses stream: the upstream's events as they arrive (the gateway's response
+    id, the client's model and tool names). The response is kept for ``previous_response_id`` before
+    its last event, which under ``--ack-after-durable`` also waits for the record; an upstream failure
+    mid-stream ends it with ``response.failed``."""
+    recorded = False
+    upstream_id: str | None = None
+    last: RelayedEvent | None = None
+    seq = 0
+    try:
+        async with contextlib.aclosing(gw.deltas(call, first, it)) as events:
+            async for ev in events:
+                if isinstance(ev.data.get("response"), dict) and upstream_id is None:
+                    upstream_id = str(ev.data["response"].get("id") or "") or None
+                seq = int(ev.data.get("sequence_number", seq) or 0) + 1
+                if (ev.data.get("type") or ev.event) in ("response.completed", "response.incomplete"):
+                    last = ev
+                    continue
+                yield _relayed_event(ev, rid, rr, call.applied)
+    except BackendError as exc:
+        failed = response_object(rid, call.record.started, rr.chat.model, rr.echo, status="failed", output=[],
+                                 error={"code": "server_error", "message": exc.message})
+        yield _sse(iter([seq]), "response.failed", {"response": failed})  # deltas() recorded the call
+        return
+    try:
+        keep(call, rr, rid, upstream_id)
+        if gw.acks is not None:
+            recorded = True
+            await gw.record_durably(call)
+        if last is not None:
+            yield _relayed_event(last, rid, rr, call.applied)
     finally:
         if not recorded:
             gw.record(call)

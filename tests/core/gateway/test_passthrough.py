@@ -1,0 +1,274 @@
+"""Upstream passthrough of either kind: a Molt gateway in front of a real HTTP upstream that speaks the
+Anthropic Messages API (``AnthropicBackend``, ``molt serve --backend anthropic``) or the Responses API
+(``OpenAIBackend(passthrough=("responses",))``, ``molt serve --passthrough responses``), the real
+``anthropic`` / ``openai`` SDKs as clients.
+
+The upstream is a second Molt gateway over the stub backend, served over loopback HTTP: it records what
+reached it, so each test sees both sides — that the request arrived in its own API (the upstream's
+record is a ``messages`` / ``responses`` call, not a translated chat completion) with the harness
+applied, and that the front gateway recorded the call (verified chain, governance before keeping,
+reward by the id the client got). Streams come through event by event; upstream errors arrive in the
+API's own shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from molt.atdp import EventKind, OutcomeStatus
+from molt.backends import AnthropicBackend, OpenAIBackend
+from molt.capture import Recorder
+from molt.gateway import Gateway, GatewayConfig, create_app
+from molt.gateway.loopback import ServerThread
+from molt.governance import GovernancePipeline
+from molt.governance.access import KeyRing
+from molt.store import Store
+
+from .conftest import KEYS, Served
+
+anthropic = pytest.importorskip("anthropic", reason="anthropic is in requirements/main.txt")
+
+OPERATOR = {"authorization": "Bearer sk-operator"}
+A_TOOL = {"name": "get_weather", "description": "Current weather in a city.",
+          "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+R_TOOL = {"type": "function", "name": "get_weather", "description": "Current weather in a city.",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+HARNESS = {"version": "stub@edited", "backends": ["up"],
+           "harness": {"system_prompt": "Always cite the weather service.",
+                       "memories": ["Oslo answers are in Celsius."],
+                       "tool_rewrites": {"get_weather": {"rename": "weather_lookup"}}}}
+
+
+def _anthropic(served: Served, key: str = "sk-acme-writer") -> Any:
+    return anthropic.Anthropic(base_url=served.url, api_key=key, max_retries=0)
+
+
+def _front(serve: Callable[..., Served], kind: str) -> tuple[Served, Served]:
+    upstream = serve(keys=False)
+    backend = (AnthropicBackend("up", base_url=upstream.base_url, model="stub") if kind == "messages"
+               else OpenAIBackend("up", base_url=upstream.base_url, model="stub", passthrough=("responses",)))
+    return serve([backend]), upstream
+
+
+def _only(served: Served) -> Any:
+    served.flush()
+    [tid] = served.store.trajectory_ids()
+    return served.store.trajectory(tid).events
+
+
+def _harness(front: Served) -> None:
+    r = httpx.post(front.url + "/v1/molt/admin/versions", headers=OPERATOR,
+                   json={"model": "stub", "spec": HARNESS, "weight": 1.0, "weights": {"stub@base": 0.0}})
+    assert r.status_code == 200, r.text
+
+
+# --------------------------------------------------------------------------------- Anthropic upstream
+
+
+def test_messages_pass_through_to_an_anthropic_upstream_and_are_recorded(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "messages")
+    client = _anthropic(front)
+    raw = client.messages.with_raw_response.create(
+        model="stub", max_tokens=100, system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        messages=[{"role": "user", "content": "hello upstream"}], metadata={"session_id": "as-sent"})
+    m = raw.parse()
+    assert m.content[0].text == "echo: hello upstream" and m.stop_reason == "end_turn"
+    assert m.id == "msg_" + raw.headers["x-molt-event-id"] and m.model == "stub"
+    # the upstream got the client's own Messages body: its metadata (which a translation drops) names
+    # the upstream's session
+    [up] = _only(upstream)
+    assert up.name == "messages" and up.session_id == "as-sent"
+    [ev] = front.events(raw.headers["x-molt-trajectory"])
+    assert ev.name == "messages" and ev.kind == EventKind.MODEL_CALL and ev.action.text == "echo: hello upstream"
+    assert [(x.role, x.content) for x in ev.observation.messages] == [("system", "Be brief."),
+                                                                      ("user", "hello upstream")]
+    assert ev.metadata.usage.output_tokens == len("echo: hello upstream") and ev.metadata.tenant_id == "acme"
+    assert front.store.verify(ev.trajectory_id).ok
+    rew = httpx.post(front.url + "/v1/molt/rewards/call", headers=OPERATOR | {"authorization": "Bearer sk-acme-writer"},
+                     json={"call_id": m.id, "value": 1.0})
+    assert rew.status_code == 200 and rew.json()["event_ids"] == [ev.event_id]
+
+
+def test_a_streamed_tool_loop_passes_event_by_event_with_the_harness_applied(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "messages")
+    _harness(front)
+    client = _anthropic(front)
+    ask = [{"role": "user", "content": "Oslo"}]
+    with client.messages.stream(model="stub", max_tokens=100, system="Answer with the weather.", tools=[A_TOOL],
+                                messages=ask) as stream:
+        kinds = [e.type for e in stream]
+        first = stream.get_final_message()
+    [call] = [b for b in first.content if b.type == "tool_use"]
+    assert call.name == "get_weather" and call.input == {"city": "Oslo"}  # the client's own tool name
+    # the upstream's own event sequence, as a direct client of it sees it
+    direct = anthropic.Anthropic(base_url=upstream.url, api_key="x", max_retries=0)
+    with direct.messages.stream(model="stub", max_tokens=100, tools=[{**A_TOOL, "name": "weather_lookup"}],
+                                messages=ask) as stream:
+        assert kinds == [e.type for e in stream]
+    follow = [*ask, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "-3 C"}]}]
+    second = client.messages.create(model="stub", max_tokens=100, system="Answer with the weather.", tools=[A_TOOL],
+                                    messages=follow)
+    assert second.content[0].text == "The tool returned: -3 C"
+    upstream.flush()
+    seen = [e for t in upstream.store.trajectory_ids() for e in upstream.store.trajectory(t).events
+            if e.kind == EventKind.MODEL_CALL]
+    relayed = [e for e in seen if "cite the weather" in (e.observation.messages[0].content or "")]
+    assert len(relayed) == 2 and all(e.name == "messages" for e in relayed)
+    system = relayed[0].observation.messages[0].content
+    assert "Answer with the weather." in system and "Oslo answers are in Celsius." in system
+    assert relayed[0].observation.data["tools"][0]["function"]["name"] == "weather_lookup"
+    # the history's call went upstream under the name the model knows
+    assert relayed[1].observation.messages[2].tool_calls[0].name == "weather_lookup"
+    front.flush()
+    [tid] = front.store.trajectory_ids()
+    m1, tool, m2 = front.store.trajectory(tid).events
+    assert (m1.kind, tool.kind, m2.kind) == (EventKind.MODEL_CALL, EventKind.TOOL_CALL, EventKind.MODEL_CALL)
+    assert m1.action.tool_calls[0].name == "get_weather" and tool.outcome.output == "-3 C"
+    assert m1.provenance.policy_version == "stub@edited" and m1.provenance.harness_fingerprint
+    assert front.store.verify(tid).ok
+
+
+def test_upstream_errors_are_relayed_in_anthropics_shape(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "messages")
+    spec = {"version": "stub@gone", "backends": ["up"], "upstream_model": "no-such-model"}
+    r = httpx.post(front.url + "/v1/molt/admin/versions", headers=OPERATOR,
+                   json={"model": "stub", "spec": spec, "weight": 1.0, "weights": {"stub@base": 0.0}})
+    assert r.status_code == 200, r.text
+    direct = httpx.post(upstream.url + "/v1/messages", json={"model": "no-such-model", "max_tokens": 5,
+                                                            "messages": [{"role": "user", "content": "hi"}]})
+    for stream in (False, True):
+        with pytest.raises(anthropic.NotFoundError) as err:
+            _anthropic(front).messages.create(model="stub", max_tokens=5, stream=stream,
+                                              messages=[{"role": "user", "content": "hi"}])
+        assert err.value.body == direct.json() and direct.json()["error"]["type"] == "not_found_error"
+    upstream.gateway.backends["stub"]  # the upstream is up; now take it away
+    bare = serve([AnthropicBackend("up", base_url="http://127.0.0.1:9/v1", model="stub")])
+    with pytest.raises(anthropic.APIStatusError) as down:
+        _anthropic(bare).messages.create(model="stub", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert down.value.status_code == 502 and down.value.body["type"] == "error"
+
+
+def test_chat_completions_are_translated_for_an_anthropic_upstream(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "messages")
+    client = front.client()
+    r = client.chat.completions.create(model="stub", messages=[{"role": "system", "content": "Be brief."},
+                                                               {"role": "user", "content": "Paris"}],
+                                       tools=[{"type": "function", "function": {
+                                           "name": "get_weather", "parameters": A_TOOL["input_schema"]}}])
+    [call] = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == '{"city":"Paris"}'
+    chunks = list(client.chat.completions.create(model="stub", stream=True,
+                                                 messages=[{"role": "user", "content": "one two"}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: one two"
+    resp = client.responses.create(model="stub", input="via responses")
+    assert resp.output_text == "echo: via responses"
+    upstream.flush()
+    names = sorted(e.name for t in upstream.store.trajectory_ids() for e in upstream.store.trajectory(t).events)
+    assert names == ["messages", "messages", "messages"]  # each reached the upstream as a Messages request
+
+
+def test_governance_redacts_a_passed_through_call_before_it_is_kept(serve: Callable[..., Served],
+                                                                    tmp_path: Path) -> None:
+    upstream = serve(keys=False)
+    store = Store.open(tmp_path / "governed", auto_compact=False)
+    rec = Recorder(store, spool_dir=tmp_path / "governed-spool", fsync="never", pipeline=GovernancePipeline())
+    gw = Gateway([AnthropicBackend("up", base_url=upstream.base_url, model="stub")], recorder=rec, store=store,
+                 keyring=KeyRing.from_mapping(KEYS), config=GatewayConfig(health_interval_s=0))
+    try:
+        with ServerThread(create_app(gw)) as srv:
+            front = Served(srv.url, gw, rec, store)
+            secret = "reach me at jane.doe@example.com"
+            m = _anthropic(front).messages.create(model="stub", max_tokens=100,
+                                                  messages=[{"role": "user", "content": secret}])
+            assert m.content[0].text == "echo: " + secret  # served as asked: governance is about keeping
+            [ev] = _only(front)
+            kept = ev.model_dump_json()
+            assert "jane.doe@example.com" not in kept and ev.name == "messages"
+            assert "jane.doe@example.com" in _only(upstream)[0].model_dump_json()  # the raw upstream saw it
+    finally:
+        rec.close()
+        store.close()
+
+
+# --------------------------------------------------------------------------------- Responses upstream
+
+
+def test_responses_pass_through_natively_with_state_per_tenant(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "responses")
+    client = front.client()
+    raw = client.responses.with_raw_response.create(model="stub", input="Paris", tools=[R_TOOL],
+                                                    instructions="Answer with the weather.")
+    r1 = raw.parse()
+    assert r1.id == "resp_" + raw.headers["x-molt-event-id"] and r1.model == "stub"
+    [call] = r1.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.arguments == '{"city":"Paris"}'
+    r2 = client.responses.create(model="stub", previous_response_id=r1.id, tools=[R_TOOL],
+                                 instructions="Answer with the weather.",
+                                 input=[{"type": "function_call_output", "call_id": call.call_id, "output": "21 C"}])
+    assert r2.output_text == "The tool returned: 21 C" and r2.previous_response_id == r1.id
+    # both reached the upstream as Responses requests, the second continuing the upstream's own response
+    upstream.flush()
+    [utid] = upstream.store.trajectory_ids()
+    ups = upstream.store.trajectory(utid).events
+    assert [e.name for e in ups if e.kind == EventKind.MODEL_CALL] == ["responses", "responses"]
+    # one trajectory at the front, as on the chat path
+    tid = raw.headers["x-molt-trajectory"]
+    m1, tool, m2 = front.events(tid)
+    assert (m1.name, tool.kind, m2.name) == ("responses", EventKind.TOOL_CALL, "responses")
+    assert tool.action.call_id == call.call_id and tool.outcome.output == "21 C"
+    assert front.store.verify(tid).ok
+    # another tenant cannot continue it, and is told what an unknown id is told
+    with pytest.raises(openai.BadRequestError) as err:
+        front.client("sk-globex-writer").responses.create(model="stub", input="x", previous_response_id=r1.id)
+    assert err.value.body["code"] == "previous_response_not_found"  # type: ignore[index]
+    upstream.flush()
+    assert len(upstream.store.trajectory(utid).events) == len(ups)  # nothing reached the upstream
+
+
+def test_a_streamed_response_passes_event_by_event_with_the_harness_applied(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "responses")
+    _harness(front)
+    client = front.client()
+    with client.responses.stream(model="stub", input="Oslo", tools=[R_TOOL]) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    [call] = final.output
+    assert call.name == "get_weather" and final.id.startswith("resp_")
+    direct = openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)
+    with direct.responses.stream(model="stub", input="Oslo", tools=[{**R_TOOL, "name": "weather_lookup"}]) as s2:
+        assert kinds == [e.type for e in s2]
+    with client.responses.stream(model="stub", input="one two three") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == "echo: one two three" and len(deltas) == 4
+    upstream.flush()
+    relayed = [e for t in upstream.store.trajectory_ids() for e in upstream.store.trajectory(t).events
+               if e.kind == EventKind.MODEL_CALL and "cite the weather" in (e.observation.messages[0].content or "")]
+    assert len(relayed) == 2 and all(e.name == "responses" for e in relayed)
+    assert "Oslo answers are in Celsius." in relayed[0].observation.messages[0].content
+    assert relayed[0].observation.data["tools"][0]["function"]["name"] == "weather_lookup"
+    front.flush()
+    recorded = sorted((e.action.text or "", [c.name for c in e.action.tool_calls or ()])
+                      for t in front.store.trajectory_ids() for e in front.store.trajectory(t).events)
+    assert recorded == [("", ["get_weather"]), ("echo: one two three", [])]
+
+
+def test_responses_upstream_errors_are_relayed_in_openais_shape(serve: Callable[..., Served]) -> None:
+    front, upstream = _front(serve, "responses")
+    spec = {"version": "stub@gone", "backends": ["up"], "upstream_model": "no-such-model"}
+    r = httpx.post(front.url + "/v1/molt/admin/versions", headers=OPERATOR,
+                   json={"model": "stub", "spec": spec, "weight": 1.0, "weights": {"stub@base": 0.0}})
+    assert r.status_code == 200, r.text
+    direct = httpx.post(upstream.base_url + "/responses", json={"model": "no-such-model", "input": "hi"})
+    for stream in (False, True):
+        with pytest.raises(openai.NotFoundError) as err:
+            front.client().responses.create(model="stub", input="hi", stream=stream)
+        assert err.value.body == direct.json()["error"] and direct.status_code == 404
+    front.flush()
+    events = [e for t in front.store.trajectory_ids() for e in front.store.trajectory(t).events]
+    assert len(events) == 2 and all(e.outcome.status == OutcomeStatus.ERROR for e in events)
