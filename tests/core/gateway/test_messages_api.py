@@ -141,3 +141,22 @@ def test_bad_input_is_answered_in_anthropics_shape_and_nothing_is_stored(served:
     assert e["type"] == "error" and e["error"]["type"] == "invalid_request_error" and e["error"]["message"]
     served.flush()
     assert served.store.trajectory_ids() == []
+
+
+def test_a_malformed_later_turn_stores_nothing_half_way(served: Served) -> None:
+    """An unknown block in a turn that continues a conversation: Anthropic's error shape, and the
+    trajectory holds only the calls that were served."""
+    client = _client(served)
+    first = client.messages.with_raw_response.create(model="stub", max_tokens=50,
+                                                     messages=[{"role": "user", "content": "hi"}])
+    tid = first.headers["x-molt-trajectory"]
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": first.parse().content[0].text}]
+    with pytest.raises(anthropic.BadRequestError) as err:
+        client.messages.create(model="stub", max_tokens=50, messages=[
+            *history, {"role": "user", "content": [{"type": "text", "text": "more"}, {"type": "hologram"}]}])
+    assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
+    served.flush()
+    assert len(served.events(tid)) == 1
+    ok = client.messages.with_raw_response.create(model="stub", max_tokens=50,
+                                                  messages=[*history, {"role": "user", "content": "more"}])
+    assert ok.headers["x-molt-trajectory"] == tid and len(served.events(tid)) == 2

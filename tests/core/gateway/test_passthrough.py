@@ -272,3 +272,56 @@ def test_responses_upstream_errors_are_relayed_in_openais_shape(serve: Callable[
     front.flush()
     events = [e for t in front.store.trajectory_ids() for e in front.store.trajectory(t).events]
     assert len(events) == 2 and all(e.outcome.status == OutcomeStatus.ERROR for e in events)
+
+
+# --------------------------------------------------------------------------------- OTel and bad input
+
+
+def test_every_route_exports_the_same_genai_spans_passed_through_or_not(serve: Callable[..., Served]) -> None:
+    """The OTel GenAI spans of the recorded calls (``molt export --format otlp``): a chat completion, a
+    Responses call and a Messages call through an Anthropic upstream — the last passed through —
+    carry the same ``gen_ai.*`` attributes."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from molt.interop.otlp import export_otlp
+
+    front, _ = _front(serve, "messages")
+    front.client().chat.completions.create(model="stub", messages=[{"role": "user", "content": "via chat"}])
+    front.client().responses.create(model="stub", input="via responses")
+    _anthropic(front).messages.create(model="stub", max_tokens=50, messages=[{"role": "user", "content": "via messages"}])
+    front.flush()
+    mem = InMemorySpanExporter()
+    sent, failed = export_otlp(front.store, exporter=mem)
+    assert (sent, failed) == (3, 0)
+    spans = {s.attributes["molt.event"].split('"name":"')[1].split('"')[0]: s for s in mem.get_finished_spans()}
+    assert sorted(spans) == ["chat.completions", "messages", "responses"]
+    genai = {route: {k: v for k, v in s.attributes.items() if k.startswith("gen_ai.")} for route, s in spans.items()}
+    keys = {route: sorted(a) for route, a in genai.items()}
+    assert keys["messages"] == keys["responses"] == keys["chat.completions"]
+    assert {"gen_ai.operation.name", "gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+            "gen_ai.response.finish_reasons", "gen_ai.output.messages"} <= set(keys["messages"])
+    for route, a in genai.items():
+        assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.request.model"] == "stub"
+        assert f"echo: via {route.split('.')[0]}" in a["gen_ai.output.messages"]
+        assert spans[route].kind == spans["chat.completions"].kind and spans[route].status.status_code.name == "OK"
+
+
+@pytest.mark.parametrize("kind", ["messages", "responses"])
+def test_bad_input_is_refused_before_the_upstream_in_the_apis_shape(serve: Callable[..., Served], kind: str) -> None:
+    """Malformed items and unknown block types are answered by the gateway in the API's own shape:
+    nothing is relayed, nothing recorded on either side."""
+    front, upstream = _front(serve, kind)
+    if kind == "messages":
+        for content in ([{"type": "video", "url": "x"}], [{"type": "tool_result"}]):
+            with pytest.raises(anthropic.BadRequestError) as err:
+                _anthropic(front).messages.create(model="stub", max_tokens=5,
+                                                  messages=[{"role": "user", "content": content}])
+            assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
+    else:
+        for items in ([{"type": "computer_call_output", "call_id": "c"}], [{"type": "function_call", "name": "f"}]):
+            with pytest.raises(openai.BadRequestError) as oerr:
+                front.client().responses.create(model="stub", input=items)
+            assert oerr.value.body["type"] == "invalid_request_error" and oerr.value.body["param"]  # type: ignore[index]
+    front.flush()
+    upstream.flush()
+    assert front.store.trajectory_ids() == [] and upstream.store.trajectory_ids() == []

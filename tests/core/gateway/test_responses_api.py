@@ -188,3 +188,25 @@ def test_another_tenants_previous_response_is_not_found_and_nothing_is_stored(se
     assert err.value.body["code"] == unknown.value.body["code"] == "previous_response_not_found"  # type: ignore[index]
     served.flush()
     assert served.store.trajectory_ids() == before
+
+
+def test_a_malformed_continuation_stores_nothing_half_way(served: Served) -> None:
+    """A bad item in a turn that continues a stored response: the API's error, no event, and the stored
+    conversation as it was — the next good turn continues the first one, not the refused one."""
+    client = served.client()
+    first = client.responses.with_raw_response.create(model="stub", input="remember: blue")
+    r1 = first.parse()
+    tid = first.headers["x-molt-trajectory"]
+    [before] = served.events(tid)
+    for bad in ([{"type": "function_call_output", "output": "no call id"}],
+                [{"role": "user", "content": "fine"}, {"role": "user", "content": [{"type": "input_video"}]}]):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model="stub", previous_response_id=r1.id, input=bad)
+        assert err.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    served.flush()
+    assert [e.event_id for e in served.events(tid)] == [before.event_id]
+    again = client.responses.with_raw_response.create(model="stub", previous_response_id=r1.id, input="and now?")
+    assert again.headers["x-molt-trajectory"] == tid
+    _, ev = served.events(tid)
+    prompt = bytes(ev.action.tokens.prompt_ids).decode()
+    assert "remember: blue" in prompt and "fine" not in prompt and "no call id" not in prompt
