@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -32,6 +32,7 @@ from molt.errors import (
     GatewayError,
     InvalidRequest,
     MoltError,
+    PermissionDenied,
 )
 from molt.gateway.agents import AgentDirectory
 from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
@@ -287,15 +288,30 @@ class Gateway:
 
     # ------------------------------------------------------------------ auth
 
-    def authenticate(self, authorization: str | None, api_key: str | None = None) -> Principal:
-        """The caller, from ``Authorization: Bearer <key>`` (or an ``x-api-key`` header)."""
+    def authenticate(self, authorization: str | None, api_key: str | None = None,
+                     tenant: str | None = None) -> Principal:
+        """The caller, from ``Authorization: Bearer <key>`` (or an ``x-api-key`` header).
+
+        ``tenant`` is what the caller says it is (``X-Molt-Tenant``: an adapter sending its own tenant
+        so that its run and the gateway's record are one). A key's tenant is the key's: a header naming
+        another is refused (403), never followed across the wall. An open gateway has no wall (its
+        caller may already write any tenant into the store it serves) and takes the header's tenant.
+        """
+        if tenant is not None:
+            tenant = tenant.strip()
+            if not tenant or len(tenant) > 128 or not tenant.isprintable():
+                raise InvalidRequest("X-Molt-Tenant must be a tenant id: 1 to 128 printable characters.")
         if self.keyring is None:
-            return _OPEN
+            return _OPEN if tenant is None or tenant == _OPEN.tenant_id else replace(_OPEN, tenant_id=tenant)
         key = api_key
         if authorization:
             scheme, _, token = authorization.partition(" ")
             key = token.strip() if scheme.lower() == "bearer" else None
-        return self.keyring.authenticate(key)
+        p = self.keyring.authenticate(key)
+        if tenant is not None and tenant != p.tenant_id:
+            raise PermissionDenied(f"X-Molt-Tenant names tenant {tenant!r}, but this key is of tenant "
+                                   f"{p.tenant_id!r}; send that tenant's key, or leave the header out.")
+        return p
 
     # ------------------------------------------------------------------ placing a call
 

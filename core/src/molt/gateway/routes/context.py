@@ -31,9 +31,10 @@ class RouteContext:
     gateway: Gateway
 
     def auth(self, request: Request, action: Action | None = None) -> Principal:
-        """The caller's principal (from ``Authorization: Bearer`` or ``x-api-key``), holding ``action``."""
+        """The caller's principal (from ``Authorization: Bearer`` or ``x-api-key``; ``X-Molt-Tenant`` where
+        the key allows it: :meth:`Gateway.authenticate`), holding ``action``."""
         h = request.headers
-        p = self.gateway.authenticate(h.get("authorization"), h.get("x-api-key"))
+        p = self.gateway.authenticate(h.get("authorization"), h.get("x-api-key"), h.get("x-molt-tenant"))
         if action is not None:
             p.require(action)
         return p
