@@ -63,3 +63,41 @@ def test_local_backend_tokens_stream_and_lora(policy_model_dir: Path, tmp_path: 
         assert [lp.logprob for lp in again.choices[0].logprobs or []] == pytest.approx(base_lp, abs=1e-5)
 
     asyncio.run(go())
+
+
+def test_adapters_load_and_evict_under_an_lru_bound(policy_model_dir: Path, tmp_path: Path) -> None:
+    """Three adapters registered, two resident at most: a request for an evicted adapter loads it again
+    (evicting the least recently used one) and is answered by *its* weights, the base model's answers never
+    change, and the counts say what happened."""
+    async def go() -> None:
+        b = LocalBackend(model_path=policy_model_dir, model="smollm2", max_adapters=2)
+        await b.start()
+        msgs = [{"role": "user", "content": "What is 2+2?"}]
+
+        async def first_logprob(model: str) -> float:
+            r = await b.chat(ChatRequest(model=model, messages=msgs, temperature=0.0, max_tokens=1, logprobs=True))
+            return (r.choices[0].logprobs or [])[0].logprob
+
+        base = await first_logprob("smollm2")
+        for i in range(3):
+            await b.load_adapter(f"t{i}", str(make_lora(policy_model_dir, tmp_path / f"lora{i}", seed=i)))
+        assert await b.models() == ["smollm2", "t0", "t1", "t2"]  # all three servable
+        assert b.resident_adapters() == ["t1", "t2"]               # two resident: t0 was evicted by t2
+        assert b.adapter_stats() == {"registered": 3, "resident": 2, "max_adapters": 2, "loads": 3,
+                                          "evictions": 1, "hits": 0}
+        seen = {}
+        # t1 is resident (a hit, now most recent); t0 comes back evicting t2, the least recently used; t2
+        # comes back evicting t1; t1 comes back evicting t0
+        for name in ("t1", "t0", "t2", "t1"):
+            seen.setdefault(name, []).append(await first_logprob(name))
+        assert b.resident_adapters() == ["t2", "t1"]
+        st = b.adapter_stats()
+        assert (st["loads"], st["evictions"], st["hits"]) == (6, 4, 1)
+        assert seen["t1"][0] == pytest.approx(seen["t1"][1], abs=1e-5)  # …and a reloaded adapter is the same one
+        values = [seen["t0"][0], seen["t1"][0], seen["t2"][0], base]
+        assert len({round(v, 4) for v in values}) == 4, values  # each adapter answers with its own weights
+        assert await first_logprob("smollm2") == pytest.approx(base, abs=1e-5)  # the base model is untouched
+        await b.unload_adapter("t2")
+        assert b.resident_adapters() == ["t1"] and "t2" not in await b.models()
+
+    asyncio.run(go())

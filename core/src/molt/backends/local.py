@@ -7,6 +7,13 @@ events from both backends mean the same thing. One generation runs at a time (CP
 worker thread so the event loop stays free. LoRA adapters load through peft and are chosen per
 request by model name.
 
+Adapters are registered by name (:meth:`LocalBackend.load_adapter`) and at most ``max_adapters`` of them
+are resident in the model at once: a request for a registered adapter that is not resident loads it
+from its directory, evicting the least recently used one (each resident LoRA costs memory and a
+little time on every forward pass through peft's adapter dispatch, so a server with one adapter per
+tenant keeps the busy ones). An evicted adapter stays servable; only its next request pays the load.
+:meth:`LocalBackend.adapter_stats` counts loads, evictions and hits.
+
 Example::
 
     backend = LocalBackend()                      # the SmolLM2 policy from ensure_policy_model()
@@ -18,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import warnings
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -57,6 +66,8 @@ class LocalBackend(BaseBackend):
         threads: torch CPU threads (default: torch's choice).
         device: where the model runs (default: the first CUDA device when there is one, else the CPU);
             float32 on the CPU, the model's own dtype (bfloat16 / float16 checkpoints) on a GPU.
+        max_adapters: LoRA adapters resident in the model at once (default 8; the least recently used
+            is evicted to load another, see the module docstring).
     """
 
     kind: ClassVar[str] = "local"
@@ -64,8 +75,11 @@ class LocalBackend(BaseBackend):
 
     def __init__(self, name: str | None = None, *, model_path: str | os.PathLike[str] | None = None,
                  model: str = POLICY_MODEL_NAME, max_new_tokens: int = 256, max_context: int = 2048,
-                 threads: int | None = None, device: str | None = None):
+                 threads: int | None = None, device: str | None = None, max_adapters: int = 8):
         super().__init__(name, model=model)
+        if max_adapters < 1:
+            raise ValueError(f"max_adapters must be at least 1, got {max_adapters}.")
+        self.max_adapters = max_adapters
         self.device = device
         self.model_path = Path(model_path) if model_path is not None else None
         self.max_new_tokens = max_new_tokens
@@ -73,7 +87,9 @@ class LocalBackend(BaseBackend):
         self.threads = threads
         self.tokenizer: PolicyTokenizer | None = None
         self._model: Any = None
-        self._adapters: dict[str, str] = {}
+        self._adapters: dict[str, str] = {}  # every registered adapter: name → directory
+        self._resident: OrderedDict[str, None] = OrderedDict()  # loaded in the model, least recently used first
+        self._adapter_counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._start_lock = asyncio.Lock()
 
@@ -113,12 +129,12 @@ class LocalBackend(BaseBackend):
         dev = self._model.device
         gen = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
         with self._lock, torch.inference_mode():
-            if self._adapters:
-                if adapter is None:
-                    model.disable_adapters()
-                else:
-                    model.enable_adapters()
-                    model.set_adapter(adapter)
+            if adapter is not None:
+                self._make_resident(adapter)
+                model.enable_adapters()
+                model.set_adapter(adapter)
+            elif self._resident:
+                model.disable_adapters()
             ids = torch.tensor([prompt_ids], device=dev)
             past = None
             for _ in range(max_new):
@@ -188,6 +204,38 @@ class LocalBackend(BaseBackend):
         if model in (self.model, "", None) or model not in self._adapters:
             return None
         return model
+
+    def _make_resident(self, name: str) -> None:
+        """Load adapter ``name`` into the model if it is not there, evicting the least recently used one
+        beyond ``max_adapters``; mark it most recently used. Called with ``_lock`` held."""
+        if name in self._resident:
+            self._resident.move_to_end(name)
+            self._adapter_counts["hits"] += 1
+            return
+        while len(self._resident) >= self.max_adapters:
+            old, _ = self._resident.popitem(last=False)
+            self._model.delete_adapter(old)
+            self._adapter_counts["evictions"] += 1
+        path = self._adapters[name]
+        try:
+            with warnings.catch_warnings():  # several adapters in one model is what this backend is for
+                warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+                self._model.load_adapter(path, adapter_name=name)
+        except Exception as exc:
+            raise BackendError(f"Loading the adapter {name!r} from {path} failed: {exc}.", backend=self.name) from exc
+        self._resident[name] = None
+        self._adapter_counts["loads"] += 1
+
+    def adapter_stats(self) -> dict[str, int]:
+        """Registered and resident adapters, and the loads, evictions and hits (requests served by an
+        adapter that was already resident) so far."""
+        c = self._adapter_counts
+        return {"registered": len(self._adapters), "resident": len(self._resident), "max_adapters": self.max_adapters,
+                "loads": c["loads"], "evictions": c["evictions"], "hits": c["hits"]}
+
+    def resident_adapters(self) -> list[str]:
+        """The adapters loaded in the model now, least recently used first."""
+        return list(self._resident)
 
     def _check_model(self, model: str) -> None:
         if self._model is None:
@@ -280,7 +328,7 @@ class LocalBackend(BaseBackend):
             yield item
 
     async def models(self) -> list[str]:
-        """The base model and loaded adapters."""
+        """The base model and registered adapters (resident or not: each is servable)."""
         return [self.model, *self._adapters]
 
     async def health(self) -> bool:
@@ -288,15 +336,37 @@ class LocalBackend(BaseBackend):
         return self._model is not None
 
     async def load_adapter(self, name: str, path: str) -> None:
-        """Load a peft LoRA adapter, served as model ``name``."""
+        """Register a peft LoRA adapter, served as model ``name``, and load it now (evicting the least
+        recently used adapter when ``max_adapters`` are resident), so a broken adapter is refused here
+        rather than at its first request. Loading a name again replaces its weights."""
         self._check_model(name)
 
         def load() -> None:
             with self._lock:
-                try:
-                    self._model.load_adapter(path, adapter_name=name)
-                except Exception as exc:
-                    raise BackendError(f"Loading the adapter {path} failed: {exc}.", backend=self.name) from exc
+                previous = self._adapters.get(name)
+                if name in self._resident:  # new weights under a known name: drop the old ones first
+                    del self._resident[name]
+                    self._model.delete_adapter(name)
                 self._adapters[name] = path
+                try:
+                    self._make_resident(name)
+                except BackendError:
+                    if previous is None:
+                        del self._adapters[name]
+                    else:
+                        self._adapters[name] = previous
+                    raise
 
         await asyncio.to_thread(load)
+
+    async def unload_adapter(self, name: str) -> None:
+        """Forget adapter ``name`` (its directory is left alone): from now on the name is unknown here, like
+        any name this backend never loaded."""
+        def unload() -> None:
+            with self._lock:
+                self._adapters.pop(name, None)
+                if name in self._resident:
+                    del self._resident[name]
+                    self._model.delete_adapter(name)
+
+        await asyncio.to_thread(unload)
