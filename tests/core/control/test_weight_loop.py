@@ -324,3 +324,47 @@ def test_a_claim_whose_service_died_is_queued_again(tmp_path: Path) -> None:
         assert stale.outstanding("acme", AGENT, model) == set()
         fresh.finish(req, "failed", "CUDA error")
         assert fresh.outstanding("acme", AGENT, model) == set() and stale.pending("acme", AGENT) == []
+
+
+def test_the_trainer_service_takes_tenants_in_turn_so_one_backlog_cannot_starve_another(tmp_path: Path) -> None:
+    """``molt-trainer serve --plane-requests`` serving every tenant: acme has four requests queued before
+    globex's and initech's first, and each acme run queues one more acme request (a backlog that grows
+    while it is served). The others are still trained second and third, and every later round gives each
+    tenant with work one run; served oldest-first (the order before) globex would wait for acme's whole
+    backlog, which never ends."""
+    import threading
+
+    from molt.control.diagnose import Candidate
+    from molt.control.versions import ModelPart
+    from molt.control.weight_queue import WeightQueue, serve_requests
+
+    def cand(cluster: str) -> Candidate:
+        return Candidate(candidate_id=cluster, kind="weight_update", cluster=cluster, description="d", cost=10.0,
+                         payload={"model": {"base": "m"}}, source_trajectories=[])
+
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        plane_registry = ControlPlane(store, DeskModel(), base_parts=base_parts()).registry
+        tenants = ("acme", "globex", "initech")
+        for t in tenants:
+            plane_registry.ensure_base(t, AGENT, base_parts())
+        queue = WeightQueue(store)
+        for i in range(4):
+            queue("acme", AGENT, cand(f"acme-{i}"))
+        queue("globex", AGENT, cand("globex-0"))
+        queue("initech", AGENT, cand("initech-0"))
+        queue("globex", AGENT, cand("globex-1"))
+        order: list[str] = []
+
+        def train(tenant_id: str, agent_id: str, c: Candidate) -> ModelPart:
+            order.append(c.cluster)
+            if tenant_id == "acme":  # acme's backlog grows while it is being served
+                queue("acme", AGENT, cand(f"acme-{len(order) + 10}"))
+            return ModelPart(base="m", adapter=f"{c.cluster}-lora", adapter_path="/nowhere")
+
+        assert serve_requests(queue, train, threading.Event(), poll_s=0, max_requests=7) == 7
+        tenant_of = [c.split("-")[0] for c in order]
+        assert tenant_of == ["acme", "globex", "initech", "acme", "globex", "acme", "acme"], order
+        assert order[:5] == ["acme-0", "globex-0", "initech-0", "acme-1", "globex-1"]  # each tenant oldest first
+        done = {r.cluster: r.status for r in queue.requests()}
+        assert all(done[c] == "done" for c in order) and len(done) == 7 + 4  # four acme runs queued four more
+        assert {c.split("-")[0] for c, s in done.items() if s == "queued"} == {"acme"}  # only acme's backlog waits

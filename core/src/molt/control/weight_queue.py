@@ -25,7 +25,8 @@ The path of one request:
 Rows are append-only: each state is a new row, and a request's state is its newest row, so the history of
 a request (queued, running, done/failed) stays readable and no row is ever rewritten. One service claims a
 tenant's requests: two services claiming the same request would each see it queued (a claim is a row, not
-a lock) and train it twice; run one per tenant or per agent. A request left *running* longer than
+a lock) and train it twice; run one service per store (it serves every tenant, taking turns:
+:func:`next_request`), or one per tenant or per agent. A request left *running* longer than
 ``stale_after_s`` (its service died mid-run) is queued again: a later service claims it, and the plane's
 wait for it ends.
 """
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -50,7 +51,7 @@ from molt.errors import InterventionError, MoltError
 from molt.store import Store, sql_str
 from molt.store.tables import append, ensure_table
 
-__all__ = ["REQUESTS_SCHEMA", "REQUESTS_TABLE", "QueuedRequest", "WeightQueue", "serve_requests"]
+__all__ = ["REQUESTS_SCHEMA", "REQUESTS_TABLE", "QueuedRequest", "WeightQueue", "next_request", "serve_requests"]
 
 log = logging.getLogger("molt.control.weight_queue")
 
@@ -168,33 +169,51 @@ class WeightQueue:
         append(self.store, REQUESTS_TABLE, pa.Table.from_pylist([row], schema=REQUESTS_SCHEMA))
 
 
+def next_request(pending: Sequence[QueuedRequest], last_turn: Mapping[str, int]) -> QueuedRequest | None:
+    """The request a service trains next, fairly across tenants: the oldest request of the tenant whose
+    last turn is oldest (a tenant never served goes first; between those, the one whose oldest request
+    came first). ``last_turn`` maps a tenant to the number of the run it last had. Round-robin over the
+    tenants with work, so one tenant's backlog — however long, however fast it grows — delays another
+    tenant's request by at most one run per other tenant waiting."""
+    if not pending:
+        return None
+    oldest: dict[str, QueuedRequest] = {}
+    for r in pending:  # oldest first
+        oldest.setdefault(r.tenant_id, r)
+    order = list(oldest)
+    tenant = min(order, key=lambda t: (last_turn.get(t, -1), order.index(t)))
+    return oldest[tenant]
+
+
 def serve_requests(queue: WeightQueue, train: Callable[[str, str, Candidate], ModelPart], stop: threading.Event, *,
                    tenant_id: str | None = None, agent_id: str | None = None, canary_weight: float = 0.2,
                    poll_s: float = 5.0, actor: str = "molt-trainer", max_requests: int | None = None) -> int:
     """The service's loop: train each queued request of ``tenant_id`` (every tenant when ``None``) and
     ``agent_id`` (every agent when ``None``) with ``train`` (a :class:`~molt.control.weights.WeightLoop`),
     and canary its adapter at ``canary_weight`` as a version of that agent; until ``stop`` is set (or
-    ``max_requests`` were answered). Returns the number of requests answered."""
+    ``max_requests`` were answered). Requests of several tenants take turns (:func:`next_request`); the
+    queue is read again after every run, so a request queued meanwhile takes its turn at once. Returns
+    the number of requests answered."""
     registry = VersionRegistry(queue.store)
     answered = 0
+    last_turn: dict[str, int] = {}
     while not stop.is_set() and (max_requests is None or answered < max_requests):
-        for req in queue.pending(tenant_id, agent_id):
-            if stop.is_set() or (max_requests is not None and answered >= max_requests):
-                break
-            queue.claim(req)
-            try:
-                version = _train_one(req, train, registry, canary_weight, actor)
-            except Exception as exc:  # a failed run is the request's outcome; the service goes on
-                why = str(exc) if isinstance(exc, InterventionError) else f"{type(exc).__name__}: {exc}"
-                log.warning("Weight request %s of %s/%s failed: %s", req.request_id, req.tenant_id, req.agent_id,
-                            why)
-                queue.finish(req, "failed", why)
-            else:
-                log.info("Weight request %s of %s/%s: canary %s", req.request_id, req.tenant_id, req.agent_id,
-                         version)
-                queue.finish(req, "done", version)
-            answered += 1
-        stop.wait(poll_s)
+        req = next_request(queue.pending(tenant_id, agent_id), last_turn)
+        if req is None:
+            stop.wait(poll_s)
+            continue
+        queue.claim(req)
+        last_turn[req.tenant_id] = answered
+        try:
+            version = _train_one(req, train, registry, canary_weight, actor)
+        except Exception as exc:  # a failed run is the request's outcome; the service goes on
+            why = str(exc) if isinstance(exc, InterventionError) else f"{type(exc).__name__}: {exc}"
+            log.warning("Weight request %s of %s/%s failed: %s", req.request_id, req.tenant_id, req.agent_id, why)
+            queue.finish(req, "failed", why)
+        else:
+            log.info("Weight request %s of %s/%s: canary %s", req.request_id, req.tenant_id, req.agent_id, version)
+            queue.finish(req, "done", version)
+        answered += 1
     return answered
 
 
