@@ -53,7 +53,12 @@ def _setup(tiny: Path, tmp: Path, store: Store, loader: Any) -> tuple[OnlineTrai
 
 def test_each_adapter_is_a_canary_version_of_the_agent(tiny_model_dir: Path, tmp_path: Path, store: Store) -> None:
     loaded: list[tuple[str, str]] = []
-    trainer, src, target = _setup(tiny_model_dir, tmp_path, store, lambda n, p: loaded.append((n, p)))
+
+    def load(name: str, path: str, tenants: Any) -> None:
+        assert list(tenants) == [T]  # served to the agent's tenant only
+        loaded.append((name, path))
+
+    trainer, src, target = _setup(tiny_model_dir, tmp_path, store, load)
     # another agent's traffic is not trained on
     src.items = [_one(A, t, float(t % 2)) for t in range(5, 9)] + [_one("other", t, 1.0) for t in range(9, 13)]
     assert trainer.tick() is not None and trainer.step == 1
@@ -99,7 +104,7 @@ def test_an_adapter_the_engine_refuses_is_named_by_no_version(tiny_model_dir: Pa
 
 def test_a_corrupt_adapter_is_not_loaded_or_canaried(tmp_path: Path, store: Store) -> None:
     loaded: list[str] = []
-    target = CanaryTarget(store, T, A, base="m", loader=lambda n, p: loaded.append(n))
+    target = CanaryTarget(store, T, A, base="m", loader=lambda n, p, t: loaded.append(n))
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "adapter_config.json").write_text("{not json")

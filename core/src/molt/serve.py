@@ -324,7 +324,7 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
                               headers={"authorization": f"Bearer {admin_key}"} if admin_key else {})
                 except Exception:
                     continue  # not serving yet
-                got = wl.restore_adapters(registry, lambda n, p: loop.load(n, p) if loop.load else None)
+                got = wl.restore_adapters(registry, lambda n, p, t: loop.load(n, p, t) if loop.load else None)
                 restored = True
                 if got:
                     log.info("Loaded the adapters of live and canary versions again: %s", ", ".join(got))

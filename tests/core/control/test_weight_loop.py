@@ -71,7 +71,8 @@ def _setup(store: Store, tmp: Path, *, load_error: Exception | None = None, read
     runs = Runs(tmp / "adapters")
     loaded: list[tuple[str, str]] = []
 
-    def load(name: str, path: str) -> None:
+    def load(name: str, path: str, tenants: Any) -> None:
+        assert list(tenants) == ["acme"]  # loaded for the tenant whose data trained it, and no other
         if load_error is not None:
             raise load_error
         asyncio.run(model.load_adapter(name, path))
@@ -256,7 +257,8 @@ def test_a_trainer_service_answers_the_planes_requests_through_the_queue(tmp_pat
         assert isinstance(loop, WeightLoop)
         gateway, served_by = [], DeskModel()  # the gateway's backend: the service loads the adapter there
 
-        def gateway_load(name: str, path: str) -> None:
+        def gateway_load(name: str, path: str, tenants: Any) -> None:
+            assert list(tenants) == ["acme"]
             asyncio.run(served_by.load_adapter(name, path))
             gateway.append((name, path))
 

@@ -11,8 +11,9 @@ decides that only new weights close a failure cluster of ``tenant/agent`` it cal
 2. hands it to ``train`` (``molt_trainer.RequestTrainer`` in ``molt serve --train``; any callable
    returning an object with ``version`` and ``path``), in a worker thread, within ``timeout_s``;
 3. checks the adapter directory (a peft ``adapter_config.json`` and weights that are not empty) and
-   loads it into the serving backends through ``load`` — the trainer may already have done that;
-   ``load`` is then a check that it is served;
+   loads it into the serving backends through ``load`` for that tenant only (``load(name, path,
+   [tenant])``: the gateway serves it to no other tenant's request) — the trainer may already have done
+   that; ``load`` is then a check that it is served;
 4. returns the :class:`~molt.control.versions.ModelPart`; the plane creates the new composite version
    (live parts + these weights), canaries it under the agent's routing key
    (``model#tenant/agent``), and promotes or aborts it on the canary delta like any other change.
@@ -68,6 +69,8 @@ log = logging.getLogger("molt.control.weights")
 
 #: A trajectory reader: ``(tenant_id, trajectory ids) → the eligible ones among them``.
 Reader = Callable[[str, Sequence[str]], list[Trajectory]]
+#: An adapter loader: ``(name, path, tenants)`` makes the adapter servable to those tenants' requests only.
+Loader = Callable[[str, str, Sequence[str]], None]
 
 
 @dataclass
@@ -155,15 +158,15 @@ class WeightLoop:
         train: ``fn(WeightRequest) → adapter`` (``version``, ``path``; optional ``run_id``, ``metrics``).
         read: the trajectory reader (:func:`governed_reader` in production; :func:`store_reader` only
             when the caller said to train on ungoverned data).
-        load: ``fn(version, path)`` that makes the adapter servable (raises when the engine refuses);
-            ``None`` when ``train`` publishes it itself.
+        load: ``fn(version, path, tenants)`` that makes the adapter servable to ``tenants`` only (raises
+            when the engine refuses); ``None`` when ``train`` publishes it itself.
         window: newest trajectories of the agent looked at (default 200). ``max_anchors``: successes on
             other tasks added (default 16). ``min_trajectories``: eligible ones needed (default 4).
         timeout_s: how long a run may take before it is given up (default 1,800 s).
     """
 
     def __init__(self, store: Store, train: Callable[[WeightRequest], Any], *, read: Reader,
-                 load: Callable[[str, str], None] | None = None, window: int = 200, max_anchors: int = 16,
+                 load: Loader | None = None, window: int = 200, max_anchors: int = 16,
                  min_trajectories: int = 4, timeout_s: float = 1800.0):
         self.store = store
         self.train = train
@@ -255,7 +258,7 @@ class WeightLoop:
         check_adapter(path)
         if self.load is not None:
             try:  # on the worker thread too: a loader may run its own event loop
-                self._pool.submit(self.load, str(version), str(path)).result(self.timeout_s)
+                self._pool.submit(self.load, str(version), str(path), [req.tenant_id]).result(self.timeout_s)
             except Exception as exc:
                 raise InterventionError(f"weight update {req.request_id}: the serving engine refused adapter "
                                         f"{version} ({type(exc).__name__}: {exc}); the live version keeps "
@@ -294,11 +297,12 @@ def training_run(store: Store, adapter: str) -> dict[str, Any] | None:
     return {**row, "parts": orjson.loads(row["parts"])}
 
 
-def restore_adapters(registry: VersionRegistry, load: Callable[[str, str], None]) -> list[str]:
-    """Load (``load(name, path)``) the adapter of every live and canary version, so a restarted server
-    serves what the registry says rather than its base model; returns the adapters loaded. One that
-    fails is logged and skipped."""
+def restore_adapters(registry: VersionRegistry, load: Loader) -> list[str]:
+    """Load (``load(name, path, tenants)``) the adapter of every live and canary version for the tenants
+    whose versions name it, so a restarted server serves what the registry says rather than its base
+    model; returns the adapters loaded. One that fails is logged and skipped."""
     wanted: dict[str, str] = {}
+    tenants: dict[str, set[str]] = {}
     pairs: Sequence[tuple[str, str]] = registry.agents()
     for t, a in pairs:
         live = registry.live(t, a)
@@ -306,28 +310,31 @@ def restore_adapters(registry: VersionRegistry, load: Callable[[str, str], None]
             m = v.parts.model
             if m.adapter and m.adapter_path:
                 wanted[m.adapter] = m.adapter_path
+                tenants.setdefault(m.adapter, set()).add(t)
     done = []
     for name, path in sorted(wanted.items()):
         try:
-            load(name, path)
+            load(name, path, sorted(tenants[name]))
             done.append(name)
         except Exception:
             log.exception("Restoring adapter %s from %s failed.", name, path)
     return done
 
 
-def gateway_loader(url: str, admin_key: str | None, model: str, *, timeout_s: float = 300.0
-                   ) -> Callable[[str, str], None]:
-    """``load(name, path)`` through the gateway's admin API (``POST /v1/molt/admin/adapters``, the
-    platform operator's key): loaded into every LoRA-capable backend of ``model``, registered at weight
-    0 on the plain model key (the version's own routing key is what routes traffic to it)."""
+def gateway_loader(url: str, admin_key: str | None, model: str, *, timeout_s: float = 300.0) -> Loader:
+    """``load(name, path, tenants)`` through the gateway's admin API (``POST /v1/molt/admin/adapters``, the
+    platform operator's key): loaded into every LoRA-capable backend of ``model`` for ``tenants`` only
+    (the gateway serves it to no other tenant's request), registered at weight 0 (the version's own
+    routing key is what routes traffic to it)."""
     import httpx
 
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
 
-    def load(name: str, path: str) -> None:
-        r = httpx.post(url.rstrip("/") + "/v1/molt/admin/adapters", headers=headers, timeout=timeout_s,
-                       json={"model": model, "version": name, "path": path, "weight": 0.0})
+    def load(name: str, path: str, tenants: Sequence[str] | None = None) -> None:
+        body: dict[str, Any] = {"model": model, "version": name, "path": path, "weight": 0.0}
+        if tenants is not None:
+            body["tenants"] = list(tenants)
+        r = httpx.post(url.rstrip("/") + "/v1/molt/admin/adapters", headers=headers, timeout=timeout_s, json=body)
         if r.status_code != 200:
             raise InterventionError(f"the gateway answered {r.status_code}: {r.text[:300]}")
 
@@ -350,7 +357,7 @@ class CanaryTarget:
     name = "canary"
 
     def __init__(self, store: Store, tenant_id: str, agent_id: str, *, base: str,
-                 loader: Callable[[str, str], None] | None, weight: float = 0.2, actor: str = "molt-trainer"):
+                 loader: Loader | None, weight: float = 0.2, actor: str = "molt-trainer"):
         self.store = store
         self.tenant_id = tenant_id
         self.agent_id = agent_id
@@ -365,7 +372,7 @@ class CanaryTarget:
 
         check_adapter(path)
         if self.loader is not None:
-            self.loader(version, str(path))
+            self.loader(version, str(path), [self.tenant_id])
         registry = VersionRegistry(self.store)  # makes the tables on a first start
         for name in (VERSIONS_TABLE, EVENTS_TABLE):  # what the plane in another process changed since
             self.store.table(name).checkout_latest()

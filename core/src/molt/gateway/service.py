@@ -199,6 +199,11 @@ class Gateway:
         #: Requests refused because the version routed to belongs to another tenant (never expected:
         #: the router resolves a request's model inside its tenant; this is the second wall).
         self.harness_refusals = 0
+        #: Adapter names loaded through the admin API → the tenants they serve (a per-tenant adapter, or
+        #: one shared by tenants whose policies opt into sharing), ``None`` for the operator's shared
+        #: ones. A request of any other tenant is never served by a tenant's adapter, whatever version
+        #: routing picked (:meth:`_wall`).
+        self.adapter_tenants: dict[str, frozenset[str] | None] = {}
         self.store = store
         self.agents = agents or AgentDirectory()
         self.metrics = Metrics()
@@ -395,15 +400,22 @@ class Gateway:
             call.headers["x-molt-session"] = rec.session_id
 
     def _wall(self, call: Call, model: str) -> None:
-        """Refuse to apply a version of another tenant (:func:`~molt.harness.belongs_to`): its prompt,
-        memories, skills and adapter never reach this request, which gets the same 404 as a model that
-        does not exist; :attr:`harness_refusals` counts it."""
+        """Refuse to apply a version of another tenant (:func:`~molt.harness.belongs_to`), or a version whose
+        adapter was loaded for other tenants only (:attr:`adapter_tenants`, whoever registered the version):
+        its prompt, memories, skills and adapter never reach this request, which gets the same 404 as a
+        model that does not exist; :attr:`harness_refusals` counts it."""
         spec = call.decision.version
         tenant = call.principal.tenant_id
         if not belongs_to(spec, tenant):
             self.harness_refusals += 1
             log.error("Refused to apply version %r of tenant %r to a request of tenant %r (a routing fault).",
                       spec.version, spec.tenant_id, tenant)
+            raise self.router.not_found(model, tenant)
+        allowed = self.adapter_tenants.get(spec.upstream_model or "")
+        if allowed is not None and tenant not in allowed:
+            self.harness_refusals += 1
+            log.error("Refused to serve adapter %r (of tenants %s) to a request of tenant %r through version %r.",
+                      spec.upstream_model, sorted(allowed), tenant, spec.version)
             raise self.router.not_found(model, tenant)
 
     async def _apply_harness(self, req: ChatRequest, spec: Any) -> Applied:

@@ -22,7 +22,14 @@ __all__ = ["AdapterBody", "VersionBody", "WeightsBody", "install"]
 
 class AdapterBody(BaseModel):
     """Load a LoRA adapter into the backends of ``base_version`` (default: the model's current
-    heaviest version) and route ``weight`` of the model's new sessions to it."""
+    heaviest version) and route ``weight`` of the model's new sessions to it.
+
+    ``tenants`` names whose adapter it is: one tenant's (trained on its data), or the tenants of a shared
+    adapter (trained only on tenants whose policies opt into sharing). It is then registered as a version
+    of each of those tenants at weight 0 (their control plane routes to it through their agents' versions),
+    no other tenant can name it, and the gateway never serves it to another tenant's request; the name
+    cannot be loaded again for other tenants. Without ``tenants`` it is the operator's shared adapter.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -33,6 +40,7 @@ class AdapterBody(BaseModel):
     weights: dict[str, float] | None = None
     base_version: str | None = None
     harness: HarnessSpec | None = None
+    tenants: list[str] | None = Field(default=None, min_length=1)
 
 
 class VersionBody(BaseModel):
@@ -112,12 +120,27 @@ def install(ctx: RouteContext) -> None:
             raise InvalidRequest(f"No backend of version {base_id!r} can load LoRA adapters "
                                  f"({', '.join(base.backends)}); serve it with the vllm or local backend.",
                                  param="base_version")
+        owners = frozenset(body.tenants) if body.tenants is not None else None
+        if owners is not None and (body.weight > 0 or body.weights):
+            raise InvalidRequest("A tenant's adapter is routed by that tenant's versions; load it at weight 0 "
+                                 "without weights.", param="weight")
+        if body.version in gw.adapter_tenants and gw.adapter_tenants[body.version] != owners:
+            raise InvalidRequest(f"The adapter name {body.version!r} is loaded for other tenants; choose another "
+                                 f"name.", param="version")
         for name in targets:
             await gw.backends[name].load_adapter(body.version, body.path)
-        spec = VersionSpec(version=body.version, backends=tuple(targets), upstream_model=body.version,
-                           lora_adapter=body.path, model_checkpoint=base.model_checkpoint or base.upstream_model,
-                           harness=body.harness if body.harness is not None else base.harness)
-        gw.router.add_version(body.model, spec, weight=body.weight, weights=body.weights)
+
+        def spec(tenant: str | None) -> VersionSpec:
+            return VersionSpec(version=body.version, backends=tuple(targets), upstream_model=body.version,
+                               lora_adapter=body.path, model_checkpoint=base.model_checkpoint or base.upstream_model,
+                               harness=body.harness if body.harness is not None else base.harness, tenant_id=tenant)
+
+        gw.adapter_tenants[body.version] = owners
+        if owners is None:
+            gw.router.add_version(body.model, spec(None), weight=body.weight, weights=body.weights)
+        else:  # weight 0 on the shared key: only the tenants' own versions route to it
+            for tenant in sorted(owners):
+                gw.router.add_version(body.model, spec(tenant), weight=0.0)
         return json_response(table_json(scope))
 
     @ctx.route("/v1/molt/admin/health", "POST")
