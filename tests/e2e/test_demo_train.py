@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from molt.control.diagnose import fisher_greater
 from molt.control.versions import VersionRegistry
+from molt.stats import fisher_greater
 from molt.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]

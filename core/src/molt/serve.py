@@ -55,8 +55,6 @@ Examples::
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import inspect
 import logging
 import os
 import threading
@@ -210,23 +208,20 @@ class Stack:
 
 
 def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
-    """The one version registry of this process (``None`` without the control plane), bound to the
+    """The one version registry of this process, bound to the
     gateway's router when the binding is installed, so the live version of each agent is what it
     serves and a rollback (console, plane) moves its sessions at once."""
-    if importlib.util.find_spec("molt.control.versions") is None:
-        return None
-    versions = importlib.import_module("molt.control.versions")
-    registry = versions.VersionRegistry(store)
-    try:
-        binding = importlib.import_module("molt.gateway.binding").GatewayBinding(gateway, registry, model=model)
-    except (ImportError, AttributeError):
-        stack.status["versions"] = "in the store (no gateway binding installed: the gateway serves its base route)"
-        return registry
-    if isinstance(gateway.harness, importlib.import_module("molt.harness").StaticHarness):
+    from molt.control.memory import MemoryStore, RetrievalHarness
+    from molt.control.versions import EVENTS_TABLE, VERSIONS_TABLE, VersionRegistry
+    from molt.gateway.binding import GatewayBinding
+    from molt.harness import StaticHarness
+
+    registry = VersionRegistry(store)
+    binding = GatewayBinding(gateway, registry, model=model)
+    if isinstance(gateway.harness, StaticHarness):
         # A version holds the plane's memories and skills by id: the gateway retrieves them per request
         # (without this it would serve their harness text only, never an inserted memory).
-        memory = importlib.import_module("molt.control.memory")
-        gateway.harness = memory.RetrievalHarness(memory.MemoryStore(store))
+        gateway.harness = RetrievalHarness(MemoryStore(store))
     try:
         bound = binding.sync()
     except Exception:  # serve the base route rather than not at all; the next change rebinds
@@ -239,10 +234,10 @@ def _bind_versions(stack: Stack, store: Any, gateway: Any, model: str) -> Any:
         # Changes made in this process reach the binding through the registry's listeners; this
         # picks up those of other processes (`molt versions rollback` in another terminal): new
         # sessions get the new live version, running ones finish on theirs.
-        names = [getattr(versions, n) for n in ("VERSIONS_TABLE", "EVENTS_TABLE") if hasattr(versions, n)]
         while not stack.stop.wait(VERSION_POLL_S):
             try:
-                for name in names:  # a table handle reads the version it last saw until told otherwise
+                # a table handle reads the version it last saw until told otherwise
+                for name in (VERSIONS_TABLE, EVENTS_TABLE):
                     store.table(name).checkout_latest()
                 for key, weights in binding.sync().items():
                     log.info("Rebound %s to %s (changed by another process).", key, weights)
@@ -258,32 +253,20 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
     if every_s <= 0:
         stack.status["control plane"] = "off (--evolve-every 0)"
         return
-    if importlib.util.find_spec("molt.control.plane") is None:
-        stack.status["control plane"] = "not installed (no molt.control.plane)"
-        log.info("The control plane is not installed; serving without evolution.")
-        return
 
     def run() -> None:  # imported here: the plane's imports take seconds, serving starts meanwhile
-        mod = importlib.import_module("molt.control.plane")
-        run_scheduled = getattr(mod, "run_scheduled", None)
-        if run_scheduled is None:
-            log.warning("molt.control.plane has no run_scheduled; serving without evolution.")
-            return
-        params = inspect.signature(run_scheduled).parameters
-        kwargs: dict[str, Any] = {}
+        from molt.control.plane import ControlPlane, PlaneSettings, run_scheduled
+        from molt.control.versions import ModelPart, PolicyParts
+
         # Its own backend object: the gateway's lives on the server's event loop, the plane replays
         # candidates from this thread.
-        if "plane" in params and hasattr(mod, "ControlPlane"):
-            be = replay_backend()
-            # Agents seen in the traffic get a first version (the served model, no harness changes).
-            plane = mod.ControlPlane(store, be, base_parts=mod.PolicyParts(model=mod.ModelPart(base=be.model)),
-                                     trainer=weights, settings=mod.PlaneSettings(**(settings or {})))
-            if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
-                plane.registry = registry
-            kwargs["plane"] = plane
-        elif "backend" in params:
-            kwargs["backend"] = replay_backend()
-        run_scheduled(store, stack.stop, every_s, **kwargs)
+        be = replay_backend()
+        # Agents seen in the traffic get a first version (the served model, no harness changes).
+        plane = ControlPlane(store, be, base_parts=PolicyParts(model=ModelPart(base=be.model)),
+                             trainer=weights, settings=PlaneSettings(**(settings or {})))
+        if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
+            plane.registry = registry
+        run_scheduled(store, stack.stop, every_s, plane=plane)
 
     stack.spawn("control-plane", run)
     stack.status["control plane"] = f"every {every_s:g} s" + (
@@ -301,6 +284,8 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
     except ImportError as exc:
         stack.status["trainer"] = f"not installed ({exc.name}); pip install molt-trainer"
         return None
+    import httpx
+
     from molt.control import weights as wl
 
     # Saved and registered by the trainer; loaded into the serving backends by the loop (after its checks).
@@ -319,7 +304,6 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
         while not stack.stop.wait(5.0):
             if not restored and registry is not None:
                 try:
-                    httpx = importlib.import_module("httpx")
                     httpx.get(gateway_url + "/v1/models", timeout=5.0,
                               headers={"authorization": f"Bearer {admin_key}"} if admin_key else {})
                 except Exception:
@@ -495,9 +479,11 @@ def serve_command(
         if approval not in ("auto", "context", "all"):
             raise typer.BadParameter(f"give auto, context or all; got {approval!r}", param_hint="--approval")
         settings["approval"] = approval
-    if settings and importlib.util.find_spec("molt.control.plane") is not None:
+    if settings:
+        from molt.control.plane import PlaneSettings
+
         try:  # a typo fails the start, not the plane's thread later
-            importlib.import_module("molt.control.plane").PlaneSettings(**settings)
+            PlaneSettings(**settings)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--plane-setting") from exc
     judged = register_verifiers(verifier or [], agent_verifier or [])
@@ -569,10 +555,12 @@ def serve_command(
                                      model_path=model_path or getattr(be, "model_path", None), governance=policy,
                                      ungoverned=train_on_ungoverned_data, registry=registry,
                                      latency_slo_ms=latency_slo_ms, home=home, gateway_sources=gw.status_sources)
-    elif evolve_every > 0 and importlib.util.find_spec("molt.control.weight_queue") is not None:
+    elif evolve_every > 0:
+        from molt.control.weight_queue import WeightQueue
+
         # No trainer in this process: the plane's weight updates are queued in the store for a trainer
         # service of their own (molt.control.weight_queue), which canaries each adapter for the plane to judge.
-        weights = importlib.import_module("molt.control.weight_queue").WeightQueue(shared)
+        weights = WeightQueue(shared)
         stack.status["trainer"] = ("not in this process (--train runs one): weight updates are queued for "
                                    "`molt-trainer serve --plane-requests`")
     else:

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from molt.control.diagnose import cluster_failures
-from molt.control.evidence import confirmation, screen_levels, sign_greater
+from molt.control.evidence import confirmation, screen_levels
 from molt.control.plane import ControlPlane, PlaneSettings
 from molt.control.signals import Episode
 from molt.replay import save_trajectories
+from molt.stats import sign_greater
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts, record_traffic
 from molt_desk.world import AGENT, FACTS, ORDERS, DeskModel, World

@@ -18,13 +18,12 @@ import pytest
 from molt.control.diagnose import (
     ALPHA,
     Cluster,
-    binomial_greater,
     cluster_failures,
-    fisher_greater,
     intent_text,
     same_pattern,
 )
 from molt.control.signals import Episode, ToolUse
+from molt.stats import binomial_greater, fisher_greater
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 

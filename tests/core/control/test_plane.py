@@ -226,27 +226,3 @@ def test_a_trainer_that_publishes_an_adapter_gets_a_canary_version(tmp_path: Pat
     assert v.parts.model_copy(update={"model": base_parts().model}) == base_parts()   # only the weights changed
 
 
-def _ep(task: str, ok: bool, version: str) -> Any:
-    from datetime import UTC, datetime
-
-    from molt.control.signals import Episode
-
-    return Episode(trajectory_id=f"{version}-{task}-{ok}", tenant_id="acme", agent_id=AGENT, task=task,
-                   policy_version=version, started_at=datetime.now(UTC), success=ok, reward=float(ok),
-                   question="q", answer="a")
-
-
-def test_canary_delta_compares_task_for_task() -> None:
-    """A canary as good as live on every task, whose few runs drew the hard task, is not worse (pooled it
-    would be −0.5 and be aborted); one worse on the same task is."""
-    from molt.control.plane import _stratified_delta
-
-    live = [_ep("easy", True, "v1")] * 6 + [_ep("hard", False, "v1")] * 2 + [_ep("hard", True, "v1")] * 2
-    lucky_mix = [_ep("hard", False, "v2"), _ep("hard", True, "v2"), _ep("hard", False, "v2"),
-                 _ep("hard", True, "v2")]
-    assert sum(e.success for e in lucky_mix) / 4 - sum(e.success for e in live) / len(live) < -0.1
-    assert _stratified_delta(lucky_mix, live) == pytest.approx(0.0)
-    worse = [_ep("easy", False, "v2"), _ep("easy", True, "v2"), _ep("hard", False, "v2"), _ep("hard", False, "v2")]
-    assert _stratified_delta(worse, live) == pytest.approx(0.5 * -0.5 + 0.5 * -0.5)
-    unseen = [_ep("other", False, "v2")] * 4  # no task in common: the pooled difference
-    assert _stratified_delta(unseen, live) == pytest.approx(0.0 - 0.8)

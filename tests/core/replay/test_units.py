@@ -11,7 +11,7 @@ import pytest
 from molt.atdp import Event, EventKind, MemoryRead, Observation, Outcome, Passage, RetrievalQuery, ToolCall
 from molt.errors import RegistryError, ReplayError
 from molt.replay import Cassette, CassetteMiss, LiveTools, Normalization, VerifyContext, build_verifier, parse_overrides
-from molt.replay.evaluate import bootstrap_ci, newcombe_diff, wilson
+from molt.stats import bootstrap_ci, newcombe_diff, wilson
 
 
 def _cassette(**kw: Any) -> Cassette:

@@ -40,6 +40,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from molt.atdp.ids import new_id
+from molt.errors import SchemaVersionError
 
 __all__ = [
     "ATDP_VERSION",
@@ -74,11 +75,22 @@ __all__ = [
     "ToolCallRequest",
     "Usage",
     "UserMessage",
+    "check_schema_version",
 ]
 
 #: The ATDP schema version this build writes and reads. A record with another major version is
 #: rejected with :class:`~molt.errors.SchemaVersionError`; minor versions are forward compatible.
 ATDP_VERSION = "1.0"
+_SUPPORTED_MAJOR = ATDP_VERSION.split(".", 1)[0]
+
+
+def check_schema_version(version: object) -> None:
+    """Raise :class:`SchemaVersionError` unless ``version`` is an ATDP 1.x version string."""
+    if not isinstance(version, str) or version.split(".", 1)[0] != _SUPPORTED_MAJOR:
+        raise SchemaVersionError(
+            f"ATDP schema version {version!r} is not supported; this build reads {_SUPPORTED_MAJOR}.x "
+            f"and writes {ATDP_VERSION}. Upgrade molt-core or convert the record."
+        )
 
 #: Event fields that form the payload (hashed as a salted digest, erasable).
 PAYLOAD_FIELDS = ("observation", "hidden", "action", "outcome", "reward")
@@ -513,8 +525,6 @@ class Event(BaseModel):
     @field_validator("schema_version")
     @classmethod
     def _known_version(cls, v: str) -> str:
-        from molt.atdp.validate import check_schema_version
-
         check_schema_version(v)
         return v
 
@@ -579,8 +589,6 @@ class RewardAnnotation(BaseModel):
     @field_validator("schema_version")
     @classmethod
     def _known_version(cls, v: str) -> str:
-        from molt.atdp.validate import check_schema_version
-
         check_schema_version(v)
         return v
 

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from molt.errors import EventValidationError, PayloadTooLarge, SchemaVersionError
+from molt.atdp.models import Event, RewardAnnotation, check_schema_version
+from molt.errors import EventValidationError, PayloadTooLarge
 
 __all__ = [
     "MAX_RECORD_BYTES",
-    "check_schema_version",
     "check_size",
     "parse_event",
     "parse_reward",
@@ -27,20 +27,7 @@ __all__ = [
 #: object store with a reference in the event; the capture adapters truncate before this.
 MAX_RECORD_BYTES = 1 << 20
 
-_SUPPORTED_MAJOR = "1"
-
 M = TypeVar("M", bound=BaseModel)
-
-
-def check_schema_version(version: object) -> None:
-    """Raise :class:`SchemaVersionError` unless ``version`` is an ATDP 1.x version string."""
-    from molt.atdp.models import ATDP_VERSION
-
-    if not isinstance(version, str) or version.split(".", 1)[0] != _SUPPORTED_MAJOR:
-        raise SchemaVersionError(
-            f"ATDP schema version {version!r} is not supported; this build reads {_SUPPORTED_MAJOR}.x "
-            f"and writes {ATDP_VERSION}. Upgrade molt-core or convert the record."
-        )
 
 
 def check_size(encoded: bytes | str, *, limit: int = MAX_RECORD_BYTES, what: str = "record",
@@ -87,18 +74,14 @@ def _validate(model: type[M], obj: dict[str, Any], what: str) -> M:
         ) from None
 
 
-def parse_event(data: bytes | str | Mapping[str, Any], *, limit: int = MAX_RECORD_BYTES) -> Any:
+def parse_event(data: bytes | str | Mapping[str, Any], *, limit: int = MAX_RECORD_BYTES) -> Event:
     """Parse and validate one event from JSON bytes/str or a mapping.
 
     Raises :class:`PayloadTooLarge`, :class:`SchemaVersionError` or :class:`EventValidationError`.
     """
-    from molt.atdp.models import Event
-
     return _validate(Event, _load(data, "event", limit), "event")
 
 
-def parse_reward(data: bytes | str | Mapping[str, Any], *, limit: int = MAX_RECORD_BYTES) -> Any:
+def parse_reward(data: bytes | str | Mapping[str, Any], *, limit: int = MAX_RECORD_BYTES) -> RewardAnnotation:
     """Parse and validate one :class:`RewardAnnotation` (same errors as :func:`parse_event`)."""
-    from molt.atdp.models import RewardAnnotation
-
     return _validate(RewardAnnotation, _load(data, "reward annotation", limit), "reward annotation")

@@ -44,6 +44,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import importlib
 import itertools
 import logging
 import os
@@ -85,7 +86,6 @@ log = logging.getLogger("molt.capture")
 #: ``Recorder(hook=...)``'s default: the governance pipeline of the built-in policy. Capture knows
 #: only the hook protocol, so the pipeline is imported by name when a Recorder is built.
 DEFAULT_PIPELINE = "default"
-_DEFAULT_PIPELINE_CLASS = ("molt.governance.pipeline", "GovernancePipeline")
 _warned_ungoverned = False
 _UNSET: Any = object()
 
@@ -875,10 +875,8 @@ def resolve_pipeline(pipeline: CaptureHook | str | None) -> CaptureHook | None:
     if isinstance(pipeline, str):
         if pipeline != DEFAULT_PIPELINE:
             raise ValueError(f"pipeline must be a CaptureHook, {DEFAULT_PIPELINE!r} or None, got {pipeline!r}.")
-        import importlib
-
-        module, cls = _DEFAULT_PIPELINE_CLASS
-        default: CaptureHook = getattr(importlib.import_module(module), cls)()
+        # Governance sits above capture: loaded by name (tests/core/test_layering.py sees this call).
+        default: CaptureHook = importlib.import_module("molt.governance.pipeline").GovernancePipeline()
         return default
     return pipeline
 

@@ -27,7 +27,7 @@ import orjson
 
 from molt.control.diagnose import COSTS
 from molt.control.versions import PolicyVersion, diff_parts
-from molt.replay.evaluate import newcombe_diff, wilson
+from molt.stats import newcombe_diff, wilson
 
 __all__ = ["KIND_NAMES", "PROMOTION_RULE", "TERMS", "change_view", "decision_change", "proposed_text", "rate",
            "version_success"]

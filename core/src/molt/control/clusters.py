@@ -76,7 +76,6 @@ gets a weight update: replay cannot confirm one.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -88,9 +87,10 @@ import numpy as np
 from molt.control.embed import Embedder
 from molt.control.evidence import Agreement, agreement, holm
 from molt.control.signals import Episode, arg_pattern
+from molt.stats import binomial_greater, fisher_greater
 
-__all__ = ["ALPHA", "SCREEN", "SIMILARITY", "TESTS", "TOLERABLE", "Cluster", "Evidence", "binomial_greater",
-           "cluster_failures", "embed_texts", "fisher_greater", "intent_text", "requirement_of", "resolve_embedder",
+__all__ = ["ALPHA", "SCREEN", "SIMILARITY", "TESTS", "TOLERABLE", "Cluster", "Evidence",
+           "cluster_failures", "embed_texts", "intent_text", "requirement_of", "resolve_embedder",
            "same_pattern"]
 
 log = logging.getLogger("molt.control")
@@ -255,42 +255,6 @@ def _tidy_requirement(text: str) -> str | None:
 def intent_text(question: str) -> str:
     """The request as its intent is embedded: ids and numbers masked, whitespace collapsed."""
     return " ".join(_IDS.sub("#", question).split())[:512]
-
-
-def fisher_greater(k: int, n: int, f: int, m: int) -> float:
-    """One-sided Fisher exact test: P(X ≥ k) when ``k + f`` failures fall at random on ``n + m``
-    requests and X of them land on the ``n`` (hypergeometric tail)."""
-    if k <= 0:
-        return 1.0
-    total, fails = n + m, k + f
-    hi = min(n, fails)
-    if k > hi:
-        return 0.0
-    base = _lcomb(total, n)
-    return _sum_exp([_lcomb(fails, i) + _lcomb(total - fails, n - i) - base for i in range(k, hi + 1)])
-
-
-def binomial_greater(k: int, n: int, p: float) -> float:
-    """One-sided exact binomial test: P(X ≥ k) for X ~ Binomial(n, p)."""
-    if k <= 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    if p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 1.0
-    lp, lq = math.log(p), math.log1p(-p)
-    return _sum_exp([_lcomb(n, i) + i * lp + (n - i) * lq for i in range(k, n + 1)])
-
-
-def _lcomb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-
-def _sum_exp(terms: list[float]) -> float:
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def cluster_failures(eps: Sequence[Episode], *, embedder: Embedder | None = None, alpha: float = ALPHA,

@@ -52,10 +52,8 @@ from molt.control.clusters import (
     TOLERABLE,
     Cluster,
     Evidence,
-    binomial_greater,
     cluster_failures,
     embed_texts,
-    fisher_greater,
     intent_text,
     requirement_of,
     resolve_embedder,
@@ -68,8 +66,8 @@ from molt.harness import ToolRewrite
 from molt.replay.generic import checkable_facts
 
 __all__ = ["ALPHA", "COSTS", "SCREEN", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind",
-           "abstract_correction", "agreed_correction", "binomial_greater", "cluster_failures", "environment_fault",
-           "fisher_greater", "intent_text", "propose", "rename_targets", "rollback_candidate", "same_pattern"]
+           "abstract_correction", "agreed_correction", "cluster_failures", "environment_fault", "intent_text",
+           "propose", "rename_targets", "rollback_candidate", "same_pattern"]
 # The clusters' names (ALPHA … same_pattern) live in molt.control.clusters; re-exported for existing imports.
 
 log = logging.getLogger("molt.control")

@@ -54,10 +54,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from molt.control.signals import Episode
+from molt.stats import Z90_ONE_SIDED, binomial_greater, fisher_greater, sign_greater, wilson
 
 __all__ = ["INDEPENDENT_SIGNALS", "AgentEvidence", "Agreement", "CanaryState", "Confirmation", "FlipEstimate",
            "agent_evidence", "agreement", "canary_state", "confirmation", "confirmed", "flip_rate", "holm",
-           "mixture_ratio", "pair_in_time", "reward_disagreement", "screen_levels", "sign_greater"]
+           "mixture_ratio", "pair_in_time", "reward_disagreement", "screen_levels"]
 
 #: Failure signals that do not come through the outcome reward (``Episode.failure_signals``).
 INDEPENDENT_SIGNALS = frozenset({"correction", "tool_error", "thumbs_down"})
@@ -87,8 +88,6 @@ class Agreement:
 def agreement(failures: Sequence[Episode], requests: int, rest: Sequence[Episode]) -> Agreement:
     """The confirmed-failure test of a cluster with ``failures`` among ``requests`` requests of its intent,
     against the ``rest`` of the window."""
-    from molt.control.diagnose import fisher_greater  # diagnose calls this module
-
     k = sum(1 for e in failures if confirmed(e))
     f = sum(1 for e in rest if confirmed(e))
     return Agreement(k, requests, f, len(rest), fisher_greater(k, requests, f, len(rest)) if k else 1.0)
@@ -99,14 +98,6 @@ def reward_disagreement(window: Sequence[Episode]) -> tuple[int, int]:
     reward that says success — the outcome reward's observed flip rate on failures is their ratio."""
     rated = [e for e in window if confirmed(e) and e.reward is not None]
     return sum(1 for e in rated if e.reward is not None and e.reward > 0.5), len(rated)
-
-
-def sign_greater(fixed: int, broken: int) -> float:
-    """One-sided exact sign test: P(X ≥ ``fixed``) for X ~ Binomial(``fixed + broken``, ½)."""
-    n = fixed + broken
-    if fixed <= 0:
-        return 1.0
-    return min(1.0, sum(math.comb(n, i) for i in range(fixed, n + 1)) / 2.0 ** n)
 
 
 @dataclass(frozen=True)
@@ -204,14 +195,7 @@ def flip_rate(window: Sequence[Episode]) -> FlipEstimate:
     e2 = (1.0 - math.sqrt(1.0 - 2.0 * r2)) / 2.0
     n = n1 + n2
     rate = (n1 * e1 + n2 * e2) / n if n else 0.0
-    return FlipEstimate(rate, _wilson_upper(rate * n, n) if n else 1.0, (d1, n1), (d2, n2))
-
-
-def _wilson_upper(k: float, n: int, z: float = 1.645) -> float:
-    p = k / n
-    centre = p + z * z / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return min(1.0, (centre + spread) / (1 + z * z / n))
+    return FlipEstimate(rate, wilson(rate * n, n, Z90_ONE_SIDED)[1] if n else 1.0, (d1, n1), (d2, n2))
 
 
 # --------------------------------------------------------------------------- the agent, then its clusters
@@ -265,8 +249,6 @@ def agent_evidence(window: Sequence[Episode], tolerable: float, alpha: float,
     on noise); for ``t = 0.5`` flips change nothing. P(X ≥ k), X ~ Binomial(n, that rate), is exact;
     Holm's procedure over the agent and its tenants keeps the family-wise false-alarm rate at ``alpha``.
     """
-    from molt.control.clusters import binomial_greater
-
     e = min((flips.upper if flips is not None and flips.rate > 0 else 0.0), 0.5)
     null = min(1.0, tolerable + e * (1.0 - 2.0 * tolerable)) if tolerable < 0.5 else tolerable
     judged = [x for x in window if x.success is not None]

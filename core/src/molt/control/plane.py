@@ -101,16 +101,17 @@ from molt.control.evidence import (
     screen_levels,
 )
 from molt.control.gate import SafetyGate, Verdict, gate_context
-from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.hands import held_out_keys, many_hands, without_held_out
+from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, StalePromotion, VersionRegistry
 from molt.errors import InterventionError, MoltError
 from molt.harness import Skill
 from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
-from molt.replay.evaluate import Evaluation, ReplayMemo, newcombe_diff
+from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.replay.generic import checkable_facts
+from molt.stats import newcombe_diff, stratified_delta
 from molt.store import Store, sql_str
 
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled", "settings_from_pairs"]
@@ -711,7 +712,7 @@ class ControlPlane:
             k0 = sum(e.success for e in theirs)
             rate = k1 / len(mine)
             base = k0 / len(theirs) if theirs else rate
-            delta = _stratified_delta(mine, theirs) if theirs else 0.0
+            delta = stratified_delta(_task_outcomes(mine), _task_outcomes(theirs)) if theirs else 0.0
             _, hi = newcombe_diff(k1, len(mine), k0, len(theirs)) if theirs else (0.0, 1.0)
             rec.actions.append(f"canary {c.version_id}: {rate:.2f} vs live {base:.2f} on {len(mine)}/{len(theirs)}"
                                f", {delta:+.2f} task for task")
@@ -1389,27 +1390,9 @@ class ControlPlane:
         return v
 
 
-def _stratified_delta(mine: Sequence[Episode], theirs: Sequence[Episode]) -> float:
-    """The canary's success rate minus the live version's, compared task by task: the mean over the
-    canary's runs of (its task's canary rate − that task's live rate), over tasks both saw. A canary's
-    few runs rarely get the live version's mix of tasks, and a pooled difference then measures the mix
-    (a canary that drew the tasks nothing solves looks worse however good it is). With no task in
-    common, the pooled difference."""
-    live: dict[str | None, list[bool]] = {}
-    for e in theirs:
-        live.setdefault(e.task, []).append(bool(e.success))
-    total = weight = 0.0
-    canary: dict[str | None, list[bool]] = {}
-    for e in mine:
-        canary.setdefault(e.task, []).append(bool(e.success))
-    for task, runs in canary.items():
-        base = live.get(task)
-        if base:
-            total += len(runs) * (sum(runs) / len(runs) - sum(base) / len(base))
-            weight += len(runs)
-    if not weight:
-        return sum(bool(e.success) for e in mine) / len(mine) - sum(bool(e.success) for e in theirs) / len(theirs)
-    return total / weight
+def _task_outcomes(eps: Sequence[Episode]) -> list[tuple[str | None, bool]]:
+    """Each run as ``(task, succeeded)``, the strata :func:`molt.stats.stratified_delta` compares by."""
+    return [(e.task, bool(e.success)) for e in eps]
 
 
 def _no_candidate(c: Cluster) -> str:

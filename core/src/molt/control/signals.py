@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from molt.atdp.models import EventKind, OutcomeStatus, RewardSource
 from molt.backends.chat_format import text_content
-from molt.replay.evaluate import wilson
 from molt.replay.load import load_trajectories
+from molt.stats import wilson
 from molt.store import Store, sql_str
 from molt.store.query import Trajectory
 

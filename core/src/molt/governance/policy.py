@@ -63,6 +63,7 @@ from pydantic import (
 
 from molt.atdp.models import PAYLOAD_FIELDS, Classification, EventKind
 from molt.errors import GovernanceError
+from molt.governance.stage_registry import stages
 
 __all__ = [
     "ANONYMOUS_TENANT",
@@ -340,11 +341,10 @@ class GovernancePolicy(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> GovernancePolicy:
-        from molt.governance.stages import stages
-
-        unknown = [s for s in self.pipeline if s not in stages]
+        known = set(DEFAULT_STAGES) | set(stages.names())  # the built-ins register when the stages load
+        unknown = [s for s in self.pipeline if s not in known]
         if unknown:
-            raise _FieldError("pipeline", f"unknown stages {unknown}; registered stages: {stages.names()}")
+            raise _FieldError("pipeline", f"unknown stages {unknown}; registered stages: {sorted(known)}")
         for name, section in [("defaults", self.defaults)] + [(f"tenants.{t}", s) for t, s in self.tenants.items()]:
             if not isinstance(section, dict):
                 raise _FieldError(name, "must be a mapping of sections")

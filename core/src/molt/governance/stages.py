@@ -17,7 +17,6 @@ Any other exception a stage raises also quarantines the record (fail closed), wi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,7 +26,7 @@ from molt.errors import GovernanceError
 from molt.governance.decision import RedactionSummary
 from molt.governance.eligibility import event_reasons
 from molt.governance.policy import ANONYMOUS_TENANT, TenantPolicy, UnknownTenants, classification_rank
-from molt.registry import Registry
+from molt.governance.stage_registry import stages
 
 if TYPE_CHECKING:
     from molt.governance.access import Principal
@@ -80,8 +79,6 @@ class Stage(Protocol):
         ...
 
 
-#: Stage factories by name; a factory takes the :class:`GovernancePipeline` it belongs to.
-stages: Registry[Callable[[GovernancePipeline], Stage]] = Registry("governance stage")
 
 
 @stages.register("validate")

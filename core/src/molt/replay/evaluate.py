@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import time
 from collections import OrderedDict
@@ -50,11 +49,12 @@ from molt.replay.episode import EpisodeResult, replay_episode
 from molt.replay.generic import check_tenant, replay_recording
 from molt.replay.load import load_trajectories
 from molt.replay.policy import ReplayPolicy
+from molt.stats import bootstrap_ci, newcombe_diff
 from molt.store import Store, Trajectory, sql_str
 from molt.store.tables import append, ensure_table
 
-__all__ = ["RESULTS_SCHEMA", "RESULTS_TABLE", "Evaluation", "ReplayMemo", "bootstrap_ci", "evaluate_candidate",
-           "load_results", "newcombe_diff", "wilson"]
+__all__ = ["RESULTS_SCHEMA", "RESULTS_TABLE", "Evaluation", "ReplayMemo", "evaluate_candidate",
+           "load_results"]
 
 RESULTS_TABLE = "replay_results"
 RESULTS_SCHEMA = pa.schema([
@@ -71,42 +71,6 @@ RESULTS_SCHEMA = pa.schema([
     pa.field("record", pa.binary(), nullable=False),  # JSON evidence / summary
     pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
 ])
-
-_Z95 = 1.959963984540054
-
-
-def wilson(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
-    """Wilson score interval of a rate ``k/n`` (``(0, 1)`` when ``n == 0``)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
-
-
-def newcombe_diff(k1: int, n1: int, k0: int, n0: int, z: float = _Z95) -> tuple[float, float]:
-    """Newcombe's hybrid score interval for ``k1/n1 - k0/n0`` (method 10 of Newcombe 1998)."""
-    p1, p0 = (k1 / n1 if n1 else 0.0), (k0 / n0 if n0 else 0.0)
-    l1, u1 = wilson(k1, n1, z)
-    l0, u0 = wilson(k0, n0, z)
-    d = p1 - p0
-    lo = d - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2)
-    hi = d + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2)
-    return max(-1.0, lo), min(1.0, hi)
-
-
-def bootstrap_ci(values: Sequence[float], *, resamples: int = 2000, alpha: float = 0.05,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (``(nan, nan)`` when empty)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    rng = random.Random(seed)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return means[int(alpha / 2 * resamples)], means[min(resamples - 1, int((1 - alpha / 2) * resamples))]
-
 
 @dataclass
 class Evaluation:
