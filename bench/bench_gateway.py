@@ -21,6 +21,10 @@ What runs (all on loopback, each server one process / one worker):
 - ``molt → stub /v1/responses``, ``molt → stub /v1/messages``: the same ``molt → stub`` server asked the
   same question in the Responses API's and Anthropic Messages API's wire formats (the same chat path
   behind them): what each translation costs beside Chat Completions, in the same rotation.
+- ``molt (in-process stub) /v1/responses``, ``… /v1/messages``, and ``passthrough molt → molt /v1/…``:
+  a gateway passing each API through (``molt serve --backend anthropic``, ``--backend openai --passthrough
+  responses``; recording on) to that in-process-stub gateway as its upstream, beside the upstream asked
+  directly in the same rotation: what passing through costs, as a ratio.
 - ``litellm → stub``: LiteLLM's proxy (``litellm[proxy]`` from PyPI, in its own venv
   ``.venv-bench-litellm`` made by :func:`ensure_litellm`, telemetry off, a master key checked on
   every request, no database) routing model ``stub`` to the stub server.
@@ -71,6 +75,10 @@ ROUTES = {
 
 
 ACK_DURABLE = "molt → stub --ack-after-durable"
+INPROC = "molt (in-process stub)"
+#: A passthrough target's name for each route (its upstream, asked directly, is ``INPROC + route``).
+PASSTHROUGH = {" /v1/messages": "passthrough molt → molt /v1/messages",
+               " /v1/responses": "passthrough molt → molt /v1/responses"}
 
 
 def route_of(name: str) -> tuple[str, bytes]:
@@ -154,8 +162,17 @@ def serve_molt(port: int, upstream: str | None, home: str) -> None:
     from molt.gateway.cli import build_gateway, tune_process
     from molt.governance.access import KeyRing
 
-    backend = (OpenAIBackend("stub-upstream", base_url=upstream, model="stub") if upstream
-               else StubBackend("stub-inproc"))
+    passthrough = os.environ.get("MOLT_BENCH_PASSTHROUGH")
+    if passthrough == "messages" and upstream:  # the upstream is another Molt gateway, keys on
+        from molt.backends import AnthropicBackend
+
+        backend: Any = AnthropicBackend("molt-upstream", base_url=upstream, api_key=KEY, model="stub")
+    elif passthrough == "responses" and upstream:
+        backend = OpenAIBackend("molt-upstream", base_url=upstream, api_key=KEY, model="stub",
+                                passthrough=("responses",))
+    else:
+        backend = (OpenAIBackend("stub-upstream", base_url=upstream, model="stub") if upstream
+                   else StubBackend("stub-inproc"))
     record = os.environ.get("MOLT_BENCH_RECORD", "1") == "1"
     governance = "default" if governance_available() and os.environ.get("MOLT_BENCH_GOVERNANCE", "1") == "1" else None
     in_process = os.environ.get("MOLT_BENCH_CAPTURE_PROCESS", "1") != "1"
@@ -434,7 +451,16 @@ def main() -> None:
             port = free_port()
             cmd = [py, __file__, "--serve-molt", str(port), "--home", tmp + "/b"]
             stack.enter_context(process(cmd, port, env=quiet, headers=auth))
-            targets.append(("molt (in-process stub)", port, KEY))
+            targets.append((INPROC, port, KEY))
+            # passthrough: a gateway relaying each API to that gateway, beside it asked directly
+            inproc = f"http://127.0.0.1:{port}/v1"
+            for suffix, name in PASSTHROUGH.items():
+                targets.append((INPROC + suffix, port, KEY))
+                pport = free_port()
+                cmd = [py, __file__, "--serve-molt", str(pport), "--upstream", inproc, "--home", tmp + "/p-" + suffix.removeprefix(" /v1/")]
+                env = {**quiet, "MOLT_BENCH_PASSTHROUGH": suffix.removeprefix(" /v1/")}
+                stack.enter_context(process(cmd, pport, env=env, headers=auth))
+                targets.append((name, pport, KEY))
             if litellm is not None:
                 port = free_port()
                 cfg = litellm_config(upstream, Path(tmp) / "litellm.yaml")
@@ -480,6 +506,13 @@ def main() -> None:
                 print(f"molt → stub{suffix} adds {r['add_p50_1']:.2f} ms p50 / {r['add_p99_1']:.2f} ms p99 at "
                       f"concurrency 1 beside Chat Completions' {molt['add_p50_1']:.2f} / {molt['add_p99_1']:.2f} "
                       f"(the same server, same rotation); {r['rps_16']:.0f} vs {molt['rps_16']:.0f} req/s at c=16")
+    for suffix, name in PASSTHROUGH.items():
+        pt, direct = by.get(name), by.get(INPROC + suffix)
+        if pt and direct and direct["p50_1"] > 0:
+            print(f"{name} (recorded by both gateways) adds {pt['p50_1'] - direct['p50_1']:.2f} ms p50 / "
+                  f"{pt['p99_1'] - direct['p99_1']:.2f} ms p99 at concurrency 1 over its upstream asked directly "
+                  f"(same rotation): {pt['p50_1'] / direct['p50_1']:.2f}× its p50; "
+                  f"{pt['rps_16']:.0f} vs {direct['rps_16']:.0f} req/s at c=16")
     if molt and (d := by.get(ACK_DURABLE)) is not None:
         ratio = (f"{d['p50_1'] / molt['p50_1']:.2f}× the default's p50" if molt["p50_1"] > 0 else "")
         print(f"{ACK_DURABLE} adds {d['add_p50_1']:.2f} ms p50 / {d['add_p99_1']:.2f} ms p99 at concurrency 1 "

@@ -325,3 +325,59 @@ def test_bad_input_is_refused_before_the_upstream_in_the_apis_shape(serve: Calla
     front.flush()
     upstream.flush()
     assert front.store.trajectory_ids() == [] and upstream.store.trajectory_ids() == []
+
+
+@pytest.mark.slow
+def test_molt_serve_passes_either_api_through_to_another_molt_serve(tmp_path: Path) -> None:
+    """The command line: ``molt serve --backend anthropic --upstream-url …`` and ``molt serve --backend
+    openai --passthrough responses --upstream-url …``, each in front of a third ``molt serve``."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from molt.gateway.loopback import free_port
+
+    up, a, r = free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up}/v1"
+    serve_args = {up: ["--backend", "stub", "--no-record"],
+                  a: ["--backend", "anthropic", "--upstream-url", upstream, "--model", "stub", "--no-governance"],
+                  r: ["--backend", "openai", "--passthrough", "responses", "--upstream-url", upstream, "--model", "stub",
+                      "--no-governance"]}
+    procs = {port: subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--port", str(port), "--log-level",
+                                     "warning", *extra],
+                                    env={**os.environ, "MOLT_HOME": str(tmp_path / str(port)), "PYTHONWARNINGS": "ignore"},
+                                    stderr=subprocess.PIPE, start_new_session=True)
+             for port, extra in serve_args.items()}
+    try:
+        deadline = time.monotonic() + 90
+        for port, proc in procs.items():
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{a}", api_key="unused", max_retries=0)
+        with client.messages.stream(model="stub", max_tokens=50, messages=[{"role": "user", "content": "via cli"}]) as s:
+            assert s.get_final_message().content[0].text == "echo: via cli"
+        raw = openai.OpenAI(base_url=f"http://127.0.0.1:{r}/v1", api_key="unused", max_retries=0) \
+            .responses.with_raw_response.create(model="stub", input="via cli too")
+        assert raw.parse().output_text == "echo: via cli too"
+    finally:
+        for proc in procs.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs.values():
+            proc.communicate(timeout=30)
+    for port, name in ((a, "messages"), (r, "responses")):
+        store = Store.open(tmp_path / str(port) / "store", auto_compact=False)
+        try:
+            [tid] = store.trajectory_ids()
+            [ev] = store.trajectory(tid).events
+            assert ev.name == name and (ev.action.text or "").startswith("echo: via cli")
+        finally:
+            store.close()
