@@ -723,7 +723,7 @@ def _status_rows(t: Table) -> None:
 _MOUNTS: list[tuple[str, str]] = [
     ("smoke", "molt.smoke:smoke_command"),
     ("redact", "molt.governance.redact_cli:main"),
-    ("erase", "molt.governance.cli:erase_command"),
+    ("erase", "molt.control.cli:erase_command"),  # governance's erasure, followed into learned artifacts
     ("audit", "molt.governance.cli:audit_command"),
     ("retention", "molt.governance.cli:retention_app"),
     ("policy", "molt.governance.cli:policy_app"),
@@ -733,6 +733,7 @@ _MOUNTS: list[tuple[str, str]] = [
     ("replay", "molt.replay.cli:app"),
     ("versions", "molt.control.cli:versions_app"),
     ("evolve", "molt.control.cli:evolve_app"),
+    ("adapters", "molt.control.cli:adapters_app"),
     ("demo", "molt_demo.app:demo_command"),
 ]
 
@@ -743,7 +744,7 @@ _GROUPS: dict[str, str] = {
     "schema": "Capture",
     "redact": "Govern", "erase": "Govern", "audit": "Govern", "retention": "Govern", "policy": "Govern",
     "native": "Govern",
-    "evolve": "Evolve", "versions": "Evolve", "replay": "Evolve", "demo": "Evolve",
+    "evolve": "Evolve", "versions": "Evolve", "adapters": "Evolve", "replay": "Evolve", "demo": "Evolve",
     "doctor": "Operate", "verify": "Operate", "smoke": "Operate",
 }
 _ORDER = ("Capture", "Govern", "Evolve", "Operate")

@@ -28,6 +28,14 @@ Example::
                    lineage=[lin])
     m = load_manifest("adapters/w-7", tenant="acme", store=store)   # raises LineageError on a mismatch
     m.names_subject("customer-4711")                                # True when its data trained it
+
+Every learned artifact's lineage is also a row of the store's ``artifact_lineage`` table
+(:class:`LineageLog`): its kind (``memory``, ``skill``, ``harness_edit``, ``tool_rewrite``,
+``adapter``), its id, the version that introduced it, the trajectory ids and subject digests, and a
+small ``detail`` (an adapter's manifest id and directory; never a payload). ``molt versions show``,
+``molt adapters ls`` and ``molt erase --subject`` read it. A store made before the table existed gets
+it on first use, with a lineage for each memory and skill it holds from its one recorded source
+trajectory (:meth:`LineageLog.migrate`).
 """
 
 from __future__ import annotations
@@ -41,19 +49,29 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from molt.errors import LineageError
 from molt.governance.envelope import DIGEST_PREFIX, id_digest
 from molt.store import Store, sql_str
+from molt.store.query import Trajectory
+from molt.store.tables import append, ensure_table, open_all
 
 __all__ = [
     "MANIFEST_FILE",
     "MANIFEST_SCHEMA",
+    "KINDS",
+    "LINEAGE_SCHEMA",
+    "LINEAGE_TABLE",
     "AdapterManifest",
     "Lineage",
     "LineageDiff",
+    "LineageLog",
+    "LineageRecord",
     "file_digests",
+    "lineage_from_store",
+    "lineage_of",
     "load_manifest",
     "manifest_diff",
     "read_manifest",
@@ -385,3 +403,210 @@ def _first(exc: ValidationError | Exception) -> str:
         e = exc.errors()[0]
         return f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
     return str(exc)
+
+
+# ------------------------------------------------------------------ lineage of trajectories read elsewhere
+
+
+def lineage_of(trajectories: Iterable[Trajectory], *, default_tenant: str | None = None) -> tuple[Lineage, ...]:
+    """One lineage per tenant of ``trajectories`` as read back (their events' tenant and
+    ``metadata.consent.subject_id``); a trajectory whose events name no tenant counts as
+    ``default_tenant``'s (the reader that chose it for that tenant vouches for it)."""
+    by: dict[str | None, tuple[set[str], set[str]]] = {}
+    for t in trajectories:
+        tenant = next((e.tenant_id for e in t.events if e.tenant_id), default_tenant)
+        ids, subjects = by.setdefault(tenant, (set(), set()))
+        ids.add(t.trajectory_id)
+        for e in t.events:
+            consent = e.metadata.consent if e.metadata is not None else None
+            if consent is not None and consent.subject_id:
+                subjects.add(consent.subject_id)
+    return Lineage.merge(Lineage.of(k, ids, subjects) for k, (ids, subjects) in by.items())
+
+
+def lineage_from_store(store: Store, trajectories: Iterable[str]) -> tuple[Lineage, ...]:
+    """One lineage per tenant of the trajectory ids, tenants and subjects read from the store's events
+    (ids the store does not hold are left out: nothing says whose they were)."""
+    tids = sorted({t for t in trajectories if t})
+    by: dict[str | None, tuple[set[str], set[str]]] = {}
+    for r in _rows(store, tids, ["trajectory_id", "tenant_id", "subject_id"]):
+        ids, subjects = by.setdefault(r["tenant_id"], (set(), set()))
+        ids.add(r["trajectory_id"])
+        if r["subject_id"]:
+            subjects.add(r["subject_id"])
+    return Lineage.merge(Lineage.of(k, ids, subjects) for k, (ids, subjects) in by.items())
+
+
+# ------------------------------------------------------------------ the artifact_lineage table
+
+LINEAGE_TABLE = "artifact_lineage"
+#: What a lineage row can be of.
+KINDS = ("memory", "skill", "harness_edit", "tool_rewrite", "adapter")
+_TS = pa.timestamp("us", tz="UTC")
+LINEAGE_SCHEMA = pa.schema([
+    pa.field("row_id", pa.string(), nullable=False),
+    pa.field("tenant_id", pa.string()),
+    pa.field("agent_id", pa.string()),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("artifact_id", pa.string(), nullable=False),
+    pa.field("version_id", pa.string()),           # the policy version that introduced it, when one did
+    pa.field("lineage", pa.binary(), nullable=False),  # JSON list of Lineage (one per tenant)
+    pa.field("detail", pa.binary()),               # JSON: ids and paths only, never a payload
+    pa.field("status", pa.string(), nullable=False),   # live | retired
+    pa.field("created_at", _TS, nullable=False),
+])
+
+
+class LineageRecord(BaseModel):
+    """One artifact's lineage as stored (see :class:`LineageLog`)."""
+
+    model_config = _DATA
+
+    row_id: str
+    tenant_id: str | None
+    agent_id: str | None = None
+    kind: str
+    artifact_id: str
+    version_id: str | None = None
+    lineage: tuple[Lineage, ...] = ()
+    detail: dict[str, Any] = Field(default_factory=dict)
+    status: str = "live"
+    created_at: datetime
+
+    def names_subject(self, subject_id: str) -> bool:
+        """Whether the subject (as given) is in this artifact's lineage."""
+        return any(lin.names_subject(subject_id) for lin in self.lineage)
+
+    @property
+    def trajectories(self) -> tuple[str, ...]:
+        """Every trajectory id of its lineage."""
+        return tuple(sorted({t for lin in self.lineage for t in lin.trajectories}))
+
+    @property
+    def subject_count(self) -> int:
+        """How many subject digests its lineage holds."""
+        return sum(len(lin.subjects) for lin in self.lineage)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and tenants (what the console and listings show), never ids of trajectories or subjects."""
+        return {"kind": self.kind, "artifact": self.artifact_id, "version": self.version_id, "status": self.status,
+                "tenants": [lin.tenant_id for lin in self.lineage], "trajectories": len(self.trajectories),
+                "subjects": self.subject_count}
+
+
+class LineageLog:
+    """The ``artifact_lineage`` table of ``store`` (see the module docstring). Rows are appended; an
+    erasure rewrites the rows it reaches (:meth:`replace`) so no digest of an erased subject stays."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        fresh = LINEAGE_TABLE not in open_all(store)
+        self._table = ensure_table(store, LINEAGE_TABLE, LINEAGE_SCHEMA)
+        if fresh:
+            self.migrate()
+
+    def migrate(self) -> int:
+        """Give every memory and skill that has no lineage row one from its recorded source trajectory
+        (what stores made before lineage knew of it); returns how many rows were written."""
+        have = {(r.kind, r.artifact_id) for r in self.records(status=None)}
+        tables = open_all(self.store)
+        out: list[LineageRecord] = []
+        for kind, name, key in (("memory", "memories", "memory_id"), ("skill", "skills", "skill_id")):
+            tbl = tables.get(name)
+            if tbl is None or "source_trajectory_id" not in tbl.schema.names:
+                continue
+            cols = [key, "tenant_id", "agent_id", "source_trajectory_id"]
+            for r in tbl.search().select(cols).limit(None).to_arrow().to_pylist():
+                if (kind, r[key]) in have:
+                    continue
+                src = [r["source_trajectory_id"]] if r["source_trajectory_id"] else []
+                lin = lineage_from_store(self.store, src) or (Lineage(tenant_id=r["tenant_id"]),)
+                out.append(self.make(kind, r["tenant_id"], r[key], lin, agent_id=r["agent_id"],
+                                      detail={"migrated": "from source_trajectory_id"}))
+        self._append(out)
+        return len(out)
+
+    @staticmethod
+    def make(kind: str, tenant_id: str | None, artifact_id: str, lineage: Iterable[Lineage], *,
+              agent_id: str | None = None, version_id: str | None = None, detail: Mapping[str, Any] | None = None,
+              status: str = "live") -> LineageRecord:
+        """A new record (not yet stored: :meth:`record` stores one, :meth:`replace` several)."""
+        if kind not in KINDS:
+            raise LineageError(f"A lineage is of one of {', '.join(KINDS)}, not {kind!r}.", reason="kind")
+        from molt.atdp.ids import new_id
+
+        return LineageRecord(row_id=new_id(), tenant_id=tenant_id, agent_id=agent_id, kind=kind,
+                             artifact_id=artifact_id, version_id=version_id, lineage=Lineage.merge(lineage),
+                             detail=dict(detail or {}), status=status, created_at=datetime.now(UTC))
+
+    def record(self, kind: str, tenant_id: str | None, artifact_id: str, lineage: Iterable[Lineage], *,
+               agent_id: str | None = None, version_id: str | None = None,
+               detail: Mapping[str, Any] | None = None) -> LineageRecord:
+        """Append the lineage of one artifact and return it."""
+        rec = self.make(kind, tenant_id, artifact_id, lineage, agent_id=agent_id, version_id=version_id,
+                         detail=detail)
+        self._append([rec])
+        return rec
+
+    def _append(self, recs: Sequence[LineageRecord]) -> None:
+        rows = [{"row_id": r.row_id, "tenant_id": r.tenant_id, "agent_id": r.agent_id, "kind": r.kind,
+                 "artifact_id": r.artifact_id, "version_id": r.version_id,
+                 "lineage": orjson.dumps([lin.model_dump(mode="json") for lin in r.lineage]),
+                 "detail": orjson.dumps(r.detail, default=str), "status": r.status, "created_at": r.created_at}
+                for r in recs]
+        append(self.store, LINEAGE_TABLE, pa.Table.from_pylist(rows, schema=LINEAGE_SCHEMA))
+
+    def records(self, tenant_id: str | None = None, *, kind: str | None = None,
+                artifact_ids: Iterable[str] | None = None, status: str | None = "live") -> list[LineageRecord]:
+        """The newest row of each artifact (of ``tenant_id`` / ``kind`` / ``artifact_ids`` / ``status``
+        when given; ``status=None``: any), oldest first."""
+        self._table.checkout_latest()
+        where = []
+        if tenant_id is not None:
+            where.append(f"tenant_id = {sql_str(tenant_id)}")
+        if kind is not None:
+            where.append(f"kind = {sql_str(kind)}")
+        ids = None if artifact_ids is None else sorted(set(artifact_ids))
+        if ids is not None:
+            if not ids:
+                return []
+            where.append("(" + " OR ".join(f"artifact_id IN ({c})" for c in _chunks(ids)) + ")")
+        q = self._table.search()
+        if where:
+            q = q.where(" AND ".join(where))
+        newest: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        for r in sorted(q.limit(None).to_arrow().to_pylist(), key=lambda r: r["created_at"]):
+            newest[(r["kind"], r["artifact_id"], r["tenant_id"])] = r
+        out = [LineageRecord(row_id=r["row_id"], tenant_id=r["tenant_id"], agent_id=r["agent_id"], kind=r["kind"],
+                             artifact_id=r["artifact_id"], version_id=r["version_id"],
+                             lineage=tuple(Lineage.model_validate(x) for x in orjson.loads(r["lineage"])),
+                             detail=orjson.loads(r["detail"]) if r["detail"] else {}, status=r["status"],
+                             created_at=r["created_at"]) for r in newest.values()]
+        return [r for r in out if status is None or r.status == status]
+
+    def get(self, kind: str, artifact_id: str, tenant_id: str | None = None) -> LineageRecord | None:
+        """The newest lineage of one artifact (any status), or ``None``."""
+        got = self.records(tenant_id, kind=kind, artifact_ids=[artifact_id], status=None)
+        return got[-1] if got else None
+
+    def naming(self, subject_id: str, *, trajectories: Iterable[str] = (), tenant_id: str | None = None,
+               ) -> list[LineageRecord]:
+        """Every live artifact whose lineage holds the subject (its digest, or one of its
+        ``trajectories``)."""
+        tids = set(trajectories)
+        return [r for r in self.records(tenant_id) if r.names_subject(subject_id) or tids & set(r.trajectories)]
+
+    def replace(self, records: Sequence[LineageRecord]) -> int:
+        """Rewrite the rows of ``records``' artifacts with these records (an erasure removing a subject
+        from them, or retiring them): the old rows are deleted physically by the caller's purge."""
+        if not records:
+            return 0
+        from molt.store.erase import rewrite
+
+        n = 0
+        for r in records:
+            mine = "tenant_id IS NULL" if r.tenant_id is None else f"tenant_id = {sql_str(r.tenant_id)}"
+            n += rewrite(self.store, LINEAGE_TABLE,
+                         f"kind = {sql_str(r.kind)} AND artifact_id = {sql_str(r.artifact_id)} AND {mine}")
+        self._append(list(records))
+        return n

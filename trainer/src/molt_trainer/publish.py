@@ -32,12 +32,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import orjson
 
 from molt_trainer.errors import PublishError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from molt.lineage import Lineage
 
 __all__ = ["BackendTarget", "GatewayTarget", "PublishResult", "Publisher", "Target", "VLLMTarget", "policy_versions"]
 
@@ -124,6 +129,8 @@ class PublishResult:
     failed: dict[str, str] = field(default_factory=dict)
     save_s: float = 0.0
     serve_s: float = 0.0
+    #: the content address of the manifest written with it (:mod:`molt.lineage`)
+    manifest_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -163,13 +170,24 @@ class Publisher:
         return f"{self.model}@{self.prefix}-{step}"
 
     def publish(self, policy: Any, *, step: int, watermark: dict[str, Any] | None = None,
-                metrics: dict[str, float] | None = None, config: dict[str, Any] | None = None) -> PublishResult:
-        """Save ``policy``'s adapter, load it into every target, register it; never raises for a
-        target that is down (see :class:`PublishResult`)."""
+                metrics: dict[str, float] | None = None, config: dict[str, Any] | None = None,
+                lineage: Sequence[Lineage] = (), tenant_id: str | None = None, share_with: Sequence[str] = (),
+                request_id: str | None = None) -> PublishResult:
+        """Save ``policy``'s adapter with its manifest (:func:`molt.lineage.write_manifest`: whose data
+        trained it — ``lineage``, every sample since the weights were fresh —, the tenant it belongs to,
+        default this publisher's, and ``share_with``), load it into every target, register it; never
+        raises for a target that is down (see :class:`PublishResult`). A manifest that cannot be written
+        (a lineage naming a tenant the adapter is not shared with) raises before anything is loaded."""
+        from molt.lineage import write_manifest
+
         version = self.version_name(step)
         t0 = time.perf_counter()
         path = policy.save_adapter(self.out_dir / version.replace("@", "_").replace("/", "_"))
-        result = PublishResult(version=version, path=path, save_s=time.perf_counter() - t0)
+        owner = tenant_id if tenant_id is not None else self.tenant_id
+        manifest = write_manifest(path, tenant_id=owner, adapter=version, base_model=self.model, lineage=lineage,
+                                  share_with=share_with, request_id=request_id)
+        result = PublishResult(version=version, path=path, save_s=time.perf_counter() - t0,
+                               manifest_id=manifest.manifest_id)
         for target in self.targets:
             err = self._load_with_retries(target, version, path)
             if err is None:
@@ -184,7 +202,22 @@ class Publisher:
             self.counters["publish_failures"] += 1
         if self.store is not None:
             self._register(result, step, watermark or {}, metrics or {}, config or {})
+            self._record_lineage(result, manifest)
         return result
+
+    def _record_lineage(self, result: PublishResult, manifest: Any) -> None:
+        from molt.lineage import LineageLog
+
+        detail = {"manifest_id": manifest.manifest_id, "path": str(result.path), "base_model": manifest.base_model,
+                  "share_with": list(manifest.share_with), "created_at": manifest.created_at,
+                  "request_id": manifest.request_id, "replaces": manifest.replaces}
+        try:
+            LineageLog(self.store).record("adapter", manifest.tenant_id, result.version, manifest.lineage,
+                                          agent_id=self.agent_id, detail=detail)
+        except Exception as exc:  # the manifest beside the weights still says it; the control plane reads that
+            self.counters["register_failures"] += 1
+            log.warning("trainer: recording the lineage of %s failed (%s); its manifest is at %s",
+                        result.version, exc, result.path)
 
     def registered(self) -> list[dict[str, Any]]:
         """This publisher's versions already in the store's ``policy_versions`` (oldest step first):

@@ -236,7 +236,9 @@ class RequestTrainer:
               "events": sorted({x.event_id for x in kept})}
         result = self.publisher.publish(policy, step=step, watermark=wm, metrics=metrics,
                                         config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump(),
-                                                "steps": steps, "from": start})
+                                                "steps": steps, "from": start},
+                                        lineage=self._lineage(request, kept, start), tenant_id=request.tenant_id,
+                                        request_id=request.request_id)
         if result.failed:
             raise RuntimeError(f"publishing {result.version} failed: {result.failed}")
         out = TrainedAdapter(version=result.version, path=result.path, run_id=request.request_id, steps=steps,
@@ -248,6 +250,18 @@ class RequestTrainer:
                              "reward_mean": sum(rewards) / len(rewards)})
         log.info("trainer: %s → %s (%d steps on %d samples, %.1f s, %.1f s paused for serving)",
                  request.request_id, result.version, steps, len(kept), out.seconds, paused)
+        return out
+
+    def _lineage(self, request: Any, kept: list[Any], start: str | None) -> list[Any]:
+        """Whose data the adapter learned from: the trajectories of the samples trained on, and (when
+        the run continued the live adapter) everything that adapter's manifest says it learned from."""
+        from molt.lineage import lineage_of, read_manifest
+
+        used = {x.trajectory_id for x in kept}
+        out = list(lineage_of((t for t in [*request.trajectories, *request.anchors] if t.trajectory_id in used),
+                              default_tenant=request.tenant_id))
+        if start:
+            out.extend(read_manifest(start).lineage)  # refuses a start adapter whose manifest was edited
         return out
 
     def status(self) -> dict[str, dict[str, Any]]:

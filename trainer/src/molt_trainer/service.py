@@ -49,6 +49,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from molt.lineage import Lineage, lineage_from_store, read_manifest
 from molt.store.query import Trajectory
 from molt_trainer.algos import AlgoSettings
 from molt_trainer.data import DataStats, RunningMean, Sample, Staleness, assign_groups, build_samples, collate
@@ -223,6 +224,8 @@ class OnlineTrainer:
         self._last_poll: float | None = None
         self.step = 0
         self._acked: set[str] = set()  # event ids trained on in an earlier life (see resume)
+        #: whose data the policy's weights learned from so far (the lineage each published manifest states)
+        self.trained_on: tuple[Lineage, ...] = ()
         if resume:
             self.resume()
 
@@ -246,6 +249,7 @@ class OnlineTrainer:
         self.step = int(last.get("step") or 0)
         adapter = last.get("lora_adapter")
         if adapter and Path(adapter, "adapter_model.safetensors").exists():
+            self.trained_on = read_manifest(adapter).lineage  # continuing it continues its lineage
             self.policy.load_adapter_weights(adapter)
         self.counters["resumed_versions"] = len(done)
         log.info("trainer: resumed after step %d (%d versions registered, %d samples acknowledged, adapter %s)",
@@ -333,6 +337,12 @@ class OnlineTrainer:
 
     # ------------------------------------------------------------------ one step
 
+    def _lineage_with(self, trajectories: Sequence[str]) -> tuple[Lineage, ...]:
+        store = self.publisher.store
+        new = (lineage_from_store(store, trajectories) if store is not None
+               else (Lineage.of(self.publisher.tenant_id, trajectories),))
+        return Lineage.merge([*self.trained_on, *new])
+
     def train(self) -> dict[str, float] | None:
         """One step on the pending samples and publish; ``None`` when nothing was trainable.
 
@@ -350,17 +360,24 @@ class OnlineTrainer:
             batch = collate(kept, rewards, index, pad_id=self.policy.pad_id).to(self.policy.device)
             metrics = train_step(self.policy, batch, s.algo)
             # The acknowledgement: what the version was trained on, every claimed sample included.
-            wm = {"watermark": self.watermark.isoformat() if self.watermark else None,
-                  "trajectories": sorted({x.trajectory_id for x in take}), "samples": len(kept),
-                  "events": sorted({x.event_id for x in take})}
+            trained = sorted({x.trajectory_id for x in take})
+            wm: dict[str, Any] = {"watermark": self.watermark.isoformat() if self.watermark else None,
+                                  "trajectories": trained, "samples": len(kept),
+                                  "events": sorted({x.event_id for x in take})}
+            lineage = self._lineage_with(trained)
+            owner = self.publisher.tenant_id
+            # a trainer serving every tenant states whose data its one adapter holds: shared with exactly them
+            shared = sorted({x.tenant_id for x in lineage if x.tenant_id}) if owner is None else []
             result = self.publisher.publish(self.policy, step=self.step + 1, watermark=wm, metrics=metrics,
-                                            config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump()})
+                                            config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump()},
+                                            lineage=lineage, share_with=shared)
         except Exception:
             self.policy.restore(snap)
             self.pending = take + self.pending
             self.counters["step_failures"] += 1
             raise
         self.step += 1
+        self.trained_on = lineage
         self._trained_since_probe = True
         self._acked.update(wm["events"])
         if result.live or not self.publisher.targets:

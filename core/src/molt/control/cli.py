@@ -32,13 +32,14 @@ from rich.table import Table
 
 from molt.errors import MoltError
 
-__all__ = ["evolve_app", "versions_app"]
+__all__ = ["adapters_app", "erase_command", "evolve_app", "versions_app"]
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 
 versions_app = typer.Typer(help="Composite policy versions: list, show, diff, promote, roll back.",
                            no_args_is_help=True)
+adapters_app = typer.Typer(help="Trained adapters per tenant, with whose data trained them.", no_args_is_help=True)
 evolve_app = typer.Typer(help="The evolution control plane: run a cycle, read the decision log.",
                          no_args_is_help=True)
 
@@ -132,13 +133,21 @@ def _brief(v: Any) -> dict[str, Any]:
 
 @versions_app.command("show")
 def versions_show(version: str, store: StoreOpt = None, api_key: KeyOpt = None, operator: OperatorOpt = False) -> None:
-    """Print a version's parts (canonical JSON, exactly as stored)."""
+    """Print a version's parts (canonical JSON, exactly as stored) and their lineage: for each learned part
+    (memory, skill, harness edit, tool rewrite, adapter) the tenants, trajectories and subjects behind it
+    (counts; never a payload)."""
     try:
         t = _who(api_key, operator, "read", None)
-        v = _registry(store).get(version, tenant_id=t)
+        reg = _registry(store)
+        v = reg.get(version, tenant_id=t)
+        from molt.control.provenance import version_lineage
+
+        lineage = [r.summary() for r in version_lineage(reg.store, reg, v)]
     except MoltError as exc:
         _fail(exc)
-    typer.echo(orjson.dumps({**_brief(v), "parts": orjson.loads(v.parts_bytes)}, option=orjson.OPT_INDENT_2).decode())
+    # the lineage section: each learned part with the tenants and how many trajectories and subjects made it
+    typer.echo(orjson.dumps({**_brief(v), "parts": orjson.loads(v.parts_bytes), "lineage": lineage},
+                            option=orjson.OPT_INDENT_2).decode())
 
 
 @versions_app.command("diff")
@@ -491,3 +500,93 @@ def _delta(c: dict[str, Any]) -> str:
         return ""
     return (f" {d:+.0%}" + (f" (95% interval {ci[0]:+.0%} to {ci[1]:+.0%})" if ci else "") + " on replay"
             + (f" with {r['model']}" if r.get("model") else ""))
+
+
+# ------------------------------------------------------------------------------------------- adapters
+
+
+@adapters_app.command("ls")
+def adapters_ls(tenant: TenantOpt = None, store: StoreOpt = None, api_key: KeyOpt = None,
+                operator: OperatorOpt = False, json: JsonOpt = False) -> None:
+    """List adapters per tenant: whose data trained them (tenants, trajectories, subjects: counts), the
+    tenants they may serve, their manifest (verified against the files and the store now) and which
+    versions hold them."""
+    from molt.errors import LineageError
+    from molt.lineage import LineageLog, load_manifest
+
+    try:
+        t = _who(api_key, operator, "read", tenant)
+        reg = _registry(store)
+        recs = [r for r in LineageLog(reg.store).records(kind="adapter", status=None)
+                if t is None or r.tenant_id == t or t in r.detail.get("share_with", ())]
+        held: dict[str, list[str]] = {}
+        for tt, a in reg.agents(t):
+            for v in reg.list(tt, a):
+                if v.parts.model.adapter and v.status in ("live", "canary", "previous", "proposed"):
+                    held.setdefault(v.parts.model.adapter, []).append(f"{v.version_id} ({v.status})")
+    except MoltError as exc:
+        _fail(exc)
+    rows = []
+    for r in sorted(recs, key=lambda r: (r.tenant_id or "", r.created_at)):
+        path = r.detail.get("path")
+        if r.status == "retired":
+            check = "retired (erasure)"
+        elif not path:
+            check = "no directory recorded"
+        else:
+            try:
+                load_manifest(path, tenant=r.tenant_id, store=reg.store)
+                check = "ok"
+            except LineageError as exc:
+                check = f"refused: {exc.reason}"
+        rows.append({**r.summary(), "tenant_id": r.tenant_id, "agent_id": r.agent_id,
+                     "serves": [r.tenant_id, *r.detail.get("share_with", ())],
+                     "manifest_id": r.detail.get("manifest_id"),
+                     "manifest": check, "path": path, "versions": held.get(r.artifact_id, [])})
+    if json:
+        for row in rows:
+            typer.echo(orjson.dumps(row, default=str).decode())
+        return
+    tbl = Table("tenant", "adapter", "status", "serves", "trained on", "manifest", "versions")
+    for row in rows:
+        tbl.add_row(str(row["tenant_id"]), row["artifact"], row["status"], ", ".join(str(x) for x in row["serves"]),
+                    f"{row['trajectories']} trajectories, {row['subjects']} subjects of "
+                    f"{', '.join(str(x) for x in row['tenants']) or '-'}", row["manifest"],
+                    ", ".join(row["versions"]) or "-")
+    console.print(tbl)
+
+
+# ------------------------------------------------------------------------------------------- erase
+
+
+def erase_command(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="The tenant (all of its data, its adapters' files "
+                                                                "included, or the subject's data within it).")] = None,
+    subject: Annotated[str | None, typer.Option("--subject", help="A data subject id (metadata.consent.subject_id): "
+                                                                  "its data and every learned artifact whose "
+                                                                  "lineage holds it.")] = None,
+    scope: Annotated[str, typer.Option(help="Subject erasure: 'trajectory' (every event of the subject's "
+                                            "trajectories) or 'events'.")] = "trajectory",
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="MOLT_API_KEY", show_envvar=False,
+                                                help="An admin API key of the tenant (or $MOLT_API_KEY).")] = None,
+    keys: Annotated[Path | None, typer.Option("--keys", help="Key file (default: $MOLT_KEYS or "
+                                                             "$MOLT_HOME/keys.toml).")] = None,
+    operator: OperatorOpt = False,
+    spool: Annotated[list[Path] | None, typer.Option("--spool", help="Recorder spool directories to scrub "
+                                                                     "(default: $MOLT_HOME/spool if present).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be erased, retired, rolled back and "
+                                                            "retrained; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm a whole-tenant erasure.")] = False,
+    json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Erase a tenant's data or a data subject's (right to be forgotten), physically, chains intact, and
+    follow it into what was learned: memories and skills retired (regenerated when the rest of their
+    evidence still clears the bar), versions holding them superseded, adapters trained on it rolled back
+    and retrained without it (molt.control.forget)."""
+    from molt.control.forget import erase_subject_everywhere, erase_tenant_everywhere
+    from molt.governance.cli import run_erase
+
+    run_erase(erase_subject_everywhere, erase_tenant_everywhere, tenant=tenant, subject=subject, scope=scope,
+              api_key=api_key, keys=keys, operator=operator, spool=spool, dry_run=dry_run, yes=yes, as_json=json,
+              store=store)

@@ -104,6 +104,7 @@ from molt.control.gate import SafetyGate, Verdict, gate_context
 from molt.control.hands import held_out_keys, many_hands, without_held_out
 from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.log import DecisionLog, DecisionRecord
+from molt.control.provenance import record_change
 from molt.control.signals import Episode, Signals, compute_signals, episodes
 from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, StalePromotion, VersionRegistry
 from molt.errors import InterventionError, MoltError
@@ -1366,6 +1367,7 @@ class ControlPlane:
             parts = live.parts.with_skills([sk.skill_id])
         v = self.registry.create(t, a, parts, parent=live.version_id, note=f"{cand.kind}: {cand.description[:200]}",
                                  created_by=self.actor)
+        record_change(self.store, v, live, cand.source_trajectories, kind=cand.kind)  # what made each new part
         guard = self._guard if self._guard is not None and self._guard["candidate"] == cand.candidate_id else None
         if guard is not None:
             # Its sequential test runs once the version is canaried (here, or when an operator approves it).

@@ -7,7 +7,8 @@ names the same text), the tool-schema rewrites and the governance config. Versio
 canonical JSON bytes, so "the same version" means byte-identical parts.
 
 Which version serves is a separate, append-only log of actions (``promote``, ``canary``, ``abort``,
-``rollback``, and approval mode's ``propose`` and ``reject``) in the ``agent_version_events`` table.
+``rollback``, approval mode's ``propose`` and ``reject``, and ``erase``: a version holding a data
+subject's erased data leaves the stack for good) in the ``agent_version_events`` table.
 The live version is the top of a stack that ``promote`` pushes and ``rollback`` pops, so rollback is
 one step and restores exactly the version that was live before; a canary is a version given a share of new sessions until it is promoted or
 aborted. A *proposed* version (approval mode, :mod:`molt.control.approval`) waits for an operator and is
@@ -79,7 +80,8 @@ EVENTS_SCHEMA = pa.schema([
     pa.field("tenant_id", pa.string(), nullable=False),
     pa.field("agent_id", pa.string(), nullable=False),
     pa.field("version_id", pa.string(), nullable=False),
-    pa.field("action", pa.string(), nullable=False),       # promote | canary | abort | rollback | propose | reject
+    # promote | canary | abort | rollback | propose | reject | erase
+    pa.field("action", pa.string(), nullable=False),
     pa.field("weight", pa.float64()),
     pa.field("actor", pa.string()),
     pa.field("reason", pa.string()),
@@ -88,7 +90,7 @@ EVENTS_SCHEMA = pa.schema([
 
 _DATA = ConfigDict(extra="forbid", frozen=True)
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-Action = Literal["promote", "canary", "abort", "rollback", "propose", "reject"]
+Action = Literal["promote", "canary", "abort", "rollback", "propose", "reject", "erase"]
 
 
 class ModelPart(BaseModel):
@@ -262,6 +264,9 @@ class VersionRegistry:
                 canary[v] = float(r["weight"] or 0.0)
             elif act == "abort":
                 canary.pop(v, None)
+            elif act == "erase":  # it held erased data: out of the stack, so no rollback reaches it
+                stack = [x for x in stack if x != v]
+                canary.pop(v, None)
         return stack, canary
 
     def _marks(self, tenant_id: str, agent_id: str) -> dict[str, str]:
@@ -276,6 +281,9 @@ class VersionRegistry:
                 marks[v] = "rejected"
             elif act in ("canary", "promote", "abort"):
                 marks.pop(v, None)
+        for r in self._actions(tenant_id, agent_id):  # erased is final
+            if r["action"] == "erase":
+                marks[r["version_id"]] = "erased"
         return marks
 
     def _version(self, row: dict[str, Any], stack: list[str] | None = None,
@@ -427,6 +435,8 @@ class VersionRegistry:
             v = self.get(version_id, tenant_id=tenant_id)
             if v.status == "live":
                 return v
+            if v.status == "erased":
+                raise InterventionError(f"{version_id} held erased data and is out of service for good.")
             if expected_live is not None:
                 live = self.live(v.tenant_id, v.agent_id)
                 if live is not None and live.version_id != expected_live:
@@ -448,6 +458,8 @@ class VersionRegistry:
             v = self.get(version_id, tenant_id=tenant_id)
             if v.status == "live":
                 raise InterventionError(f"{version_id} is already live.")
+            if v.status == "erased":
+                raise InterventionError(f"{version_id} held erased data and is out of service for good.")
             self._log(v, "canary", actor=actor, reason=reason, weight=weight)
             return self.get(version_id)
 
@@ -480,6 +492,17 @@ class VersionRegistry:
             if v.status != "canary":
                 raise InterventionError(f"{version_id} is not in canary (status {v.status}).")
             self._log(v, "abort", actor=actor, reason=reason)
+            return self.get(version_id)
+
+    def erase(self, version_id: str, *, actor: str, reason: str | None = None,
+              tenant_id: str | None = None) -> PolicyVersion:
+        """Take ``version_id`` out of service for good because it holds erased data (``molt erase``): it
+        leaves the live stack wherever it is (a rollback never reaches it again), its canary ends, and
+        it is marked ``erased``. Supersede a live version first (promote one without the data): erasing
+        the live version itself makes the one below it live."""
+        with self._lock:
+            v = self.get(version_id, tenant_id=tenant_id)
+            self._log(v, "erase", actor=actor, reason=reason)
             return self.get(version_id)
 
     def rollback(self, tenant_id: str, agent_id: str, *, actor: str, reason: str | None = None) -> PolicyVersion:

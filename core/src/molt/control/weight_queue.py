@@ -46,6 +46,7 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from molt.atdp.ids import new_id
 from molt.control.approval import needs_approval
 from molt.control.diagnose import Candidate
+from molt.control.provenance import record_change
 from molt.control.versions import ModelPart, VersionRegistry
 from molt.errors import InterventionError, MoltError
 from molt.store import Store, sql_str
@@ -227,6 +228,7 @@ def _train_one(req: QueuedRequest, train: Callable[[str, str, Candidate], ModelP
                                 f"{part.adapter} against; nothing routed to it")
     v = registry.create(req.tenant_id, req.agent_id, live.parts.with_model(part), parent=live.version_id,
                         created_by=actor, note=f"weight_update: request {req.request_id}, adapter {part.adapter}")
+    record_change(registry.store, v, live, [], kind="weight_update")  # the adapter's lineage, from its manifest
     why = f"weight update request {req.request_id} ({req.cluster}): adapter {part.adapter}"
     mode = cand.payload.get("approval")
     if isinstance(mode, str) and needs_approval(mode, cand.kind):

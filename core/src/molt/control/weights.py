@@ -54,6 +54,7 @@ from typing import Any
 import orjson
 
 from molt.atdp.ids import new_id
+from molt.control.provenance import record_change
 from molt.control.versions import ModelPart, VersionRegistry
 from molt.errors import InterventionError
 from molt.store import Store, sql_str
@@ -191,7 +192,10 @@ class WeightLoop:
         eps = episodes(self.store, tenant_id, agent_id, limit=self.window)
         same = {e.trajectory_id for e in eps if e.success is not None and (task is None or e.task == task)}
         same |= set(cand.source_trajectories)
-        others = [e.trajectory_id for e in reversed(eps) if e.success and e.trajectory_id not in same]
+        # a retraining after an erasure names the erased subject's trajectories: never trained on again
+        excluded = set(cand.payload.get("exclude_trajectories") or ())
+        same -= excluded
+        others = [e.trajectory_id for e in reversed(eps) if e.success and e.trajectory_id not in same | excluded]
         got = {t.trajectory_id: t for t in self.read(tenant_id, [*same, *others[: self.max_anchors]])}
         return WeightRequest(request_id="wu-" + new_id()[-12:], tenant_id=tenant_id, agent_id=agent_id,
                              cluster=cand.cluster, task=task, model=model,
@@ -388,6 +392,7 @@ class CanaryTarget:
         parts = live.parts.with_model(ModelPart(base=live.parts.model.base, adapter=version, adapter_path=str(path)))
         v = registry.create(t, a, parts, parent=live.version_id, created_by=self.actor,
                             note=f"weight update: trainer adapter {version}")
+        record_change(self.store, v, live, [], kind="weight_update")
         registry.canary(v.version_id, self.weight, actor=self.actor, reason=f"trainer adapter {version}")
         self.versions.append(v.version_id)
         log.info("trainer adapter %s is canary %s of %s/%s at %.2f", version, v.version_id, t, a, self.weight)

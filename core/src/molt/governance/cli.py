@@ -29,7 +29,7 @@ from rich.table import Table
 from molt.errors import GovernanceError, MoltError
 from molt.governance.access import KeyRing, Principal, Role
 
-__all__ = ["audit_command", "erase_command", "native_app", "policy_app", "retention_app"]
+__all__ = ["audit_command", "erase_command", "native_app", "policy_app", "retention_app", "run_erase"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -128,6 +128,17 @@ def erase_command(
     """Erase a tenant's data or a data subject's (right to be forgotten), physically, chains intact."""
     from molt.governance.erasure import erase_subject, erase_tenant
 
+    run_erase(erase_subject, erase_tenant, tenant=tenant, subject=subject, scope=scope, api_key=api_key, keys=keys,
+              operator=operator, spool=spool, dry_run=dry_run, yes=yes, as_json=as_json, store=store)
+
+
+def run_erase(erase_subject: Any, erase_tenant: Any, *, tenant: str | None, subject: str | None, scope: str,
+              api_key: str | None, keys: Path | None, operator: bool, spool: list[Path] | None, dry_run: bool,
+              yes: bool, as_json: bool, store: str | None) -> None:
+    """What ``molt erase`` does with the erasure functions given: ``erase_subject(store, subject, tenant_id=,
+    spool_dirs=, actor=, scope=, dry_run=)`` and ``erase_tenant(store, tenant, spool_dirs=, actor=, dry_run=)``,
+    each returning a report with ``summary``, ``as_dict()`` and ``chains_failed`` (the control plane mounts
+    its own, which follow lineage into learned artifacts: :mod:`molt.control.forget`)."""
     who = _principal(api_key, keys, operator)
     if who is not None:
         tenant = tenant or who.tenant_id
