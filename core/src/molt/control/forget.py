@@ -191,7 +191,7 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
             act.action = "retired; regenerated from the remaining evidence" if keep else "retired"
             replace_in[(rec.kind, rec.artifact_id)] = None
             if keep and not dry_run:
-                act.replacement = _regenerate(store, rec, memories)
+                act.replacement = _regenerate(store, rec, left, memories)
                 replace_in[(rec.kind, rec.artifact_id)] = act.replacement
                 new_records.append(book.make(rec.kind, rec.tenant_id, act.replacement, left, agent_id=rec.agent_id,
                                               detail={"regenerated_from": rec.artifact_id}))
@@ -247,12 +247,12 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
     return out
 
 
-def _regenerate(store: Store, rec: LineageRecord, memories: MemoryStore | None) -> str:
+def _regenerate(store: Store, rec: LineageRecord, left: Sequence[Lineage], memories: MemoryStore | None) -> str:
     row = _row(store, rec.kind, rec.artifact_id)
     if row is None or rec.tenant_id is None:
         raise ValueError(f"{rec.kind} {rec.artifact_id} is not stored; nothing to regenerate")
     mem = memories or MemoryStore(store)
-    src = next((t for lin in rec.lineage for t in lin.trajectories), None)
+    src = next((t for lin in left for t in lin.trajectories), None)
     if rec.kind == "memory":
         return mem.add_memory(rec.tenant_id, row["text"], agent_id=row["agent_id"], scope=row["scope"] or "agent",
                               source_trajectory_id=src).memory_id

@@ -65,10 +65,10 @@ def _record(store: Store, v: PolicyVersion, parent: PolicyVersion | None, trajec
     out = []
     detail = {"change": kind} if kind else {}
     for mid in v.parts.memory_ids:
-        if (old is None or mid not in old.memory_ids) and book.get("memory", mid, t) is None:
+        if old is None or mid not in old.memory_ids:  # (a row the migration made from its source is superseded)
             out.append(book.record("memory", t, mid, lin, agent_id=a, version_id=v.version_id, detail=detail))
     for sid in v.parts.skill_ids:
-        if (old is None or sid not in old.skill_ids) and book.get("skill", sid, t) is None:
+        if old is None or sid not in old.skill_ids:
             out.append(book.record("skill", t, sid, lin, agent_id=a, version_id=v.version_id, detail=detail))
     if old is not None and v.parts.harness != old.harness:
         added = [x for x in _prompt_lines(v.parts) if x not in set(_prompt_lines(old))]
