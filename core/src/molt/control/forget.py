@@ -233,7 +233,8 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
                                dry_run=dry_run)
     if dry_run:
         return out
-    purge(store, [LINEAGE_TABLE, "memories", "skills", REQUESTS_TABLE])
+    have = open_all(store)
+    purge(store, [t for t in (LINEAGE_TABLE, "memories", "skills", REQUESTS_TABLE) if t in have])
     named = {t for t in tids_by.values() if t} | {r.tenant_id for r in reached if r.tenant_id}
     tenants: Sequence[str | None] = sorted(named | ({tenant_id} if tenant_id else set()))
     sha = subject_digest(subject_id)
