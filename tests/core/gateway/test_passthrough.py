@@ -307,24 +307,95 @@ def test_every_route_exports_the_same_genai_spans_passed_through_or_not(serve: C
 
 
 @pytest.mark.parametrize("kind", ["messages", "responses"])
-def test_bad_input_is_refused_before_the_upstream_in_the_apis_shape(serve: Callable[..., Served], kind: str) -> None:
-    """Malformed items and unknown block types are answered by the gateway in the API's own shape:
-    nothing is relayed, nothing recorded on either side."""
+def test_bad_input_in_each_apis_shape_nothing_stored_half_way(serve: Callable[..., Served], kind: str) -> None:
+    """What the record needs (a tool result's call id, an item's shape) is checked by the gateway before
+    anything is relayed: its error, nothing recorded on either side. A block or item type the gateway
+    does not read is the upstream's to judge: the upstream's own error comes back as it sent it, and
+    the front records the failed call whole (its error with it)."""
     front, upstream = _front(serve, kind)
     if kind == "messages":
-        for content in ([{"type": "video", "url": "x"}], [{"type": "tool_result"}]):
+        for content in ([{"type": "tool_result"}], [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]):
             with pytest.raises(anthropic.BadRequestError) as err:
                 _anthropic(front).messages.create(model="stub", max_tokens=5,
                                                   messages=[{"role": "user", "content": content}])
             assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
     else:
-        for items in ([{"type": "computer_call_output", "call_id": "c"}], [{"type": "function_call", "name": "f"}]):
+        for items in ([{"type": "function_call", "name": "f"}], [{"role": "wizard", "content": "hi"}]):
             with pytest.raises(openai.BadRequestError) as oerr:
                 front.client().responses.create(model="stub", input=items)
             assert oerr.value.body["type"] == "invalid_request_error" and oerr.value.body["param"]  # type: ignore[index]
     front.flush()
     upstream.flush()
     assert front.store.trajectory_ids() == [] and upstream.store.trajectory_ids() == []
+    if kind == "messages":
+        unknown = {"model": "stub", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "video"}]}]}
+        direct = httpx.post(upstream.url + "/v1/messages", json=unknown)
+        with pytest.raises(anthropic.BadRequestError) as err:
+            _anthropic(front).messages.create(**unknown)
+        assert err.value.body == direct.json() and direct.json()["type"] == "error"
+    else:
+        unknown = {"model": "stub", "input": [{"type": "computer_call_output", "call_id": "c"},
+                                              {"role": "user", "content": "hi"}]}
+        direct = httpx.post(upstream.base_url + "/responses", json=unknown)
+        with pytest.raises(openai.BadRequestError) as oerr:
+            front.client().responses.create(**unknown)
+        assert oerr.value.body == direct.json()["error"] and direct.status_code == 400
+    [failed] = _only(front)
+    assert failed.outcome.status == OutcomeStatus.ERROR and failed.name == kind
+    assert upstream.store.trajectory_ids() == []  # the upstream refused it: nothing there
+
+
+def _recording_upstream() -> tuple[Any, list[dict[str, Any]]]:
+    """A bare upstream that takes any Messages / Responses body, keeps it, and answers one text."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    got: list[dict[str, Any]] = []
+
+    async def messages(request: Request) -> JSONResponse:
+        got.append(await request.json())
+        return JSONResponse({"id": "msg_up", "type": "message", "role": "assistant", "model": got[-1]["model"],
+                             "content": [{"type": "text", "text": "read it"}], "stop_reason": "end_turn",
+                             "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 2}})
+
+    async def responses(request: Request) -> JSONResponse:
+        got.append(await request.json())
+        return JSONResponse({"id": "resp_up", "object": "response", "created_at": 0, "status": "completed",
+                             "model": got[-1]["model"], "output": [{
+                                 "type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                                 "content": [{"type": "output_text", "text": "read it", "annotations": []}]}],
+                             "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}})
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"]),
+                             Route("/v1/responses", responses, methods=["POST"])]), got
+
+
+def test_what_the_gateway_does_not_read_goes_upstream_as_sent(serve: Callable[..., Served]) -> None:
+    """Blocks, items and server tools the chat form has no place for (a document, a web search
+    tool, a file input) reach a passthrough upstream unchanged, and the call is recorded with what
+    the gateway does read."""
+    app, got = _recording_upstream()
+    with ServerThread(app) as up:
+        front = serve([AnthropicBackend("up", base_url=up.url + "/v1", model="stub")])
+        doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "The manual."},
+               "cache_control": {"type": "ephemeral"}}
+        search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+        m = _anthropic(front).messages.create(model="stub", max_tokens=20, tools=[search, A_TOOL],
+                                              messages=[{"role": "user", "content": [doc, {"type": "text",
+                                                                                             "text": "summarise"}]}])
+        assert m.content[0].text == "read it" and m.id.startswith("msg_") and m.id != "msg_up"
+        assert got[-1]["messages"][0]["content"][0] == doc and got[-1]["tools"] == [search, A_TOOL]
+        [ev] = _only(front)
+        assert ev.observation.messages[-1].content == "summarise" and ev.action.text == "read it"
+        assert [t["function"]["name"] for t in ev.observation.data["tools"]] == ["get_weather"]
+        rfront = serve([OpenAIBackend("up", base_url=up.url + "/v1", model="stub", passthrough=("responses",))])
+        item = {"role": "user", "content": [{"type": "input_file", "file_id": "file-1"},
+                                            {"type": "input_text", "text": "and this one"}]}
+        r = rfront.client().responses.create(model="stub", input=[item], tools=[{"type": "web_search"}])
+        assert r.output_text == "read it" and r.id != "resp_up"
+        assert got[-1]["input"] == [item] and got[-1]["tools"] == [{"type": "web_search"}]
 
 
 @pytest.mark.slow

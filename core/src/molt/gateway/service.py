@@ -518,6 +518,11 @@ class Gateway:
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def passes_through(self, api: str) -> bool:
+        """Whether every backend relays requests of client API ``api`` as they are: then its requests
+        are parsed only for what the record needs, and the upstream judges the rest."""
+        return all(api in b.passthrough for b in self.backends.values())
+
     @staticmethod
     def _passes(call: Call, passthrough: Passthrough | None) -> bool:
         call.passed_through = passthrough is not None and passthrough.api in call.backend.passthrough

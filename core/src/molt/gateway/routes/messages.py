@@ -105,8 +105,9 @@ def _image(b: dict[str, Any], at: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _message(m: Any, i: int) -> list[dict[str, Any]]:
-    """One Anthropic message as chat messages (a user turn with tool results: the tool messages first)."""
+def _message(m: Any, i: int, passthrough: bool = False) -> list[dict[str, Any]]:
+    """One Anthropic message as chat messages (a user turn with tool results: the tool messages first).
+    ``passthrough``: a block of a type this gateway does not read is left out (the upstream reads it)."""
     where = f"messages[{i}]"
     if not isinstance(m, dict):
         raise _bad(f"{where} must be an object with 'role' and 'content'.", where)
@@ -148,7 +149,9 @@ def _message(m: Any, i: int) -> list[dict[str, Any]]:
             if not isinstance(b.get("tool_use_id"), str) or not b["tool_use_id"]:
                 raise _bad(f"{at}.tool_use_id is required.", f"{at}.tool_use_id")
             out = b.get("content", "")
-            if isinstance(out, list):
+            if isinstance(out, list) and passthrough:  # documents, search results…: their text, if any
+                out = "".join(str(r.get("text", "")) for r in out if isinstance(r, dict) and r.get("type") == "text")
+            elif isinstance(out, list):
                 out = _text_blocks(out, f"{at}.content", allowed=("text", "image"))  # an image result: its text
             elif not isinstance(out, str):
                 raise _bad(f"{at}.content must be a string or a list of blocks.", f"{at}.content")
@@ -157,6 +160,8 @@ def _message(m: Any, i: int) -> list[dict[str, Any]]:
             tools.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": out})
         elif typ in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # a reasoning model's thinking: not part of what a chat backend is shown
+        elif passthrough and isinstance(typ, str) and typ not in ("text", "image", "tool_use", "tool_result"):
+            continue  # a block the upstream reads (documents, server tool results…), relayed as it is
         else:
             raise _bad(f"{at}.type {typ!r} is not a {role} content block this gateway takes (text, "
                        f"{'image, tool_result' if role == 'user' else 'tool_use, thinking'}).", f"{at}.type")
@@ -174,13 +179,17 @@ def _message(m: Any, i: int) -> list[dict[str, Any]]:
     return out_msgs
 
 
-def _tools(tools: Any) -> list[dict[str, Any]] | None:
+def _tools(tools: Any, passthrough: bool = False) -> list[dict[str, Any]] | None:
+    """Client tools in chat form; with ``passthrough``, server tools (``web_search_…``, ``bash_…``) are
+    left out of it and go upstream as they are."""
     if tools is None:
         return None
     if not isinstance(tools, list):
         raise _bad("'tools' must be a list of tool objects.", "tools")
     out = []
     for i, t in enumerate(tools):
+        if passthrough and isinstance(t, dict) and t.get("type") not in (None, "custom") and isinstance(t.get("type"), str):
+            continue
         if not isinstance(t, dict) or t.get("type") not in (None, "custom") or "input_schema" not in t:
             typ = t.get("type") if isinstance(t, dict) else None
             raise _bad(f"tools[{i}] must be a client tool {{'name', 'description', 'input_schema'}}"
@@ -206,7 +215,7 @@ def _tool_choice(choice: Any) -> Any:
     raise _bad("tool_choice must be {'type': 'auto' | 'any' | 'none'} or {'type': 'tool', 'name': …}.", "tool_choice")
 
 
-def _chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _chat_messages(body: dict[str, Any], passthrough: bool = False) -> list[dict[str, Any]]:
     system = body.get("system")
     msgs: list[dict[str, Any]] = []
     if isinstance(system, list):
@@ -219,12 +228,15 @@ def _chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(turns, list) or not turns:
         raise _bad("'messages' is required and must be a non-empty list of messages.", "messages")
     for i, m in enumerate(turns):
-        msgs += _message(m, i)
+        msgs += _message(m, i, passthrough)
     return msgs
 
 
-def parse_messages_request(body: Any, *, count_only: bool = False) -> tuple[ChatRequest, bool]:
-    """Validate a Messages body: the chat request it means, and whether it asks to stream."""
+def parse_messages_request(body: Any, *, count_only: bool = False, passthrough: bool = False) -> tuple[ChatRequest, bool]:
+    """Validate a Messages body: the chat request it means, and whether it asks to stream. With
+    ``passthrough`` (every backend relays the body to a Messages upstream) block types and server tools
+    this gateway does not read are left out of the chat request — the record — rather than refused:
+    the upstream is the judge of its own API. The structure the record needs is checked either way."""
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.")
     model = body.get("model")
@@ -237,7 +249,8 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> tuple[Chat
     if stream is not None and not isinstance(stream, bool):
         raise _bad("'stream' must be true or false.", "stream")
     stop = body.get("stop_sequences")
-    chat_body: dict[str, Any] = {"model": model, "messages": _chat_messages(body), "tools": _tools(body.get("tools")),
+    chat_body: dict[str, Any] = {"model": model, "messages": _chat_messages(body, passthrough),
+                                 "tools": _tools(body.get("tools"), passthrough),
                                  "tool_choice": _tool_choice(body.get("tool_choice")),
                                  "max_tokens": min(max_tokens, 1 << 20) if isinstance(max_tokens, int) else None,
                                  "stop": stop or None,
@@ -300,18 +313,21 @@ def passthrough_body(body: dict[str, Any], req: ChatRequest, breq: ChatRequest,
     if breq.messages is not req.messages and new_system != _system_text(req.messages) and new_system is not None:
         out["system"] = new_system
     if breq.tools is not req.tools and breq.tools and req.tools and isinstance(body.get("tools"), list):
-        forward: dict[str, str] = {}
-        tools = []
-        natives = [*body["tools"], *([{}] * (len(breq.tools) - len(body["tools"])))]  # a harness may add tools
-        for native, old, new in zip(natives, [*req.tools, *breq.tools[len(req.tools):]], breq.tools, strict=False):
-            fn, was = new["function"], old["function"]
-            t = {**native, "name": fn["name"], "input_schema": fn.get("parameters", native.get("input_schema"))}
-            if fn.get("description") is not None:
-                t["description"] = fn["description"]
-            if fn["name"] != was["name"]:
-                forward[was["name"]] = fn["name"]
-            tools.append(t)
-        out["tools"] = tools
+        # the harness keeps the tools' order and may add some; server tools are not in the chat form
+        rewritten = {old["function"]["name"]: new["function"] for old, new in zip(req.tools, breq.tools, strict=False)}
+        forward = {name: fn["name"] for name, fn in rewritten.items() if fn["name"] != name}
+
+        def tool(t: Any) -> Any:
+            if not isinstance(t, dict) or t.get("type") not in (None, "custom") or t.get("name") not in rewritten:
+                return t
+            fn = rewritten[t["name"]]
+            return {**t, "name": fn["name"], "input_schema": fn.get("parameters", t.get("input_schema")),
+                    **({"description": fn["description"]} if fn.get("description") is not None else {})}
+
+        added = [{"name": t["function"]["name"], "input_schema": t["function"].get("parameters") or {"type": "object"},
+                  **({"description": t["function"]["description"]} if t["function"].get("description") else {})}
+                 for t in breq.tools[len(req.tools):]]
+        out["tools"] = [tool(t) for t in body["tools"]] + added
         if forward:
             out["messages"] = [_renamed_turn(m, forward) for m in body["messages"]]
     return out
@@ -380,7 +396,7 @@ def install(ctx: RouteContext) -> None:
             check_version(request)
             p = ctx.auth(request, Action.WRITE)
             body = await read_json(request, gw.config.max_body_bytes)
-            req, stream = parse_messages_request(body)
+            req, stream = parse_messages_request(body, passthrough=gw.passes_through("messages"))
             call = gw.begin_chat(p, req, body, request.headers)
             call.record.endpoint = "messages"
             mid = "msg_" + call.record.event_ids[0]

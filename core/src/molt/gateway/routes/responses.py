@@ -143,9 +143,10 @@ def _bad(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message, param=param)
 
 
-def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
+def _content(content: Any, where: str, passthrough: bool = False) -> str | list[dict[str, Any]]:
     """A message item's content as chat content: text parts joined into a string, an image part as
-    the chat ``image_url`` part."""
+    the chat ``image_url`` part (``passthrough``: a part of a type this gateway does not read is left
+    out; the upstream reads it)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -167,6 +168,8 @@ def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
                 raise _bad(f"{at}.image_url must be a URL or a data: URL (file ids are not served here).",
                            f"{at}.image_url")
             parts.append({"type": "image_url", "image_url": {"url": url, "detail": part.get("detail") or "auto"}})
+        elif passthrough and isinstance(typ, str):
+            continue  # files, audio…: relayed as they are
         else:
             raise _bad(f"{at}.type {typ!r} is not a content part this gateway takes (input_text, output_text, "
                        "refusal, input_image).", f"{at}.type")
@@ -191,8 +194,9 @@ def _str_field(item: dict[str, Any], key: str, where: str) -> str:
     return v
 
 
-def input_messages(items: Any) -> list[dict[str, Any]]:
-    """Responses input (a string or a list of items) as chat messages (see the module docstring)."""
+def input_messages(items: Any, passthrough: bool = False) -> list[dict[str, Any]]:
+    """Responses input (a string or a list of items) as chat messages (see the module docstring);
+    ``passthrough``: items and parts of types this gateway does not read are left out of them."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
@@ -216,7 +220,7 @@ def input_messages(items: Any) -> list[dict[str, Any]]:
             if role not in _ROLES:
                 raise _bad(f"{where}.role must be one of {', '.join(sorted(_ROLES))}, got {role!r}.",
                            f"{where}.role")
-            content = _content(item.get("content"), where)
+            content = _content(item.get("content"), where, passthrough)
             flush()
             if role == "assistant":
                 turn = {"role": "assistant", "content": content}
@@ -239,6 +243,8 @@ def input_messages(items: Any) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": call_id, "content": _output_text(item.get("output"), where)})
         elif typ == "reasoning":
             continue  # a reasoning model's summary: not part of what a chat backend is shown
+        elif passthrough and isinstance(typ, str):
+            continue  # hosted tools' calls, item references…: the upstream reads them
         else:
             raise _bad(f"{where}.type {typ!r} is not an input item this gateway takes (message, function_call, "
                        "function_call_output, reasoning).", f"{where}.type")
@@ -251,7 +257,7 @@ HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "file_search", "co
                           "image_generation", "local_shell", "mcp", "custom"})
 
 
-def _tools(tools: Any) -> list[dict[str, Any]] | None:
+def _tools(tools: Any, passthrough: bool = False) -> list[dict[str, Any]] | None:
     """Function tools in chat form; a ``namespace``'s tools as ``<namespace>.<name>`` (an answer's call
     of one is given back with its ``namespace``); hosted tools (:data:`HOSTED_TOOLS`) left out."""
     if tools is None:
@@ -274,7 +280,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             for j, inner in enumerate(t["tools"]):
                 if isinstance(inner, dict) and inner.get("type") == "function":
                     add(inner, t["name"] + ".", f"tools[{i}].tools[{j}]")
-        elif typ not in HOSTED_TOOLS:
+        elif typ not in HOSTED_TOOLS and not (passthrough and isinstance(typ, str)):
             raise _bad(f"tools[{i}].type {typ!r} is not a tool type this gateway takes (function, namespace; "
                        f"hosted tools — {', '.join(sorted(HOSTED_TOOLS))} — are left out).", f"tools[{i}].type")
     return out or None
@@ -288,8 +294,11 @@ def _tool_choice(choice: Any) -> Any:
     raise _bad("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'name': …}.", "tool_choice")
 
 
-def parse_responses_request(body: Any, store: ResponseStore, tenant: str) -> ResponsesRequest:
-    """Validate a Responses body and look up its ``previous_response_id`` within ``tenant``."""
+def parse_responses_request(body: Any, store: ResponseStore, tenant: str, *,
+                            passthrough: bool = False) -> ResponsesRequest:
+    """Validate a Responses body and look up its ``previous_response_id`` within ``tenant``. With
+    ``passthrough`` (every backend relays the body to a Responses upstream) item, part and tool types
+    this gateway does not read are left out of the chat request — the record — rather than refused."""
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", "body")
     model = body.get("model")
@@ -308,8 +317,8 @@ def parse_responses_request(body: Any, store: ResponseStore, tenant: str) -> Res
     prev_id = body.get("previous_response_id")
     if prev_id is not None and (not isinstance(prev_id, str) or not prev_id):
         raise _bad("'previous_response_id' must be a response id string.", "previous_response_id")
-    conversation_input = input_messages(body["input"])
-    tools = _tools(body.get("tools"))
+    conversation_input = input_messages(body["input"], passthrough)
+    tools = _tools(body.get("tools"), passthrough)
     max_out = body.get("max_output_tokens")
     if max_out is not None and (isinstance(max_out, bool) or not isinstance(max_out, int)
                                 or not 1 <= max_out <= 1 << 20):
@@ -517,7 +526,7 @@ def install(ctx: RouteContext) -> None:
 
     def begin(request: Request, body: Any) -> tuple[Call, ResponsesRequest]:
         p = ctx.auth(request, Action.WRITE)
-        rr = parse_responses_request(body, store, p.tenant_id)
+        rr = parse_responses_request(body, store, p.tenant_id, passthrough=gw.passes_through("responses"))
         call = gw.begin_chat(p, rr.chat, body, request.headers)
         call.record.endpoint = "responses"
         return call, rr
