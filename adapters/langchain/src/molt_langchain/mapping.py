@@ -27,7 +27,7 @@ from molt.atdp import (
     OutcomeStatus,
     ToolCallRequest,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome
+from molt.capture.adapt import CALL_ID_TAG, Capture, OpenSpan, SpanTable, bound_payload, error_outcome
 
 _ROLES = {
     "human": "user",
@@ -333,6 +333,9 @@ class LangChainMapper:
             "finish_reason": str(finish) if finish else None,
             "sampling": sampling,
         }
+        call = _call_id(msg, result)
+        if call is not None:  # a gateway handed this event joins its run to the call's trajectory
+            common = {**common, "tags": {CALL_ID_TAG: call}}
         return c.event(
             EventKind.MODEL_CALL,
             model=str(model),
@@ -365,6 +368,16 @@ def _text(msg: Any) -> str | None:
 def _model_from(msg: Any) -> str | None:
     rm = getattr(msg, "response_metadata", None) or {}
     return rm.get("model_name") or rm.get("model")
+
+
+def _call_id(msg: Any, result: Any) -> str | None:
+    """The provider's id of the answered call (``chatcmpl-…`` from an OpenAI-compatible API, the
+    gateway's included), not LangChain's own run-based message id."""
+    rm = getattr(msg, "response_metadata", None) or {}
+    for v in (rm.get("id"), (getattr(result, "llm_output", None) or {}).get("id"), getattr(msg, "id", None)):
+        if isinstance(v, str) and v and not v.startswith(("run-", "lc_run-", "lc_")) and len(v) <= 200:
+            return v
+    return None
 
 
 def _first_generation(result: Any) -> tuple[Any, dict[str, Any] | None]:

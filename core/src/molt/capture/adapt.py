@@ -71,12 +71,17 @@ from molt.capture.payload import (
 from molt.errors import AdapterError
 
 # The Event fields Capture.event() fills in from its own arguments and state.
+#: The tag of an adapter's model-call event naming the call it saw answered (the response id:
+#: ``chatcmpl-…``, ``resp_…``, ``msg_…``). A gateway that served that call and is handed the event
+#: (:class:`molt.capture.handover.GatewayRecorder`) joins the adapter's run to its own trajectory.
+CALL_ID_TAG = "molt.call_id"
 _SET_HERE = frozenset({"event_id", "trajectory_id", "parent_id", "kind", "timestamp", "metadata", "provenance"})
 
 # The adapter API: what an adapter imports from here, including the payload and dispatch names it
 # needs, so an adapter has one module to import from.
 __all__ = [
     "BlobStore",
+    "CALL_ID_TAG",
     "Capture",
     "CaptureStats",
     "DirectoryBlobStore",
@@ -315,6 +320,11 @@ class Capture:
         event built from now on. Submit it (``capture.submit(capture.stamp, …)``) so that it takes
         effect in callback order: the events of callbacks queued before it keep the old values."""
         self.provenance = self.provenance.model_copy(update=fields)
+
+    @property
+    def identity(self) -> tuple[str | None, str | None]:
+        """``(tenant_id, agent_id)`` put on every event."""
+        return self._metadata["tenant_id"], self._metadata["agent_id"]
 
     def new_trajectory(self) -> str:
         """A fresh trajectory id from the Recorder."""

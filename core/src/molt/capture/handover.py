@@ -9,6 +9,11 @@ each event to the gateway (``POST /v1/traces``, each event whole in a ``molt.eve
 gateway's own Recorder appends them in the order they come, governed like the gateway's own and stamped
 with the caller's tenant (a key's tenant; ``X-Molt-Tenant`` only where the key allows it).
 
+An adapter's run joins the gateway's trajectory by its model calls (each names the call it saw answered:
+:data:`molt.capture.adapt.CALL_ID_TAG`, see :mod:`molt.gateway.joins`), so the events of a trajectory
+that has had no model call yet wait, up to ``hold_s``, for its first one and go right after it (a graph's
+start step ends before the model answers); :meth:`flush` sends them at once.
+
 Fail open for the agent: ``record()`` is a deque append; a sender thread posts batches, retries a gateway
 that is down for ``retry_s``, then drops and counts (``stats``). Nothing is spooled on this side: what the
 gateway has not accepted is not durable.
@@ -35,7 +40,7 @@ from typing import Any
 import orjson
 
 from molt.atdp.ids import new_id
-from molt.atdp.models import Event, RewardAnnotation
+from molt.atdp.models import Event, EventKind, RewardAnnotation
 from molt.atdp.otel import event_to_span
 
 __all__ = ["HandoverStats", "GatewayRecorder"]
@@ -75,6 +80,9 @@ class GatewayRecorder:
         max_queue: events held while the gateway is slow (default 100,000); past it they are dropped.
         retry_s: how long a batch is retried while the gateway is unreachable or failing (default 30 s).
         timeout_s: one POST's timeout (default 10 s).
+        hold_s: how long the events of a trajectory with no model call yet wait for its first one
+            (default 5 s; 0 sends each at once: an MCP server, whose events name the gateway's
+            trajectory themselves).
     """
 
     #: Tells adapters that this recorder's events reach the gateway's own trajectories: an adapter may
@@ -82,7 +90,7 @@ class GatewayRecorder:
     hands_to_gateway = True
 
     def __init__(self, url: str, *, api_key: str | None = None, max_queue: int = 100_000,
-                 retry_s: float = 30.0, timeout_s: float = 10.0):
+                 retry_s: float = 30.0, timeout_s: float = 10.0, hold_s: float = 5.0):
         import httpx
 
         base = url.rstrip("/")
@@ -94,6 +102,12 @@ class GatewayRecorder:
         self.api_key = api_key
         self.max_queue = max_queue
         self.retry_s = retry_s
+        self.hold_s = hold_s
+        # trajectory -> (first held at, events) while it has had no model call; then the trajectories
+        # that had one (the newest), whose events go at once
+        self._held: dict[str, tuple[float, list[Event]]] = {}
+        self._n_held = 0
+        self._called: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._client = httpx.Client(timeout=timeout_s)
         self._queue: collections.deque[Event] = collections.deque()
         self._cond = threading.Condition()
@@ -109,15 +123,39 @@ class GatewayRecorder:
     def record(self, event: Event) -> bool:
         """Queue ``event`` for the gateway; False when it was dropped (queue full or closed)."""
         with self._cond:
-            if self._closed or len(self._queue) >= self.max_queue:
+            if self._closed or len(self._queue) + self._n_held >= self.max_queue:
                 self._dropped += 1
                 self._handled += 1
                 self._enqueued += 1
                 return False
-            self._queue.append(event)
             self._enqueued += 1
+            tid = event.trajectory_id
+            if event.kind == EventKind.MODEL_CALL:
+                self._called[tid] = None
+                self._called.move_to_end(tid)
+                if len(self._called) > 100_000:
+                    self._called.popitem(last=False)
+                self._queue.append(event)
+                self._release(tid)
+            elif self.hold_s > 0 and tid not in self._called:
+                self._held.setdefault(tid, (time.monotonic(), []))[1].append(event)
+                self._n_held += 1
+            else:
+                self._queue.append(event)
             self._cond.notify_all()
         return True
+
+    def _release(self, tid: str | None = None, older_than: float | None = None) -> None:
+        """Queue held events (under the lock): of ``tid``, of trajectories held since before
+        ``older_than``, or all."""
+        if tid is not None:
+            keys = [tid] if tid in self._held else []
+        else:
+            keys = [t for t, (at, _) in self._held.items() if older_than is None or at < older_than]
+        for t in keys:
+            _, events = self._held.pop(t)
+            self._n_held -= len(events)
+            self._queue.extend(events)
 
     def reward(self, annotation: RewardAnnotation) -> bool:
         """Late rewards go to the gateway's feedback API (``/v1/molt/rewards/…``), not through here."""
@@ -136,6 +174,8 @@ class GatewayRecorder:
         signature: an accepted event is the gateway's to make durable."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            self._release()  # a run that ended without a model call: its events wait no longer
+            self._cond.notify_all()
             target = self._enqueued
             dropped_before = self._dropped + self._rejected
             while self._handled < target:
@@ -149,6 +189,7 @@ class GatewayRecorder:
         """Send what is queued (up to ``timeout``), then stop."""
         self.flush(timeout)
         with self._cond:
+            self._release()
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=5)
@@ -165,7 +206,7 @@ class GatewayRecorder:
         """Current counters."""
         with self._cond:
             return HandoverStats(self._enqueued, self._accepted, self._rejected, self._dropped,
-                                 len(self._queue), self._last_error)
+                                 len(self._queue) + self._n_held, self._last_error)
 
     # ------------------------------------------------------------------ sender thread
 
@@ -174,6 +215,8 @@ class GatewayRecorder:
             with self._cond:
                 while not self._queue and not self._closed:
                     self._cond.wait(0.5)
+                    if self._held:
+                        self._release(older_than=time.monotonic() - self.hold_s)
                 if not self._queue and self._closed:
                     return
                 batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]

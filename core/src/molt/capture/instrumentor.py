@@ -175,6 +175,19 @@ class Instrumentor:
     def _stamp(self, stamp: tuple[str | None, str | None]) -> None:  # dispatcher thread
         self.capture.stamp(policy_version=stamp[0], harness_fingerprint=stamp[1])
 
+    def gateway_headers(self) -> dict[str, str]:
+        """The headers a model client pointed at the Molt gateway sends so that the gateway's record of
+        its calls and this adapter's events are one run of one tenant and one agent: ``X-Molt-Tenant``
+        and ``X-Molt-Agent`` (``ChatOpenAI(..., default_headers=handler.gateway_headers())``). Record
+        through :class:`molt.capture.handover.GatewayRecorder` to join the gateway's trajectory."""
+        tenant, agent = self.capture.identity
+        out = {}
+        if tenant:
+            out["X-Molt-Tenant"] = tenant
+        if agent:
+            out["X-Molt-Agent"] = agent
+        return out
+
     @property
     def version_id(self) -> str | None:
         """The id of the version applied now (None without ``versions=`` or before the first)."""

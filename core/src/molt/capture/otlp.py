@@ -53,7 +53,7 @@ import contextlib
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +188,9 @@ class OtlpIngest:
         strict: raise the first mapping or Recorder error from :meth:`flush` (tests).
         namespace: resolves trace ids within the caller's tenant (the gateway's; ``None``: trace ids
             are trajectory ids as given).
+        join: ``join(event, tenant)`` for an event handed over whole (``molt.event``): the event to
+            record instead, or ``None`` to record nothing (the gateway's
+            :class:`~molt.gateway.joins.CallJoins`: an adapter's run joins the gateway's trajectory).
         **capture_options: other :class:`~molt.capture.adapt.Capture` options (``blob_store``, ``tags``).
 
     Example::
@@ -203,6 +206,7 @@ class OtlpIngest:
         tenant_id: str | None = None,
         strict: bool = False,
         namespace: TrajectoryNamespace | None = None,
+        join: Callable[[Event, str | None], Event | None] | None = None,
         **capture_options: Any,
     ):
         self.capture = Capture(
@@ -215,6 +219,7 @@ class OtlpIngest:
         )
         self.tenant_id = tenant_id
         self.namespace = namespace
+        self.join = join
         self._tags = {str(k): str(v) for k, v in (capture_options.get("tags") or {}).items()}
         self._version = distribution_version("molt-core")
         # annotation ids of the rewards recorded lately: a re-sent export (an exporter's retry) is
@@ -320,6 +325,11 @@ class OtlpIngest:
             owner = str(tenant) if tenant else None
         else:
             ev = self.to_event(s, tenant_id=tenant_id, agent_id=agent_id)
+            if self.join is not None and isinstance(s.span.attributes.get("molt.event"), str):
+                joined = self.join(ev, tenant_id)  # an event handed over whole: the gateway's join
+                if joined is None:
+                    return 0, 0
+                ev = joined
             self.capture.record(ev)
             if not s.events:
                 return 0, 0

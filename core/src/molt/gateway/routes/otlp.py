@@ -30,5 +30,8 @@ def install(ctx: RouteContext) -> None:
             status, body = classify(exc)
             return json_response(body, status=status)
 
-    ctx.app.router.routes.extend(otlp_routes(OtlpIngest(gw.recorder, namespace=gw.namespace),
-                                             authenticate=otlp_tenant))
+    from molt.gateway.joins import CallJoins
+
+    # events an adapter hands over (GatewayRecorder) join the trajectory of the calls this gateway served
+    ingest = OtlpIngest(gw.recorder, namespace=gw.namespace, join=CallJoins(gw.sessions).join)
+    ctx.app.router.routes.extend(otlp_routes(ingest, authenticate=otlp_tenant))
