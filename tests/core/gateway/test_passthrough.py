@@ -452,3 +452,80 @@ def test_molt_serve_passes_either_api_through_to_another_molt_serve(tmp_path: Pa
             assert ev.name == name and (ev.action.text or "").startswith("echo: via cli")
         finally:
             store.close()
+
+
+@pytest.mark.slow
+def test_claude_code_and_codex_run_through_passthrough_fronts(tmp_path: Path) -> None:
+    """The coding-agent CLIs, unmodified, through a gateway that passes their API through to another
+    ``molt serve``: Claude Code (``--backend anthropic``) and Codex CLI (``--passthrough responses``)
+    each land one verified trajectory with the tool they ran, at the front and at the upstream."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from molt.gateway.loopback import free_port
+
+    from .test_cli_agents import SECRET, _cli
+
+    claude, codex = _cli("claude"), _cli("codex")
+    up, a, r = free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up}/v1"
+    serve_args = {up: ["--backend", "stub"],
+                  a: ["--backend", "anthropic", "--upstream-url", upstream, "--model", "stub"],
+                  r: ["--backend", "openai", "--passthrough", "responses", "--upstream-url", upstream, "--model", "stub"]}
+    procs = [subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--port", str(port), "--log-level", "warning",
+                               "--no-governance", *extra], env={**os.environ, "MOLT_HOME": str(tmp_path / str(port))},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             for port, extra in serve_args.items()]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text(SECRET + "\n")
+    (tmp_path / "codex").mkdir()
+    (tmp_path / "codex" / "config.toml").write_text(
+        f'model = "stub"\nmodel_provider = "molt"\ncheck_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n'
+        f'[model_providers.molt]\nname = "Molt"\nbase_url = "http://127.0.0.1:{r}/v1"\nenv_key = "MOLT_API_KEY"\n'
+        f'wire_api = "responses"\n')
+    runs = [([str(claude), "-p", f'Read the notes. [[stub:call=Read {{"file_path": "{work / "notes.txt"}"}}]]',
+              "--output-format", "json"],
+             {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(tmp_path / ".claude"),
+              "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{a}", "ANTHROPIC_API_KEY": "sk-any", "ANTHROPIC_MODEL": "stub",
+              "ANTHROPIC_DEFAULT_HAIKU_MODEL": "stub", "ANTHROPIC_SMALL_FAST_MODEL": "stub",
+              "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+              "DISABLE_AUTOUPDATER": "1"}),
+            ([str(codex), "exec", "--skip-git-repo-check", 'Read the notes. [[stub:call=exec_command {"cmd": "cat notes.txt"}]]'],
+             {"HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "codex"), "MOLT_API_KEY": "sk-any"})]
+    try:
+        deadline = time.monotonic() + 90
+        for port in serve_args:
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+                time.sleep(0.25)
+        for cmd, env in runs:
+            out = subprocess.run(cmd, cwd=work, env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True,
+                                 timeout=180, stdin=subprocess.DEVNULL)
+            assert out.returncode == 0 and SECRET in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+        time.sleep(2)  # each gateway's capture process records a moment after the answer
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)
+    seen: dict[int, list[tuple[str, str]]] = {}
+    for port in serve_args:
+        store = Store.open(tmp_path / str(port) / "store", auto_compact=False)
+        try:
+            for tid in store.trajectory_ids():
+                assert store.verify(tid).ok
+                seen.setdefault(port, []).append(tuple(e.name for e in store.trajectory(tid).events))  # type: ignore[arg-type]
+        finally:
+            store.close()
+    assert seen[a] == [("messages", "Read", "messages")]
+    assert seen[r] == [("responses", "exec_command", "responses")]
+    assert sorted(seen[up]) == sorted([*seen[a], *seen[r]])  # each arrived upstream in its own API
