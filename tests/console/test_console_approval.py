@@ -167,6 +167,11 @@ def test_a_decision_and_a_version_show_the_same_change(page: Any, approval: Appr
     page.wait_for_url("**/console/versions/**")
     _check_change(page.locator("section.change"), approval, "acme")
     assert approval.live["acme"] in page.locator("#lineage").inner_text()
+    # what its memory was made from: the tenant and counts of the cluster's trajectories, nothing more
+    learned = page.locator("#learned-from tr[data-kind='memory']")
+    assert learned.count() == 1
+    cells = learned.locator("td").all_inner_texts()
+    assert cells[2] == "acme" and int(cells[3]) >= 3 and "initech" not in page.locator("#learned-from").inner_text()
     _shot(page, "version")
 
 

@@ -50,7 +50,12 @@ def test_evolve_then_versions_roundtrip(home: Path, capsys: pytest.CaptureFixtur
 
     assert run(["versions", "show", f"{AGENT}@acme:v1"]) == 0
     shown = orjson.loads(capsys.readouterr().out)
-    assert shown["parts"]["memory_ids"] == [] and shown["status"] == "previous"
+    assert shown["parts"]["memory_ids"] == [] and shown["status"] == "previous" and shown["lineage"] == []
+    # the plane recorded the memory's lineage: its cluster's corrections, from several hands (counts only)
+    assert run(["versions", "show", f"{AGENT}@acme:v2"]) == 0
+    [lin] = orjson.loads(capsys.readouterr().out)["lineage"]
+    assert (lin["kind"], lin["version"], lin["tenants"]) == ("memory", f"{AGENT}@acme:v2", ["acme"])
+    assert lin["trajectories"] >= 3
 
     assert run(["versions", "rollback", "--tenant", "acme", "--agent", AGENT]) == 0
     assert f"{AGENT}@acme:v1 is live" in capsys.readouterr().out

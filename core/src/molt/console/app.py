@@ -7,7 +7,7 @@ GET  /login, POST /login, /logout   log in with an API key (HttpOnly session coo
 GET  /trajectories                  list, filters: agent, outcome                      read
 GET  /trajectories/{id}             causal tree, redactions, rewards, provenance       read
 GET  /versions, /versions/diff      policy versions per agent, diff of two             read
-GET  /versions/{id}                 one version: parts, lineage, success, its change   read
+GET  /versions/{id}                 parts, ancestry, learned-from counts, its change   read
 POST /versions/rollback             roll an agent back one version                     admin
 GET  /decisions, /decisions/{id}    the control plane's decision log, one decision     read
 GET  /proposals                     changes waiting for approval (approval mode)       admin
@@ -302,8 +302,12 @@ class Console:
         success = [(x, version_success(eps, x.version_id)) for x in lineage]
         parts = diff_rows([(k, val, None) for k, val in v.parts.model_dump(mode="json").items()])
         history = [h for h in reversed(reg.history(tenant, v.agent_id)) if h["version_id"] == v.version_id]
+        from molt.control.provenance import version_lineage
+
+        # counts and tenants of each learned part's lineage: never trajectory ids of another tenant, nor payloads
+        learned = [r.summary() for r in version_lineage(self.store, reg, v)]
         return self.render("version", c, page="/versions", v=version_row(v), parts=parts, lineage=success,
-                           change=change, history=history)
+                           change=change, history=history, learned=learned)
 
     def _proposal_change(self, c: _Caller, p: Any) -> dict[str, Any]:
         ev = p.evidence

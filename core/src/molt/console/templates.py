@@ -283,6 +283,13 @@ _VERSION = """{% extends "base" %}{% from "change" import change as change_html 
 <table id="lineage"><thead><tr><th>version</th><th>success of the requests it served (95% interval)</th></tr></thead><tbody>
 {% for x, s in lineage %}<tr data-version="{{ x.version_id }}"><td><a href="{{ base }}/versions/{{ x.version_id|urlencode }}">
 <code>{{ x.version_id }}</code></a> {{ x.status }}</td><td>{{ s.text }}</td></tr>{% endfor %}</tbody></table>
+<h2>What its learned parts were made from</h2>
+{% if learned %}<table id="learned-from"><thead><tr><th>part</th><th>id</th><th>tenants</th><th>trajectories</th>
+<th>subjects (keyed digests)</th><th>status</th></tr></thead><tbody>
+{% for r in learned %}<tr data-kind="{{ r.kind }}"><td>{{ r.kind }}</td><td><code>{{ r.artifact }}</code></td>
+<td>{{ r.tenants|join(', ') }}</td><td>{{ r.trajectories }}</td><td>{{ r.subjects }}</td><td>{{ r.status }}</td></tr>
+{% endfor %}</tbody></table>{% else %}<p id="learned-from">No learned part (memory, skill, harness edit, tool rewrite,
+adapter) with a recorded lineage.</p>{% endif %}
 <h2>The change that made it</h2>
 {% if change %}{{ change_html(change, base + '/trajectories/') }}{% else %}<p>No recorded change made this version (a base version,
 or one created by hand).</p>{% endif %}
