@@ -83,3 +83,40 @@ def test_erasing_a_tenant_removes_its_adapters_files(store: Store, molt_home: Pa
     assert not dirs["acme"].exists() and dirs["globex"].is_dir()
     assert molt(["adapters", "ls", "--operator", "--json"]) == 0
     assert [orjson.loads(x)["tenant_id"] for x in capsys.readouterr().out.splitlines()] == ["globex"]
+
+
+def test_a_tool_rewrite_and_a_harness_edit_follow_their_evidence(store: Store, molt_home: Path) -> None:
+    """A tool rewrite resting on the subject's run and one other is taken out (one session left, under
+    the bar of 3); a harness edit resting on the subject's and three others' stays, its lineage without
+    the subject; a later version that kept both is superseded with the rewrite alone taken back."""
+    from molt.control.provenance import holds, record_change
+    from molt.harness import ToolRewrite
+
+    _record(store, molt_home, "acme", "t-s", SUBJECT)
+    for i in range(3):
+        _record(store, molt_home, "acme", f"t-u{i}", None)
+    reg = VersionRegistry(store)
+    base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="m"),
+                                                           tools={"lookup": ToolRewrite(description="Look up.")}))
+    v2 = reg.create("acme", "support", base.parts.with_tools({"lookup": ToolRewrite(description="Look up an order "
+                                                                                    "by its id (A-1234).")}),
+                    parent=base.version_id)
+    record_change(store, v2, base, ["t-s", "t-u0"], kind="tool_schema_edit")
+    reg.promote(v2.version_id, actor="plane")
+    v3 = reg.create("acme", "support", v2.parts.with_system_prompt("Answers cite the order id."), parent=v2.version_id)
+    [h] = record_change(store, v3, v2, ["t-s", "t-u0", "t-u1", "t-u2"], kind="harness_edit")
+    reg.promote(v3.version_id, actor="plane")
+    [t] = LineageLog(store).records("acme", kind="tool_rewrite")
+    assert t.artifact_id == f"{v2.version_id}#tools.lookup" and holds(reg, v3, t) and not holds(reg, base, t)
+    assert holds(reg, v3, h) and not holds(reg, v2, h)
+
+    out = erase_subject_everywhere(store, SUBJECT)
+    acts = {a.kind: a for a in out.artifacts}
+    assert acts["tool_rewrite"].action == "taken out of the versions holding it"
+    assert acts["harness_edit"].action.startswith("kept") and acts["harness_edit"].trajectories_left == 3
+    live = reg.live("acme", "support")
+    assert live.parts.tools["lookup"].description == "Look up."
+    assert live.parts.harness.system_prompt == "Answers cite the order id."
+    assert {reg.get(v.version_id).status for v in (v2, v3)} == {"erased"}
+    [kept] = LineageLog(store).records("acme", kind="harness_edit")
+    assert not kept.names_subject(SUBJECT) and "t-s" not in kept.trajectories
