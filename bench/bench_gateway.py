@@ -457,8 +457,9 @@ def main() -> None:
             for suffix, name in PASSTHROUGH.items():
                 targets.append((INPROC + suffix, port, KEY))
                 pport = free_port()
-                cmd = [py, __file__, "--serve-molt", str(pport), "--upstream", inproc, "--home", tmp + "/p-" + suffix.removeprefix(" /v1/")]
-                env = {**quiet, "MOLT_BENCH_PASSTHROUGH": suffix.removeprefix(" /v1/")}
+                api = suffix.removeprefix(" /v1/")
+                cmd = [py, __file__, "--serve-molt", str(pport), "--upstream", inproc, "--home", tmp + "/p-" + api]
+                env = {**quiet, "MOLT_BENCH_PASSTHROUGH": api}
                 stack.enter_context(process(cmd, pport, env=env, headers=auth))
                 targets.append((name, pport, KEY))
             if litellm is not None:

@@ -74,7 +74,8 @@ def test_messages_pass_through_to_an_anthropic_upstream_and_are_recorded(serve: 
     front, upstream = _front(serve, "messages")
     client = _anthropic(front)
     raw = client.messages.with_raw_response.create(
-        model="stub", max_tokens=100, system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        model="stub", max_tokens=100,
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         messages=[{"role": "user", "content": "hello upstream"}], metadata={"session_id": "as-sent"})
     m = raw.parse()
     assert m.content[0].text == "echo: hello upstream" and m.stop_reason == "end_turn"
@@ -89,6 +90,10 @@ def test_messages_pass_through_to_an_anthropic_upstream_and_are_recorded(serve: 
                                                                       ("user", "hello upstream")]
     assert ev.metadata.usage.output_tokens == len("echo: hello upstream") and ev.metadata.tenant_id == "acme"
     assert front.store.verify(ev.trajectory_id).ok
+    # count_tokens is the upstream's own count
+    ask = {"model": "stub", "system": "Be brief.", "messages": [{"role": "user", "content": "count me"}]}
+    direct = anthropic.Anthropic(base_url=upstream.url, api_key="x").messages.count_tokens(**ask)
+    assert client.messages.count_tokens(**ask).input_tokens == direct.input_tokens > 0
     rew = httpx.post(front.url + "/v1/molt/rewards/call", headers=OPERATOR | {"authorization": "Bearer sk-acme-writer"},
                      json={"call_id": m.id, "value": 1.0})
     assert rew.status_code == 200 and rew.json()["event_ids"] == [ev.event_id]
@@ -288,7 +293,8 @@ def test_every_route_exports_the_same_genai_spans_passed_through_or_not(serve: C
     front, _ = _front(serve, "messages")
     front.client().chat.completions.create(model="stub", messages=[{"role": "user", "content": "via chat"}])
     front.client().responses.create(model="stub", input="via responses")
-    _anthropic(front).messages.create(model="stub", max_tokens=50, messages=[{"role": "user", "content": "via messages"}])
+    _anthropic(front).messages.create(model="stub", max_tokens=50,
+                                      messages=[{"role": "user", "content": "via messages"}])
     front.flush()
     mem = InMemorySpanExporter()
     sent, failed = export_otlp(front.store, exporter=mem)
@@ -414,11 +420,12 @@ def test_molt_serve_passes_either_api_through_to_another_molt_serve(tmp_path: Pa
     upstream = f"http://127.0.0.1:{up}/v1"
     serve_args = {up: ["--backend", "stub", "--no-record"],
                   a: ["--backend", "anthropic", "--upstream-url", upstream, "--model", "stub", "--no-governance"],
-                  r: ["--backend", "openai", "--passthrough", "responses", "--upstream-url", upstream, "--model", "stub",
-                      "--no-governance"]}
+                  r: ["--backend", "openai", "--passthrough", "responses", "--upstream-url", upstream,
+                      "--model", "stub", "--no-governance"]}
     procs = {port: subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--port", str(port), "--log-level",
                                      "warning", *extra],
-                                    env={**os.environ, "MOLT_HOME": str(tmp_path / str(port)), "PYTHONWARNINGS": "ignore"},
+                                    env={**os.environ, "MOLT_HOME": str(tmp_path / str(port)),
+                                         "PYTHONWARNINGS": "ignore"},
                                     stderr=subprocess.PIPE, start_new_session=True)
              for port, extra in serve_args.items()}
     try:
@@ -434,7 +441,8 @@ def test_molt_serve_passes_either_api_through_to_another_molt_serve(tmp_path: Pa
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
         client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{a}", api_key="unused", max_retries=0)
-        with client.messages.stream(model="stub", max_tokens=50, messages=[{"role": "user", "content": "via cli"}]) as s:
+        ask = [{"role": "user", "content": "via cli"}]
+        with client.messages.stream(model="stub", max_tokens=50, messages=ask) as s:
             assert s.get_final_message().content[0].text == "echo: via cli"
         raw = openai.OpenAI(base_url=f"http://127.0.0.1:{r}/v1", api_key="unused", max_retries=0) \
             .responses.with_raw_response.create(model="stub", input="via cli too")
@@ -474,7 +482,8 @@ def test_claude_code_and_codex_run_through_passthrough_fronts(tmp_path: Path) ->
     upstream = f"http://127.0.0.1:{up}/v1"
     serve_args = {up: ["--backend", "stub"],
                   a: ["--backend", "anthropic", "--upstream-url", upstream, "--model", "stub"],
-                  r: ["--backend", "openai", "--passthrough", "responses", "--upstream-url", upstream, "--model", "stub"]}
+                  r: ["--backend", "openai", "--passthrough", "responses", "--upstream-url", upstream,
+                      "--model", "stub"]}
     procs = [subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--port", str(port), "--log-level", "warning",
                                "--no-governance", *extra], env={**os.environ, "MOLT_HOME": str(tmp_path / str(port))},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -484,7 +493,8 @@ def test_claude_code_and_codex_run_through_passthrough_fronts(tmp_path: Path) ->
     (work / "notes.txt").write_text(SECRET + "\n")
     (tmp_path / "codex").mkdir()
     (tmp_path / "codex" / "config.toml").write_text(
-        f'model = "stub"\nmodel_provider = "molt"\ncheck_for_update_on_startup = false\n\n[analytics]\nenabled = false\n\n'
+        f'model = "stub"\nmodel_provider = "molt"\ncheck_for_update_on_startup = false\n\n'
+        f'[analytics]\nenabled = false\n\n'
         f'[model_providers.molt]\nname = "Molt"\nbase_url = "http://127.0.0.1:{r}/v1"\nenv_key = "MOLT_API_KEY"\n'
         f'wire_api = "responses"\n')
     runs = [([str(claude), "-p", f'Read the notes. [[stub:call=Read {{"file_path": "{work / "notes.txt"}"}}]]',
@@ -494,7 +504,8 @@ def test_claude_code_and_codex_run_through_passthrough_fronts(tmp_path: Path) ->
               "ANTHROPIC_DEFAULT_HAIKU_MODEL": "stub", "ANTHROPIC_SMALL_FAST_MODEL": "stub",
               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
               "DISABLE_AUTOUPDATER": "1"}),
-            ([str(codex), "exec", "--skip-git-repo-check", 'Read the notes. [[stub:call=exec_command {"cmd": "cat notes.txt"}]]'],
+            ([str(codex), "exec", "--skip-git-repo-check",
+              'Read the notes. [[stub:call=exec_command {"cmd": "cat notes.txt"}]]'],
              {"HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "codex"), "MOLT_API_KEY": "sk-any"})]
     try:
         deadline = time.monotonic() + 90

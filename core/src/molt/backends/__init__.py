@@ -1,5 +1,6 @@
 """Model backends behind the gateway: ``vllm`` (token-in vLLM server, LoRA hot-load), ``openai`` (any
-OpenAI-compatible upstream), ``anthropic`` (an Anthropic Messages API upstream), ``local`` (in-process transformers) and ``stub`` (deterministic, no model).
+OpenAI-compatible upstream), ``anthropic`` (an Anthropic Messages API upstream), ``local`` (in-process
+transformers) and ``stub`` (deterministic, no model).
 
 Example::
 
@@ -11,6 +12,7 @@ Example::
 
 from typing import Any
 
+from molt.backends.anthropic import AnthropicBackend
 from molt.backends.base import (
     Backend,
     BaseBackend,
@@ -27,7 +29,6 @@ from molt.backends.base import (
     ToolCallDelta,
     ToolCallOut,
 )
-from molt.backends.anthropic import AnthropicBackend
 from molt.backends.local import LocalBackend
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model, find_policy_gguf
 from molt.backends.openai_compat import OpenAIBackend

@@ -149,10 +149,15 @@ def messages_request_body(req: ChatRequest, *, max_tokens: int = 4096) -> dict[s
 # --------------------------------------------------------------------------------- Messages → chat
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _usage(u: Any) -> TokenCounts | None:
     if not isinstance(u, dict):
         return None
-    return TokenCounts(prompt_tokens=int(u.get("input_tokens") or 0), completion_tokens=int(u.get("output_tokens") or 0))
+    return TokenCounts(prompt_tokens=int(u.get("input_tokens") or 0),
+                       completion_tokens=int(u.get("output_tokens") or 0))
 
 
 def parse_message(body: dict[str, Any]) -> Result:
@@ -192,7 +197,7 @@ class MessagesStreamParser:
         """``(items, whether this was the stream's last event)`` for one event."""
         typ = data.get("type") or event
         if typ == "content_block_delta":
-            d = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+            d = _obj(data.get("delta"))
             if d.get("type") == "text_delta" and isinstance(d.get("text"), str):
                 return [Delta(text=d["text"])], False
             k = self._tools.get(int(data.get("index", -1)))
@@ -200,7 +205,7 @@ class MessagesStreamParser:
                 return [Delta(tool_calls=[ToolCallDelta(index=k, arguments=str(d["partial_json"]))])], False
             return [], False
         if typ == "content_block_start":
-            b = data.get("content_block") if isinstance(data.get("content_block"), dict) else {}
+            b = _obj(data.get("content_block"))
             if b.get("type") == "tool_use":
                 k = self._tools[int(data.get("index", len(self._tools)))] = len(self._tools)
                 given = b.get("input")
@@ -211,26 +216,26 @@ class MessagesStreamParser:
                 return [Delta(text=str(b["text"]))], False
             return [], False
         if typ == "message_start":
-            msg = data.get("message") if isinstance(data.get("message"), dict) else {}
+            msg = _obj(data.get("message"))
             self._model = str(msg.get("model", ""))
             u = _usage(msg.get("usage"))
             if u is not None:
                 self._input, self._output = u.prompt_tokens, u.completion_tokens
             return [], False
         if typ == "message_delta":
-            d = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+            d = _obj(data.get("delta"))
             if d.get("stop_reason"):
                 self._finish = _FINISH.get(str(d["stop_reason"]), "stop")
-            u = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-            self._output = int(u.get("output_tokens") or self._output)
-            self._input = int(u.get("input_tokens") or self._input)
+            counts = _obj(data.get("usage"))
+            self._output = int(counts.get("output_tokens") or self._output)
+            self._input = int(counts.get("input_tokens") or self._input)
             return [], False
         if typ == "message_stop":
             finish = "tool_calls" if self._tools else self._finish
             return [Delta(finish_reason=finish),
                     StreamEnd(model=self._model, usage=TokenCounts(self._input, self._output))], True
         if typ == "error":
-            err = data.get("error") if isinstance(data.get("error"), dict) else data
+            err = _obj(data.get("error")) or data
             raise BackendStreamError(f"{self.who} failed mid-stream: {err.get('message', err)}", backend=self.backend)
         return [], False
 
@@ -286,6 +291,11 @@ class AnthropicBackend(UpstreamBackend):
         """See :meth:`complete`."""
         await self.complete(request)
         yield StreamEnd(model=request.model)  # pragma: no cover (complete raises)
+
+    async def count_tokens(self, body: dict[str, Any]) -> int:
+        """The upstream's own count of a Messages request's input tokens (``/messages/count_tokens``)."""
+        out = await self._post("/messages/count_tokens", body)
+        return int(out.get("input_tokens") or 0)
 
     def _relayed_result(self, api: str, body: dict[str, Any]) -> Result:
         return parse_message(body)

@@ -516,7 +516,8 @@ def parse_completion_chunk(body: dict[str, Any]) -> list[StreamItem]:
 def _responses_usage(u: Any) -> TokenCounts | None:
     if not isinstance(u, dict):
         return None
-    return TokenCounts(prompt_tokens=int(u.get("input_tokens") or 0), completion_tokens=int(u.get("output_tokens") or 0))
+    return TokenCounts(prompt_tokens=int(u.get("input_tokens") or 0),
+                       completion_tokens=int(u.get("output_tokens") or 0))
 
 
 def _function_name(item: dict[str, Any]) -> str:
@@ -574,20 +575,21 @@ class ResponsesStreamParser:
             return [Delta(tool_calls=[ToolCallDelta(index=k, id=str(item.get("call_id") or item.get("id") or ""),
                                                     name=_function_name(item), arguments=args)])], False
         if typ in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
-            k = self._calls.get(int(data.get("output_index", -1)))
-            if k is None:
+            at = self._calls.get(int(data.get("output_index", -1)))
+            if at is None:
                 return [], False
+            k = at
             text = data.get("delta") if typ.endswith("delta") else (None if self._args[k] else data.get("arguments"))
             if not isinstance(text, str) or not text:
                 return [], False
             self._args[k] = True
             return [Delta(tool_calls=[ToolCallDelta(index=k, arguments=text)])], False
         if typ in ("response.completed", "response.incomplete"):
-            resp = data.get("response") if isinstance(data.get("response"), dict) else {}
+            resp: dict[str, Any] = data["response"] if isinstance(data.get("response"), dict) else {}
             return [Delta(finish_reason=_responses_finish(resp, bool(self._calls))),
                     StreamEnd(model=str(resp.get("model", "")), usage=_responses_usage(resp.get("usage")))], True
         if typ in ("response.failed", "error"):
-            resp = data.get("response") if isinstance(data.get("response"), dict) else data
-            err = resp.get("error") if isinstance(resp.get("error"), dict) else resp
+            failed: dict[str, Any] = data["response"] if isinstance(data.get("response"), dict) else data
+            err: dict[str, Any] = failed["error"] if isinstance(failed.get("error"), dict) else failed
             raise BackendStreamError(f"{self.who} failed mid-stream: {err.get('message', err)}", backend=self.backend)
         return [], False

@@ -22,8 +22,8 @@ import ipaddress
 import logging
 import os
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from molt.backends import BACKENDS, POLICY_MODEL_NAME, BaseBackend, create_backend

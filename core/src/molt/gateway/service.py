@@ -492,7 +492,8 @@ class Gateway:
                         body = passthrough.build(breq, call.applied)
                         async with asyncio.timeout(self.config.backend_timeout_s):
                             relayed = await call.backend.relay(passthrough.api, body)
-                        call.relayed, result = relayed.body, relayed.result
+                        call.relayed = relayed.body
+                        result: Result = relayed.result
                     else:
                         async with asyncio.timeout(self.config.backend_timeout_s):
                             result = await call.backend.chat(breq)
@@ -622,8 +623,9 @@ class Gateway:
         """The backend's stream as deltas (tool names as the client knows them), for any wire format
         to render; a passed-through stream's items are its upstream events
         (:class:`~molt.backends.upstream.RelayedEvent`), yielded as they are while what they mean is
-        assembled for the record (tool names restored there; the route restores them in the event). At the end of the stream the call is finished (``call.record.result`` holds the
-        assembled answer); the caller records it with :meth:`record` after its last bytes. A backend
+        assembled for the record (tool names restored there; the route restores them in the event).
+        At the end of the stream the call is finished (``call.record.result`` holds the assembled
+        answer); the caller records it with :meth:`record` after its last bytes. A backend
         failure mid-stream records the partial answer with the error and raises it as a
         :class:`~molt.errors.BackendError`; the client going away records the call as cancelled."""
         rec = call.record

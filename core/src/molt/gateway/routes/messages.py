@@ -25,7 +25,8 @@ record), the model (the name the client asked for) and tool names restored to th
 recorded from what those events mean. The upstream's own 4xx errors are relayed as it sent them.
 
 ``count_tokens`` counts the request's prompt as the chat template renders it: exact for a byte-level
-tokenizer (the stub), an estimate of ``bytes / 4`` otherwise.
+tokenizer (the stub), an estimate of ``bytes / 4`` otherwise; a Messages upstream counts it itself
+(the client's body, without the harness's additions).
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ from molt.errors import BackendError, InvalidRequest, UpstreamRejected
 from molt.gateway.error_responses import JSON_MEDIA_TYPE, classify
 from molt.gateway.routes.context import RouteContext, read_json
 from molt.gateway.service import Call, Gateway, Passthrough
-from molt.harness import Applied
 from molt.gateway.sessions import normalize_arguments
 from molt.governance.access import Action
+from molt.harness import Applied
 
 __all__ = ["anthropic_error", "install", "message_object", "parse_messages_request", "passthrough_body"]
 
@@ -188,7 +189,7 @@ def _tools(tools: Any, passthrough: bool = False) -> list[dict[str, Any]] | None
         raise _bad("'tools' must be a list of tool objects.", "tools")
     out = []
     for i, t in enumerate(tools):
-        if passthrough and isinstance(t, dict) and t.get("type") not in (None, "custom") and isinstance(t.get("type"), str):
+        if passthrough and isinstance(t, dict) and isinstance(t.get("type"), str) and t["type"] != "custom":
             continue
         if not isinstance(t, dict) or t.get("type") not in (None, "custom") or "input_schema" not in t:
             typ = t.get("type") if isinstance(t, dict) else None
@@ -232,7 +233,8 @@ def _chat_messages(body: dict[str, Any], passthrough: bool = False) -> list[dict
     return msgs
 
 
-def parse_messages_request(body: Any, *, count_only: bool = False, passthrough: bool = False) -> tuple[ChatRequest, bool]:
+def parse_messages_request(body: Any, *, count_only: bool = False,
+                           passthrough: bool = False) -> tuple[ChatRequest, bool]:
     """Validate a Messages body: the chat request it means, and whether it asks to stream. With
     ``passthrough`` (every backend relays the body to a Messages upstream) block types and server tools
     this gateway does not read are left out of the chat request — the record — rather than refused:
@@ -427,8 +429,15 @@ def install(ctx: RouteContext) -> None:
     async def count_tokens(request: Request) -> Response:
         try:
             check_version(request)
-            ctx.auth(request, Action.WRITE)
-            req, _ = parse_messages_request(await read_json(request, gw.config.max_body_bytes), count_only=True)
+            p = ctx.auth(request, Action.WRITE)
+            body = await read_json(request, gw.config.max_body_bytes)
+            relayed = gw.passes_through("messages")
+            req, _ = parse_messages_request(body, count_only=True, passthrough=relayed)
+            if relayed:  # the upstream counts with its own tokenizer, for the model the request is routed to
+                route = gw.router.route(gw.router.resolve(req.model, p.tenant_id, None), "count_tokens")
+                backend: Any = gw.backends[route.backend]
+                n = await backend.count_tokens({**body, "model": route.version.upstream_model or backend.model})
+                return Response(orjson.dumps({"input_tokens": n}), media_type=JSON_MEDIA_TYPE)
         except Exception as exc:
             return fail(exc)
         prompt = render_chatml(template_messages(req.messages, req.tools)).encode()

@@ -57,9 +57,9 @@ from molt.gateway.capture import reply_message
 from molt.gateway.error_responses import JSON_MEDIA_TYPE
 from molt.gateway.routes.context import RouteContext, read_json
 from molt.gateway.service import Call, Gateway, Passthrough
-from molt.harness import Applied
 from molt.gateway.sessions import IdleLRU
 from molt.governance.access import Action
+from molt.harness import Applied
 
 __all__ = ["PreviousResponseNotFound", "ResponseStore", "ResponsesRequest", "install", "parse_responses_request",
            "passthrough_body", "response_object"]
@@ -478,8 +478,9 @@ def passthrough_body(body: dict[str, Any], rr: ResponsesRequest, breq: ChatReque
                         if isinstance(t, dict) and t.get("type") == "namespace" and isinstance(t.get("tools"), list)
                         else tool(t, "") for t in body["tools"]]
         if forward and isinstance(out["input"], list):
-            out["input"] = [{**i, "name": forward[i["name"]]} if isinstance(i, dict) and i.get("type") == "function_call"
-                            and not i.get("namespace") and i.get("name") in forward else i for i in out["input"]]
+            out["input"] = [{**i, "name": forward[i["name"]]}
+                            if isinstance(i, dict) and i.get("type") == "function_call" and not i.get("namespace")
+                            and i.get("name") in forward else i for i in out["input"]]
     return out
 
 
