@@ -1,6 +1,6 @@
 """Erasure follows lineage (issue 47): a subject whose corrections fed memories and a harness edit and
-whose trajectories trained an adapter (the real trainer code: RequestTrainer → Publisher, a LoRA step on
-a tiny random Llama) is erased with ``molt erase --subject``; afterwards no live version, and no version
+whose trajectories trained an adapter (the real trainer code: RequestTrainer → Publisher, one LoRA step
+on SmolLM2-135M) is erased with ``molt erase --subject``; afterwards no live version, and no version
 a rollback can reach, holds those artifacts, the queued retraining request excludes the subject (and the
 adapter it trains has a manifest without it: the manifest diff), a byte scan of MOLT_HOME finds none of
 the subject's raw values, and the audit log lists each artifact and what was done.
@@ -38,6 +38,7 @@ from molt_trainer.requests import RequestTrainer, RunSettings
 SUBJECT = "ana.lima@example.org"
 MARK = "lilac-octopus-4711"  # what the subject wrote: in its messages and its corrections
 AGENT = "support"
+MODEL = "smollm2-135m-instruct"
 
 
 def _grep(root: Path, needle: bytes) -> list[str]:
@@ -59,7 +60,7 @@ def _record(rec: Recorder, i: int, *, subject: bool, reward: float) -> str:
     rec.record(Event(trajectory_id=tid, session_id=f"sess-{tid}", kind=EventKind.USER_MESSAGE, metadata=md,
                      action=UserMessage(content=f"my parcel came damaged, I am {who}")))
     trace = TokenTrace(prompt_ids=[3, 4, 5 + i % 3], completion_ids=[6 + i % 4, 7], completion_logprobs=[-0.5, -0.5],
-                       policy_version="tiny@base", tokenizer="tiny")
+                       policy_version="smollm2@base", tokenizer="smollm2")
     rec.record(Event(trajectory_id=tid, session_id=f"sess-{tid}", kind=EventKind.MODEL_CALL, metadata=md,
                      reward=reward, action=Generation(text=f"refund for {who}", tokens=trace)))
     return tid
@@ -74,7 +75,7 @@ def _json_lines(out: str) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in out.strip().splitlines() if x.startswith("{")]
 
 
-def test_erasing_a_subject_retires_rolls_back_and_retrains_what_it_fed(tiny_model_dir: Path, molt_home: Path,
+def test_erasing_a_subject_retires_rolls_back_and_retrains_what_it_fed(policy_model_dir: Path, molt_home: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     store = Store.open(molt_home / "store", auto_compact=False)
     rec = Recorder(store, spool_dir=molt_home / "spool")
@@ -87,7 +88,7 @@ def test_erasing_a_subject_retires_rolls_back_and_retrains_what_it_fed(tiny_mode
         _correct(store, t, "damaged parcels are refunded within 5 days")
 
     reg = VersionRegistry(store)
-    base = reg.ensure_base("acme", AGENT, PolicyParts(model=ModelPart(base="tiny")))
+    base = reg.ensure_base("acme", AGENT, PolicyParts(model=ModelPart(base=MODEL)))
     mem = MemoryStore(store)
 
     def apply(parent: Any, parts: PolicyParts, evidence: list[str], kind: str) -> Any:
@@ -106,15 +107,14 @@ def test_erasing_a_subject_retires_rolls_back_and_retrains_what_it_fed(tiny_mode
     v4 = apply(v3, v3.parts.with_system_prompt("Answers state the refund window in days."), [subj[2], others[0]],
                "harness_edit")
     # the adapter: a real LoRA run on the agent's traffic, the subject's trajectories among its samples
-    pub = Publisher(model="tiny", out_dir=molt_home / "adapters", store=store, tenant_id="acme", agent_id=AGENT)
+    pub = Publisher(model=MODEL, out_dir=molt_home / "adapters", store=store, tenant_id="acme", agent_id=AGENT)
     trainer = RequestTrainer(pub, RunSettings(lora=LoraSettings(rank=2, lr=1e-2), steps=1),
-                             model_path=tiny_model_dir)
+                             model_path=policy_model_dir)
     loop = WeightLoop(store, trainer, read=store_reader(store), min_trajectories=4, timeout_s=300)
     cand = Candidate(kind="weight_update", cluster="refund|answer", description="weights", cost=10.0,
                      payload={"task": "refund"}, source_trajectories=[*subj, *others])
     part = loop("acme", AGENT, cand)
     v5 = apply(v4, v4.parts.with_model(part), [*subj, *others], "weight_update")
-    loop.close()
     old = read_manifest(part.adapter_path)
     assert old.names_subject(SUBJECT) and set(subj) <= {t for x in old.lineage for t in x.trajectories}
     assert SUBJECT.encode() not in (Path(part.adapter_path) / "molt-manifest.json").read_bytes()
@@ -169,13 +169,10 @@ def test_erasing_a_subject_retires_rolls_back_and_retrains_what_it_fed(tiny_mode
     assert p["lineage_diff"]["removed_subjects"] == {"acme": [digest]} and set(subj) <= set(p["exclude_trajectories"])
     assert not set(subj) & set(req.candidate["source_trajectories"]) and p["model"]["adapter"] is None
     reg.promote(live.version_id, actor="t")  # (undo the rollback check above)
-    pub2 = Publisher(model="tiny", out_dir=molt_home / "adapters", store=store, tenant_id="acme", agent_id=AGENT)
-    retrain = WeightLoop(store, RequestTrainer(pub2, RunSettings(lora=LoraSettings(rank=2, lr=1e-2), steps=1),
-                                               model_path=tiny_model_dir), read=store_reader(store),
-                         min_trajectories=4, timeout_s=300)
-    stop = threading.Event()
-    assert serve_requests(WeightQueue(store), retrain, stop, tenant_id="acme", max_requests=1, poll_s=0.01) == 1
-    retrain.close()
+    # the trainer service takes it (the same weight loop: its trainer starts from fresh weights each run)
+    assert serve_requests(WeightQueue(store), loop, threading.Event(), tenant_id="acme", max_requests=1,
+                          poll_s=0.01) == 1
+    loop.close()
     [after] = WeightQueue(store).requests("acme")
     assert after.status == "done", after.detail
     new = read_manifest(reg.get(after.detail).parts.model.adapter_path)
