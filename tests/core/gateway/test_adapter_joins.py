@@ -82,3 +82,111 @@ def test_langchain_via_gateway_and_handler_is_one_trajectory_per_run(serve: Any,
     served.flush()
     [rewarded] = [t for t in tids if served.store.trajectory(t).rewards]
     assert any(e.provenance.integration == "molt-langchain" for e in served.store.trajectory(rewarded).events)
+
+
+def test_openai_agents_sdk_via_gateway_and_processor_is_one_trajectory_per_run(serve: Any) -> None:
+    """The Agents SDK on the Responses API (its default) through the gateway, MoltTracingProcessor recording
+    through it: one trajectory per run, joined by the ``resp_…`` ids of the response spans."""
+    agents = pytest.importorskip("agents", reason="openai-agents is installed in the main environment")
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    from molt.capture.handover import GatewayRecorder
+    from molt_openai_agents import MoltTracingProcessor
+
+    served = serve(keys=True)
+    key = "sk-acme-writer"
+
+    @agents.function_tool
+    def lookup_order(order_id: str) -> str:
+        """The shipping state of an order."""
+        return f"{order_id}: shipped"
+
+    recorder = GatewayRecorder(served.url, api_key=key)
+    processor = MoltTracingProcessor(recorder, tenant_id="acme", agent_id="support")
+    agents.set_trace_processors([processor])
+    try:
+        async def main() -> list[str]:
+            client = AsyncOpenAI(base_url=served.base_url, api_key=key, max_retries=0,
+                                 default_headers=processor.gateway_headers())
+            agent = agents.Agent(name="support", instructions="Answer in one sentence.", tools=[lookup_order],
+                                 model=agents.OpenAIResponsesModel(model="stub", openai_client=client))
+            out = []
+            for i in range(RUNS):
+                r = await agents.Runner.run(
+                    agent, f'Where is order A-{i}? [[stub:call=lookup_order {{"order_id": "A-{i}"}}]]')
+                assert f"A-{i}: shipped" in r.final_output
+                out.append(r.last_response_id)
+            return out
+
+        calls = asyncio.run(main())
+        assert processor.flush(30)
+    finally:
+        agents.set_trace_processors([])
+        recorder.close()
+    served.flush()
+    tids = served.store.trajectory_ids()
+    assert len(tids) == RUNS, f"{len(tids)} trajectories for {RUNS} runs"
+    for tid in tids:
+        evs = served.store.trajectory(tid).events
+        assert served.store.verify(tid).ok
+        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "support")}
+        assert sum(e.kind == EventKind.MODEL_CALL for e in evs) == 2
+        assert {e.provenance.integration for e in evs if e.kind == EventKind.MODEL_CALL} == {"gateway"}
+        assert (EventKind.TOOL_CALL, "molt-openai-agents") in {(e.kind, e.provenance.integration) for e in evs}
+    r = httpx.post(served.url + "/v1/molt/rewards/call", headers={"authorization": f"Bearer {key}"},
+                   json={"call_id": calls[0], "value": 1})
+    assert r.status_code == 200, r.text
+
+
+CREW = """
+import os, sys
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+from crewai import LLM, Agent, Crew, Task
+from molt.capture.handover import GatewayRecorder
+from molt_crewai import MoltEventListener
+
+url, key, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+recorder = GatewayRecorder(url, api_key=key)
+listener = MoltEventListener(recorder, tenant_id="acme", agent_id="crew")
+llm = LLM(model="openai/stub", base_url=url + "/v1", api_key=key, extra_headers=listener.gateway_headers())
+for i in range(runs):
+    clerk = Agent(role="Support clerk", goal="Answer order questions", backstory="Knows the orders.", llm=llm)
+    crew = Crew(agents=[clerk], tasks=[Task(description=f"Where is order A-{i}?", expected_output="Its state.",
+                                            agent=clerk)])
+    print(crew.kickoff().raw)
+assert listener.flush(30), recorder.stats
+print("STATS", recorder.stats)
+"""
+
+
+def test_crewai_via_gateway_and_listener_is_one_trajectory_per_run(serve: Any, tmp_path: Any) -> None:
+    """CrewAI (its own environment, ``MOLT_CREWAI_PYTHON``) through the gateway, MoltEventListener recording
+    through it: one trajectory per crew run, joined by the ``response_id`` of CrewAI's LLM-call events."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    python = os.environ.get("MOLT_CREWAI_PYTHON") or str(Path(__file__).resolve().parents[3] / ".venv-crewai"
+                                                          / "bin" / "python")
+    if not Path(python).exists():
+        pytest.skip(f"no CrewAI environment at {python} (scripts/setup.sh makes .venv-crewai)")
+    served = serve(keys=True)
+    script = tmp_path / "crew.py"
+    script.write_text(CREW)
+    runs = 2
+    out = subprocess.run([python, str(script), served.url, "sk-acme-writer", str(runs)], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "OPENAI_API_KEY": "unused"})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    served.flush()
+    tids = served.store.trajectory_ids()
+    assert len(tids) == runs, f"{len(tids)} trajectories for {runs} runs"
+    for tid in tids:
+        evs = served.store.trajectory(tid).events
+        assert served.store.verify(tid).ok
+        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "crew")}
+        assert {e.provenance.integration for e in evs if e.kind == EventKind.MODEL_CALL} == {"gateway"}
+        assert (EventKind.AGENT_STEP, "molt-crewai") in {(e.kind, e.provenance.integration) for e in evs}

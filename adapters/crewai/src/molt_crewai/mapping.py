@@ -48,7 +48,7 @@ from molt.atdp import (
     ToolCallRequest,
     Usage,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome
+from molt.capture.adapt import CALL_ID_TAG, Capture, OpenSpan, SpanTable, bound_payload, error_outcome
 
 #: started type -> how its scope is recorded (None: a hidden scope)
 _RECORDED = {
@@ -228,6 +228,9 @@ class CrewAIMapper:
             finish_reason=getattr(end, "finish_reason", None) or ("tool_calls" if calls else None),
             sampling=sampling,
         )
+        call = getattr(end, "response_id", None)
+        if isinstance(call, str) and call:  # a gateway handed this event joins its run to the call's trajectory
+            common = {**common, "tags": {**(common.get("tags") or {}), CALL_ID_TAG: call[:200]}}
         return c.event(
             EventKind.MODEL_CALL,
             name=str(model) if model else "llm",

@@ -32,7 +32,7 @@ from molt.atdp import (
     ToolCallRequest,
     Usage,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, bound_payload, error_outcome, text_of
+from molt.capture.adapt import CALL_ID_TAG, Capture, OpenSpan, SpanTable, bound_payload, error_outcome, text_of
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 _MAX_MESSAGES = 100
@@ -244,6 +244,9 @@ class AgentsMapper:
             finish_reason=("tool_calls" if requests else "stop") if finish is None else text_of(finish),
             sampling=sampling,
         )
+        call = getattr(data.response, "id", None) if stype == "response" else None
+        if isinstance(call, str) and call:  # a gateway handed this event joins its run to the call's trajectory
+            common = {**common, "tags": {CALL_ID_TAG: call[:200]}}
         return c.event(
             EventKind.MODEL_CALL,
             name=text_of(model) if model else stype,
