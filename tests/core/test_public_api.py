@@ -12,8 +12,8 @@ PINNED = {
     "molt": ["MoltError", "__version__", "replayable"],
     "molt.capture": ["CaptureHook", "HookResult", "MemorySink", "Recorder", "RecorderStats", "SealedRow",
                      "Sink", "SinkBatch", "Spool", "SpoolPosition", "index_fields"],
-    "molt.store": ["FOLLOWER_CACHES", "FOLLOWER_INDEX_CACHE_BYTES", "FOLLOWER_METADATA_CACHE_BYTES", "Store",
-                    "Trajectory", "TrajectorySummary", "sql_str"],
+    "molt.store": ["FOLLOWER_CACHES", "FOLLOWER_INDEX_CACHE_BYTES", "FOLLOWER_METADATA_CACHE_BYTES", "Filter",
+                    "Store", "Trajectory", "TrajectorySummary"],
     "molt.atdp": sorted([
         "ATDP_VERSION", "AgentStep", "ApprovalRequest", "BrowserAction", "ChainReport", "Classification",
         "Consent", "ErrorInfo", "Event", "EventKind", "FeedbackAction", "FileAction",

@@ -147,10 +147,10 @@ def served(tmp_path: Path, model_dir: Path, molt_serving: Any) -> Iterator[tuple
 def _rewarded(store: Any, ids: list[str], timeout: float = 120.0) -> None:
     """Wait until the capture process has stored every trajectory and its reward (recorded off the
     request path)."""
-    from molt.store import sql_str
+    from molt.store import Filter
 
     deadline = time.monotonic() + timeout
-    where = f"trajectory_id IN ({', '.join(sql_str(t) for t in ids)})"
+    where = str(Filter().among("trajectory_id", ids))
     while True:
         for name in ("events", "rewards"):
             store.table(name).checkout_latest()

@@ -333,7 +333,7 @@ def trajectories_export(
     """Export trajectories: to Parquet with their late rewards, to a datasets file, or to an OTLP collector."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from molt.store import sql_str
+    from molt.store import Filter
 
     _choose("--format", fmt, ("parquet", "hf", "otlp"))
     if (output is None) == (otlp is None):
@@ -344,7 +344,7 @@ def trajectories_export(
     scoped = hasattr(s, "tenant_id")
     if tenant and scoped and tenant != s.tenant_id:
         raise MoltError(f"This key exports tenant {s.tenant_id!r}, not {tenant!r}.")
-    where = f"tenant_id = {sql_str(tenant)}" if tenant and not scoped else None
+    where = Filter(tenant_id=tenant) if tenant and not scoped else None
     total = s.count("events", where=where) if scoped else s.count("events", where)
     with Progress(TextColumn("exporting"), BarColumn(), MofNCompleteColumn(), console=err_console,
                   transient=True) as progress:

@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from molt.errors import LineageError
 from molt.governance.envelope import DIGEST_PREFIX, id_digest
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.query import Trajectory
 from molt.store.tables import append, ensure_table, open_all
 
@@ -371,17 +371,12 @@ def _check_tenants(m: AdapterManifest) -> None:
                                f"{lin.tenant_id!r}, which it is not shared with; not served.", reason="tenant")
 
 
-def _chunks(values: Sequence[str]) -> Iterable[str]:
-    for i in range(0, len(values), _IN_CHUNK):
-        yield ", ".join(sql_str(v) for v in values[i:i + _IN_CHUNK])
-
-
 def _rows(store: Store, trajectories: Sequence[str], columns: list[str]) -> Iterable[Mapping[str, Any]]:
     if not trajectories:
         return
     tbl = store.table("events")
-    for chunk in _chunks(sorted(trajectories)):
-        yield from tbl.search().where(f"trajectory_id IN ({chunk})").select(columns).limit(None).to_arrow().to_pylist()
+    for where in Filter().chunks("trajectory_id", sorted(trajectories), _IN_CHUNK):
+        yield from tbl.search().where(str(where)).select(columns).limit(None).to_arrow().to_pylist()
 
 
 def _subjects_of(store: Store, trajectories: Sequence[str]) -> set[str]:
@@ -561,19 +556,15 @@ class LineageLog:
         """The newest row of each artifact (of ``tenant_id`` / ``kind`` / ``artifact_ids`` / ``status``
         when given; ``status=None``: any), oldest first."""
         self._table.checkout_latest()
-        where = []
-        if tenant_id is not None:
-            where.append(f"tenant_id = {sql_str(tenant_id)}")
-        if kind is not None:
-            where.append(f"kind = {sql_str(kind)}")
+        where = Filter.given(tenant_id=tenant_id, kind=kind)
         ids = None if artifact_ids is None else sorted(set(artifact_ids))
         if ids is not None:
             if not ids:
                 return []
-            where.append("(" + " OR ".join(f"artifact_id IN ({c})" for c in _chunks(ids)) + ")")
+            where = where.either(*Filter().chunks("artifact_id", ids, _IN_CHUNK))
         q = self._table.search()
         if where:
-            q = q.where(" AND ".join(where))
+            q = q.where(str(where))
         newest: dict[tuple[str, str, str | None], dict[str, Any]] = {}
         for r in sorted(q.limit(None).to_arrow().to_pylist(), key=lambda r: r["created_at"]):
             newest[(r["kind"], r["artifact_id"], r["tenant_id"])] = r
@@ -605,8 +596,7 @@ class LineageLog:
 
         n = 0
         for r in records:
-            mine = "tenant_id IS NULL" if r.tenant_id is None else f"tenant_id = {sql_str(r.tenant_id)}"
-            n += rewrite(self.store, LINEAGE_TABLE,
-                         f"kind = {sql_str(r.kind)} AND artifact_id = {sql_str(r.artifact_id)} AND {mine}")
+            mine = Filter().absent("tenant_id") if r.tenant_id is None else Filter(tenant_id=r.tenant_id)
+            n += rewrite(self.store, LINEAGE_TABLE, Filter(kind=r.kind, artifact_id=r.artifact_id) & mine)
         self._append(list(records))
         return n

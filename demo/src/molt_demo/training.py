@@ -35,6 +35,7 @@ import orjson
 from molt.atdp.ids import new_id
 from molt.control.versions import ModelPart
 from molt.errors import InterventionError
+from molt.store import Filter
 
 __all__ = ["WeightTrainer"]
 
@@ -119,7 +120,7 @@ class WeightTrainer:
         from molt_trainer.step import train_step
 
         t0 = time.perf_counter()
-        ids = sorted(self.store.trajectory_ids(f"agent_id = '{self.agent}'"))[-self.max_trajectories:]
+        ids = sorted(self.store.trajectory_ids(Filter(agent_id=self.agent)))[-self.max_trajectories:]
         trajs = [self.store.trajectory(t) for t in ids]  # UUIDv7 ids: sorted is oldest first
         samples, stats = build_samples(trajs, group_by="task")
         kept, index, rewards = assign_groups(samples)

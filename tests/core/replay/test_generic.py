@@ -302,10 +302,10 @@ def test_bad_recordings_are_refused_with_the_reason_and_never_count_as_success(h
     partial = _rewrite(store, tid, no_outcome)
     other_tenant = _rewrite(store, tid, foreign)
     erased = _rewrite(store, tid, lambda e: e)
-    from molt.store import sql_str
+    from molt.store import Filter
 
     # Erasure (molt.governance.erasure) drops a payload and its salt and keeps the digest in the chain.
-    store.table("events").update(where=f"trajectory_id = {sql_str(erased)} AND seq = 1",
+    store.table("events").update(where=str(Filter(trajectory_id=erased, seq=1)),
                                  values={"payload": None, "payload_salt": None})
 
     good = ReplayPolicy(FactStub(), Overrides(memories=(FACT,)))  # would fix every one of them

@@ -11,7 +11,7 @@ import pytest
 from molt.atdp import Event, EventKind, Outcome, RewardAnnotation, ToolCall
 from molt.capture import Recorder
 from molt.errors import NotFound, PayloadTooLarge, StoreError
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.scoped import TenantView
 
 
@@ -69,7 +69,7 @@ def test_export_to_parquet(store, molt_home, event_factory, tmp_path) -> None:  
     rec, _tids = _fill(store, molt_home, event_factory)
     n = store.export_parquet(tmp_path / "all.parquet")
     assert n == 60 and pq.read_table(tmp_path / "all.parquet").num_rows == 60
-    n = store.export_parquet(tmp_path / "acme.parquet", where=f"tenant_id = {sql_str('acme')}")
+    n = store.export_parquet(tmp_path / "acme.parquet", where=Filter(tenant_id="acme"))
     table = pq.read_table(tmp_path / "acme.parquet")
     assert n == 30 and set(table.column("tenant_id").to_pylist()) == {"acme"}
     assert {"envelope", "payload", "chain"} <= set(table.column_names)
@@ -155,7 +155,7 @@ def test_unknown_ids_and_injection_attempts(store, molt_home, event_factory) -> 
         store.trajectory("x' OR '1'='1")
     assert store.trajectories(tenant="acme' OR tenant_id = 'globex") == []
     with pytest.raises(ValueError):
-        sql_str("a\x00b")
+        Filter(trajectory_id="a\x00b")
     rec.close()
 
 

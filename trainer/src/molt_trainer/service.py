@@ -131,14 +131,11 @@ class StoreSource:
         self.tenant = tenant
 
     def read(self, since: datetime | None) -> list[Trajectory]:
-        from molt.store.query import sql_str
+        from molt.store import Filter
 
-        clauses = []
-        if since is not None:
-            clauses.append(f"ts >= timestamp '{since.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'")
+        where = Filter() if since is None else Filter().since("ts", since)
         if self.tenant is not None:
-            clauses.append(f"tenant_id = {sql_str(self.tenant)}")
-        where = " AND ".join(clauses) or None
+            where = where.where(tenant_id=self.tenant)
         out = []
         for tid in self.store.trajectory_ids(where):
             t = self.store.trajectory(tid)

@@ -40,7 +40,7 @@ import pyarrow as pa
 from molt.control.versions import PolicyVersion, VersionRegistry, diff_parts
 from molt.errors import InterventionError, NotFound
 from molt.governance.records import audit_row, write_audit
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
 __all__ = ["APPROVAL_MODES", "CONTEXT_KINDS", "PROPOSALS_SCHEMA", "PROPOSALS_TABLE", "Approval", "Proposal",
@@ -174,12 +174,8 @@ class Proposals:
     # ------------------------------------------------------------------ reading
 
     def _list(self, tenant_id: str, agent_id: str | None = None, version_id: str | None = None) -> list[Proposal]:
-        where = f"tenant_id = {sql_str(tenant_id)}"
-        if agent_id is not None:
-            where += f" AND agent_id = {sql_str(agent_id)}"
-        if version_id is not None:
-            where += f" AND version_id = {sql_str(version_id)}"
-        rows = self._table.search().where(where).limit(None).to_arrow().to_pylist()
+        where = Filter(tenant_id=tenant_id) & Filter.given(agent_id=agent_id, version_id=version_id)
+        rows = self._table.search().where(str(where)).limit(None).to_arrow().to_pylist()
         if not rows:
             return []
         versions = {v.version_id: v for v in self.registry.list(tenant_id, agent_id)}

@@ -57,7 +57,7 @@ from molt.lineage import (
     manifest_diff,
     subject_key,
 )
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.erase import purge, rewrite
 from molt.store.tables import open_all
 
@@ -138,8 +138,9 @@ def _agents(registry: VersionRegistry, tenant_id: str | None) -> Sequence[tuple[
 
 
 def _subject_trajectories(store: Store, subject_id: str, tenant_id: str | None) -> dict[str, str | None]:
-    where = f"subject_id = {sql_str(subject_id)}" + (f" AND tenant_id = {sql_str(tenant_id)}" if tenant_id else "")
-    rows = store.table("events").search().where(where).select(["trajectory_id", "tenant_id"]).limit(None).to_arrow()
+    where = Filter(subject_id=subject_id) & Filter.given(tenant_id=tenant_id or None)
+    rows = (store.table("events").search().where(str(where)).select(["trajectory_id", "tenant_id"]).limit(None)
+            .to_arrow())
     return dict(zip(rows.column("trajectory_id").to_pylist(), rows.column("tenant_id").to_pylist(), strict=True))
 
 
@@ -161,7 +162,7 @@ def _row(store: Store, kind: str, artifact_id: str) -> dict[str, Any] | None:
     tbl = open_all(store).get(name)
     if tbl is None:
         return None
-    got = tbl.search().where(f"{key} = {sql_str(artifact_id)}").limit(1).to_arrow().to_pylist()
+    got = tbl.search().where(str(Filter(**{key: artifact_id}))).limit(1).to_arrow().to_pylist()
     return got[0] if got else None
 
 
@@ -227,7 +228,7 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
         for rec in reached:
             if rec.kind in _ROWS:
                 name, key = _ROWS[rec.kind]
-                rewrite(store, name, f"{key} = {sql_str(rec.artifact_id)}")
+                rewrite(store, name, Filter(**{key: rec.artifact_id}))
         book.replace(new_records)
     out.report = erase_subject(store, subject_id, tenant_id=tenant_id, spool_dirs=spool_dirs, actor=actor, scope=scope,
                                dry_run=dry_run)

@@ -22,7 +22,7 @@ from typing import Any
 
 from molt.atdp.models import RewardSource
 from molt.governance.access import OPEN_KEY_NAME
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 
 __all__ = ["Hand", "hands", "held_out_keys", "many_hands", "without_held_out"]
 
@@ -38,9 +38,9 @@ class Hand:
 def _sessions(store: Store, tenant_id: str, ids: Sequence[str]) -> dict[str, str | None]:
     if not ids:
         return {}
-    where = (f"tenant_id = {sql_str(tenant_id)} AND trajectory_id IN ({', '.join(sql_str(t) for t in ids)})"
-             f" AND seq = 0")
-    rows = store.table("events").search().where(where).select(["trajectory_id", "session_id"]).limit(None).to_arrow()
+    where = Filter(tenant_id=tenant_id).among("trajectory_id", ids).where(seq=0)
+    rows = (store.table("events").search().where(str(where)).select(["trajectory_id", "session_id"]).limit(None)
+            .to_arrow())
     return dict(zip(rows.column("trajectory_id").to_pylist(), rows.column("session_id").to_pylist(), strict=True))
 
 

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from molt.atdp.ids import new_id
 from molt.errors import InterventionError
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
 __all__ = ["LEASE_SCHEMA", "LEASE_TABLE", "Lease", "LeaseHeld", "Leases", "holder_name"]
@@ -118,7 +118,7 @@ class Leases:
         return datetime.fromtimestamp(self.clock(), UTC)
 
     def _replay(self, tenant_id: str, agent_id: str) -> _State | None:
-        rows = (self._table.search().where(f"tenant_id = {sql_str(tenant_id)} AND agent_id = {sql_str(agent_id)}")
+        rows = (self._table.search().where(str(Filter(tenant_id=tenant_id, agent_id=agent_id)))
                 .with_row_id(True).limit(None).to_arrow().to_pylist())
         rows.sort(key=lambda r: r["_rowid"])  # commit order
         cur: _State | None = None

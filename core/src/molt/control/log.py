@@ -22,7 +22,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from molt.atdp.ids import new_id
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
 __all__ = ["LOG_SCHEMA", "LOG_TABLE", "DecisionLog", "DecisionRecord"]
@@ -80,12 +80,8 @@ class DecisionLog:
     def list(self, tenant_id: str, agent_id: str | None = None, *, limit: int | None = 50,
              choice: str | None = None) -> list[DecisionRecord]:
         """The tenant's decisions, newest first."""
-        where = f"tenant_id = {sql_str(tenant_id)}"
-        if agent_id is not None:
-            where += f" AND agent_id = {sql_str(agent_id)}"
-        if choice is not None:
-            where += f" AND choice = {sql_str(choice)}"
-        rows = self._table.search().where(where).limit(None).to_arrow().to_pylist()
+        where = Filter(tenant_id=tenant_id) & Filter.given(agent_id=agent_id, choice=choice)
+        rows = self._table.search().where(str(where)).limit(None).to_arrow().to_pylist()
         rows.sort(key=lambda r: (r["created_at"], r["cycle_id"]), reverse=True)
         out = []
         for r in rows[:limit] if limit is not None else rows:
@@ -95,7 +91,7 @@ class DecisionLog:
 
     def get(self, cycle_id: str, *, tenant_id: str) -> DecisionRecord | None:
         """One decision of ``tenant_id`` by cycle id."""
-        rows = self._table.search().where(f"cycle_id = {sql_str(cycle_id)} AND tenant_id = {sql_str(tenant_id)}")
+        rows = self._table.search().where(str(Filter(cycle_id=cycle_id, tenant_id=tenant_id)))
         got = rows.limit(1).to_arrow().to_pylist()
         if not got:
             return None

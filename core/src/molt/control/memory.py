@@ -53,7 +53,7 @@ from molt.control.embed import Embedder, default_embedder
 from molt.errors import InterventionError, StoreError
 from molt.harness.apply import Applied, StaticHarness, apply_spec
 from molt.harness.spec import HarnessSpec, Skill
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.schemas import MEMORIES, SKILLS
 from molt.store.scoped import TenantView
 from molt.store.tables import append, ensure_table
@@ -79,7 +79,6 @@ _ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")  # tenant and agent ids: the policy
 _RRF_K = 60  # the usual reciprocal-rank-fusion constant (Cormack et al., 2009)
 _SCOPES = ("agent", "tenant")
 _MODES = ("vector", "text", "hybrid")
-_IN_CHUNK = 512
 _MEM_COLS = ["memory_id", "tenant_id", "agent_id", "scope", "text", "source_trajectory_id", "created_at",
              "expires_at"]
 _SKILL_COLS = ["skill_id", "tenant_id", "agent_id", "name", "trigger", "instructions", "source_trajectory_id",
@@ -301,7 +300,7 @@ class MemoryStore:
     def expire(self, now: datetime | None = None) -> int:
         """Delete every tenant's memories expired at ``now`` (default: the current time); returns how
         many. Searches exclude expired memories whether or not this has run; this reclaims the rows."""
-        where = f"expires_at IS NOT NULL AND expires_at <= {_ts_sql(_utc(now))}"
+        where = str(Filter().present("expires_at").at_or_before("expires_at", _utc(now)))
         tbl = self._tables["memories"]
         with self.store.write_lock:
             n = int(tbl.count_rows(where))
@@ -333,9 +332,8 @@ class MemoryStore:
             return sorted(rows, key=lambda r: (r["created_at"], r[key]))
         wanted = list(dict.fromkeys(_check_ids(ids)))
         found: dict[str, dict[str, Any]] = {}
-        for i in range(0, len(wanted), _IN_CHUNK):
-            chunk = wanted[i:i + _IN_CHUNK]
-            got = view.scan(table, where=f"{key} IN ({', '.join(sql_str(x) for x in chunk)})", columns=cols)
+        for where in Filter().chunks(key, wanted):
+            got = view.scan(table, where=where, columns=cols)
             found.update((r[key], r) for r in got.to_pylist())
         return [found[i] for i in wanted if i in found]
 
@@ -350,10 +348,10 @@ class MemoryStore:
         snapshot (an empty snapshot finds nothing); ``agent_id`` keeps tenant-scoped memories and
         those of that agent (or of no agent).
         """
-        clauses = [f"(expires_at IS NULL OR expires_at > {_ts_sql(_utc(now))})"]
+        clauses = Filter().either(Filter().absent("expires_at"), Filter().after("expires_at", _utc(now)))
         if agent_id is not None:
-            agent = sql_str(_check_id("agent", agent_id))
-            clauses.append(f"(scope = 'tenant' OR agent_id IS NULL OR agent_id = {agent})")
+            agent = _check_id("agent", agent_id)
+            clauses = clauses.either(Filter(scope="tenant"), Filter().absent("agent_id"), Filter(agent_id=agent))
         hits = self._search("memories", "text", "memory_id", _MEM_COLS, tenant_id, query, k, ids, clauses, mode)
         return [(Memory(**r), s) for r, s in hits]
 
@@ -362,16 +360,15 @@ class MemoryStore:
         """The tenant's ``k`` skill patches whose name and trigger best match ``query`` (see
         :meth:`search_memories` for the modes, scores and ``ids``); ``agent_id`` keeps that agent's
         skills and those of no agent."""
-        clauses = []
+        clauses = Filter()
         if agent_id is not None:
-            agent = sql_str(_check_id("agent", agent_id))
-            clauses.append(f"(agent_id IS NULL OR agent_id = {agent})")
+            clauses = clauses.either(Filter().absent("agent_id"), Filter(agent_id=_check_id("agent", agent_id)))
         hits = self._search("skills", "match_text", "skill_id", _SKILL_COLS, tenant_id, query, k, ids, clauses,
                             mode)
         return [(SkillPatch(**r), s) for r, s in hits]
 
     def _search(self, table: str, fts_column: str, key: str, cols: list[str], tenant_id: str, query: str,
-                k: int, ids: Sequence[str] | None, clauses: list[str], mode: str) -> list[tuple[dict[str, Any], float]]:
+                k: int, ids: Sequence[str] | None, clauses: Filter, mode: str) -> list[tuple[dict[str, Any], float]]:
         view = TenantView.for_tenant(self.store, _check_id("tenant", tenant_id))
         if mode not in _MODES:
             raise InterventionError(f"A search mode is 'vector', 'text' or 'hybrid', not {mode!r}.")
@@ -386,8 +383,8 @@ class MemoryStore:
             wanted = list(dict.fromkeys(_check_ids(ids)))
             if not wanted:
                 return []
-            clauses = [*clauses, f"{key} IN ({', '.join(sql_str(x) for x in wanted)})"]
-        where = " AND ".join(clauses) or None
+            clauses = clauses.among(key, wanted)
+        where = clauses or None
         pool = k if mode != "hybrid" else max(4 * k, 20)
         by_vector: list[tuple[dict[str, Any], float]] = []
         by_text: list[tuple[dict[str, Any], float]] = []
@@ -405,7 +402,7 @@ class MemoryStore:
             return by_text[:k]
         return _fuse(by_vector, by_text, key)[:k]
 
-    def _search_text(self, view: TenantView, table: str, column: str, query: str, k: int, where: str | None,
+    def _search_text(self, view: TenantView, table: str, column: str, query: str, k: int, where: Filter | None,
                      cols: list[str]) -> pa.Table:
         try:
             return view.search_text(table, query, column=column, k=k, where=where, columns=cols)
@@ -583,7 +580,3 @@ def _utc(now: datetime | None) -> datetime:
     if now is None:
         return datetime.now(UTC)
     return now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)  # naive = UTC
-
-
-def _ts_sql(ts: datetime) -> str:
-    return f"TIMESTAMP '{ts.astimezone(UTC).isoformat()}'"

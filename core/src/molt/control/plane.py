@@ -113,7 +113,7 @@ from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolic
 from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.replay.generic import checkable_facts
 from molt.stats import newcombe_diff, stratified_delta
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled", "settings_from_pairs"]
 
@@ -683,9 +683,8 @@ class ControlPlane:
         return out
 
     def _agents_in_traffic(self, tenant_id: str | None) -> set[tuple[str, str]]:
-        q = self.store.table("events").search().where(
-            "seq = 0 AND agent_id IS NOT NULL AND tenant_id IS NOT NULL"
-            + (f" AND tenant_id = {sql_str(tenant_id)}" if tenant_id else ""))
+        first = Filter(seq=0).present("agent_id").present("tenant_id")
+        q = self.store.table("events").search().where(str(first.where(tenant_id=tenant_id) if tenant_id else first))
         rows = q.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
         return {(r["tenant_id"], r["agent_id"]) for r in rows if _NAME_OK.match(r["tenant_id"])
                 and _NAME_OK.match(r["agent_id"])}

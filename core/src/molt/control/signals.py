@@ -38,7 +38,7 @@ from molt.atdp.models import EventKind, OutcomeStatus, RewardSource
 from molt.backends.chat_format import text_content
 from molt.replay.load import load_trajectories
 from molt.stats import wilson
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.query import Trajectory
 
 __all__ = ["Episode", "Signals", "ToolUse", "arg_pattern", "compute_signals", "episode_of", "episodes"]
@@ -191,10 +191,10 @@ def episodes(store: Store, tenant_id: str, agent_id: str, *, limit: int = 2000,
     Trajectories that fail to load (broken chain, erased payload) are skipped: signals never rest on
     a record that does not verify.
     """
-    where = f"tenant_id = {sql_str(tenant_id)} AND agent_id = {sql_str(agent_id)} AND seq = 0"
+    where = Filter(tenant_id=tenant_id, agent_id=agent_id, seq=0)
     if since is not None:
-        where += f" AND ts >= timestamp '{since.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
-    rows = store.table("events").search().where(where).select(["trajectory_id", "ts"]).limit(None).to_arrow()
+        where = where.since("ts", since)
+    rows = store.table("events").search().where(str(where)).select(["trajectory_id", "ts"]).limit(None).to_arrow()
     pairs = sorted(zip(rows.column("ts").to_pylist(), rows.column("trajectory_id").to_pylist(), strict=True))[-limit:]
     loaded = load_trajectories(store, [t for _, t in pairs])
     out = [episode_of(t) for t in loaded.values() if isinstance(t, Trajectory)]

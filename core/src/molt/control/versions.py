@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from molt.atdp.ids import new_id
 from molt.errors import InterventionError, NotFound
 from molt.harness import HarnessSpec, ToolRewrite
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
 __all__ = [
@@ -239,12 +239,12 @@ class VersionRegistry:
 
     # ------------------------------------------------------------------ reading
 
-    def _rows(self, table: Any, where: str) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = table.search().where(where).limit(None).to_arrow().to_pylist()
+    def _rows(self, table: Any, where: Filter) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = table.search().where(str(where)).limit(None).to_arrow().to_pylist()
         return rows
 
     def _actions(self, tenant_id: str, agent_id: str) -> list[dict[str, Any]]:
-        rows = self._rows(self._events, f"tenant_id = {sql_str(tenant_id)} AND agent_id = {sql_str(agent_id)}")
+        rows = self._rows(self._events, Filter(tenant_id=tenant_id, agent_id=agent_id))
         rows.sort(key=lambda r: (r["at"], r["event_id"]))
         return rows
 
@@ -307,10 +307,7 @@ class VersionRegistry:
 
     def get(self, version_id: str, *, tenant_id: str | None = None) -> PolicyVersion:
         """The version ``version_id`` (with ``tenant_id``, only if it belongs to that tenant)."""
-        where = f"version_id = {sql_str(version_id)}"
-        if tenant_id is not None:
-            where += f" AND tenant_id = {sql_str(tenant_id)}"
-        rows = self._rows(self._versions, where)
+        rows = self._rows(self._versions, Filter(version_id=version_id) & Filter.given(tenant_id=tenant_id))
         if not rows:
             raise NotFound(f"No policy version {version_id!r}" + (f" for tenant {tenant_id!r}." if tenant_id else "."))
         row = rows[0]
@@ -319,10 +316,7 @@ class VersionRegistry:
 
     def list(self, tenant_id: str, agent_id: str | None = None) -> list[PolicyVersion]:
         """The tenant's versions (of one agent, or all), newest first, with their status."""
-        where = f"tenant_id = {sql_str(tenant_id)}"
-        if agent_id is not None:
-            where += f" AND agent_id = {sql_str(agent_id)}"
-        rows = self._rows(self._versions, where)
+        rows = self._rows(self._versions, Filter(tenant_id=tenant_id) & Filter.given(agent_id=agent_id))
         states: dict[str, tuple[list[str], dict[str, float], dict[str, str]]] = {}
         out = []
         for row in sorted(rows, key=lambda r: (r["created_at"], r["version_id"]), reverse=True):
@@ -337,7 +331,7 @@ class VersionRegistry:
         """``(tenant, agent)`` pairs that have versions (of one tenant, or all)."""
         tbl = self._versions.search()
         if tenant_id is not None:
-            tbl = tbl.where(f"tenant_id = {sql_str(tenant_id)}")
+            tbl = tbl.where(str(Filter(tenant_id=tenant_id)))
         rows = tbl.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
         return sorted({(r["tenant_id"], r["agent_id"]) for r in rows})
 
@@ -391,9 +385,9 @@ class VersionRegistry:
                 if (p.tenant_id, p.agent_id) != (tenant_id, agent_id):
                     raise InterventionError(f"Parent {parent!r} belongs to {p.tenant_id}/{p.agent_id}, "
                                             f"not {tenant_id}/{agent_id}.")
-            n = self._versions.count_rows(f"tenant_id = {sql_str(tenant_id)} AND agent_id = {sql_str(agent_id)}")
+            n = self._versions.count_rows(str(Filter(tenant_id=tenant_id, agent_id=agent_id)))
             vid = f"{agent_id}@{tenant_id}:v{n + 1}"
-            if self._versions.count_rows(f"version_id = {sql_str(vid)}"):
+            if self._versions.count_rows(str(Filter(version_id=vid))):
                 vid = f"{vid}-{new_id()[-8:]}"
             raw = parts.canonical()
             row = {"version_id": vid, "tenant_id": tenant_id, "agent_id": agent_id, "parent_id": parent,

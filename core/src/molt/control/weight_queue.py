@@ -49,7 +49,7 @@ from molt.control.diagnose import Candidate
 from molt.control.provenance import record_change
 from molt.control.versions import ModelPart, VersionRegistry
 from molt.errors import InterventionError, MoltError
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
 __all__ = ["REQUESTS_SCHEMA", "REQUESTS_TABLE", "QueuedRequest", "WeightQueue", "next_request", "serve_requests"]
@@ -112,14 +112,10 @@ class WeightQueue:
 
     def requests(self, tenant_id: str | None = None, agent_id: str | None = None) -> list[QueuedRequest]:
         """Every request's newest state (of ``tenant_id`` / ``agent_id`` when given), oldest request first."""
-        where = []
-        if tenant_id is not None:
-            where.append(f"tenant_id = {sql_str(tenant_id)}")
-        if agent_id is not None:
-            where.append(f"agent_id = {sql_str(agent_id)}")
+        where = Filter.given(tenant_id=tenant_id, agent_id=agent_id)
         q = self._table.search()
         if where:
-            q = q.where(" AND ".join(where))
+            q = q.where(str(where))
         rows = sorted(q.limit(None).to_arrow().to_pylist(), key=lambda r: r["created_at"])
         first: dict[str, datetime] = {}
         newest: dict[str, dict[str, Any]] = {}

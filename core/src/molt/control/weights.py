@@ -57,7 +57,7 @@ from molt.atdp.ids import new_id
 from molt.control.provenance import record_change
 from molt.control.versions import ModelPart, VersionRegistry
 from molt.errors import InterventionError
-from molt.store import Store, sql_str
+from molt.store import Filter, Store
 from molt.store.query import Trajectory
 
 #: How often a request waiting for its training run looks whether the loop was closed.
@@ -294,7 +294,7 @@ def training_run(store: Store, adapter: str) -> dict[str, Any] | None:
         tbl = store.table("policy_versions")
     except Exception:
         return None
-    rows = tbl.search().where(f"version_id = {sql_str(adapter)}").limit(None).to_arrow().to_pylist()
+    rows = tbl.search().where(str(Filter(version_id=adapter))).limit(None).to_arrow().to_pylist()
     if not rows:
         return None
     row = max(rows, key=lambda r: r["created_at"])

@@ -39,6 +39,7 @@ from molt.atdp.models import (
 )
 from molt.errors import CaptureError, NotFound, RateLimited
 from molt.governance.access import Principal
+from molt.store.filters import Filter
 
 if TYPE_CHECKING:
     from molt.gateway.service import Gateway
@@ -160,7 +161,7 @@ class Feedback:
 
     # ------------------------------------------------------------------ lookups
 
-    def _store_rows(self, where: str) -> list[dict[str, Any]]:
+    def _store_rows(self, where: Filter) -> list[dict[str, Any]]:
         store = self.gw.store
         if store is None:
             return []
@@ -171,13 +172,11 @@ class Feedback:
 
     def _call(self, p: Principal, call_id: str) -> tuple[str, str]:
         """(trajectory id, event id) of a call of ``p``'s tenant."""
-        from molt.store.query import sql_str
-
         eid = _event_id(call_id)
         st = self.gw.sessions.by_event(p.tenant_id, eid)
         if st is not None:
             return st.trajectory_id, eid
-        rows = [r for r in self._store_rows(f"event_id = {sql_str(eid)}") if r["tenant_id"] == p.tenant_id]
+        rows = [r for r in self._store_rows(Filter(event_id=eid)) if r["tenant_id"] == p.tenant_id]
         if rows:
             return rows[0]["trajectory_id"], eid
         raise NotFound(f"No model call {call_id!r} of tenant {p.tenant_id!r} is known to this gateway or its store.",
@@ -185,8 +184,6 @@ class Feedback:
 
     def _trajectory_calls(self, p: Principal, tid: str) -> list[str]:
         """Model-call event ids of a trajectory of ``p``'s tenant, oldest first (may be empty)."""
-        from molt.store.query import sql_str
-
         st = self.gw.sessions.trajectory(p.tenant_id, tid)
         if st is not None and not st.calls_truncated:
             return list(st.calls)
@@ -194,8 +191,7 @@ class Feedback:
         # (molt.governance.envelope; the Recorder maps the reward's id the same way)
         from molt.governance.envelope import lookup_ids
 
-        ids = ", ".join(sql_str(t) for t in lookup_ids(tid, [p.tenant_id]))
-        rows = self._store_rows(f"trajectory_id IN ({ids})")
+        rows = self._store_rows(Filter().among("trajectory_id", lookup_ids(tid, [p.tenant_id])))
         if st is not None:  # earlier calls fell out of memory: the store's, then what it has not got yet
             stored = [r["event_id"] for r in sorted(rows, key=lambda r: r["seq"]) if r["kind"] == "model_call"
                       and r["tenant_id"] == p.tenant_id]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -29,8 +29,8 @@ from molt.errors import GovernanceError
 from molt.governance.access import Principal, Role
 from molt.governance.decision import Decision
 from molt.governance.records import ensure_governance_tables
+from molt.store.filters import Filter
 from molt.store.lance import Store
-from molt.store.query import sql_str
 from molt.store.scoped import TenantView
 
 __all__ = ["KINDS", "Audit", "AuditEntry"]
@@ -59,10 +59,6 @@ class AuditEntry:
         return d
 
 
-def _ts(dt: datetime) -> str:
-    return f"TIMESTAMP '{dt.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}Z'"
-
-
 class Audit:
     """The audit trail of one tenant, for an admin of that tenant."""
 
@@ -88,16 +84,16 @@ class Audit:
             out.extend(self._quarantine(self._where("ts", since, until, trajectory_id, event_id), limit))
         runs = wanted & {"erasure", "retention", "eligibility", "approval"}
         if runs and event_id is None:
-            clause = f"kind IN ({', '.join(sql_str(k) for k in sorted(runs))})"
+            clause = Filter().among("kind", sorted(runs))
             if trajectory_id is not None:
-                clause += f" AND target = {sql_str(trajectory_id)}"
+                clause = clause.where(target=trajectory_id)
             out.extend(self._runs(self._where("ts", since, until, None, None, clause), limit))
         out.sort(key=lambda e: e.ts, reverse=True)
         return out[:limit] if limit is not None else out
 
     def decision(self, event_id: str) -> Decision | None:
         """The full recorded decision of one of the tenant's events."""
-        got = self.view.scan("governance", where=f"event_id = {sql_str(event_id)}", columns=["decision"], limit=1)
+        got = self.view.scan("governance", where=Filter(event_id=event_id), columns=["decision"], limit=1)
         rows = got.column("decision").to_pylist()
         return Decision.from_annotations(orjson.loads(rows[0])) if rows else None
 
@@ -105,19 +101,19 @@ class Audit:
 
     @staticmethod
     def _where(col: str, since: datetime | None, until: datetime | None, trajectory_id: str | None,
-               event_id: str | None, extra: str | None = None) -> str | None:
-        parts = [extra] if extra else []
+               event_id: str | None, extra: Filter | None = None) -> Filter:
+        where = extra or Filter()
         if since is not None:
-            parts.append(f"{col} >= {_ts(since)}")
+            where = where.since(col, since)
         if until is not None:
-            parts.append(f"{col} < {_ts(until)}")
+            where = where.before(col, until)
         if trajectory_id is not None:
-            parts.append(f"trajectory_id = {sql_str(trajectory_id)}")
+            where = where.where(trajectory_id=trajectory_id)
         if event_id is not None:
-            parts.append(f"event_id = {sql_str(event_id)}")
-        return " AND ".join(parts) or None
+            where = where.where(event_id=event_id)
+        return where
 
-    def _decisions(self, wanted: set[str], where: str | None, limit: int | None) -> list[AuditEntry]:
+    def _decisions(self, wanted: set[str], where: Filter, limit: int | None) -> list[AuditEntry]:
         cols = ["event_id", "trajectory_id", "decided_at", "policy", "classification", "escalated_by", "eligible",
                 "reasons", "redaction_policy", "redacted_types", "redacted_fields", "retention_class",
                 "retention_days", "expires_at"]
@@ -147,7 +143,7 @@ class Audit:
                             "expires_at": r["expires_at"].isoformat() if r["expires_at"] else None}, **base))
         return out
 
-    def _quarantine(self, where: str | None, limit: int | None) -> list[AuditEntry]:
+    def _quarantine(self, where: Filter, limit: int | None) -> list[AuditEntry]:
         cols = ["quarantine_id", "event_id", "trajectory_id", "kind", "stage", "reason", "ts"]
         rows = self.view.scan("quarantine", where=where, columns=cols).to_pylist()
         rows.sort(key=lambda r: r["ts"], reverse=True)
@@ -158,7 +154,7 @@ class Audit:
                                    "event_kind": r["kind"]})
                 for r in (rows[:limit] if limit is not None else rows)]
 
-    def _runs(self, where: str | None, limit: int | None) -> list[AuditEntry]:
+    def _runs(self, where: Filter, limit: int | None) -> list[AuditEntry]:
         cols = ["audit_id", "ts", "kind", "actor", "target", "summary", "detail"]
         rows = self.view.scan("audit", where=where, columns=cols).to_pylist()
         rows.sort(key=lambda r: r["ts"], reverse=True)

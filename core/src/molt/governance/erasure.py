@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,15 +35,16 @@ from molt.errors import GovernanceError
 from molt.governance.records import audit_row, ensure_governance_tables, write_audit
 from molt.governance.spool import SpoolScrubReport, Verdict, scrub_spool, spool_trajectories
 from molt.store.erase import purge, rewrite
+from molt.store.filters import Filter
 from molt.store.lance import Store
-from molt.store.query import sql_str
 from molt.store.tables import open_all
 
 __all__ = ["ErasureReport", "erase_subject", "erase_tenant", "subject_digest"]
 
 _IN_CHUNK = 256
 _PAYLOAD = ["payload", "payload_salt"]
-_KEEP_AUDIT = "kind NOT IN ('erasure', 'retention')"
+#: The audit log's own record of erasures and retention runs outlives the tenant's other rows.
+_AUDIT_RUNS = ("erasure", "retention")
 
 
 def subject_digest(subject_id: str) -> str:
@@ -80,11 +81,6 @@ class ErasureReport:
                 f"{rows}; {spool} spool frames; chains {self.chains_verified} ok, {self.chains_failed} failed")
 
 
-def _in(col: str, values: Sequence[str]) -> Iterable[str]:
-    for i in range(0, len(values), _IN_CHUNK):
-        yield f"{col} IN ({', '.join(sql_str(v) for v in values[i:i + _IN_CHUNK])})"
-
-
 def _has(tbl: Any, column: str) -> bool:
     return column in tbl.schema.names
 
@@ -101,9 +97,9 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
         raise GovernanceError(f"scope must be 'trajectory' or 'events', not {scope!r}.")
     ensure_governance_tables(store)
     tables = open_all(store)
-    mine = f" AND tenant_id = {sql_str(tenant_id)}" if tenant_id else ""
-    subj = f"subject_id = {sql_str(subject_id)}{mine}"
-    hits = tables["events"].search().where(subj).select(["trajectory_id", "tenant_id"]).limit(None).to_arrow()
+    mine = Filter(tenant_id=tenant_id) if tenant_id else Filter()
+    subj = Filter(subject_id=subject_id).where(**({"tenant_id": tenant_id} if tenant_id else {}))
+    hits = tables["events"].search().where(str(subj)).select(["trajectory_id", "tenant_id"]).limit(None).to_arrow()
     found = set(hits.column("trajectory_id").to_pylist())
     tenant_set = {t for t in hits.column("tenant_id").to_pylist() if t} | ({tenant_id} if tenant_id else set())
     for d in spool_dirs:  # events of the subject not delivered yet: their trajectories count too
@@ -115,8 +111,7 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
     report = ErasureReport(scope="subject", tenant_id=tenant_id, subject_sha256=subject_digest(subject_id),
                            trajectories=len(tids), dry_run=dry_run)
     tid_set = set(tids)
-    ev_where = list(_in("trajectory_id", tids)) if scope == "trajectory" else [subj]
-    ev_where = [f"({w}){mine}" for w in ev_where]
+    ev_where = list(mine.chunks("trajectory_id", tids, _IN_CHUNK)) if scope == "trajectory" else [subj]
     quarantine_ids = _quarantined_of(tables["quarantine"], subject_id, tid_set, tenant_id)
 
     def decide(kind: bytes, f: dict[str, Any], row: SealedRow | None) -> Verdict:
@@ -130,9 +125,10 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
         return "tombstone" if f.get("trajectory_id") in tid_set or named else "keep"
 
     if dry_run:
-        report.events = sum(tables["events"].count_rows(f"({w}) AND payload IS NOT NULL") for w in ev_where)
+        report.events = sum(tables["events"].count_rows(str(w.present("payload"))) for w in ev_where)
         report.rows = {"quarantine": len(quarantine_ids),
-                       "rewards": sum(tables["rewards"].count_rows(w) for w in _in("trajectory_id", tids))}
+                       "rewards": sum(tables["rewards"].count_rows(str(w))
+                                      for w in Filter().chunks("trajectory_id", tids, _IN_CHUNK))}
         return report
 
     report.spool = [scrub_spool(d, decide) for d in spool_dirs]
@@ -142,10 +138,11 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
     for name, col in (("rewards", "trajectory_id"), ("memories", "source_trajectory_id"),
                       ("skills", "source_trajectory_id")):
         if name in tables and _has(tables[name], col) and tids:
-            rows[name] = sum(rewrite(store, name, f"({w}){mine}") for w in _in(col, tids))
+            rows[name] = sum(rewrite(store, name, w) for w in mine.chunks(col, tids, _IN_CHUNK))
             touched.add(name)
     if quarantine_ids:
-        rows["quarantine"] = sum(rewrite(store, "quarantine", w) for w in _in("quarantine_id", quarantine_ids))
+        rows["quarantine"] = sum(rewrite(store, "quarantine", w)
+                                 for w in Filter().chunks("quarantine_id", quarantine_ids, _IN_CHUNK))
         touched.add("quarantine")
     report.rows = rows
     again = [scrub_spool(d, decide) for d in spool_dirs]  # a frame delivered while we erased
@@ -164,10 +161,9 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
 
 def _quarantined_of(tbl: Any, subject_id: str, tids: set[str], tenant_id: str | None) -> list[str]:
     """Quarantine ids of records tied to the subject: on its trajectories, or naming it."""
-    where = f"tenant_id = {sql_str(tenant_id)} OR tenant_id IS NULL" if tenant_id else None
     q = tbl.search()
-    if where:
-        q = q.where(where)
+    if tenant_id:
+        q = q.where(str(Filter().either(Filter(tenant_id=tenant_id), Filter().absent("tenant_id"))))
     got = q.select(["quarantine_id", "trajectory_id", "record"]).limit(None).to_arrow()
     needle = subject_id.encode()
     out = []
@@ -185,19 +181,18 @@ def erase_tenant(store: Store, tenant_id: str, *, spool_dirs: Sequence[str | os.
         raise GovernanceError("Give the tenant id to erase.")
     ensure_governance_tables(store)
     tables = open_all(store)
-    t = sql_str(tenant_id)
-    tids = sorted(set(pc.unique(tables["events"].search().where(f"tenant_id = {t}").select(["trajectory_id"])
+    theirs = Filter(tenant_id=tenant_id)
+    tids = sorted(set(pc.unique(tables["events"].search().where(str(theirs)).select(["trajectory_id"])
                                 .limit(None).to_arrow().column("trajectory_id")).to_pylist()))
     tid_set = set(tids)
     report = ErasureReport(scope="tenant", tenant_id=tenant_id, trajectories=len(tids), dry_run=dry_run)
-    plan: list[tuple[str, str]] = []
+    plan: list[tuple[str, Filter]] = []
     for name, tbl in sorted(tables.items()):
         if not _has(tbl, "tenant_id"):
             continue
-        where = f"tenant_id = {t}" + (f" AND {_KEEP_AUDIT}" if name == "audit" else "")
-        plan.append((name, where))
+        plan.append((name, theirs.other_than("kind", _AUDIT_RUNS) if name == "audit" else theirs))
     # Untagged rewards on the tenant's trajectories (a Recorder reward without tenant) go too.
-    plan.extend(("rewards", w) for w in _in("trajectory_id", tids))
+    plan.extend(("rewards", w) for w in Filter().chunks("trajectory_id", tids, _IN_CHUNK))
 
     def decide(kind: bytes, f: dict[str, Any], row: SealedRow | None) -> Verdict:
         mine = f.get("tenant_id") == tenant_id or f.get("trajectory_id") in tid_set
@@ -205,7 +200,7 @@ def erase_tenant(store: Store, tenant_id: str, *, spool_dirs: Sequence[str | os.
 
     if dry_run:
         for name, where in plan:
-            report.rows[name] = report.rows.get(name, 0) + tables[name].count_rows(where)
+            report.rows[name] = report.rows.get(name, 0) + tables[name].count_rows(str(where))
         report.events = report.rows.get("events", 0)
         return report
     report.spool = [scrub_spool(d, decide) for d in spool_dirs]

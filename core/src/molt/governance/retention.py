@@ -30,8 +30,8 @@ from molt.governance.policy import GovernancePolicy
 from molt.governance.records import audit_row, ensure_governance_tables, write_audit
 from molt.governance.spool import Verdict, scrub_spool
 from molt.store.erase import purge, rewrite
+from molt.store.filters import Filter
 from molt.store.lance import Store
-from molt.store.query import sql_str
 from molt.store.tables import open_all
 
 __all__ = ["RetentionReport", "run_retention"]
@@ -66,10 +66,6 @@ class RetentionReport:
                 f"frames scrubbed")
 
 
-def _ts(dt: datetime) -> str:
-    return f"TIMESTAMP '{dt.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}Z'"
-
-
 def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[str] | None = None,
                   now: datetime | None = None, spool_dirs: Sequence[str | os.PathLike[str]] = (),
                   actor: str = "retention job", dry_run: bool = False) -> list[RetentionReport]:
@@ -92,23 +88,23 @@ def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[s
         settings = policy.for_tenant(tenant if tenant is not None and policy.knows(tenant) else None).retention
         cutoffs[tenant] = {c: now - timedelta(days=d) for c, d in settings.days.items()}
         rep = RetentionReport(tenant_id=tenant, action=settings.action, dry_run=dry_run)
-        scope = f"tenant_id = {sql_str(tenant)}" if tenant is not None else "tenant_id IS NULL"
-        live = " AND payload IS NOT NULL" if settings.action == "null_payload" else ""
-        by_class = {c: f"(classification = {sql_str(c.value)} AND ts < {_ts(cut)})"
-                    for c, cut in cutoffs[tenant].items()}
+        scope = Filter(tenant_id=tenant) if tenant is not None else Filter().absent("tenant_id")
+
+        def live(where: Filter, action: str = settings.action) -> Filter:
+            return where.present("payload") if action == "null_payload" else where
+
+        by_class = {c: Filter(classification=c.value).before("ts", cut) for c, cut in cutoffs[tenant].items()}
         for cls, pred in by_class.items():
-            rep.expired[cls.value] = _apply(store, tables, f"{scope} AND {pred}{live}", settings.action, dry_run)
-        not_by_class = f" AND NOT ({' OR '.join(by_class.values())})"
+            rep.expired[cls.value] = _apply(store, tables, live(scope & pred), settings.action, dry_run)
         # Shorter consent windows were tagged at capture as the decision's expires_at.
-        gov = tables["governance"].search().where(f"{scope} AND expires_at < {_ts(now)}").select(
+        gov = tables["governance"].search().where(str(scope.before("expires_at", now))).select(
             ["event_id"]).limit(None).to_arrow()
         ids = sorted(set(gov.column("event_id").to_pylist()))
-        for i in range(0, len(ids), _IN_CHUNK):
-            chunk = ", ".join(sql_str(x) for x in ids[i:i + _IN_CHUNK])
-            rep.consent_expired += _apply(store, tables, f"{scope} AND event_id IN ({chunk}){not_by_class}{live}",
+        for chunk in scope.chunks("event_id", ids, _IN_CHUNK):
+            rep.consent_expired += _apply(store, tables, live(chunk.none_of(*by_class.values())),
                                           settings.action, dry_run)
-        q_where = f"{scope} AND ts < {_ts(now - timedelta(days=settings.quarantine_days))}"
-        rep.quarantine_deleted = (tables["quarantine"].count_rows(q_where) if dry_run
+        q_where = scope.before("ts", now - timedelta(days=settings.quarantine_days))
+        rep.quarantine_deleted = (tables["quarantine"].count_rows(str(q_where)) if dry_run
                                   else rewrite(store, "quarantine", q_where))
         if rep.events or rep.quarantine_deleted:
             touched.update({"events", "quarantine"} | ({"governance"} if settings.action == "delete" else set()))
@@ -145,14 +141,14 @@ def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[s
     return reports
 
 
-def _apply(store: Store, tables: dict[str, Any], where: str, action: str, dry_run: bool) -> int:
+def _apply(store: Store, tables: dict[str, Any], where: Filter, action: str, dry_run: bool) -> int:
     if dry_run:
-        return int(tables["events"].count_rows(where))
+        return int(tables["events"].count_rows(str(where)))
     if action == "null_payload":
         return rewrite(store, "events", where, null_columns=["payload", "payload_salt"])
-    got = tables["events"].search().where(where).select(["event_id"]).limit(None).to_arrow()
+    got = tables["events"].search().where(str(where)).select(["event_id"]).limit(None).to_arrow()
     ids = got.column("event_id").to_pylist()
     n = rewrite(store, "events", where)
-    for i in range(0, len(ids), _IN_CHUNK):
-        rewrite(store, "governance", f"event_id IN ({', '.join(sql_str(x) for x in ids[i:i + _IN_CHUNK])})")
+    for chunk in Filter().chunks("event_id", ids, _IN_CHUNK):
+        rewrite(store, "governance", chunk)
     return n

@@ -16,13 +16,12 @@ from typing import Any
 import pyarrow.compute as pc
 
 from molt.governance.records import decision_rows, ensure_governance_tables
+from molt.store.filters import Filter
 from molt.store.lance import Store
-from molt.store.query import sql_str
 from molt.store.tables import append
 
 __all__ = ["GovernedSink"]
 
-_IN_CHUNK = 512
 
 
 class GovernedSink:
@@ -60,9 +59,8 @@ class GovernedSink:
     def _existing(self, ids: Sequence[str]) -> set[str]:
         tbl = self.store.table("governance")
         found: set[str] = set()
-        for i in range(0, len(ids), _IN_CHUNK):
-            where = f"event_id IN ({', '.join(sql_str(x) for x in ids[i:i + _IN_CHUNK])})"
-            got = tbl.search().where(where).select(["event_id"]).limit(None).to_arrow()
+        for where in Filter().chunks("event_id", ids):
+            got = tbl.search().where(str(where)).select(["event_id"]).limit(None).to_arrow()
             found.update(got.column("event_id").to_pylist())
         return found
 

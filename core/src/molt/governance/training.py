@@ -43,13 +43,13 @@ from molt.governance.access import Action, Principal
 from molt.governance.eligibility import event_reasons, quality_reasons, strip_fields
 from molt.governance.policy import GovernancePolicy
 from molt.governance.records import audit_row, ensure_governance_tables, write_audit
+from molt.store.filters import Filter
 from molt.store.lance import Store
-from molt.store.query import Trajectory, sql_str
+from molt.store.query import Trajectory
 from molt.store.scoped import TenantView
 
 __all__ = ["TrainingQueue", "TrajectoryVerdict", "eligible_trajectories"]
 
-_IN_CHUNK = 512
 _MAX_REASONS = 20
 
 
@@ -187,10 +187,8 @@ class TrainingQueue:
     def _decisions(view: TenantView, tids: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         cols = ["event_id", "eligible", "reasons", "excluded_fields", "redacted_types"]
-        for i in range(0, len(tids), _IN_CHUNK):
-            chunk = tids[i:i + _IN_CHUNK]
-            got = view.scan("governance", where=f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})",
-                            columns=cols)
+        for where in Filter().chunks("trajectory_id", tids):
+            got = view.scan("governance", where=where, columns=cols)
             for r in got.to_pylist():
                 out[r["event_id"]] = r
         return out

@@ -50,14 +50,13 @@ from molt.capture.sinks import SealedRow, SinkBatch
 from molt.capture.tenancy import TrajectoryNamespace, store_tenant, unclaimed
 from molt.errors import MoltError
 from molt.interop.spill import Spill
-from molt.store.query import sql_str
+from molt.store.filters import Filter
 
 __all__ = ["ImportMode", "ImportRefused", "ImportReport", "Row", "import_rows"]
 
 ImportMode = Literal["all-or-nothing", "per-trajectory"]
 MODES: tuple[str, ...] = ("all-or-nothing", "per-trajectory")
 _SHOWN = 10
-_IN_CHUNK = 512
 
 
 @dataclass
@@ -151,9 +150,8 @@ def _existing_events(store: Any, tids: Sequence[str]) -> dict[str, set[str]]:
     found: dict[str, set[str]] = defaultdict(set)
     have = sorted(heads)
     tbl = store.table("events")
-    for i in range(0, len(have), _IN_CHUNK):
-        where = f"trajectory_id IN ({', '.join(sql_str(t) for t in have[i:i + _IN_CHUNK])})"
-        got = tbl.search().where(where).select(["trajectory_id", "event_id"]).limit(None).to_arrow()
+    for where in Filter().chunks("trajectory_id", have):
+        got = tbl.search().where(str(where)).select(["trajectory_id", "event_id"]).limit(None).to_arrow()
         for t, e in zip(got.column("trajectory_id").to_pylist(), got.column("event_id").to_pylist(), strict=True):
             found[t].add(e)
     return found
@@ -162,9 +160,8 @@ def _existing_events(store: Any, tids: Sequence[str]) -> dict[str, set[str]]:
 def _existing_rewards(store: Any, ids: Sequence[str]) -> set[str]:
     tbl = store.table("rewards")
     found: set[str] = set()
-    for i in range(0, len(ids), _IN_CHUNK):
-        where = f"annotation_id IN ({', '.join(sql_str(x) for x in ids[i:i + _IN_CHUNK])})"
-        got = tbl.search().where(where).select(["annotation_id"]).limit(None).to_arrow()
+    for where in Filter().chunks("annotation_id", ids):
+        got = tbl.search().where(str(where)).select(["annotation_id"]).limit(None).to_arrow()
         found.update(got.column("annotation_id").to_pylist())
     return found
 

@@ -26,11 +26,10 @@ from molt.capture.importer import import_parquet
 from molt.capture.recorder import DEFAULT_PIPELINE
 from molt.capture.sinks import SinkBatch
 from molt.errors import MoltError
-from molt.store.query import sql_str
+from molt.store.filters import Filter, lance_where
 
 __all__ = ["ParquetImport", "export_parquet", "import_parquet_export", "rewards_path"]
 
-_IN_CHUNK = 512
 _SHOWN = 10
 
 
@@ -40,7 +39,8 @@ def rewards_path(path: str | Path) -> Path:
     return p.with_name(f"{p.stem}.rewards.parquet")
 
 
-def export_parquet(reader: Any, path: str | Path, *, where: str | None = None, progress: Any = None) -> tuple[int, int]:
+def export_parquet(reader: Any, path: str | Path, *, where: Filter | str | None = None,
+                   progress: Any = None) -> tuple[int, int]:
     """Write the events (``reader.export_parquet``) and their trajectories' late rewards; returns
     ``(events, rewards)`` written. ``reader`` is a store or a tenant view."""
     import pyarrow as pa
@@ -54,21 +54,20 @@ def export_parquet(reader: Any, path: str | Path, *, where: str | None = None, p
     if tids is None:
         tables.append(_scan(reader, None))
     else:
-        for i in range(0, len(tids), _IN_CHUNK):
-            tables.append(_scan(reader, f"trajectory_id IN ({', '.join(sql_str(t) for t in tids[i:i + _IN_CHUNK])})"))
+        tables.extend(_scan(reader, chunk) for chunk in Filter().chunks("trajectory_id", tids))
     got = pa.concat_tables([t.select(REWARDS.names).cast(REWARDS) for t in tables]) if tables else REWARDS.empty_table()
     pq.write_table(got, str(rewards_path(path)))
     return n, got.num_rows
 
 
-def _scan(reader: Any, where: str | None) -> Any:
+def _scan(reader: Any, where: Filter | str | None) -> Any:
     if hasattr(reader, "scan"):  # a tenant view: its own rewards only
         from molt.store.schemas import REWARDS
 
         return reader.scan("rewards", where=where, columns=REWARDS.names)
     q = reader.table("rewards").search()
-    if where:
-        q = q.where(where)
+    if sql := lance_where(where):
+        q = q.where(sql)
     return q.limit(None).to_arrow()
 
 
@@ -127,9 +126,8 @@ def import_parquet_export(store: Any, path: str | Path, *, tenant_id: str | None
     ids = [a.annotation_id for a in annotations]
     have = set()
     tbl = store.table("rewards")
-    for i in range(0, len(ids), _IN_CHUNK):
-        got = tbl.search().where(f"annotation_id IN ({', '.join(sql_str(x) for x in ids[i:i + _IN_CHUNK])})") \
-            .select(["annotation_id"]).limit(None).to_arrow()
+    for where in Filter().chunks("annotation_id", ids):
+        got = tbl.search().where(str(where)).select(["annotation_id"]).limit(None).to_arrow()
         have.update(got.column("annotation_id").to_pylist())
     new = [a for a in annotations if a.annotation_id not in have]
     store.write_batch(SinkBatch(rewards=[a.model_dump(mode="json") for a in new], redelivery=True))

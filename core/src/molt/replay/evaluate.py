@@ -50,7 +50,7 @@ from molt.replay.generic import check_tenant, replay_recording
 from molt.replay.load import load_trajectories
 from molt.replay.policy import ReplayPolicy
 from molt.stats import bootstrap_ci, newcombe_diff
-from molt.store import Store, Trajectory, sql_str
+from molt.store import Filter, Store, Trajectory
 from molt.store.tables import append, ensure_table
 
 __all__ = ["RESULTS_SCHEMA", "RESULTS_TABLE", "Evaluation", "ReplayMemo", "evaluate_candidate",
@@ -265,14 +265,10 @@ def load_results(store: Store, *, candidate_id: str | None = None,
                  evaluation_id: str | None = None) -> list[dict[str, Any]]:
     """Stored result rows (``record`` decoded) for a candidate or one evaluation, oldest first."""
     tbl = ensure_table(store, RESULTS_TABLE, RESULTS_SCHEMA)
-    clauses = []
-    if candidate_id is not None:
-        clauses.append(f"candidate_id = {sql_str(candidate_id)}")
-    if evaluation_id is not None:
-        clauses.append(f"evaluation_id = {sql_str(evaluation_id)}")
+    where = Filter.given(candidate_id=candidate_id, evaluation_id=evaluation_id)
     q = tbl.search()
-    if clauses:
-        q = q.where(" AND ".join(clauses))
+    if where:
+        q = q.where(str(where))
     rows = q.limit(None).to_arrow().to_pylist()
     for r in rows:
         r["record"] = orjson.loads(r["record"])

@@ -18,7 +18,7 @@ import orjson
 from molt.atdp.chain import SealedEvent, unseal, verify_chain
 from molt.atdp.models import Event, EventKind, RewardAnnotation
 from molt.errors import NotFound, ReplayError
-from molt.store import Store, Trajectory, sql_str
+from molt.store import Filter, Store, Trajectory
 
 __all__ = ["check_replayable", "load_trajectories", "load_trajectory", "model_request", "offered_tools"]
 
@@ -44,7 +44,7 @@ def load_trajectories(store: Store, trajectory_ids: Sequence[str]) -> dict[str, 
     out: dict[str, Trajectory | ReplayError] = {}
     for i in range(0, len(trajectory_ids), _CHUNK):
         chunk = list(trajectory_ids[i:i + _CHUNK])
-        where = f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})"
+        where = Filter().among("trajectory_id", chunk)
         by_tid: dict[str, list[SealedEvent]] = {t: [] for t in chunk}
         for rb in store.iter_events(where):
             cols = rb.to_pydict()
@@ -55,7 +55,7 @@ def load_trajectories(store: Store, trajectory_ids: Sequence[str]) -> dict[str, 
                                                salt=salt, digest=chain[:64], prev_hash=chain[65:129],
                                                hash=chain[130:]))
         rewards: dict[str, list[RewardAnnotation]] = {t: [] for t in chunk}
-        got = store.table("rewards").search().where(where).select(["trajectory_id", "record", "created_at"])
+        got = store.table("rewards").search().where(str(where)).select(["trajectory_id", "record", "created_at"])
         for r in sorted(got.limit(None).to_arrow().to_pylist(), key=lambda r: r["created_at"]):
             rewards[r["trajectory_id"]].append(RewardAnnotation.model_validate(orjson.loads(r["record"])))
         for tid in chunk:

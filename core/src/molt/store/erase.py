@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from molt.errors import StoreError
+from molt.store.filters import Filter
 from molt.store.lance import Store
 from molt.store.tables import open_all
 
@@ -44,10 +45,13 @@ def id_column(tbl: Any) -> str:
     return str(tbl.schema.names[0])
 
 
-def rewrite(store: Store, table: str, where: str, *, null_columns: Sequence[str] | None = None) -> int:
+def rewrite(store: Store, table: str, where: Filter | str, *, null_columns: Sequence[str] | None = None) -> int:
     """Physically delete the rows of ``table`` matching ``where`` or, with ``null_columns``, null
     those columns in them; returns how many rows were affected. Call :func:`purge` afterwards to
     drop the old versions that still hold the bytes."""
+    if not where or not str(where).strip():
+        raise ValueError(f"rewrite of {table!r} needs a filter: an empty one would match every row")
+    where = str(where)
     tbl = open_all(store)[table]
     done = 0
     with store.write_lock:  # serialized with this process's appends and compaction

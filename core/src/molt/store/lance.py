@@ -37,7 +37,8 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import RewardAnnotation
 from molt.atdp.validate import MAX_RECORD_BYTES, check_size
 from molt.errors import NotFound, StoreError
-from molt.store.query import SUMMARY_COLUMNS, Trajectory, TrajectorySummary, check_outcome, select_summaries, sql_str
+from molt.store.filters import Filter, lance_where
+from molt.store.query import SUMMARY_COLUMNS, Trajectory, TrajectorySummary, check_outcome, select_summaries
 from molt.store.schemas import EVENTS, INDEX_COLUMNS, QUARANTINE, REWARDS, TABLES
 
 __all__ = ["FOLLOWER_CACHES", "FOLLOWER_INDEX_CACHE_BYTES", "FOLLOWER_METADATA_CACHE_BYTES", "Store"]
@@ -45,7 +46,6 @@ __all__ = ["FOLLOWER_CACHES", "FOLLOWER_INDEX_CACHE_BYTES", "FOLLOWER_METADATA_C
 log = logging.getLogger("molt.store")
 
 _SEALED_COLUMNS = ["event_id", "seq", "envelope", "payload", "payload_salt", "chain"]
-_IN_CHUNK = 512  # ids per "IN (…)" filter
 
 #: Metadata cache bound for a long-lived process whose tables another process keeps appending to
 #: (``molt serve``'s read side, the capture process). LanceDB keeps the metadata of every version a
@@ -266,9 +266,8 @@ class Store:
 
     def _where_in(self, name: str, column: str, values: Sequence[str], columns: list[str]) -> Iterator[pa.Table]:
         """Rows whose ``column`` is one of ``values``, in ``IN (…)`` queries of bounded size."""
-        for i in range(0, len(values), _IN_CHUNK):
-            chunk = values[i:i + _IN_CHUNK]
-            yield self._where(name, f"{column} IN ({', '.join(sql_str(v) for v in chunk)})", columns)
+        for where in Filter().chunks(column, values):
+            yield self._where(name, where, columns)
 
     def _existing_ids(self, name: str, id_col: str, ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -322,17 +321,17 @@ class Store:
 
     def trajectory_tenant(self, trajectory_id: str) -> str | None:
         """The tenant a trajectory belongs to (``None`` if unknown or untenanted)."""
-        got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", ["tenant_id"])
+        got = self._where("events", Filter(trajectory_id=trajectory_id), ["tenant_id"])
         tenants = {t for t in got.column("tenant_id").to_pylist() if t is not None}
         return next(iter(tenants)) if len(tenants) == 1 else None
 
     def _has_trajectory(self, trajectory_id: str) -> bool:
-        return self.table("events").count_rows(f"trajectory_id = {sql_str(trajectory_id)}") > 0
+        return self.table("events").count_rows(str(Filter(trajectory_id=trajectory_id))) > 0
 
-    def _where(self, name: str, where: str | None, columns: list[str] | None = None) -> pa.Table:
+    def _where(self, name: str, where: Filter | str | None, columns: list[str] | None = None) -> pa.Table:
         q = self.table(name).search()
-        if where:
-            q = q.where(where)
+        if sql := lance_where(where):
+            q = q.where(sql)
         if columns:
             q = q.select(columns)
         try:
@@ -342,7 +341,7 @@ class Store:
 
     def sealed_events(self, trajectory_id: str) -> list[SealedEvent]:
         """A trajectory's stored records, in ``seq`` order, exactly as sealed."""
-        got = self._where("events", f"trajectory_id = {sql_str(trajectory_id)}", _SEALED_COLUMNS)
+        got = self._where("events", Filter(trajectory_id=trajectory_id), _SEALED_COLUMNS)
         rows = sorted(got.to_pylist(), key=lambda r: r["seq"])
         return [
             SealedEvent(event_id=r["event_id"], trajectory_id=trajectory_id, seq=r["seq"],
@@ -353,7 +352,7 @@ class Store:
 
     def rewards(self, trajectory_id: str) -> list[RewardAnnotation]:
         """Late rewards of a trajectory, oldest first."""
-        got = self._where("rewards", f"trajectory_id = {sql_str(trajectory_id)}", ["record", "created_at"])
+        got = self._where("rewards", Filter(trajectory_id=trajectory_id), ["record", "created_at"])
         rows = sorted(got.to_pylist(), key=lambda r: r["created_at"])
         return [RewardAnnotation.model_validate(orjson.loads(r["record"])) for r in rows]
 
@@ -369,8 +368,8 @@ class Store:
         """Verify a trajectory's hash chain."""
         return verify_chain(trajectory_id, self.sealed_events(trajectory_id))
 
-    def trajectory_ids(self, where: str | None = None) -> list[str]:
-        """Distinct trajectory ids (optionally under a SQL filter on the events table)."""
+    def trajectory_ids(self, where: Filter | str | None = None) -> list[str]:
+        """Distinct trajectory ids (optionally under a filter on the events table)."""
         got = self._where("events", where, ["trajectory_id"])
         return pc.unique(got.column("trajectory_id")).to_pylist()
 
@@ -390,12 +389,7 @@ class Store:
         :func:`molt.store.query.select_summaries`.
         """
         check_outcome(outcome)
-        clauses = []
-        if tenant is not None:
-            clauses.append(f"tenant_id = {sql_str(tenant)}")
-        if agent is not None:
-            clauses.append(f"agent_id = {sql_str(agent)}")
-        events = self._where("events", " AND ".join(clauses) or None, list(SUMMARY_COLUMNS))
+        events = self._where("events", Filter.given(tenant_id=tenant, agent_id=agent), list(SUMMARY_COLUMNS))
         if events.num_rows == 0:
             return []
         rewards = self._where("rewards", None, ["trajectory_id", "value"])
@@ -404,18 +398,18 @@ class Store:
                                               pc.unique(events.column("trajectory_id"))))
         return select_summaries(events, rewards, since=since, until=until, outcome=outcome, limit=limit)
 
-    def count(self, name: str = "events", where: str | None = None) -> int:
-        """Rows in a table (optionally under a SQL filter)."""
-        return int(self.table(name).count_rows(where))
+    def count(self, name: str = "events", where: Filter | str | None = None) -> int:
+        """Rows in a table (optionally under a filter)."""
+        return int(self.table(name).count_rows(lance_where(where)))
 
-    def iter_events(self, where: str | None = None, batch_rows: int = 8192) -> Iterator[pa.RecordBatch]:
+    def iter_events(self, where: Filter | str | None = None, batch_rows: int = 8192) -> Iterator[pa.RecordBatch]:
         """Stream event rows in Arrow record batches (for exports and scans)."""
         q = self.table("events").search()
-        if where:
-            q = q.where(where)
+        if sql := lance_where(where):
+            q = q.where(sql)
         yield from q.limit(None).to_batches(batch_rows)
 
-    def export_parquet(self, path: str | os.PathLike[str], *, where: str | None = None,
+    def export_parquet(self, path: str | os.PathLike[str], *, where: Filter | str | None = None,
                        progress: Any = None) -> int:
         """Write the events (all columns, sealed bytes included) to a Parquet file; returns rows."""
         import pyarrow.parquet as pq

@@ -1,4 +1,4 @@
-"""Read-side models of the store: trajectories, summaries, and safe SQL literals.
+"""Read-side models of the store: trajectories and summaries.
 
 :func:`select_summaries` is the one filter-and-sort of trajectory listings: the store's own
 (:meth:`molt.store.Store.trajectories`) and a tenant's (:meth:`molt.store.scoped.TenantView.trajectories`)
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from molt.atdp.models import Event, RewardAnnotation
 
 __all__ = ["OUTCOMES", "SUMMARY_COLUMNS", "Trajectory", "TrajectorySummary", "check_outcome", "select_summaries",
-           "sql_str", "summarize"]
+           "summarize"]
 
 #: The event columns a trajectory summary is made of.
 SUMMARY_COLUMNS: tuple[str, ...] = ("trajectory_id", "seq", "ts", "tenant_id", "agent_id", "task", "status",
@@ -25,15 +25,6 @@ SUMMARY_COLUMNS: tuple[str, ...] = ("trajectory_id", "seq", "ts", "tenant_id", "
 #: A trajectory's outcome: ``success`` (total reward > 0), ``failure`` (rewarded, total ≤ 0), ``error``
 #: (unrewarded, an event ended in error) or ``unrewarded``.
 OUTCOMES: tuple[str, ...] = ("success", "failure", "error", "unrewarded")
-
-
-def sql_str(value: str) -> str:
-    """A SQL string literal for a LanceDB filter, with quotes escaped (never interpolate raw ids)."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string id, got {type(value).__name__}")
-    if "\x00" in value:
-        raise ValueError("ids may not contain NUL characters")
-    return "'" + value.replace("'", "''") + "'"
 
 
 class Trajectory(BaseModel):

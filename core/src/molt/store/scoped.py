@@ -41,8 +41,9 @@ import pyarrow.compute as pc
 from molt.atdp.chain import ChainReport, SealedEvent, unseal, verify_chain
 from molt.atdp.models import RewardAnnotation
 from molt.errors import NotFound, StoreError
+from molt.store.filters import IN_CHUNK, Filter, lance_where
 from molt.store.lance import Store
-from molt.store.query import SUMMARY_COLUMNS, Trajectory, TrajectorySummary, check_outcome, select_summaries, sql_str
+from molt.store.query import SUMMARY_COLUMNS, Trajectory, TrajectorySummary, check_outcome, select_summaries
 from molt.store.tables import open_all
 
 __all__ = ["TenantView", "check_filter"]
@@ -52,7 +53,6 @@ log = logging.getLogger("molt.store")
 #: Tables whose rows only the tenant's admins may read (quarantine keeps records as they arrived).
 ADMIN_TABLES = frozenset({"quarantine", "audit"})
 _SEALED = ["event_id", "trajectory_id", "seq", "envelope", "payload", "payload_salt", "chain", "tenant_id"]
-_IN_CHUNK = 512
 
 
 def check_filter(where: str) -> str:
@@ -130,7 +130,7 @@ class TenantView:
         self.tenant_id = tenant
         self.principal = principal
         self.violations = 0
-        self._tenant_sql = f"tenant_id = {sql_str(tenant)}"
+        self._tenant = Filter(tenant_id=tenant)
         self._handles: OrderedDict[tuple[str, int], Any] = OrderedDict()
 
     # ------------------------------------------------------------------ plumbing
@@ -159,10 +159,11 @@ class TenantView:
                 self._handles.popitem(last=False)
         return h
 
-    def _where(self, where: str | None) -> str:
-        if where is None or not where.strip():
-            return self._tenant_sql
-        return f"{self._tenant_sql} AND ({check_filter(where)})"
+    def _where(self, where: Filter | str | None) -> str:
+        sql = lance_where(where)
+        if sql is None or not sql.strip():
+            return str(self._tenant)
+        return f"{self._tenant} AND ({check_filter(sql)})"
 
     @staticmethod
     def _select(columns: Sequence[str] | None, *extra: str) -> tuple[list[str] | None, bool]:
@@ -192,7 +193,7 @@ class TenantView:
 
     # ------------------------------------------------------------------ reads
 
-    def scan(self, table: str = "events", *, where: str | None = None, columns: Sequence[str] | None = None,
+    def scan(self, table: str = "events", *, where: Filter | str | None = None, columns: Sequence[str] | None = None,
              limit: int | None = None, version: int | None = None) -> pa.Table:
         """Rows of ``table`` (optionally filtered, projected, limited, at an old ``version``)."""
         cols, drop = self._select(columns)
@@ -201,7 +202,7 @@ class TenantView:
             q = q.select(cols)
         return self._guard(self._run(q.limit(limit), table), drop, table)
 
-    def iter_batches(self, table: str = "events", *, where: str | None = None,
+    def iter_batches(self, table: str = "events", *, where: Filter | str | None = None,
                      columns: Sequence[str] | None = None, batch_rows: int = 8192,
                      version: int | None = None) -> Iterator[pa.Table]:
         """Stream rows of ``table`` in Arrow tables of at most ``batch_rows`` rows."""
@@ -213,7 +214,7 @@ class TenantView:
             yield self._guard(pa.Table.from_batches([rb]), drop, table)
 
     def search_vector(self, table: str, vector: Sequence[float], *, column: str = "vector", k: int = 10,
-                      where: str | None = None, columns: Sequence[str] | None = None,
+                      where: Filter | str | None = None, columns: Sequence[str] | None = None,
                       metric: str = "l2", version: int | None = None) -> pa.Table:
         """The ``k`` nearest of the tenant's rows to ``vector`` (prefiltered), with ``_distance``."""
         cols, drop = self._select(columns, "_distance")
@@ -224,7 +225,7 @@ class TenantView:
         return self._guard(self._run(q.limit(k), f"a vector search of {table}"), drop, table)
 
     def search_text(self, table: str, query: str, *, column: str | None = None, k: int = 10,
-                    where: str | None = None, columns: Sequence[str] | None = None,
+                    where: Filter | str | None = None, columns: Sequence[str] | None = None,
                     version: int | None = None) -> pa.Table:
         """Full-text search (a LanceDB FTS index on ``column``) over the tenant's rows, with ``_score``."""
         cols, drop = self._select(columns, "_score")
@@ -234,12 +235,12 @@ class TenantView:
             q = q.select(cols)
         return self._guard(self._run(q.limit(k), f"a full-text search of {table}"), drop, table)
 
-    def count(self, table: str = "events", *, where: str | None = None, version: int | None = None) -> int:
+    def count(self, table: str = "events", *, where: Filter | str | None = None, version: int | None = None) -> int:
         """How many of the tenant's rows ``table`` holds (optionally filtered, at a version)."""
         return int(self.scan(table, where=where, columns=["tenant_id"], version=version).num_rows)
 
     def aggregate(self, table: str, aggregations: Sequence[tuple[str, str]], *, by: Sequence[str] = (),
-                  where: str | None = None, version: int | None = None) -> pa.Table:
+                  where: Filter | str | None = None, version: int | None = None) -> pa.Table:
         """Aggregates over the tenant's rows: ``aggregations`` are ``(column, function)`` pairs of
         pyarrow's group-by functions (``count``, ``sum``, ``mean``, ``min``, ``max``, …)."""
         cols = list(dict.fromkeys([*by, *(c for c, _ in aggregations)]))
@@ -252,7 +253,7 @@ class TenantView:
 
     # ------------------------------------------------------------------ trajectories
 
-    def trajectory_ids(self, where: str | None = None) -> list[str]:
+    def trajectory_ids(self, where: Filter | str | None = None) -> list[str]:
         """The tenant's distinct trajectory ids."""
         got = self.scan("events", where=where, columns=["trajectory_id"])
         return [str(t) for t in pc.unique(got.column("trajectory_id")).to_pylist()]
@@ -263,8 +264,8 @@ class TenantView:
         """The tenant's trajectory summaries, newest first: the store's filter and order
         (:func:`molt.store.query.select_summaries`) over the tenant's rows only."""
         check_outcome(outcome)
-        where = f"agent_id = {sql_str(agent)}" if agent is not None else None
-        events = self.scan("events", where=where, columns=SUMMARY_COLUMNS)
+        events = self.scan("events", where=Filter(agent_id=agent) if agent is not None else None,
+                           columns=SUMMARY_COLUMNS)
         if events.num_rows == 0:
             return []
         rewards = self._rewards_table(pc.unique(events.column("trajectory_id")).to_pylist(), ["trajectory_id", "value"])
@@ -272,17 +273,14 @@ class TenantView:
 
     def sealed_events(self, trajectory_id: str, *, version: int | None = None) -> list[SealedEvent]:
         """A trajectory's stored records in ``seq`` order (none if it is another tenant's)."""
-        got = self.scan("events", where=f"trajectory_id = {sql_str(trajectory_id)}", columns=_SEALED,
-                        version=version)
+        got = self.scan("events", where=Filter(trajectory_id=trajectory_id), columns=_SEALED, version=version)
         return [_sealed(r) for r in sorted(got.to_pylist(), key=lambda r: r["seq"])]
 
     def sealed_many(self, trajectory_ids: Sequence[str]) -> dict[str, list[SealedEvent]]:
         """``{trajectory_id: records in seq order}`` for many trajectories at once."""
         out: dict[str, list[SealedEvent]] = {}
-        for i in range(0, len(trajectory_ids), _IN_CHUNK):
-            chunk = trajectory_ids[i:i + _IN_CHUNK]
-            got = self.scan("events", where=f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})",
-                            columns=_SEALED)
+        for where in Filter().chunks("trajectory_id", trajectory_ids):
+            got = self.scan("events", where=where, columns=_SEALED)
             for r in got.to_pylist():
                 out.setdefault(r["trajectory_id"], []).append(_sealed(r))
         for rows in out.values():
@@ -310,11 +308,11 @@ class TenantView:
         parts = []
         cols = list(dict.fromkeys([*columns, "trajectory_id", "tenant_id"]))
         ids = sorted(own)
-        for i in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[i:i + _IN_CHUNK]
-            where = (f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)}) "
-                     f"AND ({self._tenant_sql} OR tenant_id IS NULL)")
-            got = self._run(self._table("rewards", None).search().where(where).select(cols).limit(None), "rewards")
+        for i in range(0, len(ids), IN_CHUNK):
+            chunk = ids[i:i + IN_CHUNK]
+            where = Filter().among("trajectory_id", chunk).either(self._tenant, Filter().absent("tenant_id"))
+            got = self._run(self._table("rewards", None).search().where(str(where)).select(cols).limit(None),
+                            "rewards")
             ok = pc.and_(pc.is_in(got.column("trajectory_id"), pa.array(chunk)),
                          pc.or_kleene(pc.is_null(got.column("tenant_id")),
                                       pc.equal(got.column("tenant_id"), self.tenant_id)))
@@ -325,10 +323,8 @@ class TenantView:
 
     def _own_trajectories(self, trajectory_ids: list[str]) -> list[str]:
         own: list[str] = []
-        for i in range(0, len(trajectory_ids), _IN_CHUNK):
-            chunk = trajectory_ids[i:i + _IN_CHUNK]
-            got = self.scan("events", where=f"trajectory_id IN ({', '.join(sql_str(t) for t in chunk)})",
-                            columns=["trajectory_id"])
+        for where in Filter().chunks("trajectory_id", trajectory_ids):
+            got = self.scan("events", where=where, columns=["trajectory_id"])
             own.extend(pc.unique(got.column("trajectory_id")).to_pylist())
         return own
 
@@ -347,7 +343,7 @@ class TenantView:
 
     # ------------------------------------------------------------------ export
 
-    def export_parquet(self, path: str | os.PathLike[str], *, table: str = "events", where: str | None = None,
+    def export_parquet(self, path: str | os.PathLike[str], *, table: str = "events", where: Filter | str | None = None,
                        version: int | None = None, progress: Callable[[int], Any] | None = None) -> int:
         """Write the tenant's rows of ``table`` to a Parquet file; returns the row count."""
         import pyarrow.parquet as pq
