@@ -24,7 +24,8 @@ What runs (all on loopback, each server one process / one worker):
 - ``molt (in-process stub) /v1/responses``, ``… /v1/messages``, and ``passthrough molt → molt /v1/…``:
   a gateway passing each API through (``molt serve --backend anthropic``, ``--backend openai --passthrough
   responses``; recording on) to that in-process-stub gateway as its upstream, beside the upstream asked
-  directly in the same rotation: what passing through costs, as a ratio.
+  directly in the same rotation: what passing through costs, as a ratio; beside ``molt → molt (chat)``, the
+  same two-gateway chain on Chat Completions through the ordinary ``openai`` backend.
 - ``litellm → stub``: LiteLLM's proxy (``litellm[proxy]`` from PyPI, in its own venv
   ``.venv-bench-litellm`` made by :func:`ensure_litellm`, telemetry off, a master key checked on
   every request, no database) routing model ``stub`` to the stub server.
@@ -79,6 +80,9 @@ INPROC = "molt (in-process stub)"
 #: A passthrough target's name for each route (its upstream, asked directly, is ``INPROC + route``).
 PASSTHROUGH = {" /v1/messages": "passthrough molt → molt /v1/messages",
                " /v1/responses": "passthrough molt → molt /v1/responses"}
+#: The same two-gateway chain on Chat Completions (the openai backend, no passthrough): the peer of the
+#: passthrough rows' added latency.
+CHAIN = "molt → molt (chat)"
 
 
 def route_of(name: str) -> tuple[str, bytes]:
@@ -171,7 +175,8 @@ def serve_molt(port: int, upstream: str | None, home: str) -> None:
         backend = OpenAIBackend("molt-upstream", base_url=upstream, api_key=KEY, model="stub",
                                 passthrough=("responses",))
     else:
-        backend = (OpenAIBackend("stub-upstream", base_url=upstream, model="stub") if upstream
+        # the key is the one an upstream Molt gateway checks (the stub server ignores it)
+        backend = (OpenAIBackend("stub-upstream", base_url=upstream, api_key=KEY, model="stub") if upstream
                    else StubBackend("stub-inproc"))
     record = os.environ.get("MOLT_BENCH_RECORD", "1") == "1"
     governance = "default" if governance_available() and os.environ.get("MOLT_BENCH_GOVERNANCE", "1") == "1" else None
@@ -454,6 +459,10 @@ def main() -> None:
             targets.append((INPROC, port, KEY))
             # passthrough: a gateway relaying each API to that gateway, beside it asked directly
             inproc = f"http://127.0.0.1:{port}/v1"
+            pport = free_port()
+            cmd = [py, __file__, "--serve-molt", str(pport), "--upstream", inproc, "--home", tmp + "/p-chat"]
+            stack.enter_context(process(cmd, pport, env=quiet, headers=auth))
+            targets.append((CHAIN, pport, KEY))
             for suffix, name in PASSTHROUGH.items():
                 targets.append((INPROC + suffix, port, KEY))
                 pport = free_port()
@@ -507,12 +516,17 @@ def main() -> None:
                 print(f"molt → stub{suffix} adds {r['add_p50_1']:.2f} ms p50 / {r['add_p99_1']:.2f} ms p99 at "
                       f"concurrency 1 beside Chat Completions' {molt['add_p50_1']:.2f} / {molt['add_p99_1']:.2f} "
                       f"(the same server, same rotation); {r['rps_16']:.0f} vs {molt['rps_16']:.0f} req/s at c=16")
+    chain, inproc = by.get(CHAIN), by.get(INPROC)
+    if chain and inproc:
+        print(f"{CHAIN} (the openai backend, recorded by both gateways) adds {chain['p50_1'] - inproc['p50_1']:.2f} ms "
+              f"p50 / {chain['p99_1'] - inproc['p99_1']:.2f} ms p99 at concurrency 1 over its upstream asked directly")
     for suffix, name in PASSTHROUGH.items():
         pt, direct = by.get(name), by.get(INPROC + suffix)
         if pt and direct and direct["p50_1"] > 0:
+            peer = (f"; the chat chain adds {chain['p50_1'] - inproc['p50_1']:.2f} ms" if chain and inproc else "")
             print(f"{name} (recorded by both gateways) adds {pt['p50_1'] - direct['p50_1']:.2f} ms p50 / "
                   f"{pt['p99_1'] - direct['p99_1']:.2f} ms p99 at concurrency 1 over its upstream asked directly "
-                  f"(same rotation): {pt['p50_1'] / direct['p50_1']:.2f}× its p50; "
+                  f"(same rotation): {pt['p50_1'] / direct['p50_1']:.2f}× its p50{peer}; "
                   f"{pt['rps_16']:.0f} vs {direct['rps_16']:.0f} req/s at c=16")
     if molt and (d := by.get(ACK_DURABLE)) is not None:
         ratio = (f"{d['p50_1'] / molt['p50_1']:.2f}× the default's p50" if molt["p50_1"] > 0 else "")

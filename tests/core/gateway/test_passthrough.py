@@ -159,6 +159,27 @@ def test_upstream_errors_are_relayed_in_anthropics_shape(serve: Callable[..., Se
     assert down.value.status_code == 502 and down.value.body["type"] == "error"
 
 
+@pytest.mark.parametrize("kind", ["messages", "responses"])
+def test_an_upstream_dying_mid_stream_ends_the_relayed_stream_in_the_apis_shape(serve: Callable[..., Served],
+                                                                                kind: str) -> None:
+    front, _ = _front(serve, kind)
+    text = "a b c d e f [[stub:die_after=2]]"
+    if kind == "messages":
+        raw = httpx.post(front.url + "/v1/messages", headers={"x-api-key": "sk-acme-writer"}, timeout=30, json={
+            "model": "stub", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": text}]})
+        kinds = [line[7:] for line in raw.text.splitlines() if line.startswith("event: ")]
+        assert kinds[0] == "message_start" and "content_block_delta" in kinds
+        assert kinds[-1] == "error" and "message_stop" not in kinds
+    else:
+        raw = httpx.post(front.base_url + "/responses", headers={"authorization": "Bearer sk-acme-writer"},
+                         timeout=30, json={"model": "stub", "input": text, "stream": True})
+        kinds = [line[7:] for line in raw.text.splitlines() if line.startswith("event: ")]
+        assert kinds[:2] == ["response.created", "response.in_progress"] and "response.output_text.delta" in kinds
+        assert kinds[-1] == "response.failed" and "response.completed" not in kinds
+    [ev] = front.events(raw.headers["x-molt-trajectory"])
+    assert ev.outcome.status == OutcomeStatus.ERROR and ev.name == kind and (ev.action.text or "").startswith("echo")
+
+
 def test_chat_completions_are_translated_for_an_anthropic_upstream(serve: Callable[..., Served]) -> None:
     front, upstream = _front(serve, "messages")
     client = front.client()
