@@ -76,15 +76,15 @@ def test_messages_pass_through_to_an_anthropic_upstream_and_are_recorded(serve: 
     raw = client.messages.with_raw_response.create(
         model="stub", max_tokens=100,
         system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-        messages=[{"role": "user", "content": "hello upstream"}], metadata={"session_id": "as-sent"})
+        messages=[{"role": "user", "content": "hello upstream"}], metadata={"session_id": "for-the-front"})
     m = raw.parse()
     assert m.content[0].text == "echo: hello upstream" and m.stop_reason == "end_turn"
     assert m.id == "msg_" + raw.headers["x-molt-event-id"] and m.model == "stub"
-    # the upstream got the client's own Messages body: its metadata (which a translation drops) names
-    # the upstream's session
+    # the session named in metadata is the front's; that key is the gateway's own and does not go upstream
     [up] = _only(upstream)
-    assert up.name == "messages" and up.session_id == "as-sent"
+    assert up.name == "messages" and up.session_id != "for-the-front"
     [ev] = front.events(raw.headers["x-molt-trajectory"])
+    assert ev.session_id == "for-the-front"
     assert ev.name == "messages" and ev.kind == EventKind.MODEL_CALL and ev.action.text == "echo: hello upstream"
     assert [(x.role, x.content) for x in ev.observation.messages] == [("system", "Be brief."),
                                                                       ("user", "hello upstream")]
@@ -410,11 +410,14 @@ def test_what_the_gateway_does_not_read_goes_upstream_as_sent(serve: Callable[..
                "cache_control": {"type": "ephemeral"}}
         search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
         m = _anthropic(front).messages.create(model="stub", max_tokens=20, tools=[search, A_TOOL],
+                                              metadata={"user_id": "u-1", "agent_id": "reader"},  # type: ignore[typeddict-unknown-key]
                                               messages=[{"role": "user", "content": [doc, {"type": "text",
                                                                                              "text": "summarise"}]}])
         assert m.content[0].text == "read it" and m.id.startswith("msg_") and m.id != "msg_up"
         assert got[-1]["messages"][0]["content"][0] == doc and got[-1]["tools"] == [search, A_TOOL]
+        assert got[-1]["metadata"] == {"user_id": "u-1"}  # Anthropic's own key; the agent was the gateway's
         [ev] = _only(front)
+        assert ev.metadata.agent_id == "reader"
         assert ev.observation.messages[-1].content == "summarise" and ev.action.text == "read it"
         assert [t["function"]["name"] for t in ev.observation.data["tools"]] == ["get_weather"]
         rfront = serve([OpenAIBackend("up", base_url=up.url + "/v1", model="stub", passthrough=("responses",))])

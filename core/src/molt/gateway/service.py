@@ -44,7 +44,7 @@ from molt.gateway.sessions import Resolution, Sessions, TrajectoryState
 from molt.governance.access import OPEN_KEY_NAME, KeyRing, Principal, Role
 from molt.harness import Applied, HarnessApplier, StaticHarness, belongs_to
 
-__all__ = ["Call", "Gateway", "GatewayConfig", "Passthrough"]
+__all__ = ["MOLT_METADATA_KEYS", "Call", "Gateway", "GatewayConfig", "Passthrough", "passthrough_metadata"]
 
 log = logging.getLogger("molt.gateway")
 #: The event-loop lag monitor's timer (seconds).
@@ -128,6 +128,25 @@ class Passthrough:
 
     api: str
     build: Callable[[ChatRequest, Applied | None], dict[str, Any]]
+
+
+#: The request ``metadata`` keys addressed to the gateway itself (session, trajectory, agent, task: read by
+#: :func:`_ids_from` and :func:`_task_from`).
+MOLT_METADATA_KEYS = frozenset({"molt_session", "session_id", "molt_trajectory", "trajectory_id", "agent_id", "task"})
+
+
+def passthrough_metadata(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without the gateway's own ``metadata`` keys (:data:`MOLT_METADATA_KEYS`), as it is passed
+    through: they were addressed to the gateway, and an upstream API may refuse keys it does not know
+    (Anthropic's ``metadata`` takes ``user_id`` alone)."""
+    md = body.get("metadata")
+    if not isinstance(md, dict) or not MOLT_METADATA_KEYS & md.keys():
+        return body
+    kept = {k: v for k, v in md.items() if k not in MOLT_METADATA_KEYS}
+    out = {k: v for k, v in body.items() if k != "metadata"}
+    if kept:
+        out["metadata"] = kept
+    return out
 
 
 def _ids_from(headers: Mapping[str, str], body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:

@@ -50,7 +50,7 @@ from molt.backends.upstream import RelayedEvent
 from molt.errors import BackendError, InvalidRequest, UpstreamRejected
 from molt.gateway.error_responses import JSON_MEDIA_TYPE, classify
 from molt.gateway.routes.context import RouteContext, read_json
-from molt.gateway.service import Call, Gateway, Passthrough
+from molt.gateway.service import Call, Gateway, Passthrough, passthrough_metadata
 from molt.gateway.sessions import normalize_arguments
 from molt.governance.access import Action
 from molt.harness import Applied
@@ -305,9 +305,9 @@ def passthrough_body(body: dict[str, Any], req: ChatRequest, breq: ChatRequest,
                      applied: Applied | None) -> dict[str, Any]:
     """The client's Messages body as it goes to a Messages upstream: the routed model, and what the
     harness changed of the chat form ``req`` → ``breq`` carried over — the system text, the tools'
-    rewrites (by position: :func:`parse_messages_request` keeps the tools' order) and, for a renamed
-    tool, the history's ``tool_use`` blocks. Everything else is the client's, as it sent it."""
-    out = {k: v for k, v in body.items() if k != "stream"}
+    rewrites and, for a renamed tool, the history's ``tool_use`` blocks; the gateway's own ``metadata``
+    keys taken out. Everything else is the client's, as it sent it."""
+    out = {k: v for k, v in passthrough_metadata(body).items() if k != "stream"}
     out["model"] = breq.model
     if applied is None:
         return out

@@ -56,7 +56,7 @@ from molt.errors import BackendError, InvalidRequest
 from molt.gateway.capture import reply_message
 from molt.gateway.error_responses import JSON_MEDIA_TYPE
 from molt.gateway.routes.context import RouteContext, read_json
-from molt.gateway.service import Call, Gateway, Passthrough
+from molt.gateway.service import Call, Gateway, Passthrough, passthrough_metadata
 from molt.gateway.sessions import IdleLRU
 from molt.governance.access import Action
 from molt.harness import Applied
@@ -441,9 +441,9 @@ def passthrough_body(body: dict[str, Any], rr: ResponsesRequest, breq: ChatReque
     """The client's Responses body as it goes to a Responses upstream: the routed model, the previous
     response named by the upstream's own id (or, for one the upstream never saw, the conversation as
     input items), and what the harness changed of the chat form carried over — the system text as
-    ``instructions``, the tools' rewrites, a renamed tool's calls in the input. Everything else is the
-    client's, as it sent it."""
-    out = {k: v for k, v in body.items() if k != "stream"}
+    ``instructions``, the tools' rewrites, a renamed tool's calls in the input; the gateway's own
+    ``metadata`` keys taken out. Everything else is the client's, as it sent it."""
+    out = {k: v for k, v in passthrough_metadata(body).items() if k != "stream"}
     out["model"] = breq.model
     prev = rr.previous
     if prev is not None and prev.upstream_id is not None:
