@@ -180,6 +180,26 @@ def test_an_upstream_dying_mid_stream_ends_the_relayed_stream_in_the_apis_shape(
     assert ev.outcome.status == OutcomeStatus.ERROR and ev.name == kind and (ev.action.text or "").startswith("echo")
 
 
+def test_ack_after_durable_holds_the_last_relayed_event_until_the_record_is_kept(
+        serve: Callable[..., Served]) -> None:
+    """Under ``--ack-after-durable`` a relayed stream's last event (``message_stop``,
+    ``response.completed``) waits for the record; the SDKs still read whole answers."""
+    upstream = serve(keys=False)
+    front = serve([AnthropicBackend("up", base_url=upstream.base_url, model="stub")], ack_after_durable=True)
+    with _anthropic(front).messages.stream(model="stub", max_tokens=50,
+                                           messages=[{"role": "user", "content": "durably"}]) as s:
+        assert s.get_final_message().content[0].text == "echo: durably"
+        tid = s.response.headers["x-molt-trajectory"]
+    rfront = serve([OpenAIBackend("up", base_url=upstream.base_url, model="stub", passthrough=("responses",))],
+                   ack_after_durable=True)
+    with rfront.client().responses.stream(model="stub", input="durably too") as rs:
+        assert rs.get_final_response().output_text == "echo: durably too"
+    assert [e.action.text for e in front.events(tid)] == ["echo: durably"]
+    rfront.flush()
+    assert [e.action.text for t in rfront.store.trajectory_ids()
+            for e in rfront.store.trajectory(t).events] == ["echo: durably too"]
+
+
 def test_chat_completions_are_translated_for_an_anthropic_upstream(serve: Callable[..., Served]) -> None:
     front, upstream = _front(serve, "messages")
     client = front.client()
