@@ -187,7 +187,7 @@ def change_views(store: Any, registry: Any, memories: Any, decisions: list[dict[
         if key not in eps:
             eps[key] = episodes(store, d["tenant"], d["agent"], limit=1_000_000)
         view = decision_change(rec, registry=registry, memories=memories, episodes=eps[key],
-                               trajectory=lambda tid: store.trajectory(tid))
+                               trajectory=lambda tid: store.trajectory(tid), log=log)
         if view is not None:
             out.append({"round": d["round"] + 1, "tenant": d["tenant"], "agent": d["agent"], "view": view})
     return out

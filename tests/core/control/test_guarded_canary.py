@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from molt.console.change import render_change
+from molt.control.change import decision_change
 from molt.control.evidence import canary_state, flip_rate, holm
 from molt.control.plane import ControlPlane, PlaneSettings, overrides_for
 from molt.control.signals import Episode
@@ -86,6 +88,24 @@ def test_agent_level_evidence_canaries_a_memory_that_live_outcomes_promote(tmp_p
         assert done.choice == "promote", (done.record.reason, state)
         assert state["decision"] == "promote" and state["ratio"] >= 20 and state["losses"] == 0
         assert plane.registry.live("acme", AGENT).version_id == canary.version_id
+        # The decision log and the shared change view state the experiment and its sequential state: the
+        # pairs won and lost, the mixture ratio against its threshold, the exposure against its bound.
+        assert state["exposure"]["runs"] == 7 and state["exposure"]["max_runs"] == 60, state
+        assert state["exposure"]["max_s"] == 7 * 86400.0 and state["exposure"]["elapsed_s"] >= 0, state
+        assert any("7 pairs won, 0 lost" in a and "against the threshold 20" in a and "exposure 7/60 canary runs" in a
+                   for a in done.record.actions), done.record.actions
+        view = decision_change(plane.log.get(rec.cycle_id, tenant_id="acme"), registry=plane.registry,
+                               memories=plane.memories, log=plane.log)
+        assert view is not None and view["canary"] is not None, view
+        assert view["canary"]["threshold"] == 20 and view["canary"]["max_runs"] == 60
+        assert view["canary"]["text"].startswith("7 pairs won, 0 lost; mixture ratio") and \
+            "exposure 7/60 canary runs" in view["canary"]["text"] and view["canary"]["text"].endswith("promote")
+        html = render_change(view)
+        assert 'class="canary"' in html and "mSPRT on canary/live pairs at level 0.05" in html
+        assert "7 pairs won, 0 lost" in html, html
+        # An ordinary change has no canary section.
+        plain = decision_change(done.record, registry=plane.registry, memories=plane.memories, log=plane.log)
+        assert plain is None or plain["canary"] is None
 
 
 def test_guarded_canary_without_effect_is_aborted_at_its_exposure_bound(tmp_path: Path) -> None:

@@ -214,7 +214,7 @@ class Console:
 
     def change(self, c: _Caller, entry: dict[str, Any], *, cluster: dict[str, Any] | None,
                decision: dict[str, Any] | None, others: Sequence[dict[str, Any]] = (), version: Any = None,
-               operator: dict[str, Any] | None = None) -> dict[str, Any]:
+               operator: dict[str, Any] | None = None, canary: dict[str, Any] | None = None) -> dict[str, Any]:
         """The shared view of one change for the caller's tenant (examples read through its TenantView)."""
         from molt.control.change import change_view
         from molt.control.signals import episodes
@@ -237,7 +237,8 @@ class Console:
 
         eps = episodes(self.store, tenant, version.agent_id, limit=400) if version is not None else None
         return change_view(entry, cluster=cluster, decision=decision, others=others, version=version, parent=parent,
-                           memories=self._memories(), trajectory=read, episodes=eps, operator=operator)
+                           memories=self._memories(), trajectory=read, episodes=eps, operator=operator,
+                           canary=canary)
 
     def _decision_change(self, c: _Caller, d: Any) -> dict[str, Any] | None:
         """The change a decision chose (``None`` for a no-op or a decision without a candidate)."""
@@ -255,7 +256,10 @@ class Console:
                 version = self.control("versions").get(d.applied_version, tenant_id=c.principal.tenant_id)
             except NotFound:
                 version = None
+        from molt.control.change import canary_state_of
+
         return self.change(c, entry, cluster=cluster, others=others, version=version,
+                           canary=canary_state_of(d, self.control("decisions")),
                            decision={"cycle_id": d.cycle_id, "choice": d.choice, "reason": d.reason,
                                      "created_at": d.created_at})
 

@@ -78,6 +78,8 @@ delta <b class="delta">{{ v.replay.delta.text }}</b>.
 {% if v.served %}<p class="served">Served: {% if v.served.version.n %}this version {{ v.served.version.text }}{% else %}this version
 has served no rewarded request yet{% endif %}; its parent {{ v.served.parent.text }}{% if v.served.delta %}; difference
 {{ v.served.delta.text }}{% endif %}.</p>{% endif %}
+{% if v.canary %}<p class="canary">Guarded canary: {{ v.canary.setup }}. Its state: <b class="canary-state">{{ v.canary.text }}</b>
+<span class="term">(guarded canary: {{ v.terms['guarded canary'] }})</span></p>{% endif %}
 <p class="cost">Cost: {{ v.cost.text }} <span class="term">(cost: {{ v.terms.cost }})</span></p>
 
 <h4>Gates</h4>

@@ -29,8 +29,8 @@ from molt.control.diagnose import COSTS
 from molt.control.versions import PolicyVersion, diff_parts
 from molt.stats import newcombe_diff, wilson
 
-__all__ = ["KIND_NAMES", "PROMOTION_RULE", "TERMS", "change_view", "decision_change", "proposed_text", "rate",
-           "version_success"]
+__all__ = ["KIND_NAMES", "PROMOTION_RULE", "TERMS", "canary_state_of", "canary_state_text", "canary_view",
+           "change_view", "decision_change", "proposed_text", "rate", "version_success"]
 
 #: What each kind of change is called where a person reads it.
 KIND_NAMES = {"memory_insert": "memory insert", "skill_patch": "skill", "harness_edit": "harness edit (system prompt)",
@@ -52,6 +52,11 @@ TERMS = {
                   "(a drop beyond the tolerance rejects it)",
     "evidence bar": "a change goes live only when its replay delta is at least the minimum gain with an interval "
                     "above zero; one fixing at least half the cases is sufficient and the cheapest sufficient wins",
+    "guarded canary": "a cheap, reversible change whose replay is positive but not conclusive is tried on a "
+                      "share of the sessions; each canary run is paired with a live run beside it in time, and a "
+                      "mixture sequential probability ratio test (mSPRT) on the pairs one version won promotes it "
+                      "when the ratio reaches 1/level (false promotions at most the level, however often it is "
+                      "looked at), aborts it on harm, and withdraws it at its exposure bound",
     "p-value": "the chance of a cluster this large among the window's requests if this intent failed no more often "
                "than the rest; the cluster counts when it is below the level (Bonferroni-corrected)",
 }
@@ -227,6 +232,44 @@ def proposed_text(entry: dict[str, Any]) -> str:
     return str(entry.get("description") or "")
 
 
+def _duration(s: float | None) -> str:
+    if not s:
+        return "no time bound"
+    return f"{s / 86400:.1f} days" if s >= 86400 else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+
+def canary_state_text(state: dict[str, Any]) -> str:
+    """A guarded canary's sequential state (:meth:`molt.control.evidence.CanaryState.summary`) in one line:
+    pairs won and lost, the mixture ratio against its threshold, the exposure against its bounds, the
+    decision."""
+    exp = state.get("exposure") or {}
+    elapsed = exp.get("elapsed_s")
+    return (f"{state.get('wins', 0)} pairs won, {state.get('losses', 0)} lost; mixture ratio "
+            f"{float(state.get('ratio') or 0):.2f} against the threshold {float(state.get('threshold') or 0):g} "
+            f"(harm {float(state.get('harm_ratio') or 0):.2f}); exposure {exp.get('runs', '?')}/"
+            f"{exp.get('max_runs', '?')} canary runs"
+            + (f", {_duration(elapsed)} of {_duration(exp.get('max_s'))}" if elapsed is not None else "")
+            + f" — {state.get('decision')}")
+
+
+def canary_view(guard: dict[str, Any] | None, state: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """A guarded canary's experiment as a person reads it: its test, level, share and exposure bound (the
+    ``guard`` the decision that started it recorded) and its sequential state at the plane's last look
+    (``state``: :meth:`molt.control.evidence.CanaryState.summary`, from the newest decision that looked at
+    it; ``None``: not looked at yet). ``None`` for a change that did not go to a guarded canary."""
+    if not guard:
+        return None
+    alpha = float(guard.get("alpha") or 0.05)
+    threshold = 1.0 / alpha
+    max_runs, max_s = guard.get("max_requests"), guard.get("max_s")
+    setup = (f"mSPRT on canary/live pairs at level {alpha:g} (promote at a mixture ratio of {threshold:g}), "
+             f"{float(guard.get('share') or 0):.0%} of the sessions, bounded at {max_runs} canary runs and "
+             f"{_duration(max_s)}")
+    now = canary_state_text(state) if state else "not looked at yet (no cycle has run since it started)"
+    return {"alpha": alpha, "threshold": threshold, "share": guard.get("share"), "max_runs": max_runs, "max_s": max_s,
+            "prior": guard.get("prior"), "state": state, "setup": setup, "text": now}
+
+
 def version_success(episodes: Sequence[Any], version_id: str) -> dict[str, Any]:
     """Success of the rewarded runs stamped with ``version_id``, with its Wilson interval."""
     mine = [e for e in episodes if e.policy_version == version_id and e.success is not None]
@@ -237,7 +280,8 @@ def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
                 decision: dict[str, Any] | None = None, others: Sequence[dict[str, Any]] = (),
                 version: PolicyVersion | None = None, parent: PolicyVersion | None = None, memories: Any = None,
                 trajectory: Callable[[str], Any] | None = None, episodes: Sequence[Any] | None = None,
-                operator: dict[str, Any] | None = None, examples: int = 3) -> dict[str, Any]:
+                operator: dict[str, Any] | None = None, examples: int = 3,
+                canary: dict[str, Any] | None = None) -> dict[str, Any]:
     """One change as plain data (see the module docstring).
 
     Args:
@@ -253,6 +297,7 @@ def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
             examples); ``None``: examples by id only.
         episodes: the agent's recent runs (:func:`molt.control.signals.episodes`) for served success.
         operator: an operator's decision on a proposal (``action``, ``actor``, ``reason``).
+        canary: a guarded canary's experiment and sequential state (:func:`canary_view`).
     """
     ev = entry.get("evidence") or {}
     kind = entry.get("kind") or (decision or {}).get("choice") or ""
@@ -307,6 +352,7 @@ def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
         "replay": replay,
         "regression": _regression(ev.get("regression"), rejected),
         "served": served,
+        "canary": canary,
         "cost": {"units": cost, "replay_model_calls": calls,
                  "text": f"{cost:g} (the kind's price)" + (f"; the replay made {calls} model calls" if calls else "")},
         "gates": _gates(entry, operator),
@@ -317,12 +363,29 @@ def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
     }
 
 
+def canary_state_of(record: Any, log: Any) -> dict[str, Any] | None:
+    """:func:`canary_view` of the guarded canary ``record`` started (``None``: it started none), its state
+    from the newest decision in ``log`` (a :class:`molt.control.log.DecisionLog`) that looked at it."""
+    guard = (record.signals or {}).get("guard")
+    if not guard or not record.applied_version:
+        return None
+    state = None
+    if log is not None:
+        for d in log.list(record.tenant_id, record.agent_id, limit=200):  # newest first
+            got = (d.signals or {}).get("canary")
+            if isinstance(got, dict) and got.get("version") == record.applied_version:
+                state = got
+                break
+    return canary_view(guard, state)
+
+
 def decision_change(record: Any, *, registry: Any = None, memories: Any = None,
-                    trajectory: Callable[[str], Any] | None = None, episodes: Sequence[Any] | None = None
-                    ) -> dict[str, Any] | None:
+                    trajectory: Callable[[str], Any] | None = None, episodes: Sequence[Any] | None = None,
+                    log: Any = None) -> dict[str, Any] | None:
     """:func:`change_view` of the change a decision record chose (``None`` when it chose none): the
     chosen candidate, its cluster, the other candidates of that cluster, the version it made and its
-    parent (read from ``registry``)."""
+    parent (read from ``registry``), and — for a guarded canary — its sequential state (read from the
+    decision ``log``)."""
     d = record
     entry = next((x for x in d.candidates if d.chosen_candidate and x.get("candidate_id") == d.chosen_candidate),
                  None) or next((x for x in d.candidates if x.get("kind") == d.choice), None)
@@ -340,6 +403,6 @@ def decision_change(record: Any, *, registry: Any = None, memories: Any = None,
         except MoltError:
             version = parent = None
     return change_view(entry, cluster=cluster, others=others, version=version, parent=parent, memories=memories,
-                       trajectory=trajectory, episodes=episodes,
+                       trajectory=trajectory, episodes=episodes, canary=canary_state_of(d, log),
                        decision={"cycle_id": d.cycle_id, "choice": d.choice, "reason": d.reason,
                                  "created_at": d.created_at})

@@ -484,6 +484,25 @@ def _print_decision(d: Any, when: bool = False) -> None:
     head = f"{d.created_at.strftime('%Y-%m-%d %H:%M:%S')}  " if when else ""
     console.print(f"{head}[bold]{d.tenant_id}/{d.agent_id}[/bold]: {d.choice} — {d.reason}"
                   + (f" → {d.applied_version}" if d.applied_version else ""), highlight=False, soft_wrap=True)
+    ev = (d.signals or {}).get("evidence") or {}
+    agent = ev.get("agent") or {}
+    if agent:
+        flips = ev.get("flip_rate") or {}
+        verdict = "significant" if agent.get("significant") else "not significant"
+        console.print(f"  test: {agent.get('test', 'the agent against its tolerated failure rate')} — "
+                      f"{agent.get('k')} of {agent.get('n')} failed, p={float(agent.get('p_value') or 1):.3g} at "
+                      f"level {float(agent.get('level') or 0):.3g} ({verdict}); clusters: {ev.get('clusters', '')}; "
+                      f"reward flip rate {float(flips.get('rate') or 0):.2f}", highlight=False, soft_wrap=True)
+    from molt.control.change import canary_state_text, canary_view
+
+    guard = (d.signals or {}).get("guard")
+    if isinstance(guard, dict):
+        view = canary_view(guard)
+        console.print(f"  guarded canary: {view['setup'] if view else ''}", highlight=False, soft_wrap=True)
+    state = (d.signals or {}).get("canary")
+    if isinstance(state, dict) and state.get("threshold"):
+        console.print(f"  canary {state.get('version')} sequential state: {canary_state_text(state)}",
+                      highlight=False, soft_wrap=True)
     for c in d.candidates:
         console.print(f"  candidate {c.get('kind')}{_delta(c)}: {c.get('description') or ''}", highlight=False,
                       soft_wrap=True)

@@ -6,7 +6,8 @@ Each cluster that passes gets the candidates that could fix it, built from the t
 ========================  =====================================================================
 ``memory_insert``         the correction a majority of the cluster's correcting users agree on,
                           abstracted through the redactor (:func:`agreed_correction`); none
-                          when they disagree (the cluster's ``notes`` say so)
+                          when they disagree (the cluster's ``notes`` say so) — in two forms,
+                          prose and the question it answers (:func:`qa_form`): replay picks
 ``tool_schema_edit``      a tool whose calls fail with an argument error: the error message is
                           added to the description of each parameter it names; an error that
                           names another tool than the one called (an upstream rename): the
@@ -65,9 +66,9 @@ from molt.control.versions import PolicyParts, PolicyVersion
 from molt.harness import ToolRewrite
 from molt.replay.generic import checkable_facts
 
-__all__ = ["ALPHA", "COSTS", "SCREEN", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence", "Kind",
-           "abstract_correction", "agreed_correction", "cluster_failures", "environment_fault", "intent_text",
-           "propose", "rename_targets", "rollback_candidate", "same_pattern"]
+__all__ = ["ALPHA", "COSTS", "QA_EXTRA", "SCREEN", "SIMILARITY", "TOLERABLE", "Candidate", "Cluster", "Evidence",
+           "Kind", "abstract_correction", "agreed_correction", "cluster_failures", "environment_fault", "intent_text",
+           "propose", "qa_form", "rename_targets", "rollback_candidate", "same_pattern"]
 # The clusters' names (ALPHA … same_pattern) live in molt.control.clusters; re-exported for existing imports.
 
 log = logging.getLogger("molt.control")
@@ -99,6 +100,36 @@ class Candidate(BaseModel):
     source_trajectories: list[str] = Field(default_factory=list)
 
 
+#: What the question-and-answer form of a memory costs beyond its prose form (its question is more
+#: prompt tokens on every request): at equal replay the prose wins, and the Q/A form is replayed only
+#: when the prose does not already fix its cluster sufficiently (the cheapest sufficient candidate wins).
+QA_EXTRA = 0.05
+
+
+_PLACEHOLDER_TYPE = re.compile(r"<([A-Z_]+?)_(?:\d+|[0-9a-f]{6,64})>")
+_PUBLIC_TYPES = frozenset({"ORGANIZATION", "LOCATION"})
+
+
+def qa_form(fact: str, questions: Sequence[str], redactor: Any = None) -> str | None:
+    """A memory's other form: the users' question and the agreed correction as its answer
+    (``"Question: …\nAnswer: …"``). Small models use a fact stated as the answer to the question they are asked
+    more often than the same fact in prose (measured on SmolLM2-135M: 38 % against 21 % on fresh asks),
+    larger ones use either; which form a memory takes is decided by replay (both are candidates, see
+    :func:`propose`). The question is the shortest of the correcting users' requests that holds no
+    personal data (the redactor's, or a placeholder governance put in at capture for anything but an
+    organisation or a place — what policy facts are about); ``None`` when every one does — a memory never
+    carries a customer's personal data."""
+    fact = _normalize(fact)
+    asked = sorted({_normalize(q) for q in questions if q and q.strip()}, key=lambda q: (len(q), q))
+    for q in asked:
+        if len(q) > 300 or any(m.group(1) not in _PUBLIC_TYPES for m in _PLACEHOLDER_TYPE.finditer(q)):
+            continue
+        if redactor is not None and redactor.redact(q)[1]:
+            continue
+        return f"Question: {q}\nAnswer: {fact}"
+    return None
+
+
 def _normalize(text: str) -> str:
     return " ".join(text.split()).strip()
 
@@ -119,7 +150,15 @@ def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *,
         text, src, n = memory
         out.append(Candidate(kind="memory_insert", cluster=cluster.key, cost=COSTS["memory_insert"],
                              description=f"remember the correction {n} user(s) agree on in this cluster: {text[:120]}",
-                             payload={"text": text, "support": n}, source_trajectories=src))
+                             payload={"text": text, "support": n, "form": "prose", "fact": text},
+                             source_trajectories=src))
+        qa = qa_form(text, [e.question for e in cluster.failures if e.trajectory_id in set(src)], redactor)
+        if qa is not None:
+            out.append(Candidate(kind="memory_insert", cluster=cluster.key, cost=COSTS["memory_insert"] + QA_EXTRA,
+                                 description=f"remember the same correction as a question and its answer: "
+                                             f"{qa[:160]}",
+                                 payload={"text": qa, "support": n, "form": "qa", "fact": text},
+                                 source_trajectories=src))
     if cluster.kind == "tool_error" and cluster.tool:
         tool_errs = [t for e in cluster.failures for t in e.tool_errors if t.name == cluster.tool]
         messages = Counter(t.error_message or "" for t in tool_errs)

@@ -305,6 +305,10 @@ class CanaryState:
     alpha: float
     decision: str                # "promote" | "abort" | "continue"
     why: str
+    runs: int = 0                # the exposure so far: canary runs served (all of them, targeted or not)
+    max_runs: int = 0            # ... and its bound
+    elapsed_s: float | None = None   # seconds since the canary started
+    max_s: float | None = None       # ... and that bound
 
     def summary(self) -> dict[str, Any]:
         return {"test": "mSPRT on discordant canary/live pairs (each canary run paired with a live run beside "
@@ -314,12 +318,29 @@ class CanaryState:
                 "canary": list(self.canary), "live": list(self.live), "wins": self.wins, "losses": self.losses,
                 "prior": [round(self.prior[0], 3), round(self.prior[1], 3)], "ratio": round(self.ratio, 4),
                 "harm_ratio": round(self.harm, 4), "threshold": round(1 / self.alpha, 3),
-                "false_promotion_rate": f"at most {self.alpha:g}", "decision": self.decision, "why": self.why}
+                "false_promotion_rate": f"at most {self.alpha:g}",
+                "exposure": {"runs": self.runs, "max_runs": self.max_runs,
+                             "elapsed_s": None if self.elapsed_s is None else round(self.elapsed_s, 1),
+                             "max_s": self.max_s},
+                "decision": self.decision, "why": self.why}
+
+    def brief(self) -> str:
+        """The state in one line, as the decision log and the change view say it."""
+        left = f"{self.runs}/{self.max_runs} canary runs"
+        if self.elapsed_s is not None and self.max_s:
+            left += f", {_duration(self.elapsed_s)} of {_duration(self.max_s)}"
+        return (f"{self.wins} pairs won, {self.losses} lost; mixture ratio {self.ratio:.2f} against the threshold "
+                f"{1 / self.alpha:g} (harm {self.harm:.2f}); exposure {left}")
+
+
+def _duration(s: float) -> str:
+    return f"{s / 86400:.1f} d" if s >= 86400 else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
 
 
 def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[tuple[bool, bool]], *,
                  prior: tuple[float, float], alpha: float, max_runs: int, expired: bool,
-                 served: int | None = None) -> CanaryState:
+                 served: int | None = None, elapsed_s: float | None = None,
+                 max_s: float | None = None) -> CanaryState:
     """The guarded canary's decision from its runs' outcomes (``canary``), the live version's beside it
     (``live``) and the ``pairs`` (canary outcome, live outcome) the plane matched in time.
 
@@ -332,7 +353,8 @@ def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[t
     the mirror image with a flat prior on the live version's side (abort at ``1 / alpha``). At the
     exposure bound (``max_runs`` canary runs — ``served``, all the canary served, when the outcomes tested
     are only those of its target —, or ``expired``) without a decision the canary is aborted: the
-    experiment ended without evidence."""
+    experiment ended without evidence. ``elapsed_s`` and ``max_s`` (the time bound) are reported in the
+    state's exposure, beside the runs and their bound."""
     wins = sum(1 for c, lv in pairs if c and not lv)
     losses = sum(1 for c, lv in pairs if lv and not c)
     ratio = mixture_ratio(wins, losses, *prior)
@@ -350,7 +372,8 @@ def canary_state(canary: Sequence[bool], live: Sequence[bool], pairs: Sequence[t
     else:
         decision, why = "continue", (f"mixture ratio {ratio:.2f} < {bar:g} ({wins} won, {losses} lost of "
                                      f"{len(pairs)} pairs) on {exposed}/{max_runs} canary runs")
-    return CanaryState((k1, n1), (k0, n0), wins, losses, prior, ratio, harm, alpha, decision, why)
+    return CanaryState((k1, n1), (k0, n0), wins, losses, prior, ratio, harm, alpha, decision, why, exposed, max_runs,
+                       elapsed_s, max_s)
 
 
 def pair_in_time(canary: Sequence[tuple[Any, bool]], live: Sequence[tuple[Any, bool]]) -> list[tuple[bool, bool]]:

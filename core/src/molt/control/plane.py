@@ -78,6 +78,7 @@ from molt.control.clusters import embed_texts, intent_text, resolve_embedder
 from molt.control.diagnose import (
     ALPHA,
     COSTS,
+    QA_EXTRA,
     SCREEN,
     SIMILARITY,
     TOLERABLE,
@@ -411,6 +412,7 @@ class ControlPlane:
         self._live_evals = {}
         self._confirm_levels = {}
         self._region_live = {}
+        self._confirmed_facts: set[tuple[str, str]] = set()
         self._guard = None
         self._running_guard = None
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
@@ -489,7 +491,10 @@ class ControlPlane:
         self._family &= set(screened)
         self._confirm_levels = screen_levels(
             {k: c.evidence.p_min for k, c in screened.items() if c.evidence is not None and k not in self._family},
-            Counter(x.cluster for x in candidates if x.cluster in screened and x.kind != "weight_update"), s.alpha)
+            # a memory's two forms (prose, question and answer) are one test: whichever is confirmed first
+            # spends the share (_gates)
+            Counter(x.cluster for x in candidates if x.cluster in screened and x.kind != "weight_update"
+                    and not _second_form(x)), s.alpha)
         n_sig = sum(1 for c in clusters.values() if c.significant)
         ag = self._agent
         assert ag is not None
@@ -758,17 +763,20 @@ class ControlPlane:
         mem_vecs = embed_texts(emb, texts)
         for new in [c for c in made if c.kind == "memory_insert"]:
             vec = embed_texts(emb, [new.payload["text"]])[0]
-            mine = {f.lower() for f in checkable_facts(new.payload["text"])}
+            # the fact itself (a memory's question-and-answer form also holds the question's figures)
+            mine = {f.lower() for f in checkable_facts(new.payload.get("fact") or new.payload["text"])}
             for m, v in zip(mems, mem_vecs, strict=True):
                 theirs = {f.lower() for f in checkable_facts(m.text)}
                 if float(v @ vec) >= self.settings.similarity and mine != theirs:
                     out.append(Candidate(
-                        kind="memory_update", cluster=cluster.key, cost=COSTS["memory_update"],
+                        kind="memory_update", cluster=cluster.key,
+                        cost=COSTS["memory_update"] + (QA_EXTRA if new.payload.get("form") == "qa" else 0.0),
                         description=f"update memory {m.memory_id} ('{m.text[:60]}') with the newer fact: "
                                     f"{new.payload['text'][:100]}",
                         parts=live.parts.model_copy(update={"memory_ids": tuple(
                             i for i in live.parts.memory_ids if i != m.memory_id)}),
-                        payload={"text": new.payload["text"], "replaces": m.memory_id, "old_text": m.text},
+                        payload={"text": new.payload["text"], "replaces": m.memory_id, "old_text": m.text,
+                                 "form": new.payload.get("form", "prose")},
                         source_trajectories=new.source_trajectories))
         centroid = cluster.centroid
         ranked = sorted(zip(mems, mem_vecs, strict=True), key=lambda mv: -float(mv[1] @ centroid)
@@ -835,13 +843,15 @@ class ControlPlane:
         mine, beside = self._targeted(guard, mine), self._targeted(guard, beside)
         pairs = pair_in_time([(_utc(e.started_at), bool(e.success)) for e in mine],
                              [(_utc(e.started_at), bool(e.success)) for e in beside])
-        expired = (datetime.now(UTC) - started).total_seconds() >= float(guard.get("max_s", 0) or 0)
+        elapsed = (datetime.now(UTC) - started).total_seconds()
+        max_s = float(guard.get("max_s", 0) or 0)
         prior = guard.get("prior") or [1.0, 1.0]
         st = canary_state([bool(e.success) for e in mine], [bool(e.success) for e in beside], pairs,
                           prior=(float(prior[0]), float(prior[1])), alpha=float(guard["alpha"]),
-                          max_runs=int(guard["max_requests"]), expired=expired, served=served)
+                          max_runs=int(guard["max_requests"]), expired=elapsed >= max_s, served=served,
+                          elapsed_s=elapsed, max_s=max_s)
         rec.signals["canary"] = st.summary() | {"version": c.version_id}
-        rec.actions.append(f"guarded canary {c.version_id}: {st.why}")
+        rec.actions.append(f"guarded canary {c.version_id}: {st.why} — {st.brief()}")
         if st.decision == "promote":
             try:  # compare-and-set: the canary's change was made on its parent
                 result.version = self.registry.promote(c.version_id, actor=self.actor,
@@ -976,12 +986,26 @@ class ControlPlane:
         elif cluster is not None and cluster.key in self._confirm_levels and cand.kind != "rollback":
             # A screened cluster: the candidate goes live only if the replay confirms it (evidence.py), or —
             # positive but unconfirmed — on a guarded canary, whose live outcomes are the experiment.
+            fact = (cluster.key, str(cand.payload.get("fact") or "")) if cand.payload.get("fact") else None
             if not self._clears(out["replay"]):
                 out["confirmation"] = {"skipped": "the replay did not clear the evidence bar"}
                 if guardable:
                     out["bar"] = "guarded"
                     out["guarded_why"] = "the cluster is screened, and the replay's interval is wide"
+            elif fact is not None and fact in self._confirmed_facts:
+                # One test per memory, whatever its form: the other form's confirmation spent its share.
+                out["confirmation"] = {"skipped": "the same memory in its other form was confirmation-tested: "
+                                                  "one test per memory"}
+                if guardable:
+                    out["bar"] = "guarded"
+                    out["guarded_why"] = "the cluster is screened, and the memory's test was spent on its other form"
+                else:
+                    out["rejected"] = ("confirmation: the same memory in its other form was tested on the "
+                                       "cluster's region (one test per memory)")
+                    return out
             else:
+                if fact is not None:
+                    self._confirmed_facts.add(fact)
                 conf = await self._confirm(cand, cluster, live, ev, policy, agent, tenant)
                 out["confirmation"] = conf.summary()
                 if not conf.confirmed:
@@ -1394,6 +1418,12 @@ class ControlPlane:
 def _task_outcomes(eps: Sequence[Episode]) -> list[tuple[str | None, bool]]:
     """Each run as ``(task, succeeded)``, the strata :func:`molt.stats.stratified_delta` compares by."""
     return [(e.task, bool(e.success)) for e in eps]
+
+
+def _second_form(c: Candidate) -> bool:
+    """Whether ``c`` is a memory in its question-and-answer form (molt.control.diagnose.qa_form): the
+    same fact as its prose form, so the same hypothesis, not one more."""
+    return c.kind in ("memory_insert", "memory_update") and c.payload.get("form") == "qa"
 
 
 def _no_candidate(c: Cluster) -> str:
