@@ -39,9 +39,9 @@ def _collect(backend: StubBackend, req: ChatRequest) -> list[Any]:
 
 
 def test_registry_and_public_api() -> None:
-    assert BACKENDS.names() == ["local", "openai", "stub", "vllm"]
+    assert BACKENDS.names() == ["anthropic", "local", "openai", "stub", "vllm"]
     assert isinstance(create_backend("stub", "s1"), StubBackend)
-    with pytest.raises(RegistryError, match="registered backends: local, openai, stub, vllm"):
+    with pytest.raises(RegistryError, match="registered backends: anthropic, local, openai, stub, vllm"):
         create_backend("tgi")
     for module in ("molt.backends", "molt.harness", "molt.gateway"):
         mod = importlib.import_module(module)
