@@ -584,3 +584,27 @@ def test_claude_code_and_codex_run_through_passthrough_fronts(tmp_path: Path) ->
     assert seen[a] == [("messages", "Read", "messages")]
     assert seen[r] == [("responses", "exec_command", "responses")]
     assert sorted(seen[up]) == sorted([*seen[a], *seen[r]])  # each arrived upstream in its own API
+
+
+def test_a_previous_response_the_upstream_never_saw_goes_as_its_conversation() -> None:
+    """A stored response served by the chat path (no upstream id: routing moved the conversation to a
+    passthrough backend) is sent upstream as its conversation, in input items, before the new input."""
+    from molt.gateway.routes.responses import ResponseStore, parse_responses_request, passthrough_body
+
+    store = ResponseStore()
+    store.put("acme", "resp_1", None, [
+        {"role": "user", "content": "Paris"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]}])
+    store.put("acme", "resp_2", None, [{"role": "user", "content": "hi"}], upstream_id="resp_up_2")
+    body = {"model": "stub", "previous_response_id": "resp_1", "tools": [R_TOOL],
+            "input": [{"type": "function_call_output", "call_id": "c1", "output": "21 C"}]}
+    rr = parse_responses_request(body, store, "acme", passthrough=True)
+    out = passthrough_body(body, rr, rr.chat, None)
+    assert "previous_response_id" not in out and out["input"] == [
+        {"role": "user", "content": "Paris"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "21 C"}]
+    kept = {**body, "previous_response_id": "resp_2", "input": "more"}
+    rr = parse_responses_request(kept, store, "acme", passthrough=True)
+    assert passthrough_body(kept, rr, rr.chat, None)["previous_response_id"] == "resp_up_2"
