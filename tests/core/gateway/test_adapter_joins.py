@@ -190,3 +190,51 @@ def test_crewai_via_gateway_and_listener_is_one_trajectory_per_run(serve: Any, t
         assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "crew")}
         assert {e.provenance.integration for e in evs if e.kind == EventKind.MODEL_CALL} == {"gateway"}
         assert (EventKind.AGENT_STEP, "molt-crewai") in {(e.kind, e.provenance.integration) for e in evs}
+
+
+def test_claude_agent_sdk_via_gateway_and_hooks_is_one_trajectory_per_run(serve: Any, tmp_path: Any) -> None:
+    """The Claude Agent SDK with no Claude login: its bundled Claude Code calls the gateway's Messages API
+    (``ANTHROPIC_BASE_URL``), MoltClaudeHooks record through GatewayRecorder, and ``hooks.watch`` names each
+    answer's ``msg_…`` id: one trajectory per run (the prompt, the turn, the gateway's model call)."""
+    import asyncio
+    from pathlib import Path
+
+    sdk = pytest.importorskip("claude_agent_sdk", reason="claude-agent-sdk is installed in the main environment")
+    if not (Path(sdk.__file__).parent / "_bundled" / "claude").exists():
+        pytest.skip("this claude-agent-sdk build bundles no Claude Code")
+    from molt.capture.handover import GatewayRecorder
+    from molt_claude_agent import MoltClaudeHooks
+
+    served = serve(keys=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    recorder = GatewayRecorder(served.url, api_key="sk-local")
+    hooks = MoltClaudeHooks(recorder, tenant_id="acme", agent_id="coder")
+    env = {"ANTHROPIC_BASE_URL": served.url, "ANTHROPIC_API_KEY": "sk-local", "ANTHROPIC_DEFAULT_HAIKU_MODEL": "stub",
+           "ANTHROPIC_CUSTOM_HEADERS": "X-Molt-Tenant: acme\nX-Molt-Agent: coder", "HOME": str(home),
+           "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+           "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"}
+    options = hooks.attach(sdk.ClaudeAgentOptions(allowed_tools=["Read"], model="stub", env=env, cwd=str(tmp_path)))
+    runs = 2
+
+    async def main() -> None:
+        for i in range(runs):
+            kinds = [type(m).__name__ async for m in hooks.watch(sdk.query(prompt=f"help {i}", options=options))]
+            assert kinds[-1] == "ResultMessage", kinds
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 300))
+        assert hooks.flush(30)
+    finally:
+        recorder.close()
+    served.flush()
+    tids = served.store.trajectory_ids()
+    assert len(tids) == runs, f"{len(tids)} trajectories for {runs} runs"
+    for tid in tids:
+        evs = served.store.trajectory(tid).events
+        assert served.store.verify(tid).ok
+        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "coder")}
+        assert {(e.kind, e.provenance.integration) for e in evs} >= {
+            (EventKind.MODEL_CALL, "gateway"), (EventKind.USER_MESSAGE, "molt-claude-agent"),
+            (EventKind.AGENT_STEP, "molt-claude-agent")}
+        assert sum(e.kind == EventKind.MODEL_CALL for e in evs) == 1

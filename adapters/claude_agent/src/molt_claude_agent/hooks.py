@@ -8,6 +8,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from claude_agent_sdk import (
+    AssistantMessage,
     ClaudeAgentOptions,
     HookContext,
     HookInput,
@@ -107,7 +108,9 @@ class MoltClaudeHooks(Instrumentor):
         result (``ResultMessage.is_error``) or an exception from the stream ends the turn as an error;
         the exception is re-raised. One failure is one error turn: the SDK raises after yielding an error
         result (``ResultError``), which ends the turn the result already ended, not a second one; an
-        exception alone ends the turn of the last session the stream named.
+        exception alone ends the turn of the last session the stream named. An assistant message's
+        ``msg_…`` id joins the run to the trajectory of the gateway that answered it, when the hooks
+        record through that gateway (:class:`molt.capture.handover.GatewayRecorder`).
         ``async for message in hooks.watch(query(prompt=…, options=…))``.
         """
         session: str | None = None
@@ -115,6 +118,8 @@ class MoltClaudeHooks(Instrumentor):
         try:
             async for message in messages:
                 session = getattr(message, "session_id", None) or session
+                if isinstance(message, AssistantMessage) and message.message_id:
+                    self._answered(session, message)
                 if isinstance(message, ResultMessage) and message.is_error:
                     why = "; ".join(message.errors or []) or message.result or message.subtype
                     self._run_failed(message.session_id, f"the run failed ({message.subtype}): {why}")
@@ -124,6 +129,13 @@ class MoltClaudeHooks(Instrumentor):
             if not failed:
                 self._run_failed(session, f"the run raised {type(exc).__name__}: {exc}")
             raise
+
+    def _answered(self, session: str | None, message: Any) -> None:
+        try:
+            self.capture.submit(self._mapper.answered, session, str(message.message_id), message.model,
+                                time.time_ns())
+        except Exception as exc:  # never into the agent
+            self.capture.fail(exc)
 
     def _run_failed(self, session: str | None, reason: str) -> None:
         try:

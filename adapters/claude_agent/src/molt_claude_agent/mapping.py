@@ -23,12 +23,13 @@ from typing import Any
 from molt.atdp.models import (
     AgentStep,
     EventKind,
+    Generation,
     Outcome,
     OutcomeStatus,
     ToolCall,
     UserMessage,
 )
-from molt.capture.adapt import Capture, OpenSpan, SpanTable, error_outcome, text_of
+from molt.capture.adapt import CALL_ID_TAG, Capture, OpenSpan, SpanTable, error_outcome, text_of
 
 __all__ = ["HookMapper"]
 
@@ -130,6 +131,32 @@ class HookMapper:
         keys = [k for s, k in self._turn.items() if k in self.spans and (session is None or s == session)]
         for key in keys or [self._turn_key(session or "", t_ns)]:
             self._end_turn(key, t_ns, error_outcome(reason))
+
+    def answered(self, session: str | None, call_id: str, model: str | None, t_ns: int) -> None:
+        """Claude Code's model answered (an assistant message of the stream, ``call_id`` its ``msg_…``
+        id). Hooks never see a model call, so nothing is recorded for it — except when the events go to
+        the gateway that served the call (:class:`molt.capture.handover.GatewayRecorder`): then a model
+        call naming it joins this turn's run to the gateway's trajectory (the gateway keeps its own
+        record of the call, with what only it knows, and records this one no more)."""
+        if not getattr(self.capture.recorder, "hands_to_gateway", False):
+            return
+        key = self._turn.get(session or "")
+        turn = self.spans.get(key) if key is not None else None
+        if turn is None:
+            return
+        self.capture.record(self.capture.event(
+            EventKind.MODEL_CALL,
+            trajectory_id=turn.trajectory_id,
+            parent_id=turn.event_id,
+            start_ns=t_ns,
+            end_ns=t_ns,
+            session_id=session or None,
+            name="messages",
+            model=model,
+            action=Generation(model=model),
+            outcome=Outcome(status=OutcomeStatus.OK),
+            tags={CALL_ID_TAG: call_id[:200]},
+        ))
 
     def stop(self, data: Mapping[str, Any], _tid: str | None, t_ns: int) -> None:
         session = text_of(data.get("session_id") or "")
