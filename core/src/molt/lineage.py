@@ -493,16 +493,29 @@ class LineageLog:
     """The ``artifact_lineage`` table of ``store`` (see the module docstring). Rows are appended; an
     erasure rewrites the rows it reaches (:meth:`replace`) so no digest of an erased subject stays."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, *, write: bool = True):
+        """``write=False`` (a dry run): a store without the table gets its migration in memory only —
+        :meth:`records` returns those rows, nothing is appended."""
         self.store = store
-        fresh = LINEAGE_TABLE not in open_all(store)
+        self._unwritten: list[LineageRecord] = []
         self._table = ensure_table(store, LINEAGE_TABLE, LINEAGE_SCHEMA)
+        # an empty table: made just now, or by a dry run (which migrates in memory only)
+        fresh = self._table.count_rows() == 0
         if fresh:
-            self.migrate()
+            if write:
+                self.migrate()
+            else:
+                self._unwritten = self.unmigrated()
 
     def migrate(self) -> int:
         """Give every memory and skill that has no lineage row one from its recorded source trajectory
         (what stores made before lineage knew of it); returns how many rows were written."""
+        out = self.unmigrated()
+        self._append(out)
+        return len(out)
+
+    def unmigrated(self) -> list[LineageRecord]:
+        """The rows :meth:`migrate` would write (not stored)."""
         have = {(r.kind, r.artifact_id) for r in self.records(status=None)}
         tables = open_all(self.store)
         out: list[LineageRecord] = []
@@ -517,9 +530,8 @@ class LineageLog:
                 src = [r["source_trajectory_id"]] if r["source_trajectory_id"] else []
                 lin = lineage_from_store(self.store, src) or (Lineage(tenant_id=r["tenant_id"]),)
                 out.append(self.make(kind, r["tenant_id"], r[key], lin, agent_id=r["agent_id"],
-                                      detail={"migrated": "from source_trajectory_id"}))
-        self._append(out)
-        return len(out)
+                                     detail={"migrated": "from source_trajectory_id"}))
+        return out
 
     @staticmethod
     def make(kind: str, tenant_id: str | None, artifact_id: str, lineage: Iterable[Lineage], *,
@@ -565,15 +577,17 @@ class LineageLog:
         q = self._table.search()
         if where:
             q = q.where(str(where))
-        newest: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        newest: dict[tuple[str, str, str | None], LineageRecord] = {
+            (r.kind, r.artifact_id, r.tenant_id): r for r in self._unwritten
+            if (tenant_id is None or r.tenant_id == tenant_id) and (kind is None or r.kind == kind)
+            and (ids is None or r.artifact_id in ids)}
         for r in sorted(q.limit(None).to_arrow().to_pylist(), key=lambda r: r["created_at"]):
-            newest[(r["kind"], r["artifact_id"], r["tenant_id"])] = r
-        out = [LineageRecord(row_id=r["row_id"], tenant_id=r["tenant_id"], agent_id=r["agent_id"], kind=r["kind"],
-                             artifact_id=r["artifact_id"], version_id=r["version_id"],
-                             lineage=tuple(Lineage.model_validate(x) for x in orjson.loads(r["lineage"])),
-                             detail=orjson.loads(r["detail"]) if r["detail"] else {}, status=r["status"],
-                             created_at=r["created_at"]) for r in newest.values()]
-        return [r for r in out if status is None or r.status == status]
+            newest[(r["kind"], r["artifact_id"], r["tenant_id"])] = LineageRecord(
+                row_id=r["row_id"], tenant_id=r["tenant_id"], agent_id=r["agent_id"], kind=r["kind"],
+                artifact_id=r["artifact_id"], version_id=r["version_id"],
+                lineage=tuple(Lineage.model_validate(x) for x in orjson.loads(r["lineage"])),
+                detail=orjson.loads(r["detail"]) if r["detail"] else {}, status=r["status"], created_at=r["created_at"])
+        return [r for r in newest.values() if status is None or r.status == status]
 
     def get(self, kind: str, artifact_id: str, tenant_id: str | None = None) -> LineageRecord | None:
         """The newest lineage of one artifact (any status), or ``None``."""

@@ -35,6 +35,7 @@ import orjson
 from molt.atdp.ids import new_id
 from molt.control.versions import ModelPart
 from molt.errors import InterventionError
+from molt.lineage import Lineage, lineage_from_store
 from molt.store import Filter
 
 __all__ = ["WeightTrainer"]
@@ -75,6 +76,7 @@ class WeightTrainer:
         self._published: dict[bytes, ModelPart] = {}
         self._policy: Any = None
         self._publisher: Any = None
+        self._trained_on: tuple[Any, ...] = ()  # the lineage of every sample the policy learned from
 
     def __call__(self, tenant: str, agent: str, cand: Any) -> str | ModelPart:
         """The hook: a published adapter's model part, or a request id when nothing is trained."""
@@ -140,9 +142,14 @@ class WeightTrainer:
             metrics = train_step(self._policy, batch, algo)
         n = len(self._publisher.published) + 1
         wm = {"trajectories": sorted({s.trajectory_id for s in kept}), "samples": len(kept)}
+        # the policy continues across rounds: its adapter learned from every round's samples, of these tenants
+        lineage = Lineage.merge([*self._trained_on, *lineage_from_store(self.store, wm["trajectories"])])
         result = self._publisher.publish(self._policy, step=n, watermark=wm, metrics=metrics,
                                          config={"algo": algo.model_dump(), "lora": self._policy.settings.model_dump(),
-                                                 "steps": self.steps})
+                                                 "steps": self.steps},
+                                         lineage=lineage,
+                                         share_with=sorted({x.tenant_id for x in lineage if x.tenant_id}))
+        self._trained_on = lineage
         entry.update(steps=self.steps, seconds=round(time.perf_counter() - t0, 1), adapter_path=str(result.path),
                      grad_norm=metrics.get("actor/grad_norm"))
         if not result.live:

@@ -17,6 +17,7 @@ from molt.cli import run as molt
 from molt.control.forget import erase_subject_everywhere
 from molt.control.memory import MemoryStore
 from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.weight_queue import WeightQueue
 from molt.lineage import LINEAGE_TABLE, Lineage, LineageLog, subject_key, write_manifest
 from molt.store import Store
 from molt.store.tables import open_all
@@ -45,6 +46,11 @@ def test_a_store_made_before_lineage_gets_it_and_erasure_reaches_its_memories(st
     v2 = reg.promote(reg.create("acme", "support", base.parts.with_memories([m.memory_id]),
                                 parent=base.version_id).version_id, actor="plane")
     assert LINEAGE_TABLE not in open_all(store)
+    # a dry run lists it from the migration it would make, and writes none of it
+    plan = erase_subject_everywhere(store, SUBJECT, dry_run=True)
+    assert [(a.kind, a.artifact_id) for a in plan.artifacts] == [("memory", m.memory_id)]
+    assert plan.erased_versions == [v2.version_id] and reg.live("acme", "support").version_id == v2.version_id
+    assert store.table(LINEAGE_TABLE).count_rows() == 0
     [rec] = LineageLog(store).records("acme")  # the migration, on first use
     assert (rec.kind, rec.artifact_id, rec.trajectories) == ("memory", m.memory_id, ("t-subject",))
     assert rec.lineage[0].subjects == (subject_key("acme", SUBJECT),)
@@ -72,17 +78,38 @@ def test_erasing_a_tenant_removes_its_adapters_files(store: Store, molt_home: Pa
         LineageLog(store).record("adapter", tenant, f"lora-{tenant}", man.lineage, agent_id="support",
                                  detail={"path": str(d), "manifest_id": man.manifest_id})
         dirs[tenant] = d
+    # globex's adapter shared with acme, trained on both tenants' data, live for globex's agent
+    d = molt_home / "adapters" / "shared"
+    d.mkdir()
+    (d / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+    (d / "adapter_model.safetensors").write_bytes(b"\2" * 64)
+    man = write_manifest(d, tenant_id="globex", adapter="lora-shared", base_model="m", share_with=["acme"],
+                         lineage=[Lineage.of("acme", ["t-acme"]), Lineage.of("globex", ["t-globex"])])
+    LineageLog(store).record("adapter", "globex", "lora-shared", man.lineage, agent_id="support",
+                             detail={"path": str(d), "manifest_id": man.manifest_id, "share_with": ["acme"]})
+    reg = VersionRegistry(store)
+    base = reg.ensure_base("globex", "support", PolicyParts(model=ModelPart(base="m")))
+    v = reg.create("globex", "support", base.parts.with_model(ModelPart(base="m", adapter="lora-shared",
+                                                                        adapter_path=str(d))), parent=base.version_id)
+    reg.promote(v.version_id, actor="plane")
     store.close()
     assert molt(["adapters", "ls", "--operator", "--json"]) == 0
     listed = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [(r["tenant_id"], r["manifest"], r["trajectories"]) for r in listed] == [("acme", "ok", 1),
-                                                                                     ("globex", "ok", 1)]
+    assert [(r["tenant_id"], r["artifact"], r["manifest"], r["trajectories"]) for r in listed] == [
+        ("acme", "lora-acme", "ok", 1), ("globex", "lora-globex", "ok", 1), ("globex", "lora-shared", "ok", 2)]
     assert molt(["erase", "--tenant", "acme", "--operator", "--yes", "--json"]) == 0
     report = orjson.loads(capsys.readouterr().out)
-    assert report["rows"]["adapter_dirs"] == 1
-    assert not dirs["acme"].exists() and dirs["globex"].is_dir()
+    assert report["rows"]["adapter_dirs"] == 2 and report["rows"]["shared_adapters"] == 1
+    assert not dirs["acme"].exists() and not d.exists() and dirs["globex"].is_dir()
     assert molt(["adapters", "ls", "--operator", "--json"]) == 0
-    assert [orjson.loads(x)["tenant_id"] for x in capsys.readouterr().out.splitlines()] == ["globex"]
+    assert [(x["artifact"], x["status"], x["tenants"]) for x in map(orjson.loads, capsys.readouterr().out.splitlines())
+            ] == [("lora-globex", "live", ["globex"]), ("lora-shared", "retired", ["globex"])]
+    with Store.open(molt_home / "store", auto_compact=False) as s2:
+        live = VersionRegistry(s2).live("globex", "support")
+        assert live.parts.model.adapter is None and VersionRegistry(s2).get(v.version_id).status == "erased"
+        [req] = WeightQueue(s2).requests("globex")
+        assert req.candidate["payload"]["exclude_trajectories"] == ["t-acme"]
+        assert req.candidate["payload"]["lineage_diff"]["removed_trajectories"] == {"acme": ["t-acme"]}
 
 
 def test_a_tool_rewrite_and_a_harness_edit_follow_their_evidence(store: Store, molt_home: Path) -> None:

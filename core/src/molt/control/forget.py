@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -175,7 +175,7 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
     defaults). ``memories``: the memory store to regenerate through (default: one on ``store``)."""
     tids_by = _subject_trajectories(store, subject_id, tenant_id)
     tids = set(tids_by)
-    book = LineageLog(store)
+    book = LineageLog(store, write=not dry_run)
     reached = book.naming(subject_id, trajectories=tids, tenant_id=tenant_id)
     registry = VersionRegistry(store)
     out = LineageErasure(report=ErasureReport(scope="subject", tenant_id=tenant_id, dry_run=dry_run))
@@ -202,7 +202,8 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
             if not keep:
                 replace_in[(rec.kind, rec.artifact_id)] = None
         else:
-            models[rec.artifact_id] = _clean_model(registry, book, rec, subject_id, tids)
+            models[rec.artifact_id] = _clean_model(
+                registry, book, rec, lambda o: o.names_subject(subject_id) or bool(tids & set(o.trajectories)))
             act.action = (f"rolled back to {models[rec.artifact_id].adapter or 'the base model'}; adapter files "
                           f"deleted; retraining without the subject queued")
             replace_in[(rec.kind, rec.artifact_id)] = None
@@ -219,8 +220,11 @@ def erase_subject_everywhere(store: Store, subject_id: str, *, tenant_id: str | 
         for rec in reached:
             if rec.kind == "adapter":
                 act = next(a for a in out.artifacts if a.artifact_id == rec.artifact_id and a.kind == "adapter")
-                act.request_id, act.diff = _queue_retraining(store, registry, rec, models[rec.artifact_id],
-                                                             subject_id, tids)
+                excluded = {x.tenant_id or "": [subject_key(x.tenant_id, subject_id)]
+                            for x in rec.lineage if x.names_subject(subject_id)}
+                act.request_id, act.diff = _queue_retraining(
+                    store, registry, rec, models[rec.artifact_id], _remaining(rec, subject_id, tids), tids,
+                    why="an erased subject's data", payload={"excluded_subjects": excluded})
                 path = rec.detail.get("path")
                 if path and Path(path).is_dir():
                     shutil.rmtree(path)
@@ -262,10 +266,10 @@ def _regenerate(store: Store, rec: LineageRecord, left: Sequence[Lineage], memor
                          agent_id=row["agent_id"], source_trajectory_id=src).skill_id
 
 
-def _clean_model(registry: VersionRegistry, book: LineageLog, rec: LineageRecord, subject_id: str,
-                 tids: set[str]) -> ModelPart:
+def _clean_model(registry: VersionRegistry, book: LineageLog, rec: LineageRecord,
+                 tainted: Callable[[LineageRecord], bool]) -> ModelPart:
     """The weights a version holding adapter ``rec`` goes back to: the nearest ancestor's adapter whose
-    lineage does not hold the subject, else its base model."""
+    lineage holds none of the erased data (``tainted`` says), else its base model."""
     for t, a in _agents(registry, rec.tenant_id):
         for v in registry.list(t, a):
             if v.parts.model.adapter != rec.artifact_id:
@@ -277,8 +281,7 @@ def _clean_model(registry: VersionRegistry, book: LineageLog, rec: LineageRecord
                 if m.adapter is None:
                     return m
                 other = book.get("adapter", m.adapter)
-                if other is not None and not other.names_subject(subject_id) and not tids & set(other.trajectories) \
-                        and other.status == "live":
+                if other is not None and not tainted(other) and other.status == "live":
                     return m
                 cur = p.parent_id
             return ModelPart(base=v.parts.model.base)
@@ -330,11 +333,11 @@ def _parts_without(registry: VersionRegistry, v: PolicyVersion, recs: list[Linea
     return cur.parts
 
 
-def _queue_retraining(store: Store, registry: VersionRegistry, rec: LineageRecord, model: ModelPart, subject_id: str,
-                      tids: set[str]) -> tuple[str | None, dict[str, Any]]:
-    """Queue a weight update like the adapter's, from ``model``, without the subject's trajectories; returns
+def _queue_retraining(store: Store, registry: VersionRegistry, rec: LineageRecord, model: ModelPart,
+                      left: Sequence[Lineage], tids: set[str], *, why: str,
+                      payload: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """Queue a weight update like the adapter's, from ``model``, on ``left`` and never on ``tids``; returns
     its request id and the lineage diff (old adapter → what the request may train on)."""
-    left = _remaining(rec, subject_id, tids)
     diff = manifest_diff(rec.lineage, left).model_dump(mode="json")
     agent = rec.agent_id or next((a for _, a in _agents(registry, rec.tenant_id)), None)
     if rec.tenant_id is None or agent is None:
@@ -343,12 +346,9 @@ def _queue_retraining(store: Store, registry: VersionRegistry, rec: LineageRecor
 
     excluded = sorted(tids)
     cand = Candidate(kind="weight_update", cluster=f"erasure-retrain:{rec.artifact_id}", cost=0.0,
-                     description=f"retrain adapter {rec.artifact_id} without an erased subject's data",
+                     description=f"retrain adapter {rec.artifact_id} without {why}",
                      payload={"model": model.model_dump(mode="json"), "retrains": rec.artifact_id,
-                              "exclude_trajectories": excluded,
-                              "excluded_subjects": {x.tenant_id or "": [subject_key(x.tenant_id, subject_id)]
-                                                    for x in rec.lineage if x.names_subject(subject_id)},
-                              "lineage_diff": diff},
+                              "exclude_trajectories": excluded, **payload, "lineage_diff": diff},
                      source_trajectories=[t for lin in left for t in lin.trajectories])
     rid = WeightQueue(store)(rec.tenant_id, agent, cand)
     return rid, diff
@@ -357,12 +357,16 @@ def _queue_retraining(store: Store, registry: VersionRegistry, rec: LineageRecor
 def erase_tenant_everywhere(store: Store, tenant_id: str, *, spool_dirs: Sequence[str | os.PathLike[str]] = (),
                             actor: str = "operator", dry_run: bool = False) -> ErasureReport:
     """:func:`~molt.governance.erasure.erase_tenant`, and the tenant's adapter directories deleted first
-    (``report.rows["adapter_dirs"]``)."""
+    (``report.rows["adapter_dirs"]``); an adapter of another tenant that learned from this tenant's data
+    (a shared one) is rolled back in the versions holding it, its directory deleted and a retraining
+    without this tenant's data queued, as a subject's erasure does (``report.rows["shared_adapters"]``)."""
+    book = LineageLog(store, write=not dry_run)
+    registry = VersionRegistry(store)
+    shared = _shared_adapters(store, registry, book, tenant_id, actor=actor, dry_run=dry_run)
     dirs: set[str] = set()
-    for rec in LineageLog(store).records(tenant_id, kind="adapter", status=None):
+    for rec in book.records(tenant_id, kind="adapter", status=None):
         if rec.detail.get("path"):
             dirs.add(str(rec.detail["path"]))
-    registry = VersionRegistry(store)
     for t, a in _agents(registry, tenant_id):
         for v in registry.list(t, a):
             if v.parts.model.adapter_path:
@@ -372,5 +376,58 @@ def erase_tenant_everywhere(store: Store, tenant_id: str, *, spool_dirs: Sequenc
         for d in present:
             shutil.rmtree(d)
     report = erase_tenant(store, tenant_id, spool_dirs=spool_dirs, actor=actor, dry_run=dry_run)
-    report.rows["adapter_dirs"] = len(present)
+    report.rows["adapter_dirs"] = len(present) + len(shared.adapter_dirs_removed)
+    report.rows["shared_adapters"] = len(shared.artifacts)
+    if shared.artifacts and not dry_run:
+        purge(store, [t for t in (LINEAGE_TABLE, REQUESTS_TABLE) if t in open_all(store)])
+        write_audit(store, [audit_row(tenant_id=t, kind="erasure", actor=actor, target=f"tenant:{tenant_id}",
+                                      summary=f"lineage: {len(shared.artifacts)} adapter(s) that learned from an "
+                                              f"erased tenant's data rolled back",
+                                      detail={"artifacts": [asdict(a) for a in shared.artifacts],
+                                              "superseded": shared.superseded,
+                                              "erased_versions": shared.erased_versions,
+                                              "adapter_dirs_removed": shared.adapter_dirs_removed})
+                            for t in sorted({a.tenant_id for a in shared.artifacts if a.tenant_id})])
     return report
+
+
+def _shared_adapters(store: Store, registry: VersionRegistry, book: LineageLog, tenant_id: str, *, actor: str,
+                     dry_run: bool) -> LineageErasure:
+    """Other tenants' adapters whose lineage holds ``tenant_id``'s data: rolled back and retrained without it."""
+    hit = [r for r in book.records(kind="adapter") if r.tenant_id != tenant_id
+           and any(x.tenant_id == tenant_id for x in r.lineage)]
+    out = LineageErasure(report=ErasureReport(scope="tenant", tenant_id=tenant_id, dry_run=dry_run))
+    if not hit:
+        return out
+
+    def tainted(o: LineageRecord) -> bool:
+        return any(x.tenant_id == tenant_id for x in o.lineage)
+
+    models = {r.artifact_id: _clean_model(registry, book, r, tainted) for r in hit}
+    for r in hit:
+        out.artifacts.append(ArtifactAction(
+            kind="adapter", artifact_id=r.artifact_id, tenant_id=r.tenant_id,
+            action=f"rolled back to {models[r.artifact_id].adapter or 'the base model'}; adapter files deleted; "
+                   f"retraining without the erased tenant's data queued",
+            trajectories_left=sum(len(x.trajectories) for x in r.lineage if x.tenant_id != tenant_id)))
+    _supersede(registry, hit, {("adapter", r.artifact_id): None for r in hit}, models, out, actor=actor,
+               dry_run=dry_run)
+    if dry_run:
+        return out
+    tids = {t for r in hit for x in r.lineage if x.tenant_id == tenant_id for t in x.trajectories}
+    retired = []
+    for r, act in zip(hit, out.artifacts, strict=True):
+        left = tuple(x for x in r.lineage if x.tenant_id != tenant_id)
+        act.request_id, act.diff = _queue_retraining(store, registry, r, models[r.artifact_id], left, tids,
+                                                     why="an erased tenant's data",
+                                                     payload={"excluded_tenant": tenant_id})
+        path = r.detail.get("path")
+        if path and Path(path).is_dir():
+            shutil.rmtree(path)
+            out.adapter_dirs_removed.append(str(path))
+        retired.append(r.model_copy(update={"lineage": left, "status": "retired", "row_id": new_id(),
+                                            "detail": {**r.detail, "retired_by": "erasure",
+                                                       "share_with": [t for t in r.detail.get("share_with", ())
+                                                                      if t != tenant_id]}}))
+    book.replace(retired)
+    return out
