@@ -106,6 +106,7 @@ def test_openai_agents_sdk_via_gateway_and_processor_is_one_trajectory_per_run(s
     recorder = GatewayRecorder(served.url, api_key=key)
     processor = MoltTracingProcessor(recorder, tenant_id="acme", agent_id="support")
     agents.set_trace_processors([processor])
+    agents.set_tracing_disabled(False)  # another test of this process may have turned tracing off
     try:
         async def main() -> list[str]:
             client = AsyncOpenAI(base_url=served.base_url, api_key=key, max_retries=0,
