@@ -116,14 +116,17 @@ def test_the_versions_harness_applies_as_on_chat(served: Served) -> None:
     assert ev.provenance.harness_fingerprint
 
 
-def test_openai_agents_sdk_default_model_runs_over_the_responses_api(serve: Any, monkeypatch: Any) -> None:
+def test_openai_agents_sdk_default_model_runs_over_the_responses_api(serve: Any, monkeypatch: Any,
+                                                                    request: Any) -> None:
     agents = pytest.importorskip("agents", reason="openai-agents is installed in the main environment")
     served = serve([StubBackend(script=SCRIPT * 2)])
     # Only the environment: the SDK's default client, its default (Responses) model, no set_default_openai_api.
     monkeypatch.setenv("OPENAI_BASE_URL", served.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-acme-writer")
     monkeypatch.setenv("OPENAI_DEFAULT_MODEL", "stub")
+    # tracing off for this test only: the provider is process-wide, and the adapters' tests need it on
     agents.set_tracing_disabled(True)
+    request.addfinalizer(lambda: agents.set_tracing_disabled(False))
     # the SDK caches its default client and provider: fresh ones read the environment set above
     monkeypatch.setattr(agents.models._openai_shared, "_default_openai_client", None, raising=False)
 
