@@ -130,6 +130,28 @@ def test_trainer_never_imports_gateway_or_control() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_adapters_take_the_base_options_through_the_base() -> None:
+    """An adapter's constructor names only its own parameters and passes ``**options`` to
+    :class:`molt.capture.instrumentor.Instrumentor`: the base's keywords are typed and documented once."""
+    base = next(n for n in ast.walk(ast.parse((CORE / "capture" / "instrumentor.py").read_text()))
+                if isinstance(n, ast.ClassDef) and n.name == "Instrumentor")
+    init = next(n for n in base.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    shared = {a.arg for a in init.args.kwonlyargs}
+    assert {"tenant_id", "agent_id", "versions", "capture"} <= shared
+    bad, seen = [], 0
+    for f in sorted((ROOT / "adapters").glob("*/src/**/*.py")):
+        for cls in (n for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.ClassDef)):
+            if not any("Instrumentor" in ast.unparse(b) for b in cls.bases):
+                continue
+            for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"):
+                seen += 1
+                named = {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]} & shared
+                if named or fn.args.kwarg is None:
+                    bad.append(f"{f.relative_to(ROOT)}: {cls.name}.__init__ restates {sorted(named)}"
+                               if named else f"{f.relative_to(ROOT)}: {cls.name}.__init__ takes no **options")
+    assert seen >= 5 and not bad, "\n".join(bad)
+
+
 # ------------------------------------------------------------------ no import cycles
 
 

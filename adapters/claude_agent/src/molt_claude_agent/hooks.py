@@ -53,9 +53,9 @@ class MoltClaudeHooks(Instrumentor):
 
     Args:
         recorder: the :class:`~molt.capture.Recorder` (default: the process-wide one).
-        strict: raise the first capture error from :meth:`flush` (tests).
         **options: the :class:`~molt.capture.instrumentor.Instrumentor` options (``tenant_id``,
-            ``agent_id``, ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, ``versions``, …).
+            ``agent_id``, ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, ``strict``, ``versions``,
+            ``harness``, ``version_poll_s``, ``capture``).
 
     Example::
 
@@ -73,8 +73,8 @@ class MoltClaudeHooks(Instrumentor):
     install = 'pip install "claude-agent-sdk>=0.1,<1"'
     version_hook = "UserPromptSubmit additionalContext (system prompt, memories, skills; no tool rewrites)"
 
-    def __init__(self, recorder: Any = None, *, strict: bool = False, **options: Any):
-        super().__init__(recorder, strict=strict, **options)
+    def __init__(self, recorder: Any = None, **options: Any):
+        super().__init__(recorder, **options)
         self._mapper = HookMapper(self.capture)
 
     def hooks(self) -> dict[Any, list[HookMatcher]]:

@@ -17,9 +17,8 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tracers.context import register_configure_hook
 
-from molt.capture.adapt import BlobStore, Capture, distribution_version
+from molt.capture.adapt import Capture, distribution_version
 from molt.capture.instrumentor import Instrumentor
-from molt.harness import DEFAULT_POLL_S
 
 from .mapping import LangChainMapper
 
@@ -49,13 +48,10 @@ class MoltCallbackHandler(BaseCallbackHandler, Instrumentor):
         recorder: the :class:`molt.capture.Recorder` to record to. Without it (and without other
             options), the handler shares the process-wide capture that :func:`enable` configures, or
             the default Recorder spooling under ``$MOLT_HOME``.
-        tenant_id, agent_id, task, tags: metadata put on every event.
         capture_chain_io: record chain and graph-node inputs and outputs (default True).
-        max_field_bytes: bound of each payload field (default 192 KiB).
-        blob_store: where binary payloads are offloaded (default: dropped with a note).
-        strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
-        versions, harness, version_poll_s: the live version to apply (see
-            :class:`molt.capture.instrumentor.Instrumentor`).
+        **options: the :class:`~molt.capture.instrumentor.Instrumentor` options (``tenant_id``,
+            ``agent_id``, ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, ``strict``, ``versions``,
+            ``harness``, ``version_poll_s``, ``capture``).
 
     Example::
 
@@ -77,40 +73,14 @@ class MoltCallbackHandler(BaseCallbackHandler, Instrumentor):
     install = 'pip install "langchain-core>=1.0,<2"'
     version_hook = "a chat-model wrapper around every model call (MoltCallbackHandler.wrap)"
 
-    def __init__(
-        self,
-        recorder: Any = None,
-        *,
-        tenant_id: str | None = None,
-        agent_id: str | None = None,
-        task: str | None = None,
-        tags: dict[str, str] | None = None,
-        capture_chain_io: bool = True,
-        max_field_bytes: int | None = None,
-        blob_store: BlobStore | None = None,
-        strict: bool = False,
-        versions: Any = None,
-        harness: Any = None,
-        version_poll_s: float = DEFAULT_POLL_S,
-    ):
-        opts = dict(tenant_id=tenant_id, agent_id=agent_id, task=task, tags=tags, blob_store=blob_store)
-        shared = (recorder is None and not any(opts.values()) and max_field_bytes is None and not strict
-                  and capture_chain_io and versions is None)
-        Instrumentor.__init__(
-            self,
-            recorder,
-            tenant_id=tenant_id,
-            agent_id=agent_id,
-            task=task,
-            tags=tags,
-            blob_store=blob_store,
-            max_field_bytes=max_field_bytes,
-            strict=strict,
-            versions=versions,
-            harness=harness,
-            version_poll_s=version_poll_s,
-            capture=_shared_mapper().capture if shared else None,
-        )
+    def __init__(self, recorder: Any = None, *, capture_chain_io: bool = True, **options: Any):
+        # A handler given nothing that changes what it records shares the process-wide capture.
+        shared = (recorder is None and capture_chain_io and not options.get("strict")
+                  and not any(options.get(k) for k in ("tenant_id", "agent_id", "task", "tags", "blob_store"))
+                  and all(options.get(k) is None for k in ("max_field_bytes", "versions", "capture")))
+        if shared:
+            options["capture"] = _shared_mapper().capture
+        Instrumentor.__init__(self, recorder, **options)
         self._mapper = _shared_mapper() if shared else LangChainMapper(self.capture, capture_chain_io=capture_chain_io)
 
     def wrap(self, model: Any) -> Any:

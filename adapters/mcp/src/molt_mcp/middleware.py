@@ -37,14 +37,12 @@ from molt.atdp import (
     new_id,
 )
 from molt.capture.adapt import (
-    BlobStore,
     Capture,
     bound_payload,
     error_outcome,
     text_of,
 )
 from molt.capture.instrumentor import Instrumentor
-from molt.harness import DEFAULT_POLL_S
 
 __all__ = ["RECORDED_METHODS", "MoltMiddleware"]
 
@@ -75,12 +73,9 @@ class MoltMiddleware(Instrumentor):
         recorder: the :class:`molt.capture.Recorder` (default: the process default Recorder).
         server_name: names the server in events (retrieval ``index``, tags); default ``"mcp"``.
         methods: the MCP methods to record (default :data:`RECORDED_METHODS`).
-        tenant_id, agent_id, task, tags: metadata put on every event.
-        max_field_bytes: bound of each payload field (default 192 KiB).
-        blob_store: where binary contents (images, blobs) are offloaded (default: dropped with a note).
-        strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
-        versions, harness, version_poll_s: the live version to apply (see
-            :class:`molt.capture.instrumentor.Instrumentor`).
+        **options: the :class:`~molt.capture.instrumentor.Instrumentor` options (``tenant_id``,
+            ``agent_id``, ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, ``strict``, ``versions``,
+            ``harness``, ``version_poll_s``, ``capture``).
     """
 
     integration = "molt-mcp"
@@ -91,38 +86,12 @@ class MoltMiddleware(Instrumentor):
     install = 'pip install "mcp>=2.0,<3"'
     version_hook = "tools/list (tool descriptions, parameters and names rewritten; renamed calls mapped back)"
 
-    def __init__(
-        self,
-        recorder: Any = None,
-        *,
-        server_name: str | None = None,
-        methods: frozenset[str] | set[str] = RECORDED_METHODS,
-        tenant_id: str | None = None,
-        agent_id: str | None = None,
-        task: str | None = None,
-        tags: dict[str, str] | None = None,
-        max_field_bytes: int | None = None,
-        blob_store: BlobStore | None = None,
-        strict: bool = False,
-        versions: Any = None,
-        harness: Any = None,
-        version_poll_s: float = DEFAULT_POLL_S,
-    ):
+    def __init__(self, recorder: Any = None, *, server_name: str | None = None,
+                 methods: frozenset[str] | set[str] = RECORDED_METHODS, **options: Any):
         self.server_name = server_name or "mcp"
         self.methods = frozenset(methods)
-        super().__init__(
-            recorder,
-            tenant_id=tenant_id,
-            agent_id=agent_id,
-            task=task,
-            tags={"mcp_server": self.server_name, **(tags or {})},
-            max_field_bytes=max_field_bytes,
-            blob_store=blob_store,
-            strict=strict,
-            versions=versions,
-            harness=harness,
-            version_poll_s=version_poll_s,
-        )
+        options["tags"] = {"mcp_server": self.server_name, **(options.get("tags") or {})}
+        super().__init__(recorder, **options)
         self._mapper = _Mapper(self.capture, self.server_name)
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:

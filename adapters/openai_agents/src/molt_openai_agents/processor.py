@@ -11,9 +11,7 @@ from typing import Any
 
 from agents.tracing import TracingProcessor
 
-from molt.capture.adapt import BlobStore
 from molt.capture.instrumentor import Instrumentor
-from molt.harness import DEFAULT_POLL_S
 
 from .mapping import AgentsMapper
 
@@ -43,12 +41,9 @@ class MoltTracingProcessor(TracingProcessor, Instrumentor):
 
     Args:
         recorder: the :class:`molt.capture.Recorder` (default: the process default Recorder).
-        tenant_id, agent_id, task, tags: metadata put on every event.
-        max_field_bytes: bound of each payload field (default 192 KiB).
-        blob_store: where binary payloads are offloaded (default: dropped with a note).
-        strict: raise capture errors from :meth:`flush` instead of only counting them (tests).
-        versions, harness, version_poll_s: the live version to apply (see
-            :class:`molt.capture.instrumentor.Instrumentor`).
+        **options: the :class:`~molt.capture.instrumentor.Instrumentor` options (``tenant_id``,
+            ``agent_id``, ``task``, ``tags``, ``max_field_bytes``, ``blob_store``, ``strict``, ``versions``,
+            ``harness``, ``version_poll_s``, ``capture``).
     """
 
     integration = "molt-openai-agents"
@@ -59,35 +54,8 @@ class MoltTracingProcessor(TracingProcessor, Instrumentor):
     install = 'pip install "openai-agents>=0.20,<1"'
     version_hook = "a Model wrapper (instructions and function tools of every call; MoltTracingProcessor.wrap)"
 
-    def __init__(
-        self,
-        recorder: Any = None,
-        *,
-        tenant_id: str | None = None,
-        agent_id: str | None = None,
-        task: str | None = None,
-        tags: dict[str, str] | None = None,
-        max_field_bytes: int | None = None,
-        blob_store: BlobStore | None = None,
-        strict: bool = False,
-        versions: Any = None,
-        harness: Any = None,
-        version_poll_s: float = DEFAULT_POLL_S,
-    ):
-        Instrumentor.__init__(
-            self,
-            recorder,
-            tenant_id=tenant_id,
-            agent_id=agent_id,
-            task=task,
-            tags=tags,
-            max_field_bytes=max_field_bytes,
-            blob_store=blob_store,
-            strict=strict,
-            versions=versions,
-            harness=harness,
-            version_poll_s=version_poll_s,
-        )
+    def __init__(self, recorder: Any = None, **options: Any):
+        Instrumentor.__init__(self, recorder, **options)
         self._mapper = AgentsMapper(self.capture)
 
     _queue = Instrumentor.queue
