@@ -39,7 +39,6 @@ from molt.atdp.models import (
 )
 from molt.errors import CaptureError, NotFound, RateLimited
 from molt.governance.access import Principal
-from molt.store.filters import Filter
 
 if TYPE_CHECKING:
     from molt.gateway.service import Gateway
@@ -161,7 +160,8 @@ class Feedback:
 
     # ------------------------------------------------------------------ lookups
 
-    def _store_rows(self, where: Filter) -> list[dict[str, Any]]:
+    def _store_rows(self, where: Any) -> list[dict[str, Any]]:
+        """The stored events ``where`` (a :class:`molt.store.Filter`) selects."""
         store = self.gw.store
         if store is None:
             return []
@@ -172,6 +172,8 @@ class Feedback:
 
     def _call(self, p: Principal, call_id: str) -> tuple[str, str]:
         """(trajectory id, event id) of a call of ``p``'s tenant."""
+        from molt.store import Filter  # the store (LanceDB) loads on first use, not with the gateway
+
         eid = _event_id(call_id)
         st = self.gw.sessions.by_event(p.tenant_id, eid)
         if st is not None:
@@ -184,6 +186,8 @@ class Feedback:
 
     def _trajectory_calls(self, p: Principal, tid: str) -> list[str]:
         """Model-call event ids of a trajectory of ``p``'s tenant, oldest first (may be empty)."""
+        from molt.store import Filter
+
         st = self.gw.sessions.trajectory(p.tenant_id, tid)
         if st is not None and not st.calls_truncated:
             return list(st.calls)
