@@ -23,7 +23,8 @@ from pathlib import Path
 from molt.atdp.ids import new_id
 from molt.backends.base import Choice, Result, TokenCounts
 from molt.gateway.capture import CallRecord
-from molt.gateway.capture_process import MEMSTATS_ENV, CaptureProcess
+from molt.gateway.capture_process import CaptureProcess
+from molt.gateway.native_heap import MEMSTATS_ENV
 
 CLIENTS = 16
 CALLS_PER_CONVERSATION = 20

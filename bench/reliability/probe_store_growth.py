@@ -35,12 +35,8 @@ from anon_maps import anon_mappings  # this folder
 
 from molt.atdp.ids import new_id
 from molt.capture.sinks import SealedRow, SinkBatch
-from molt.gateway.capture_process import (
-    WRITER_INDEX_CACHE_BYTES,
-    bound_native_heap,
-    native_heap_counters,
-    trim_native_heap,
-)
+from molt.gateway.capture_child import WRITER_INDEX_CACHE_BYTES
+from molt.gateway.native_heap import bound_native_heap, native_heap_counters, trim_native_heap
 from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
 
 

@@ -665,7 +665,8 @@ def load_soak(work: Path, soak_s: float, concurrency: int, log_path: Path,
     import psutil
     from anon_maps import anon_mappings  # this folder
 
-    from molt.gateway.capture_process import MEMSTATS_ENV, RECYCLE_AFTER
+    from molt.gateway.capture_process import RECYCLE_AFTER
+    from molt.gateway.native_heap import MEMSTATS_ENV
     from molt.store import FOLLOWER_CACHES
 
     recycle_after = RECYCLE_AFTER if capture_recycle is None else capture_recycle

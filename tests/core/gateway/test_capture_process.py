@@ -19,7 +19,8 @@ from molt.backends import StubBackend
 from molt.errors import BackendStreamError
 from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.capture import CallRecord, CallRecorder
-from molt.gateway.capture_process import CaptureProcess, call_from_wire, call_to_wire
+from molt.gateway.capture_process import CaptureProcess
+from molt.gateway.capture_wire import call_from_wire, call_to_wire
 from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
@@ -255,7 +256,7 @@ def test_bad_settings_are_refused_before_a_child_starts(tmp_path: Path, kwargs: 
 # frees the large ones: 31 MiB of free chunks that glibc cannot give back from the top of the heap.
 _FRAGMENTED_ARENA = """
 import ctypes, threading
-from molt.gateway.capture_process import bound_native_heap, trim_native_heap
+from molt.gateway.native_heap import bound_native_heap, trim_native_heap
 bound_native_heap()
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -273,6 +274,7 @@ def work():
         kept.append(libc.malloc(64))
     for p in big:
         libc.free(p)
+trim_native_heap()  # what the imports left free in the arenas: the work must fault its pages in afresh
 t = threading.Thread(target=work)
 t.start()
 t.join()
@@ -310,7 +312,7 @@ def test_the_capture_childs_store_caches_are_full_within_its_first_minutes(tmp_p
     for that long (a 20-minute soak's second half); under the child's bounds the caches are full
     within its first 600 appends and stay there."""
     from molt.capture.sinks import SinkBatch
-    from molt.gateway.capture_process import WRITER_INDEX_CACHE_BYTES
+    from molt.gateway.capture_child import WRITER_INDEX_CACHE_BYTES
     from molt.store import FOLLOWER_METADATA_CACHE_BYTES
 
     store = Store.open(tmp_path / "store", auto_compact=False, index_cache_bytes=WRITER_INDEX_CACHE_BYTES,
@@ -338,7 +340,7 @@ def test_the_capture_child_samples_its_memory_when_asked(tmp_path: Path, monkeyp
     records it has handled so far."""
     import orjson
 
-    from molt.gateway.capture_process import MEMSTATS_ENV
+    from molt.gateway.native_heap import MEMSTATS_ENV
 
     out = tmp_path / "memstats.jsonl"
     monkeypatch.setenv(MEMSTATS_ENV, str(out))

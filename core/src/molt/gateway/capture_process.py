@@ -13,83 +13,49 @@ It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_tr
 child dies, records are counted as dropped and the gateway keeps serving. Durability is the child
 Recorder's: a record is acknowledged once its spool has it.
 
-One module for both ends of the pipe (the child's loop and the parent's :class:`CaptureProcess`), so
-the frame kinds and their handling change together.
-
-The child appends small batches for as long as the gateway runs, so it keeps its memory bounded:
-LanceDB's caches get a writer's bounds (each append is a new table version, and the metadata cache
-otherwise fills with the manifests of superseded versions), glibc's allocator is told to return the
-large buffers compaction allocates (see :func:`bound_native_heap`) and, every few seconds, the free
-memory left inside its heaps (see :func:`trim_native_heap`), Arrow allocates from that heap rather
-than from a pool that keeps its high-water mark (see :func:`arrow_pool_on_native_heap`). With those
-bounds it runs flat, so it is not replaced by default; ``recycle_after`` keeps a safety net for a
-workload that grows it anyway: after that many records a fresh child takes the spool over (see
-:data:`RECYCLE_AFTER`).
+The pipe's frames are :mod:`molt.gateway.capture_wire`; the child's side is
+:mod:`molt.gateway.capture_child`. The child appends small batches for as long as the gateway runs and
+keeps its memory bounded (writer-sized LanceDB caches; :mod:`molt.gateway.native_heap`), so it runs
+flat and is not replaced by default; ``recycle_after`` keeps a safety net for a workload that grows it
+anyway: after that many records a fresh child takes the spool over (see :data:`RECYCLE_AFTER`).
 
 Example::
 
     rec = CaptureProcess(store_uri="~/.molt/store", spool_dir="~/.molt/spool", governance="default")
     gateway = Gateway([backend], recorder=rec)
-
-One module at ~700 lines because it is one idea: the parent's and the child's halves of one protocol
-(batches over the pipe, recycling, the spool's handover, close), which are read and changed together.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import functools
 import logging
 import os
 import select
-import signal
-import struct
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
 from typing import Any
 
 import orjson
 
 from molt.atdp.ids import new_id
-from molt.atdp.models import Event, OutcomeStatus, RewardAnnotation
-from molt.backends.base import Choice, Result, TokenCounts, TokenLogprob, ToolCallOut
+from molt.atdp.models import Event, RewardAnnotation
 from molt.capture.recorder import RecorderStats
-from molt.gateway.capture import CallRecord, CallRecorder
-from molt.gateway.router import Route, VersionSpec
+from molt.gateway import capture_wire as wire
+from molt.gateway.capture import CallRecord
+from molt.gateway.capture_child import SPOOL_WAIT_S
+from molt.gateway.native_heap import TRIM_INTERVAL_S
 
-__all__ = ["MEMSTATS_ENV", "CaptureProcess", "arrow_pool_on_native_heap", "bound_native_heap", "call_from_wire",
-           "call_to_wire", "main", "native_heap_counters", "trim_native_heap"]
+__all__ = ["MIN_RECYCLE_AFTER", "RECYCLE_AFTER", "CaptureProcess"]
 
 log = logging.getLogger("molt.gateway")
 
-_CALL, _EVENT, _REWARD, _FRESH, _FLUSH, _STATS, _QUIT = b"C", b"E", b"R", b"N", b"F", b"S", b"Q"
-_LEN = struct.Struct("<I")
-_RECORDS = frozenset((_CALL, _EVENT, _REWARD))  # what counts towards recycling the child
-_FINAL = "final"  # id of the stats a child sends as it exits
-#: The frame a child sends once it holds the spool. A child is replaced only after it sent it:
-#: otherwise, under load, several replacements start before their predecessors took the spool and
-#: race for it, and a loser that never gets it dies with the records in its pipe.
-_HOLDS_SPOOL = orjson.dumps({"id": "holds-spool", "ok": True, "stats": {}})
 #: RecorderStats fields that count since the Recorder opened (the rest are gauges of the live child):
 #: a recycled child's last values are added to its successors', so the gateway's counters never go back.
 _COUNTERS = ("enqueued", "acknowledged", "delivered", "dropped_queue_full", "dropped_spool_full", "quarantined",
              "duplicates", "sink_errors", "writer_errors", "capture_failed", "dropped_write_failed")
-# The child's reads are few (chain heads of trajectories it has not seen, ids of a redelivery): it
-# needs the current version's metadata and a few index pages, not a reader's caches. Both caches
-# fill with entries of superseded versions: the metadata cache reaches its bound (molt.store's
-# FOLLOWER_METADATA_CACHE_BYTES) within the first few hundred appends, the index cache gains about
-# 2.4 KB (LanceDB's count; the heap holds about twice that) with every append to the events table,
-# whose scalar indices every new version carries. The child settles at these bounds, after
-# bound / (appends a second × 2.4 KB): at the child's three to four appends a second a 4 MiB bound
-# took it some ten minutes to fill, which a soak reads as growth. One MiB fills within the first
-# two minutes and is enough for the child's reads and compaction (appends and compactions are as
-# fast with it: bench/reliability/probe_store_growth.py).
-WRITER_INDEX_CACHE_BYTES = 1 << 20
 #: Records after which :class:`CaptureProcess` replaces its child with a fresh one; 0, the default:
 #: never. With its caches bounded, its heap trimmed and Arrow on that heap, the child's memory levels
 #: off (a 40-minute soak at ~420 requests a second: +1 MiB over its second half; bench/reliability/
@@ -98,398 +64,6 @@ WRITER_INDEX_CACHE_BYTES = 1 << 20
 RECYCLE_AFTER = 0
 #: The smallest ``recycle_after`` other than 0: a child's start-up costs a second or two.
 MIN_RECYCLE_AFTER = 1_000
-
-
-# ------------------------------------------------------------------------------------------ wire
-
-
-def call_to_wire(rec: CallRecord) -> bytes:
-    """A call record as compact JSON (what crosses the pipe)."""
-    res = rec.result
-    result = None
-    if res is not None:
-        result = {
-            "model": res.model, "prompt_ids": res.prompt_ids, "tokenizer": res.tokenizer,
-            "usage": [res.usage.prompt_tokens, res.usage.completion_tokens] if res.usage else None,
-            "choices": [{"i": c.index, "text": c.text, "finish": c.finish_reason, "ids": c.token_ids,
-                         "calls": [[t.id, t.name, t.arguments] for t in c.tool_calls] if c.tool_calls else None,
-                         "lps": [lp.logprob for lp in c.logprobs] if c.logprobs else None}
-                        for c in res.choices],
-        }
-    d = rec.decision
-    return orjson.dumps({
-        "endpoint": rec.endpoint, "event_ids": rec.event_ids, "tid": rec.trajectory_id, "sid": rec.session_id,
-        "parent": rec.parent_id, "tenant": rec.tenant_id, "agent": rec.agent_id, "model": rec.public_model,
-        "version": d.version.model_dump(mode="json", exclude={"harness"}) if d else None,
-        "backend": d.backend if d else None, "started": rec.started, "messages": rec.messages, "tools": rec.tools,
-        "prompt": rec.prompt, "sampling": rec.sampling, "harness": rec.harness_fingerprint,
-        "new_tools": rec.new_tools, "result": result, "status": rec.status.value,
-        "error": [type(rec.error).__name__, str(rec.error)] if rec.error is not None else None,
-        "latency_ms": rec.latency_ms, "key": rec.key_name, "task": rec.task,
-    })
-
-
-class _WireError(Exception):
-    """An error as it was, rebuilt on the other side of the pipe (its type name is kept)."""
-
-    def __init__(self, type_name: str, message: str):
-        super().__init__(message)
-        self.type_name = type_name
-
-
-def call_from_wire(data: bytes) -> CallRecord:
-    """The call record back from :func:`call_to_wire`."""
-    d = orjson.loads(data)
-    result = None
-    if d["result"] is not None:
-        r = d["result"]
-        choices = [Choice(index=c["i"], text=c["text"], finish_reason=c["finish"], token_ids=c["ids"],
-                          tool_calls=[ToolCallOut(*t) for t in c["calls"]] if c["calls"] else None,
-                          logprobs=[TokenLogprob(token="", logprob=x) for x in c["lps"]] if c["lps"] else None)
-                   for c in r["choices"]]
-        result = Result(choices=choices, model=r["model"], prompt_ids=r["prompt_ids"], tokenizer=r["tokenizer"],
-                        usage=TokenCounts(*r["usage"]) if r["usage"] else None)
-    decision = None
-    if d["version"] is not None:
-        decision = Route(VersionSpec.model_validate(d["version"]), d["backend"])
-    error: BaseException | None = None
-    if d["error"] is not None:
-        error = _WireError(*d["error"])
-    return CallRecord(endpoint=d["endpoint"], event_ids=d["event_ids"], trajectory_id=d["tid"], session_id=d["sid"],
-                      parent_id=d["parent"], tenant_id=d["tenant"], agent_id=d["agent"], public_model=d["model"],
-                      decision=decision, started=d["started"], messages=d["messages"], tools=d["tools"],
-                      prompt=d["prompt"], sampling=d["sampling"], harness_fingerprint=d["harness"],
-                      new_tools=[tuple(t) for t in d["new_tools"]], result=result, status=OutcomeStatus(d["status"]),
-                      error=error, latency_ms=d["latency_ms"], key_name=d["key"], task=d.get("task"))
-
-
-def _frame(kind: bytes, payload: bytes) -> bytes:
-    return _LEN.pack(len(payload) + 1) + kind + payload
-
-
-def _split_frames(buf: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The whole frames at the start of ``buf`` as ``(kind, payload)``, and the incomplete rest."""
-    out = []
-    while len(buf) >= 4:
-        (n,) = _LEN.unpack_from(buf)
-        if len(buf) < 4 + n:
-            break
-        out.append((buf[4:5], buf[5:4 + n]))
-        buf = buf[4 + n:]
-    return out, buf
-
-
-# ------------------------------------------------------------------------------------------ child
-
-
-_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # mallopt parameters (glibc's malloc.h)
-
-
-@functools.cache
-def _glibc() -> Any:
-    """This process's C library when it is glibc on Linux (``mallopt``, ``malloc_trim``), else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return None
-        libc = ctypes.CDLL(None)
-        libc.mallopt, libc.malloc_trim  # noqa: B018 - both must exist
-    except (ValueError, OSError, AttributeError):  # not glibc (musl has no such name)
-        return None
-    return libc
-
-
-def bound_native_heap() -> bool:
-    """Keep glibc's heap from growing with the store (Linux with glibc; a no-op elsewhere).
-
-    Compaction rewrites the events table's open fragment (every fragment under LanceDB's target of
-    about a million rows), so its buffers grow with the table. glibc raises its mmap threshold to the
-    largest buffer freed (up to 32 MiB), after which such buffers come from the heap, and each of
-    LanceDB's threads gets an arena of its own: freed, they stay in the process as fragments, a
-    growth per request that does not level off. A fixed
-    threshold sends large buffers to mmap, which returns them to the system when freed, and two
-    arenas bound the rest. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` in the environment win.
-    Returns whether the settings were applied.
-    """
-    libc = _glibc()
-    if libc is None:
-        return False
-    mallopt = libc.mallopt
-    ok = True
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        ok &= mallopt(_M_MMAP_THRESHOLD, 128 << 10) == 1
-    if "MALLOC_ARENA_MAX" not in os.environ:
-        ok &= mallopt(_M_ARENA_MAX, 2) == 1
-    return ok
-
-
-def arrow_pool_on_native_heap() -> bool:
-    """Make pyarrow allocate from glibc's heap (its system pool) instead of its bundled mimalloc,
-    unless ``ARROW_DEFAULT_MEMORY_POOL`` says otherwise. Returns whether the pool was changed.
-
-    The capture child builds each delivery's events table in Arrow. mimalloc keeps the segments it
-    committed for reuse, so its share of the child's memory followed the largest table built so far
-    (a delivery after a stall, while the store compacted) and rose with every new high; with the
-    system pool, those buffers are above :func:`bound_native_heap`'s mmap threshold and go back to
-    the system when freed, and the small ones are in the heap :func:`trim_native_heap` trims.
-    """
-    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
-        return False
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
-    return True
-
-
-#: How often the capture process hands the free memory in glibc's heaps back (see :func:`trim_native_heap`).
-TRIM_INTERVAL_S = 10.0
-
-
-def trim_native_heap() -> bool:
-    """Give the free memory inside glibc's heaps back to the system (``malloc_trim(0)``; Linux with
-    glibc, a no-op elsewhere). Returns whether any was given back.
-
-    LanceDB's threads (appends, compaction) and the Recorder's share one glibc arena besides the main
-    one (:func:`bound_native_heap`). Their transient buffers come and go in it, and what they free in
-    its middle stays in the process: glibc gives a heap's memory back only from its top, and a few
-    long-lived blocks above the holes pin it. So the arena grows to the high-water mark of those
-    buffers and keeps it, mostly free: in the capture process under load, two thirds of it was free
-    chunks (``malloc_info``), and its growth was most of what the child's RSS gained.
-    ``malloc_trim`` releases the whole pages inside free chunks (``MADV_DONTNEED``); it takes each
-    arena's lock for a moment (milliseconds), so a call every few seconds costs nothing measurable.
-    """
-    libc = _glibc()
-    return bool(libc.malloc_trim(0)) if libc is not None else False
-
-
-def _trim_native_heap_every(interval_s: float, stop: threading.Event) -> None:
-    while not stop.wait(interval_s):
-        try:
-            trim_native_heap()
-        except Exception:  # best effort: memory, never capture
-            log.debug("malloc_trim failed", exc_info=True)
-            return
-
-
-#: Debugging the child's memory: a file the child appends a JSON line of its allocators' counters to
-#: every ``MOLT_CAPTURE_MEMSTATS_S`` seconds (default 30). Unset (the default), nothing is sampled.
-MEMSTATS_ENV = "MOLT_CAPTURE_MEMSTATS"
-
-
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def native_heap_counters() -> dict[str, float] | None:
-    """glibc's own account of this process's heap (``mallinfo2``), in MiB: ``glibc_used`` (in use),
-    ``glibc_free`` (free inside its heaps), ``glibc_mmapped`` (blocks served by mmap) and their number,
-    ``glibc_mmapped_n``. None where the C library is not glibc (or too old to have ``mallinfo2``)."""
-    libc = _glibc()
-    f = getattr(libc, "mallinfo2", None) if libc is not None else None
-    if f is None:
-        return None
-    f.restype = _Mallinfo2
-    m = f()
-    mib = 1 / 2**20
-    return {"glibc_used": round(m.uordblks * mib, 2), "glibc_free": round(m.fordblks * mib, 2),
-            "glibc_mmapped": round(m.hblkhd * mib, 2), "glibc_mmapped_n": m.hblks}
-
-
-def _memstats(store: Any, records: int, t0: float) -> dict[str, Any]:
-    """What the child's memory is made of, as far as its allocators tell (for :data:`MEMSTATS_ENV`)."""
-    import pyarrow as pa
-
-    mib = 1 / 2**20
-    d: dict[str, Any] = {"t": round(time.monotonic() - t0, 1), "records": records}
-    with contextlib.suppress(OSError):
-        with open("/proc/self/status") as status:
-            lines = status.read().splitlines()
-        for line in lines:
-            if line.startswith(("RssAnon:", "Threads:")):
-                k, v = line.split()[:2]
-                d[k.rstrip(":").lower()] = int(v)
-    d.update(native_heap_counters() or {})
-    pool = pa.default_memory_pool()
-    d.update(arrow_pool=pool.backend_name, arrow_used=round(pool.bytes_allocated() * mib, 2),
-             arrow_peak=round(pool.max_memory() * mib, 2), py_blocks=sys.getallocatedblocks(),
-             store_caches=round(store.cache_bytes() * mib, 2))
-    return d
-
-
-def _sample_memory_every(path: str, interval_s: float, store: Any, records: list[int], stop: threading.Event) -> None:
-    t0 = time.monotonic()
-    while not stop.wait(interval_s):
-        try:
-            with open(path, "ab") as f:
-                f.write(orjson.dumps({"pid": os.getpid(), **_memstats(store, records[0], t0)}) + b"\n")
-        except Exception:  # a debugging aid: never capture's problem
-            log.debug("memory sample failed", exc_info=True)
-
-
-def _read_exact(stream: Any, n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        piece = stream.read(n - len(buf))
-        if not piece:
-            return None
-        buf += piece
-    return buf
-
-
-#: How long a replacement child keeps trying to open a store that is unreachable (records wait in
-#: its pipe and the parent's queue meanwhile, up to ``max_pending``).
-STORE_RETRY_S = 600.0
-#: How long a first child waits for its spool's lock. A supervisor restarts a crashed ``molt serve``
-#: at once, while the old child still holds the spool: it ends when its gateway's end of the pipe
-#: closes, after making what it was sent durable and delivering for up to its close timeout (10 s).
-#: A child that gave up at once would leave the new gateway serving its whole life unrecorded.
-SPOOL_WAIT_S = 30.0
-
-
-def _open_store(config: dict[str, Any]) -> Any:
-    """The child's store. A first child fails at once (a wrong path is the user's to fix); one that
-    replaces a recycled child keeps trying, with backoff, for :data:`STORE_RETRY_S` — the store may
-    be down for a while (an object store's outage) and the spool it takes over must not be orphaned."""
-    from molt.errors import StoreError
-    from molt.store import FOLLOWER_METADATA_CACHE_BYTES, Store
-
-    parent = os.getppid()
-    deadline = time.monotonic() + (STORE_RETRY_S if config.get("replacing") else 0.0)
-    delay = 0.25
-    while True:
-        try:
-            return Store.open(config["store_uri"], storage_options=config.get("storage_options"),
-                              index_cache_bytes=WRITER_INDEX_CACHE_BYTES,
-                              metadata_cache_bytes=FOLLOWER_METADATA_CACHE_BYTES)
-        except (StoreError, OSError) as exc:
-            if time.monotonic() >= deadline or os.getppid() != parent:  # out of time, or the gateway is gone
-                raise
-            log.warning("The capture process cannot open the store yet (retrying in %.1f s): %s", delay, exc)
-            time.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-
-def main() -> None:
-    """The capture process: frames on stdin, a Recorder (with governance when configured) into the
-    store, replies to flush/stats requests on stdout. Ends when stdin closes (the gateway exited)."""
-    import sys
-
-    from molt.capture import Recorder
-    from molt.errors import SpoolInUse
-
-    config = orjson.loads(sys.argv[1])
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    # A signal to the process group (Ctrl-C, SIGTERM) is for the gateway: this process outlives it
-    # just long enough to make everything it was sent durable, and ends when its stdin closes.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # Recording is background work: when cores are short, serving goes first and capture catches up.
-    with contextlib.suppress(OSError):
-        os.nice(int(config.get("nice", 10)))
-    bound_native_heap()  # before LanceDB starts its threads
-    arrow_pool_on_native_heap()  # before the first table is built
-    trim_interval_s = float(config.get("trim_interval_s", TRIM_INTERVAL_S))
-    stop_trimming = threading.Event()
-    if trim_interval_s > 0:
-        threading.Thread(target=_trim_native_heap_every, args=(trim_interval_s, stop_trimming),
-                         name="molt-heap-trim", daemon=True).start()
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    store = _open_store(config)
-    pipeline: Any = None
-    governance = config.get("governance")
-    if governance:  # the Recorder stores each decision with its event (GovernancePipeline.sink_for)
-        from molt.governance import GovernancePipeline
-
-        pipeline = GovernancePipeline.from_file(governance, strict=False)
-    # Appends gathered for a quarter of a second: at gateway rates a write per spooled batch made ~30
-    # LanceDB versions a second, and memory, compaction and disk all grow with versions.
-    # A child that replaces a recycled one waits for it to hand over the spool (its lock is released
-    # once everything it was sent is durable there); a first child waits for the child of a gateway
-    # that died to finish (SPOOL_WAIT_S), then fails naming the holder (two gateways on one spool).
-    spool_wait_s = float(config.get("spool_wait_s", SPOOL_WAIT_S))
-    spool_deadline = time.monotonic() + spool_wait_s
-    warned = False
-    while True:
-        try:
-            rec = Recorder(store, spool_dir=config["spool_dir"], fsync=config.get("fsync", "always"),
-                           deliver_interval_s=float(config.get("deliver_interval_s", 0.25)),
-                           dedupe_ids=int(config.get("dedupe_ids", 200_000)),
-                           chain_heads=int(config.get("chain_heads", 200_000)),
-                           name="molt-gateway-capture", hook=pipeline)
-            break
-        except SpoolInUse as exc:
-            if time.monotonic() >= spool_deadline:
-                raise
-            if not warned and not config.get("replacing"):
-                log.warning("%s Waiting up to %.0f s for it to exit (a gateway that was just stopped?).", exc,
-                            spool_wait_s)
-                warned = True
-            time.sleep(0.02)
-    capture = CallRecorder(rec)
-    stdout.write(_frame(_STATS, _HOLDS_SPOOL))
-    stdout.flush()
-    records = [0]  # read by the memory sampler
-    if os.environ.get(MEMSTATS_ENV):
-        threading.Thread(target=_sample_memory_every, name="molt-memstats", daemon=True,
-                         args=(os.environ[MEMSTATS_ENV], float(os.environ.get(MEMSTATS_ENV + "_S", "30")), store,
-                               records, stop_trimming)).start()
-    try:
-        while True:
-            head = _read_exact(stdin, 4)
-            if head is None:
-                break
-            (n,) = _LEN.unpack(head)
-            body = _read_exact(stdin, n)
-            if body is None:
-                break
-            kind, payload = body[:1], body[1:]
-            if kind == _QUIT:
-                break
-            if kind in _RECORDS:
-                records[0] += 1
-            try:
-                if kind == _CALL:
-                    capture.submit(call_from_wire(payload))
-                elif kind == _EVENT:
-                    rec.record(Event.model_validate_json(payload))
-                elif kind == _REWARD:
-                    rec.reward(RewardAnnotation.model_validate_json(payload))
-                elif kind == _FRESH:
-                    # a trajectory the gateway started: its chain starts fresh, no store lookup
-                    rec.announce_trajectory(payload.decode())
-                elif kind in (_FLUSH, _STATS):
-                    req = orjson.loads(payload)
-                    ok = True
-                    if kind == _FLUSH:
-                        ok = rec.flush(timeout=req["timeout"], deliver=req["deliver"])
-                    stats = asdict(rec.stats)
-                    stats["capture_failed"] = capture.failed
-                    stdout.write(_frame(kind, orjson.dumps({"id": req["id"], "ok": ok, "stats": stats})))
-                    stdout.flush()
-            except Exception:  # one bad record never stops capture
-                log.exception("The capture process could not handle a %r record.", kind)
-    finally:
-        # What this process was sent is made durable in the spool first, however long that takes under
-        # load (up to handover_s: the parent kills a replaced child that is still here well after it),
-        # and only delivery to the store is bounded by close_timeout: a record still queued in memory
-        # when the process ends is lost, one left in the spool goes to the next child.
-        rec.flush(timeout=float(config.get("handover_s", 90.0)))
-        done = rec.close(timeout=float(config.get("close_timeout", 10.0)))
-        # Last words for a parent that recycles this process: its counters, to carry over. Sent as
-        # soon as the spool is handed over (before the store's compactor is joined), so the parent
-        # adds them before the next child can answer for its own.
-        final = asdict(rec.stats)
-        final["capture_failed"] = capture.failed
-        with contextlib.suppress(OSError, ValueError):
-            stdout.write(_frame(_STATS, orjson.dumps({"id": _FINAL, "ok": done, "stats": final})))
-            stdout.flush()
-        store.close()
-        stop_trimming.set()
-
-
-# ------------------------------------------------------------------------------------------ parent
 
 
 class CaptureProcess:
@@ -508,10 +82,11 @@ class CaptureProcess:
         recycle_after: replace the child with a fresh one after it was sent this many records
             (calls, events, rewards; default ``0``: never). See :data:`RECYCLE_AFTER`.
         spool_wait_s: how long the first child waits for a spool another process holds (default
-            :data:`SPOOL_WAIT_S`: time for the child of a gateway that just died to finish); then it exits
+            :data:`~molt.gateway.capture_child.SPOOL_WAIT_S`: time for the child of a gateway that just died to finish); then it exits
             naming the holder, and calls are served unrecorded (counted in :attr:`failed`).
         trim_interval_s: how often the child gives the free memory in its native heap back to the
-            system (default :data:`TRIM_INTERVAL_S`; 0 never; see :func:`trim_native_heap`).
+            system (default :data:`~molt.gateway.native_heap.TRIM_INTERVAL_S`; 0 never; see
+            :func:`~molt.gateway.native_heap.trim_native_heap`).
     """
 
     def __init__(self, store_uri: str | os.PathLike[str] | None = None, spool_dir: str | os.PathLike[str] | None = None,
@@ -542,7 +117,7 @@ class CaptureProcess:
         self.start_timeout_s = start_timeout_s
         self.recycle_after = recycle_after
         self._proc = self._spawn(self._config)
-        self._holds_spool = False  # whether the current child said it took the spool (_HOLDS_SPOOL)
+        self._holds_spool = False  # whether the current child said it took the spool (wire.HOLDS_SPOOL)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._stdin = self._proc.stdin
         self._stdout_fd = self._proc.stdout.fileno()
@@ -579,43 +154,43 @@ class CaptureProcess:
         # A plain subprocess with pipes (not multiprocessing): nothing of the parent is re-imported
         # or pickled, and the child ends by itself when the gateway's end of stdin closes.
         return subprocess.Popen(
-            [sys.executable, "-c", "from molt.gateway.capture_process import main; main()",
+            [sys.executable, "-c", "from molt.gateway.capture_child import main; main()",
              orjson.dumps(config).decode()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
 
     # ------------------------------------------------------------------ the Recorder surface
 
     def _put(self, kind: bytes, payload: bytes) -> bool:
         if self._closed or len(self._pending) >= self.max_pending or self._proc.poll() is not None:
-            if kind in _RECORDS:  # a request (stats after close) or a hint is not a lost record
+            if kind in wire.RECORDS:  # a request (stats after close) or a hint is not a lost record
                 self._dropped += 1
             return False
-        self._pending.append(_frame(kind, payload))
+        self._pending.append(wire.frame(kind, payload))
         # The sender wakes by itself every batch_s; only requests and bursts wake it at once.
-        if kind in (_FLUSH, _STATS, _QUIT) or len(self._pending) >= 512:
+        if kind in (wire.FLUSH, wire.STATS, wire.QUIT) or len(self._pending) >= 512:
             self._wake.set()
         return True
 
     def submit(self, rec: CallRecord) -> None:
         """Record a whole model call (its events are built in the child)."""
         try:
-            self._put(_CALL, call_to_wire(rec))
+            self._put(wire.CALL, wire.call_to_wire(rec))
         except Exception:
             self._dropped += 1
             log.exception("Molt could not serialize a model call of trajectory %s.", rec.trajectory_id)
 
     def record(self, event: Event) -> bool:
         """Record one event."""
-        return self._put(_EVENT, event.model_dump_json().encode())
+        return self._put(wire.EVENT, event.model_dump_json().encode())
 
     def reward(self, annotation: RewardAnnotation) -> bool:
         """Record a late reward."""
-        return self._put(_REWARD, annotation.model_dump_json().encode())
+        return self._put(wire.REWARD, annotation.model_dump_json().encode())
 
     def new_trajectory(self) -> str:
         """A new trajectory id, announced to the child so its Recorder starts a fresh chain without
         a store lookup (the same shortcut as ``Recorder.new_trajectory``)."""
         tid = new_id()
-        self._put(_FRESH, tid.encode())
+        self._put(wire.FRESH, tid.encode())
         return tid
 
     def _recycle_due(self) -> bool:
@@ -651,10 +226,10 @@ class CaptureProcess:
             data = os.read(self._stdout_fd, 65536)
             if data:
                 self._reply_buf += data
-        frames, self._reply_buf = _split_frames(self._reply_buf)
+        frames, self._reply_buf = wire.split_frames(self._reply_buf)
         out = []
         for kind, payload in frames:
-            if kind == _STATS and payload == _HOLDS_SPOOL:
+            if kind == wire.STATS and payload == wire.HOLDS_SPOOL:
                 self._holds_spool = True
             else:
                 out.append((kind, payload))
@@ -663,13 +238,13 @@ class CaptureProcess:
     def flush(self, timeout: float | None = 10.0, *, deliver: bool = False) -> bool:
         """Wait until everything submitted so far is durable in the child's spool (and delivered to
         the store with ``deliver=True``). Blocking: for tests and shutdown, not the event loop."""
-        reply = self._request(_FLUSH, 10.0 if timeout is None else timeout, deliver=deliver)
+        reply = self._request(wire.FLUSH, 10.0 if timeout is None else timeout, deliver=deliver)
         return bool(reply and reply["ok"])
 
     @property
     def stats(self) -> RecorderStats:
         """The child Recorder's counters (asked for, at most 1 s), with this side's drops added."""
-        reply = self._request(_STATS, 1.0)
+        reply = self._request(wire.STATS, 1.0)
         s = dict(reply["stats"] if reply else self._last_stats)
         s.pop("capture_failed", None)
         base: dict[str, Any] = dict.fromkeys(RecorderStats.__dataclass_fields__, 0)
@@ -713,7 +288,7 @@ class CaptureProcess:
         if self._closed:
             return True
         ok = self.flush(timeout=timeout, deliver=True) if self._proc.poll() is None else False
-        self._put(_QUIT, b"")
+        self._put(wire.QUIT, b"")
         self._closed = True
         self._wake.set()
         self._sender.join(timeout)
@@ -749,7 +324,7 @@ class CaptureProcess:
                 f = q.popleft()
                 batch.append(f)
                 size += len(f)
-                if self.recycle_after and f[4:5] in _RECORDS:
+                if self.recycle_after and f[4:5] in wire.RECORDS:
                     self._to_child += 1
                     if self._to_child >= self.recycle_after:
                         break  # the next records go to the next child
@@ -780,7 +355,7 @@ class CaptureProcess:
             if old.poll() is not None:
                 return  # a dead child is not replaced here (its records are counted as dropped)
             if not self._holds_spool:
-                self._read_replies(0)  # its _HOLDS_SPOOL frame may be waiting (other replies are stale)
+                self._read_replies(0)  # its wire.HOLDS_SPOOL frame may be waiting (other replies are stale)
                 if not self._holds_spool:
                     return  # still starting: replaced once it holds the spool
             try:
@@ -823,9 +398,9 @@ class CaptureProcess:
                     break
                 if final is not None:
                     continue  # its last words came; wait for it to exit
-                frames, buf = _split_frames(buf + data)
+                frames, buf = wire.split_frames(buf + data)
                 for kind, payload in frames:
-                    if kind == _STATS and (reply := orjson.loads(payload)).get("id") == _FINAL:
+                    if kind == wire.STATS and (reply := orjson.loads(payload)).get("id") == wire.FINAL:
                         final = reply["stats"]
                         self._settle(old.pid, {k: int(final.get(k) or 0) for k in _COUNTERS})
             else:
