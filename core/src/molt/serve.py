@@ -73,7 +73,7 @@ from molt.gateway.cli import build_gateway, is_loopback, make_backend, tune_proc
 from molt.gateway.service import GatewayConfig
 from molt.governance.access import KeyRing, Role, generate_key, hash_key
 
-__all__ = ["Stack", "console_keyring", "plane_settings", "register_verifiers", "serve_command"]
+__all__ = ["Stack", "console_keyring", "plane_settings", "register_verifiers", "serve_command", "size_lora_slots"]
 
 log = logging.getLogger("molt.serve")
 
@@ -326,6 +326,28 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
     return loop
 
 
+def size_lora_slots(be: Any, governance: str | None) -> str | None:
+    """A vLLM server this process starts gets ``--max-loras`` sized from the tenants whose data the
+    governance policy lets train (each can have adapters of its own, :func:`molt.backends.vllm.lora_slots`)
+    and twice that many adapters kept in CPU memory (the rest reloaded from disk, least recently used
+    first out); returns the summary line, or ``None`` when no server is started here."""
+    server = getattr(be, "server", None)
+    if server is None or not hasattr(server, "max_loras") or not getattr(server, "enable_lora", False):
+        return None
+    from molt.backends.vllm import lora_slots
+    from molt.governance import load_policy_file
+
+    policy = load_policy_file(governance) if governance else None
+    named = policy.training_tenants() if policy is not None else []
+    others = policy is not None and policy.for_tenant(None).training.opt_in
+    tenants = len(named) + (1 if others or not named else 0)
+    server.max_loras = lora_slots(tenants)
+    server.max_cpu_loras = 2 * server.max_loras
+    who = ", ".join(named) if named else "none named"
+    return (f"--max-loras {server.max_loras}, --max-cpu-loras {server.max_cpu_loras} (tenants trained on: {who}"
+            f"{'; the defaults opt the others in' if others else ''})")
+
+
 async def _to_console(request: Any) -> Any:
     from starlette.responses import RedirectResponse
 
@@ -493,6 +515,7 @@ def serve_command(
                       passthrough=tuple(passthrough or ()))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--passthrough / --upstream-url") from exc
+    lora_row = size_lora_slots(be, policy)
     config = GatewayConfig(max_body_bytes=max_body_bytes, backend_timeout_s=backend_timeout,
                            max_sessions=max_sessions, session_idle_s=session_idle_s, strict_health=strict_health,
                            ack_after_durable=ack_after_durable)
@@ -514,6 +537,8 @@ def serve_command(
                                    ("acknowledgement", "after the record is in the fsynced spool (--ack-after-durable)"
                                     if ack_after_durable else "before the record is durable: a kill -9 loses the "
                                     "calls answered in its last milliseconds (--ack-after-durable to wait)")]
+    if lora_row:
+        rows.append(("LoRA slots", lora_row))
     stack = Stack()
     new_key = None
     registry = _bind_versions(stack, shared, gw, public)

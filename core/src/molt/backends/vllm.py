@@ -51,7 +51,7 @@ from molt.backends.openai_compat import OpenAIBackend
 from molt.backends.tokenizer import PolicyTokenizer
 from molt.errors import BackendError, BackendUnavailable, InvalidRequest
 
-__all__ = ["VLLMBackend", "VLLMServer", "find_vllm_python"]
+__all__ = ["VLLMBackend", "VLLMServer", "find_vllm_python", "lora_slots"]
 
 
 class VLLMBackend(OpenAIBackend):
@@ -256,6 +256,19 @@ class VLLMBackend(OpenAIBackend):
             await asyncio.to_thread(self.server.stop)
 
 
+def lora_slots(tenants: int, *, per_tenant: int = 2, most: int = 64) -> int:
+    """``--max-loras`` for a server whose adapters serve ``tenants`` tenants: adapters are per tenant, and
+    each tenant may have its live adapter and a canary of it in one batch (``per_tenant``), so a batch
+    mixing every tenant's requests never waits for an adapter slot; at least 1, at most ``most`` (each
+    slot reserves GPU memory for a LoRA of ``--max-lora-rank``). Adapters beyond the slots stay
+    registered: vLLM keeps ``--max-cpu-loras`` of them in memory (least recently used evicted) and
+    loads the others from their directories when a request names them."""
+    if tenants < 0 or per_tenant < 1 or most < 1:
+        raise ValueError(f"lora_slots needs tenants ≥ 0, per_tenant ≥ 1 and most ≥ 1; got {tenants}, {per_tenant}, "
+                         f"{most}.")
+    return max(1, min(most, tenants * per_tenant))
+
+
 def _token_id(name: str) -> int:
     # With return_tokens_as_token_ids vLLM names tokens "token_id:<id>".
     return int(name.rsplit(":", 1)[1]) if name.startswith("token_id:") else -1
@@ -300,7 +313,10 @@ class VLLMServer:
         host, port: where it listens (default loopback and a free port).
         max_model_len: context length (default 1,024: small keeps CPU memory and start-up low).
         dtype: weights dtype (default ``float32``; CPUs without bf16 units are slow in bf16).
-        enable_lora, max_lora_rank, max_loras: runtime LoRA (on by default, rank ≤ 16, 4 adapters).
+        enable_lora, max_lora_rank, max_loras: runtime LoRA (on by default, rank ≤ 16, 4 adapters in a
+            batch; :func:`lora_slots` sizes it from the tenants served).
+        max_cpu_loras: adapters vLLM keeps in CPU memory, least recently used evicted (default ``None``:
+            vLLM's, ``max_loras``); the others are loaded from disk when a request names them.
         kv_cache_gib: CPU KV-cache size (``VLLM_CPU_KVCACHE_SPACE``, default 1 GiB).
         python: the vLLM environment's interpreter (default :func:`find_vllm_python`).
         extra_args: more server arguments.
@@ -310,7 +326,8 @@ class VLLMServer:
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *,
                  served_model_name: str = POLICY_MODEL_NAME, host: str = "127.0.0.1", port: int | None = None,
                  max_model_len: int = 1024, dtype: str = "float32", enable_lora: bool = True,
-                 max_lora_rank: int = 16, max_loras: int = 4, kv_cache_gib: float = 1.0,
+                 max_lora_rank: int = 16, max_loras: int = 4, max_cpu_loras: int | None = None,
+                 kv_cache_gib: float = 1.0,
                  python: str | os.PathLike[str] | None = None, extra_args: Sequence[str] = (),
                  env: dict[str, str] | None = None, log_path: str | os.PathLike[str] | None = None):
         self.model_path = Path(model_path) if model_path is not None else None
@@ -322,6 +339,7 @@ class VLLMServer:
         self.enable_lora = enable_lora
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
+        self.max_cpu_loras = max_cpu_loras
         self.kv_cache_gib = kv_cache_gib
         self.python = Path(python) if python is not None else None
         self.extra_args = list(extra_args)
@@ -349,6 +367,8 @@ class VLLMServer:
                "--max-logprobs", "20", "--disable-log-stats"]
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
+            if self.max_cpu_loras is not None:
+                cmd += ["--max-cpu-loras", str(max(self.max_cpu_loras, self.max_loras))]
         return cmd + self.extra_args
 
     def start(self) -> None:

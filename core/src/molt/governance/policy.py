@@ -383,6 +383,12 @@ class GovernancePolicy(BaseModel):
         self._resolved[tenant_id] = got
         return got
 
+    def training_tenants(self) -> list[str]:
+        """The tenants the file names whose data may be trained on (``training.opt_in``): the tenants
+        that can have adapters of their own. With ``defaults.training.opt_in`` every other tenant can
+        too, which no file can count."""
+        return [t for t in self.tenants if self.for_tenant(t).training.opt_in]
+
     def shares(self, owner: str, reader: str) -> bool:
         """Whether ``reader``'s trainer may train on ``owner``'s data: both must list each other."""
         if owner == reader:
