@@ -103,3 +103,15 @@ def demo_truth() -> Callable[[dict[str, Any], Path], None]:
 def molt_serving() -> Callable[..., contextlib.AbstractContextManager[None]]:
     """:func:`serving`, for the tests that start ``molt serve`` in their own process."""
     return serving
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    """The converted SmolLM2, shared with the backend and trainer tests (``.molt/test-models``, or
+    ``$MOLT_TEST_MODEL_HOME``): the conversion runs once."""
+    import os
+
+    from molt.backends.model import ensure_policy_model
+
+    root = Path(__file__).resolve().parents[2]
+    return ensure_policy_model(Path(os.environ.get("MOLT_TEST_MODEL_HOME", root / ".molt" / "test-models")))

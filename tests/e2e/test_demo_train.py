@@ -21,14 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MATH = "molt-math"
 
 
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    """The converted SmolLM2, shared with the backend and trainer tests (``.molt/test-models``)."""
-    from molt.backends.model import ensure_policy_model
-
-    return ensure_policy_model(Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models")))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, model_dir: Path,

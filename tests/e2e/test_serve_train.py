@@ -57,13 +57,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    from molt.backends.model import ensure_policy_model
-
-    return ensure_policy_model(Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models")))
-
-
 @pytest.fixture(params=["in-process", "service"])
 def served(request: pytest.FixtureRequest, tmp_path: Path, model_dir: Path, molt_serving: Any
            ) -> Iterator[tuple[str, Path, str]]:
