@@ -181,7 +181,8 @@ def _inject(trainer: OnlineTrainer, forward: dict[int, BaseException], save: dic
 
 
 def _adapters(w: dict[str, Any]) -> set[str]:
-    return {v for v in w["gw"].router.table.versions if "@lora-" in v}
+    # the version ids (acme's adapters are acme's versions: keyed ``<id>#acme`` in the table)
+    return {sp.version for sp in w["gw"].router.table.versions.values() if "@lora-" in sp.version}
 
 
 def _lora(policy: Policy) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.binding import GatewayBinding
 from molt.gateway.router import VersionSpec
 from molt.governance.access import KeyRing
+from molt.lineage import write_manifest
 from molt.store import Store
 
 OPERATOR = {"authorization": "Bearer sk-platform-operator"}
@@ -45,6 +46,16 @@ class Served(StubBackend):
         return super()._answer(req)
 
 
+def _adapter(root: Path, name: str, tenant: str | None, share_with: tuple[str, ...] = ()) -> str:
+    """An adapter directory (the stub serves no weights: one file stands for them) with the manifest the
+    trainer writes beside an adapter (:func:`molt.lineage.write_manifest`)."""
+    d = root / name.replace("@", "_")
+    d.mkdir(parents=True)
+    (d / "adapter_model.safetensors").write_bytes(name.encode())
+    write_manifest(d, tenant_id=tenant, adapter=name, base_model="stub", share_with=share_with)
+    return str(d)
+
+
 def _h(key: str, **extra: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}", **extra}
 
@@ -60,15 +71,16 @@ def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
     binding = GatewayBinding(gw, reg, model="stub")
     with TestClient(create_app(gw)) as client:
         for tenant, name in (("acme", ACME_LORA), ("globex", GLOBEX_LORA)):
+            path = _adapter(tmp_path, name, tenant)
             r = client.post("/v1/molt/admin/adapters", headers=OPERATOR, json={
-                "model": "stub", "version": name, "path": str(tmp_path / name), "weight": 0.0, "tenants": [tenant]})
+                "model": "stub", "version": name, "path": path, "weight": 0.0, "tenants": [tenant]})
             assert r.status_code == 200, r.text
             base = reg.ensure_base(tenant, "support", PolicyParts(model=ModelPart(base="stub")))
             v = reg.create(tenant, "support", base.parts.with_model(
-                ModelPart(base="stub", adapter=name, adapter_path=str(tmp_path / name))), parent=base.version_id)
+                ModelPart(base="stub", adapter=name, adapter_path=path)), parent=base.version_id)
             reg.promote(v.version_id, actor="test")
         binding.sync()
-        yield {"client": client, "gw": gw, "backend": backend, "reg": reg}
+        yield {"client": client, "gw": gw, "backend": backend, "reg": reg, "root": tmp_path}
     rec.close()
     store.close()
 
@@ -110,23 +122,30 @@ def test_a_tenants_adapter_serves_its_requests_and_no_other_tenants(served: dict
     assert ACME_LORA not in backend.served[before:]
 
 
-def test_an_adapter_name_is_one_tenant_set_and_takes_no_shared_weight(served: dict[str, Any]) -> None:
+def test_an_adapter_name_is_one_tenant_set_and_a_canary_of_its_tenants_only(served: dict[str, Any]) -> None:
     c, backend = served["client"], served["backend"]
-    body = {"model": "stub", "version": ACME_LORA, "path": "/elsewhere", "weight": 0.0}
+    body = {"model": "stub", "version": ACME_LORA, "path": _adapter(served["root"] / "again", ACME_LORA, "globex"),
+            "weight": 0.0}
     for tenants in (["globex"], ["acme", "globex"], None):  # loading acme's name for others: refused
         r = c.post("/v1/molt/admin/adapters", headers=OPERATOR,
                    json={**body, **({"tenants": tenants} if tenants else {})})
         assert r.status_code == 400 and "other tenants" in r.text, r.text
-    assert backend.adapters[ACME_LORA].endswith(ACME_LORA)  # acme's weights were not replaced
+    assert backend.adapters[ACME_LORA] == str(served["root"] / "stub_lora-1")  # acme's weights were not replaced
+    # with a weight, a tenant's adapter is a canary of that tenant's own sessions of the model only
+    path = _adapter(served["root"] / "canary", "stub@lora-3", "acme")
     r = c.post("/v1/molt/admin/adapters", headers=OPERATOR,
-               json={**body, "version": "stub@lora-3", "weight": 0.5, "tenants": ["acme"]})
-    assert r.status_code == 400 and "weight 0" in r.text, r.text
+               json={**body, "version": "stub@lora-3", "path": path, "weight": 1.0, "weights": {"stub@base": 0.0},
+                     "tenants": ["acme"]})
+    assert r.status_code == 200, r.text
+    assert _chat(c, "sk-acme-writer", "stub").status_code == 200 and backend.served[-1] == "stub@lora-3"
+    assert _chat(c, "sk-globex-writer", "stub").status_code == 200 and backend.served[-1] == "stub"
 
 
 def test_a_shared_adapter_serves_the_tenants_that_share_it_only(served: dict[str, Any]) -> None:
     c, gw, backend = served["client"], served["gw"], served["backend"]
+    path = _adapter(served["root"], "stub@shared-1", "acme", share_with=("globex",))
     r = c.post("/v1/molt/admin/adapters", headers=OPERATOR, json={
-        "model": "stub", "version": "stub@shared-1", "path": "/a/shared", "weight": 0.0, "tenants": ["acme", "globex"]})
+        "model": "stub", "version": "stub@shared-1", "path": path, "weight": 0.0, "tenants": ["acme", "globex"]})
     assert r.status_code == 200, r.text
     for key in ("sk-acme-writer", "sk-globex-writer"):
         assert _chat(c, key, "stub@shared-1").status_code == 200 and backend.served[-1] == "stub@shared-1"
@@ -137,3 +156,25 @@ def test_a_shared_adapter_serves_the_tenants_that_share_it_only(served: dict[str
     gw.router.bind("stub#initech", [fault], {fault.version: 1.0}, immediate=True)
     assert _chat(c, "sk-initech-writer", "stub").status_code == 404 and len(backend.served) == before
     assert _chat(c, "sk-initech-writer", "stub@shared-1").status_code == 404
+
+
+def test_an_adapter_is_loaded_for_a_tenant_only_as_its_manifest_allows(served: dict[str, Any]) -> None:
+    """The manifest written with an adapter decides: loading it for a tenant it does not serve, after its
+    files changed, without a manifest, or a tenant's adapter as everyone's, is refused and nothing loads."""
+    c, backend, root = served["client"], served["backend"], served["root"]
+    acme_only = _adapter(root / "m", "stub@lora-7", "acme")
+    bare = root / "bare"
+    bare.mkdir()
+    (bare / "adapter_model.safetensors").write_bytes(b"w")
+    tampered = _adapter(root / "t", "stub@lora-8", "acme")
+    (Path(tampered) / "adapter_model.safetensors").write_bytes(b"other weights")
+    cases = [("stub@lora-7", acme_only, ["globex"], "tenant"), ("stub@lora-7", acme_only, None, "tenants"),
+             ("stub@lora-8", tampered, ["acme"], "files"), ("stub@lora-9", str(bare), ["acme"], "missing")]
+    for name, path, tenants, why in cases:
+        r = c.post("/v1/molt/admin/adapters", headers=OPERATOR, json={
+            "model": "stub", "version": name, "path": path, "weight": 0.0, **({"tenants": tenants} if tenants else {})})
+        assert r.status_code == 400 and why in r.text, (name, tenants, r.text)
+        assert name not in backend.adapters
+    ok = c.post("/v1/molt/admin/adapters", headers=OPERATOR, json={
+        "model": "stub", "version": "stub@lora-7", "path": acme_only, "weight": 0.0, "tenants": ["acme"]})
+    assert ok.status_code == 200, ok.text

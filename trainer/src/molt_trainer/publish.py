@@ -60,7 +60,9 @@ class Target(Protocol):
 
 @dataclass
 class GatewayTarget:
-    """The gateway admin API: load into the serving backends and route a canary ``weight`` to it.
+    """The gateway admin API: load into the serving backends and route a canary ``weight`` to it (of the
+    sessions of the tenants its manifest names, when it is a tenant's adapter; of every tenant's when it
+    is a shared one).
 
     ``promote=True`` also sets the weight of this trainer's earlier versions (and ``base_version``) to
     0 (what a control plane does after a good canary; the learning test uses it to always serve the
@@ -77,7 +79,12 @@ class GatewayTarget:
     name: str = "gateway"
 
     def load(self, version: str, path: Path, previous: list[str]) -> None:
+        from molt.lineage import read_manifest
+
         body: dict[str, Any] = {"model": self.model, "version": version, "path": str(path), "weight": self.weight}
+        manifest = read_manifest(path)
+        if manifest.tenant_id is not None:  # a tenant's adapter: served to (and canaried on) its tenants only
+            body["tenants"] = [t for t in manifest.tenants if t is not None]
         if self.promote:
             body["weights"] = {v: 0.0 for v in [*previous, *([self.base_version] if self.base_version else [])]}
         headers = {"authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}

@@ -5,15 +5,16 @@ changes what all tenants share, a tenant's admin only its own agents' versions a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from molt.errors import InvalidRequest, ModelNotFound
+from molt.errors import InvalidRequest, LineageError, ModelNotFound
 from molt.gateway.admin_scope import AdminScope
-from molt.gateway.router import VersionSpec
+from molt.gateway.router import VersionSpec, scope_key
 from molt.gateway.routes.context import RouteContext, json_response
 from molt.harness import HarnessSpec
 
@@ -26,9 +27,13 @@ class AdapterBody(BaseModel):
 
     ``tenants`` names whose adapter it is: one tenant's (trained on its data), or the tenants of a shared
     adapter (trained only on tenants whose policies opt into sharing). It is then registered as a version
-    of each of those tenants at weight 0 (their control plane routes to it through their agents' versions),
-    no other tenant can name it, and the gateway never serves it to another tenant's request; the name
-    cannot be loaded again for other tenants. Without ``tenants`` it is the operator's shared adapter.
+    of each of those tenants — at weight 0 its tenants' agent versions route to it (the control plane's
+    way); with a weight, that share of each tenant's own sessions of the model (``model#tenant``) goes to
+    it, never the shared key's —, no other tenant can name it, and the gateway never serves it to another
+    tenant's request; the name cannot be loaded again for other tenants. A tenant's adapter is loaded
+    only when its manifest (:mod:`molt.lineage`, written with it by the trainer) matches its files and
+    serves each of those tenants, and its lineage names no other tenant's trajectories. Without ``tenants`` it is the
+    operator's shared adapter.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,6 +65,26 @@ class WeightsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     weights: dict[str, float]
+
+
+def _check_manifest(path: str, tenants: frozenset[str] | None, store: Any) -> None:
+    """Refuse (400) to load a tenant's adapter whose manifest (:func:`molt.lineage.load_manifest`) is
+    missing, does not match its files, was edited, does not serve each of ``tenants``, or names another
+    tenant's trajectories (checked against the gateway's store); and refuse to load as everyone's an
+    adapter whose manifest says it is a tenant's. An operator's adapter without a manifest loads as a
+    shared one, as before manifests existed."""
+    from molt.lineage import MANIFEST_FILE, load_manifest, read_manifest
+
+    try:
+        if tenants is None:
+            if (Path(path) / MANIFEST_FILE).is_file() and (m := read_manifest(path)).tenant_id is not None:
+                raise InvalidRequest(f"The adapter at {path} is tenant {m.tenant_id!r}'s (its manifest says so); "
+                                     f"load it for its tenants ('tenants').", param="tenants")
+            return
+        for tenant in sorted(tenants):
+            load_manifest(path, tenant=tenant, store=store)
+    except LineageError as exc:
+        raise InvalidRequest(f"{exc.message} ({exc.reason})", param="path") from exc
 
 
 def install(ctx: RouteContext) -> None:
@@ -121,12 +146,10 @@ def install(ctx: RouteContext) -> None:
                                  f"({', '.join(base.backends)}); serve it with the vllm or local backend.",
                                  param="base_version")
         owners = frozenset(body.tenants) if body.tenants is not None else None
-        if owners is not None and (body.weight > 0 or body.weights):
-            raise InvalidRequest("A tenant's adapter is routed by that tenant's versions; load it at weight 0 "
-                                 "without weights.", param="weight")
         if body.version in gw.adapter_tenants and gw.adapter_tenants[body.version] != owners:
             raise InvalidRequest(f"The adapter name {body.version!r} is loaded for other tenants; choose another "
                                  f"name.", param="version")
+        _check_manifest(body.path, owners, gw.store)
         for name in targets:
             await gw.backends[name].load_adapter(body.version, body.path)
 
@@ -138,9 +161,16 @@ def install(ctx: RouteContext) -> None:
         gw.adapter_tenants[body.version] = owners
         if owners is None:
             gw.router.add_version(body.model, spec(None), weight=body.weight, weights=body.weights)
-        else:  # weight 0 on the shared key: only the tenants' own versions route to it
+        elif body.weight == 0 and not body.weights:  # the tenants' agent versions route to it (the plane's way)
             for tenant in sorted(owners):
                 gw.router.add_version(body.model, spec(tenant), weight=0.0)
+        else:  # a canary of each tenant's own traffic of the model, never of the shared key's
+            for tenant in sorted(owners):
+                key = scope_key(body.model, tenant)
+                t = gw.router.table
+                start = t.current_weights(key) if key in t.models else {
+                    k: w for k, w in t.current_weights(body.model).items() if t.versions[k].tenant_id in (None, tenant)}
+                gw.router.add_version(key, spec(tenant), weight=body.weight, weights={**start, **(body.weights or {})})
         return json_response(table_json(scope))
 
     @ctx.route("/v1/molt/admin/health", "POST")
