@@ -293,7 +293,7 @@ def _start_trainer(stack: Stack, store: Any, *, gateway_url: str, admin_key: str
                                        model_path=model_path, out_dir=home / "adapters", slo_ms=latency_slo_ms)
     gate = trainer.gate
     loop = wl.WeightLoop(store, trainer, read=wl.training_reader(store, governance, ungoverned=ungoverned),
-                         load=wl.gateway_loader(gateway_url, admin_key, model))
+                         load=wl.gateway_loader(gateway_url, admin_key, model), share=_sharing(governance, ungoverned))
     stack.parts["trainer"] = trainer
     stack.parts["weights"] = loop
 
@@ -346,6 +346,17 @@ def size_lora_slots(be: Any, governance: str | None) -> str | None:
     who = ", ".join(named) if named else "none named"
     return (f"--max-loras {server.max_loras}, --max-cpu-loras {server.max_cpu_loras} (tenants trained on: {who}"
             f"{'; the defaults opt the others in' if others else ''})")
+
+
+def _sharing(governance: str | None, ungoverned: bool) -> Any:
+    """Shared adapters for the tenants whose policies opt into sharing with each other (none without
+    governance: ungoverned data is never pooled across tenants)."""
+    if ungoverned:
+        return None
+    from molt.control.weights import sharing_group
+    from molt.governance import load_policy_file
+
+    return sharing_group(load_policy_file(governance))
 
 
 async def _to_console(request: Any) -> Any:

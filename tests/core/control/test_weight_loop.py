@@ -370,3 +370,40 @@ def test_the_trainer_service_takes_tenants_in_turn_so_one_backlog_cannot_starve_
         done = {r.cluster: r.status for r in queue.requests()}
         assert all(done[c] == "done" for c in order) and len(done) == 7 + 4  # four acme runs queued four more
         assert {c.split("-")[0] for c, s in done.items() if s == "queued"} == {"acme"}  # only acme's backlog waits
+
+
+def test_a_shared_adapter_learns_from_and_serves_only_the_tenants_that_share_both_ways(tmp_path: Path) -> None:
+    """acme and globex list each other in ``training.share_with``; initech lists acme, which does not list it.
+    A gap of acme's agent, trained into one shared adapter: acme's and globex's traffic on the task, never
+    initech's, and the adapter is loaded for acme and globex only. Without sharing (initech's own gap) the
+    adapter is initech's alone, on its own data."""
+    from molt.control.weights import sharing_group
+    from molt.governance import GovernancePolicy
+
+    policy = GovernancePolicy.model_validate({"tenants": {
+        "acme": {"training": {"opt_in": True, "share_with": ["globex"]}},
+        "globex": {"training": {"opt_in": True, "share_with": ["acme"]}},
+        "initech": {"training": {"opt_in": True, "share_with": ["acme"]}}}})
+    group = sharing_group(policy)
+    assert (group("acme"), group("globex"), group("initech")) == (["globex"], ["acme"], [])
+    tenants = ("acme", "globex", "initech")
+    with Store.open(tmp_path / "s", auto_compact=False) as store:
+        model, runs = DeskModel(), Runs(tmp_path / "adapters")
+        loads: list[tuple[str, list[str]]] = []
+        loop = WeightLoop(store, runs, read=store_reader(store), share=group, timeout_s=30,
+                          load=lambda name, path, ts: loads.append((name, list(ts))))
+        plane = ControlPlane(store, model, live_tools=World().live_tools(), base_parts=base_parts(), trainer=loop)
+        for t in tenants:
+            plane.registry.ensure_base(t, AGENT, base_parts())
+        save_trajectories(store, asyncio.run(record_traffic(_tax(6, tenants), plane.registry, plane, World(), model)))
+        cand = SimpleNamespace(payload={"task": "capability", "model": {"base": "desk-model"}}, cluster="capability|x",
+                               source_trajectories=[])
+        part = loop("acme", AGENT, cand)
+        req = runs.requests[-1]
+        assert req.share_with == ["globex"] and loads[-1] == (part.adapter, ["acme", "globex"])
+        counts = {t: sum(1 for x in req.trajectories if x.events[0].tenant_id == t) for t in tenants}
+        assert counts == {"acme": 6, "globex": 6, "initech": 0}, counts
+        loop("initech", AGENT, cand)
+        req = runs.requests[-1]
+        assert req.share_with == [] and {x.events[0].tenant_id for x in req.trajectories} == {"initech"}
+        assert loads[-1][1] == ["initech"]

@@ -207,6 +207,12 @@ def _serve(args: argparse.Namespace) -> None:
         store.close()
 
 
+def _policy(governance: str) -> Any:
+    from molt.governance import load_policy_file
+
+    return load_policy_file(governance)
+
+
 def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
     """``serve --plane-requests``: the plane's weight updates, trained one request at a time through the
     same weight loop as ``molt serve --train`` (molt.control.weight_queue), until SIGTERM / SIGINT."""
@@ -230,7 +236,9 @@ def _serve_plane_requests(args: argparse.Namespace, store: Any) -> None:
     loop = weights.WeightLoop(store, trainer,
                               read=weights.training_reader(store, args.governance,
                                                            ungoverned=args.train_on_ungoverned_data),
-                              load=weights.gateway_loader(args.gateway, args.admin_key, args.model))
+                              load=weights.gateway_loader(args.gateway, args.admin_key, args.model),
+                              share=None if args.train_on_ungoverned_data else weights.sharing_group(
+                                  _policy(args.governance)))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

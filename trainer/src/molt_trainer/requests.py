@@ -238,6 +238,7 @@ class RequestTrainer:
                                         config={"algo": s.algo.model_dump(), "lora": s.lora.model_dump(),
                                                 "steps": steps, "from": start},
                                         lineage=self._lineage(request, kept, start), tenant_id=request.tenant_id,
+                                        share_with=list(getattr(request, "share_with", None) or ()),
                                         request_id=request.request_id)
         if result.failed:
             raise RuntimeError(f"publishing {result.version} failed: {result.failed}")

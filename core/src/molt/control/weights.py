@@ -64,7 +64,7 @@ from molt.store.query import Trajectory
 CLOSE_POLL_S = 0.5
 
 __all__ = ["CanaryTarget", "WeightLoop", "WeightRequest", "check_adapter", "gateway_loader", "governed_reader",
-           "restore_adapters", "store_reader", "training_reader", "training_run"]
+           "restore_adapters", "sharing_group", "store_reader", "training_reader", "training_run"]
 
 log = logging.getLogger("molt.control.weights")
 
@@ -89,11 +89,15 @@ class WeightRequest:
     trajectories: list[Trajectory]
     #: Eligible successes on the agent's other tasks, trained on too so the update does not forget them.
     anchors: list[Trajectory] = field(default_factory=list)
+    #: The other tenants of a shared adapter (their policies and this tenant's list each other in
+    #: ``training.share_with``): their agent's traffic on the task is in ``trajectories`` too, and the
+    #: adapter serves them as well; empty: the adapter is this tenant's alone.
+    share_with: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {"request": self.request_id, "tenant": self.tenant_id, "agent": self.agent_id, "cluster": self.cluster,
                 "task": self.task, "trajectories": len(self.trajectories), "anchors": len(self.anchors),
-                "from": self.model.adapter or self.model.base}
+                "from": self.model.adapter or self.model.base, "share_with": list(self.share_with)}
 
 
 def governed_reader(store: Store, policy: Any) -> Reader:
@@ -120,6 +124,19 @@ def store_reader(store: Store) -> Reader:
         return out
 
     return read
+
+
+def sharing_group(policy: Any) -> Callable[[str], list[str]]:
+    """``group(tenant)``: the tenants a shared adapter of ``tenant`` may learn from and serve under the
+    governance ``policy`` — those that opted in to training and that ``tenant`` shares with both ways
+    (each lists the other in ``training.share_with``); ``[]``: its adapters are its own."""
+    def group(tenant: str) -> list[str]:
+        if not policy.for_tenant(tenant).training.opt_in:
+            return []
+        return sorted(u for u in policy.training_tenants()
+                      if u != tenant and policy.shares(u, tenant) and policy.shares(tenant, u))
+
+    return group
 
 
 def training_reader(store: Store, governance: str | None, *, ungoverned: bool = False) -> Reader:
@@ -164,11 +181,16 @@ class WeightLoop:
         window: newest trajectories of the agent looked at (default 200). ``max_anchors``: successes on
             other tasks added (default 16). ``min_trajectories``: eligible ones needed (default 4).
         timeout_s: how long a run may take before it is given up (default 1,800 s).
+        share: ``share(tenant)`` → the tenants whose policies opt into sharing with it both ways
+            (:func:`sharing_group`): a gap of ``tenant``'s agent is then trained into one adapter on the
+            same agent's traffic on that task of all of them, served to them only (the manifest names
+            them). ``None`` (default): one adapter per tenant, on its own data.
     """
 
     def __init__(self, store: Store, train: Callable[[WeightRequest], Any], *, read: Reader,
                  load: Loader | None = None, window: int = 200, max_anchors: int = 16,
-                 min_trajectories: int = 4, timeout_s: float = 1800.0):
+                 min_trajectories: int = 4, timeout_s: float = 1800.0,
+                 share: Callable[[str], Sequence[str]] | None = None):
         self.store = store
         self.train = train
         self.read = read
@@ -177,6 +199,7 @@ class WeightLoop:
         self.max_anchors = max_anchors
         self.min_trajectories = min_trajectories
         self.timeout_s = timeout_s
+        self.share = share
         self.runs: list[dict[str, Any]] = []
         self.counters: Counter[str] = Counter()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="molt-weights")
@@ -197,10 +220,16 @@ class WeightLoop:
         same -= excluded
         others = [e.trajectory_id for e in reversed(eps) if e.success and e.trajectory_id not in same | excluded]
         got = {t.trajectory_id: t for t in self.read(tenant_id, [*same, *others[: self.max_anchors]])}
+        shared: list[Trajectory] = []
+        group = [u for u in (self.share(tenant_id) if self.share is not None else []) if u != tenant_id]
+        for u in group:  # each read as that tenant's own eligible data, through the same reader
+            theirs = {e.trajectory_id for e in episodes(self.store, u, agent_id, limit=self.window)
+                      if e.success is not None and (task is None or e.task == task)} - excluded
+            shared += sorted(self.read(u, sorted(theirs)), key=lambda t: t.trajectory_id)
         return WeightRequest(request_id="wu-" + new_id()[-12:], tenant_id=tenant_id, agent_id=agent_id,
                              cluster=cand.cluster, task=task, model=model,
-                             trajectories=[got[t] for t in sorted(same) if t in got],
-                             anchors=[got[t] for t in others[: self.max_anchors] if t in got])
+                             trajectories=[got[t] for t in sorted(same) if t in got] + shared,
+                             anchors=[got[t] for t in others[: self.max_anchors] if t in got], share_with=group)
 
     def __call__(self, tenant_id: str, agent_id: str, cand: Any) -> ModelPart:
         try:
@@ -262,7 +291,8 @@ class WeightLoop:
         check_adapter(path)
         if self.load is not None:
             try:  # on the worker thread too: a loader may run its own event loop
-                self._pool.submit(self.load, str(version), str(path), [req.tenant_id]).result(self.timeout_s)
+                self._pool.submit(self.load, str(version), str(path), [req.tenant_id, *req.share_with]
+                                  ).result(self.timeout_s)
             except Exception as exc:
                 raise InterventionError(f"weight update {req.request_id}: the serving engine refused adapter "
                                         f"{version} ({type(exc).__name__}: {exc}); the live version keeps "
