@@ -178,13 +178,21 @@ def test_each_tenants_adapter_lifts_its_own_success_and_leaves_the_other_tenant_
         after_fail = sum(not ok for ok, *_ in after)
         assert after_fail < before_fail and fisher_greater(before_fail, FRESH, after_fail, FRESH) < 0.05, (t, rates)
 
-    # each adapter: trained on its tenant's trajectories only, served to its tenant only
+    # each adapter: trained on its tenant's trajectories only (its manifest says so, and its files match it),
+    # loaded for its tenant only, and refused for the other
     from molt.control.weights import training_run
+    from molt.errors import LineageError
+    from molt.lineage import load_manifest
 
     own = {t: {tid for *_, tid in traffic[t]} for t in TENANTS}
     for t, v in (("acme", acme_v), ("globex", globex_v)):
+        m = load_manifest(v.parts.model.adapter_path, tenant=t, store=s["store"])
+        learned = {tid for lin in m.lineage for tid in lin.trajectories}
+        assert m.tenant_id == t and not m.share_with and {lin.tenant_id for lin in m.lineage} == {t}, m
+        assert learned and learned <= own[t], (t, learned - own[t])
         run = training_run(s["store"], v.parts.model.adapter)
-        assert run is not None
-        trained = set(run["parts"]["watermark"]["trajectories"])
-        assert trained and trained <= own[t] and run["parts"]["watermark"]["tenant"] == t, (t, trained)
+        assert run is not None and set(run["parts"]["watermark"]["trajectories"]) == learned
         assert s["gw"].adapter_tenants[v.parts.model.adapter] == frozenset({t})
+        other = "globex" if t == "acme" else "acme"
+        with pytest.raises(LineageError, match="not shared"):
+            load_manifest(v.parts.model.adapter_path, tenant=other, store=s["store"])
