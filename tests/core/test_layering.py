@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
 # molt.status: the status files every Molt process writes and `molt doctor` / `molt evolve run` read (a leaf:
 # stdlib and orjson only).
 # molt.stats: the exact tests and intervals the plane and the replay decide with (a leaf: stdlib only).
-COMMON = {"errors", "registry", "renamed", "stats", "status"}
+COMMON = {"errors", "registry", "stats", "status"}
 
 
 #: Functions that load a module named by a string: a literal name passed to one counts as an import.

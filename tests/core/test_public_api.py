@@ -102,12 +102,12 @@ def test_recorder_takes_its_capture_hook_as_hook_and_the_old_name_with_a_depreca
     ("molt.backends", "Usage", "TokenCounts"), ("molt.backends.base", "Usage", "TokenCounts"),
     ("molt.replay", "Decision", "ReplayedCall"), ("molt.replay.policy", "Decision", "ReplayedCall"),
 ])
-def test_renamed_names_still_resolve_with_a_deprecation_warning(module: str, old: str, new: str) -> None:
+def test_former_names_are_gone_with_no_shim(module: str, old: str, new: str) -> None:
     """One name per idea: these names meant other ideas elsewhere (molt.governance.Decision, molt.atdp's
-    Generation and Usage); the old spellings resolve to the new objects for one deprecation period."""
+    Generation and Usage). With no external users yet, the old spellings are not kept as aliases."""
     mod = importlib.import_module(module)
-    with pytest.warns(DeprecationWarning, match=new):
-        assert getattr(mod, old) is getattr(mod, new)
-    assert old not in mod.__all__ and new in getattr(mod, "__all__", [new])
+    assert new in getattr(mod, "__all__", [new]) and hasattr(mod, new)
     with pytest.raises(AttributeError):
-        getattr(mod, old + "Nope")
+        getattr(mod, old)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("molt.renamed")

@@ -35,7 +35,6 @@ from molt.backends.openai_compat import OpenAIBackend
 from molt.backends.stub import StubBackend, stub_asgi_app
 from molt.backends.vllm import VLLMBackend, VLLMServer, find_vllm_python
 from molt.registry import Registry
-from molt.renamed import renamed
 
 #: Backend classes by kind; ``molt serve --backend KIND`` and routing tables name them.
 BACKENDS: Registry[type[BaseBackend]] = Registry("backend")
@@ -78,5 +77,3 @@ __all__ = [
     "find_vllm_python",
     "stub_asgi_app",
 ]
-
-__getattr__ = renamed(__name__, {"Usage": "TokenCounts"}, globals())

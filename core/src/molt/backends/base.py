@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from molt.errors import BackendError
-from molt.renamed import renamed
 
 __all__ = [
     "Backend",
@@ -307,6 +306,3 @@ def result_as_stream(result: Result) -> list[StreamItem]:
     items.append(StreamEnd(model=result.model, usage=result.usage, prompt_ids=result.prompt_ids,
                            tokenizer=result.tokenizer))
     return items
-
-
-__getattr__ = renamed(__name__, {"Usage": "TokenCounts"}, globals())

@@ -7,7 +7,6 @@ from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallR
 from molt.gateway.router import Route, Router, RoutingTable, TrafficSplit, VersionSpec, choose, session_start
 from molt.gateway.service import Call, Gateway, GatewayConfig
 from molt.gateway.sessions import Sessions, TrajectoryState
-from molt.renamed import renamed
 
 __all__ = [
     "Call",
@@ -33,5 +32,3 @@ __all__ = [
     "error_body",
     "session_start",
 ]
-
-__getattr__ = renamed(__name__, {"Decision": "Route", "Generation": "TrafficSplit"}, globals())

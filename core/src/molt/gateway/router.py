@@ -42,7 +42,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from molt.errors import BackendUnavailable, ModelNotFound
 from molt.gateway.sessions import IdleLRU
 from molt.harness import HarnessSpec
-from molt.renamed import renamed
 
 __all__ = ["Route", "Router", "RoutingTable", "TrafficSplit", "VersionSpec", "choose", "scope_key", "session_start",
            "version_key"]
@@ -472,6 +471,3 @@ def _in_namespace(t: RoutingTable, weights: Mapping[str, float], tenant: str | N
         else:
             out[name] = w
     return out
-
-
-__getattr__ = renamed(__name__, {"Decision": "Route", "Generation": "TrafficSplit"}, globals())

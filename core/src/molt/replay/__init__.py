@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from molt.renamed import renamed
-
 _EXPORTS = {
     "AGENTS": "decorator",
     "Cassette": "cassette",
@@ -55,13 +53,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-#: Former names (old → new), resolved with a DeprecationWarning.
-_RENAMED = {"Decision": "ReplayedCall"}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        return renamed(__name__, _RENAMED, {n: __getattr__(n) for n in _RENAMED.values()})(name)
     mod = _EXPORTS.get(name)
     if mod is None:
         raise AttributeError(f"module 'molt.replay' has no attribute {name!r}")

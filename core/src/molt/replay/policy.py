@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from molt.backends.base import BaseBackend, ChatRequest
 from molt.errors import ReplayError
 from molt.harness import HarnessSpec, Skill, StaticHarness, ToolRewrite
-from molt.renamed import renamed
 
 __all__ = ["Overrides", "ReplayPolicy", "ReplayedCall", "parse_overrides"]
 
@@ -207,6 +206,3 @@ def _num(v: Any) -> float | None:
 
 def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-__getattr__ = renamed(__name__, {"Decision": "ReplayedCall"}, globals())
