@@ -401,6 +401,7 @@ def trajectories_import(
     idempotent (a rerun counts what is already stored as duplicates). Molt's Parquet export is all or
     nothing (chains re-verified, tenant from the hashed records, late rewards from its rewards file);
     the other formats follow --mode."""
+    # Over 60 lines with its options, which typer reads from the signature; the body is ~45.
     _choose("--format", fmt, ("parquet", "otlp", "langfuse", "langsmith"))
     _choose("--mode", mode, ("all-or-nothing", "per-trajectory"))
     reader = open_reader(store, api_key, operator, action="write")

@@ -24,15 +24,8 @@ import orjson
 
 from molt.atdp.models import Event, RewardAnnotation
 from molt.gateway import capture_wire as wire
+from molt.gateway import native_heap
 from molt.gateway.capture import CallRecorder
-from molt.gateway.native_heap import (
-    MEMSTATS_ENV,
-    TRIM_INTERVAL_S,
-    arrow_pool_on_native_heap,
-    bound_native_heap,
-    sample_memory_every,
-    trim_native_heap_every,
-)
 
 __all__ = ["SPOOL_WAIT_S", "STORE_RETRY_S", "WRITER_INDEX_CACHE_BYTES", "main"]
 
@@ -96,10 +89,11 @@ def main() -> None:
     stdout.write(wire.frame(wire.STATS, wire.HOLDS_SPOOL))
     stdout.flush()
     records = [0]  # read by the memory sampler
-    if os.environ.get(MEMSTATS_ENV):
-        threading.Thread(target=sample_memory_every, name="molt-memstats", daemon=True,
-                         args=(os.environ[MEMSTATS_ENV], float(os.environ.get(MEMSTATS_ENV + "_S", "30")), store,
-                               records, stop)).start()
+    samples = os.environ.get(native_heap.MEMSTATS_ENV)
+    if samples:
+        every_s = float(os.environ.get(native_heap.MEMSTATS_ENV + "_S", "30"))
+        threading.Thread(target=native_heap.sample_memory_every, name="molt-memstats", daemon=True,
+                         args=(samples, every_s, store, records, stop)).start()
     try:
         _serve(sys.stdin.buffer, stdout, rec, capture, records)
     finally:
@@ -118,12 +112,12 @@ def _settle_in(config: dict[str, Any]) -> threading.Event:
     # Recording is background work: when cores are short, serving goes first and capture catches up.
     with contextlib.suppress(OSError):
         os.nice(int(config.get("nice", 10)))
-    bound_native_heap()  # before LanceDB starts its threads
-    arrow_pool_on_native_heap()  # before the first table is built
-    trim_interval_s = float(config.get("trim_interval_s", TRIM_INTERVAL_S))
+    native_heap.bound_native_heap()  # before LanceDB starts its threads
+    native_heap.arrow_pool_on_native_heap()  # before the first table is built
+    trim_interval_s = float(config.get("trim_interval_s", native_heap.TRIM_INTERVAL_S))
     stop = threading.Event()
     if trim_interval_s > 0:
-        threading.Thread(target=trim_native_heap_every, args=(trim_interval_s, stop),
+        threading.Thread(target=native_heap.trim_native_heap_every, args=(trim_interval_s, stop),
                          name="molt-heap-trim", daemon=True).start()
     return stop
 

@@ -91,6 +91,9 @@ def erase_subject(store: Store, subject_id: str, *, tenant_id: str | None = None
     """Erase a data subject's content (see the module docstring). ``tenant_id`` limits it to one
     tenant (required when a tenant admin asks); ``scope="events"`` erases only the events that name
     the subject rather than their whole trajectories."""
+    # One function (~70 lines) because its order is the guarantee: find the subject's trajectories
+    # (store and spool), scrub the spool, rewrite the tables, scrub again for a frame delivered
+    # meanwhile, purge old versions, verify the chains, audit; split, a step could run out of turn.
     if not subject_id:
         raise GovernanceError("Give the subject id to erase (metadata.consent.subject_id).")
     if scope not in ("trajectory", "events"):

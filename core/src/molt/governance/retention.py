@@ -73,39 +73,14 @@ def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[s
     now = (now or datetime.now(UTC)).astimezone(UTC)
     ensure_governance_tables(store)
     tables = open_all(store)
-    if tenants is None:
-        seen: set[str | None] = set()
-        for name in ("events", "quarantine"):
-            col = tables[name].search().select(["tenant_id"]).limit(None).to_arrow().column("tenant_id")
-            seen.update(pc.unique(col).to_pylist())
-        targets: list[str | None] = sorted(t for t in seen if t is not None) + ([None] if None in seen else [])
-    else:
-        targets = list(tenants)
+    targets: list[str | None] = _tenants_in(tables) if tenants is None else list(tenants)
     reports: list[RetentionReport] = []
     touched: set[str] = set()
     cutoffs: dict[str | None, dict[Classification, datetime]] = {}
     for tenant in targets:
         settings = policy.for_tenant(tenant if tenant is not None and policy.knows(tenant) else None).retention
         cutoffs[tenant] = {c: now - timedelta(days=d) for c, d in settings.days.items()}
-        rep = RetentionReport(tenant_id=tenant, action=settings.action, dry_run=dry_run)
-        scope = Filter(tenant_id=tenant) if tenant is not None else Filter().absent("tenant_id")
-
-        def live(where: Filter, action: str = settings.action) -> Filter:
-            return where.present("payload") if action == "null_payload" else where
-
-        by_class = {c: Filter(classification=c.value).before("ts", cut) for c, cut in cutoffs[tenant].items()}
-        for cls, pred in by_class.items():
-            rep.expired[cls.value] = _apply(store, tables, live(scope & pred), settings.action, dry_run)
-        # Shorter consent windows were tagged at capture as the decision's expires_at.
-        gov = tables["governance"].search().where(str(scope.before("expires_at", now))).select(
-            ["event_id"]).limit(None).to_arrow()
-        ids = sorted(set(gov.column("event_id").to_pylist()))
-        for chunk in scope.chunks("event_id", ids, _IN_CHUNK):
-            rep.consent_expired += _apply(store, tables, live(chunk.none_of(*by_class.values())),
-                                          settings.action, dry_run)
-        q_where = scope.before("ts", now - timedelta(days=settings.quarantine_days))
-        rep.quarantine_deleted = (tables["quarantine"].count_rows(str(q_where)) if dry_run
-                                  else rewrite(store, "quarantine", q_where))
+        rep = _expire_tenant(store, tables, tenant, settings, cutoffs[tenant], now, dry_run)
         if rep.events or rep.quarantine_deleted:
             touched.update({"events", "quarantine"} | ({"governance"} if settings.action == "delete" else set()))
         reports.append(rep)
@@ -139,6 +114,40 @@ def run_retention(store: Store, policy: GovernancePolicy, *, tenants: Sequence[s
                                                              "now": now.isoformat()})
                         for r in reports])
     return reports
+
+
+def _tenants_in(tables: dict[str, Any]) -> list[str | None]:
+    """Every tenant with events or quarantined records, then ``None`` for the untagged rows if any."""
+    seen: set[str | None] = set()
+    for name in ("events", "quarantine"):
+        col = tables[name].search().select(["tenant_id"]).limit(None).to_arrow().column("tenant_id")
+        seen.update(pc.unique(col).to_pylist())
+    return sorted(t for t in seen if t is not None) + ([None] if None in seen else [])
+
+
+def _expire_tenant(store: Store, tables: dict[str, Any], tenant: str | None, settings: Any,
+                   cutoffs: dict[Classification, datetime], now: datetime, dry_run: bool) -> RetentionReport:
+    """One tenant's events past their class's window or their consent's, and its old quarantine."""
+    rep = RetentionReport(tenant_id=tenant, action=settings.action, dry_run=dry_run)
+    scope = Filter(tenant_id=tenant) if tenant is not None else Filter().absent("tenant_id")
+
+    def live(where: Filter) -> Filter:
+        return where.present("payload") if settings.action == "null_payload" else where
+
+    by_class = {c: Filter(classification=c.value).before("ts", cut) for c, cut in cutoffs.items()}
+    for cls, pred in by_class.items():
+        rep.expired[cls.value] = _apply(store, tables, live(scope & pred), settings.action, dry_run)
+    # Shorter consent windows were tagged at capture as the decision's expires_at.
+    gov = tables["governance"].search().where(str(scope.before("expires_at", now))).select(
+        ["event_id"]).limit(None).to_arrow()
+    ids = sorted(set(gov.column("event_id").to_pylist()))
+    for chunk in scope.chunks("event_id", ids, _IN_CHUNK):
+        rep.consent_expired += _apply(store, tables, live(chunk.none_of(*by_class.values())),
+                                      settings.action, dry_run)
+    q_where = scope.before("ts", now - timedelta(days=settings.quarantine_days))
+    rep.quarantine_deleted = (tables["quarantine"].count_rows(str(q_where)) if dry_run
+                              else rewrite(store, "quarantine", q_where))
+    return rep
 
 
 def _apply(store: Store, tables: dict[str, Any], where: Filter, action: str, dry_run: bool) -> int:
