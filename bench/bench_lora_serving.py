@@ -5,7 +5,8 @@ whose requests each name their own adapter; the peer is the same model in a seco
 loaded an adapter, measured in the same run. Rounds interleave every configuration, so drift on a shared
 machine hits all alike; each round sends ``--requests`` greedy chat requests of ``--tokens`` new tokens
 per configuration, and a configuration's figure is the median over rounds of its generated tokens per
-second. Configurations:
+second; "vs base" divides the medians, "paired" is the median over rounds of the ratio to that round's
+base (firmer when the machine's pace changes between rounds). Configurations:
 
 - ``base``: the backend without adapters (the peer every ratio is to);
 - ``base, 4 loaded``: the same prompts to the base model of a backend holding 4 resident adapters
@@ -16,8 +17,8 @@ second. Configurations:
 
 The adapters are random rank-8 LoRAs on q/k/v/o (the trainer's shape; no training needed to time them).
 
-    python bench/bench_lora_serving.py                      # ~4 minutes on 2 busy cores
-    python bench/bench_lora_serving.py --rounds 3 --requests 2 --tokens 16   # quicker, noisier
+    python bench/bench_lora_serving.py                      # ~10 minutes on 2 busy cores
+    python bench/bench_lora_serving.py --rounds 3 --requests 1 --tokens 16   # quicker, noisier
 """
 
 from __future__ import annotations
@@ -119,10 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     base = statistics.median(rates["base"])
     print(f"\nSmolLM2-135M, local backend (peft), greedy, {args.tokens} new tokens a request, median of "
           f"{args.rounds} interleaved rounds")
-    print(f"{'configuration':<20} {'tokens/s':>9} {'vs base':>8}")
+    print(f"{'configuration':<20} {'tokens/s':>9} {'vs base':>8} {'paired':>8}")
     for key, vals in rates.items():
         med = statistics.median(vals)
-        print(f"{key:<20} {med:>9.1f} {med / base:>7.2f}×")
+        paired = statistics.median(v / b for v, b in zip(vals, rates["base"], strict=True))
+        print(f"{key:<20} {med:>9.1f} {med / base:>7.2f}× {paired:>7.2f}×")
     print(f"LRU 2 backend: {int(stats[3])} adapter loads, {int(stats[4])} evictions, {int(stats[5])} hits")
 
 
