@@ -290,7 +290,7 @@ def hand_rate(model_dir: Path, family: dict[str, Any], parts_change: dict[str, A
     agent loop's first request, with the change applied by the gateway's harness code."""
     from molt.backends import LocalBackend
     from molt.harness import ToolRewrite
-    from molt.replay import Overrides, ReplayPolicy
+    from molt.replay import Overrides, ReplayAgent
 
     backend = LocalBackend(model_path=model_dir, threads=threads)
     change = dict(parts_change)
@@ -298,7 +298,7 @@ def hand_rate(model_dir: Path, family: dict[str, Any], parts_change: dict[str, A
         change["tool_rewrites"] = {k: ToolRewrite(**v) for k, v in change["tool_rewrites"].items()}
 
     async def run() -> float:
-        pol = ReplayPolicy(backend, Overrides(**change))
+        pol = ReplayAgent(backend, Overrides(**change))
         wins = 0
         for q in family["after"][:n]:
             msgs: list[dict[str, Any]] = [{"role": "system", "content": family["system"]},
@@ -372,7 +372,7 @@ def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: in
     from molt.control.embed import default_embedder
     from molt.control.plane import ControlPlane, PlaneSettings
     from molt.control.reflector import Reflector
-    from molt.control.versions import ModelPart, PolicyParts
+    from molt.control.versions import AgentConfig, ModelPart
 
     for name in ("events", "rewards"):  # what the gateway's recorder wrote since this handle last read
         store.table(name).checkout_latest()
@@ -384,7 +384,7 @@ def plane_cycle(store: Any, model_dir: Path, family: dict[str, Any], threads: in
     # The window is small (``asks`` failures of one tenant): a gap that context changes were tried on
     # and did not fix is large enough for weights at that size here (the default, 12, is for real windows).
     # With the reflector every candidate is replayed (replay_all), to say how many of its candidates work.
-    plane = ControlPlane(store, backend, base_parts=PolicyParts(model=ModelPart(base=backend.model)),
+    plane = ControlPlane(store, backend, base_parts=AgentConfig(model=ModelPart(base=backend.model)),
                          settings=PlaneSettings(promote_directly=True, replay_sample=4, regression_sample=3,
                                                 min_weight_cluster=max(2, asks - 1), alpha=alpha,
                                                 replay_all=reflector),
@@ -436,7 +436,7 @@ def weight_only(model_dir: Path, families: list[dict[str, Any]], asks: int, step
     from molt.backends.base import ChatRequest
     from molt_trainer.algos import AlgoSettings
     from molt_trainer.data import Sample, assign_groups, collate
-    from molt_trainer.policy import LoraSettings, Policy
+    from molt_trainer.policy import LoraSettings, PolicyModel
     from molt_trainer.publish import Publisher
     from molt_trainer.step import train_step
 
@@ -444,7 +444,7 @@ def weight_only(model_dir: Path, families: list[dict[str, Any]], asks: int, step
     loop = asyncio.new_event_loop()
     c0, w0 = time.process_time(), time.perf_counter()
     eval_cpu = 0.0  # measuring fresh traffic is not the loop's work (the plane's figure leaves it out too)
-    policy = Policy.load(LoraSettings(rank=8, micro_batch=8, threads=threads), model_dir)
+    policy = PolicyModel.load(LoraSettings(rank=8, micro_batch=8, threads=threads), model_dir)
     # No publish target: the adapter is hot-loaded into this loop's backend below, as a BackendTarget would.
     publisher = Publisher(model="smollm2", out_dir=work / "adapters", targets=[])
     settings = AlgoSettings(advantage="grpo", policy_loss="vanilla")

@@ -36,7 +36,7 @@ from rich.table import Table
 from molt.backends import ChatRequest, StubBackend
 from molt.replay import (
     LiveTools,
-    ReplayPolicy,
+    ReplayAgent,
     load_trajectories,
     load_trajectory,
     record_episode,
@@ -93,7 +93,7 @@ def live_tools() -> LiveTools:
 
 async def bench_episodes(store: Store, n: int) -> list[tuple[str, float, str]]:
     questions = [f"Where is my order A-{i}?" for i in range(n)]
-    policy = ReplayPolicy(StubBackend())
+    policy = ReplayAgent(StubBackend())
     items = []
     for q in questions:
         ev, rw, _ = await record_episode("bench-support", q, policy, live_tools())
@@ -104,7 +104,7 @@ async def bench_episodes(store: Store, n: int) -> list[tuple[str, float, str]]:
 
     t0 = time.perf_counter()
     for q in questions:
-        await run_agent(agent, q, ReplayPolicy(StubBackend()), live_answer(live_tools()))
+        await run_agent(agent, q, ReplayAgent(StubBackend()), live_answer(live_tools()))
     live_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -118,7 +118,7 @@ async def bench_episodes(store: Store, n: int) -> list[tuple[str, float, str]]:
     assert all(not isinstance(t, Exception) for t in trajs)
 
     t0 = time.perf_counter()
-    results = [await replay_episode(t, agent, ReplayPolicy(StubBackend())) for t in trajs]
+    results = [await replay_episode(t, agent, ReplayAgent(StubBackend())) for t in trajs]
     replay_s = time.perf_counter() - t0
     exact = sum(r.same_actions and r.answer == r.recorded_answer and not r.misses for r in results)
     if exact != n:
@@ -137,7 +137,7 @@ async def bench_smol(store: Store, n: int, threads: int | None) -> list[tuple[st
     home = Path(os.environ.get("MOLT_TEST_MODEL_HOME", ROOT / ".molt" / "test-models"))
     # --threads: torch CPU threads; on a shared, loaded box 1 thread is several times faster than 2.
     backend = LocalBackend(model_path=ensure_policy_model(home), threads=threads)
-    policy = ReplayPolicy(backend)
+    policy = ReplayAgent(backend)
     await policy.start()
     items = []
     for i in range(n):
@@ -161,7 +161,7 @@ async def bench_smol(store: Store, n: int, threads: int | None) -> list[tuple[st
     t0 = time.perf_counter()
     steps = []
     for t in trajs:
-        steps += await replay_steps(t, ReplayPolicy(backend))
+        steps += await replay_steps(t, ReplayAgent(backend))
     replay_s = time.perf_counter() - t0
     same = sum(s.same_as_recorded for s in steps)
     rtoks = sum(s.decision.completion_tokens for s in steps)

@@ -27,7 +27,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import safety_gate_set  # noqa: E402
-
 from molt.control.gate import SafetyGate  # noqa: E402
 
 

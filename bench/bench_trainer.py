@@ -65,11 +65,11 @@ def record_trajectories(store_dir: Path, model_dir: Path, batch: int, completion
     tokens with log-probs, rewards — written through the Recorder into a store, as the gateway does."""
     from molt.atdp import Event, EventKind, Generation, Metadata, RewardAnnotation, RewardSource, TokenTrace
     from molt.atdp.ids import new_id
-    from molt.backends.tokenizer import PolicyTokenizer
+    from molt.backends.tokenizer import ModelTokenizer
     from molt.capture import Recorder
     from molt.store import Store
 
-    tk = PolicyTokenizer(model_dir, name="smollm2")
+    tk = ModelTokenizer(model_dir, name="smollm2")
     g = torch.Generator().manual_seed(0)
     store = Store.open(store_dir, auto_compact=False)
     rec = Recorder(store, spool_dir=store_dir.parent / "spool", fsync="never")
@@ -94,7 +94,7 @@ def bench_molt(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[st
     from molt.store import Store
     from molt_trainer.algos import AlgoSettings
     from molt_trainer.data import assign_groups, build_samples, collate
-    from molt_trainer.policy import LoraSettings, Policy
+    from molt_trainer.policy import LoraSettings, PolicyModel
     from molt_trainer.publish import BackendTarget, Publisher
     from molt_trainer.service import StoreSource
     from molt_trainer.step import train_step
@@ -102,7 +102,7 @@ def bench_molt(model_dir: Path, args: argparse.Namespace, work: Path) -> dict[st
     store_dir = work / "store"
     record_trajectories(store_dir, model_dir, args.batch, args.completion, args.steps + 1)
     store = Store.open(store_dir, auto_compact=False)
-    policy = Policy.load(LoraSettings(rank=args.rank, micro_batch=args.batch), model_dir)
+    policy = PolicyModel.load(LoraSettings(rank=args.rank, micro_batch=args.batch), model_dir)
     backend = LocalBackend("local-0", model_path=model_dir, threads=args.threads)
     asyncio.run(backend.start())
     publisher = Publisher(model="smollm2", out_dir=work / "adapters", targets=[BackendTarget(backend)])

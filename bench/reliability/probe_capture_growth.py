@@ -22,7 +22,7 @@ from pathlib import Path
 
 from molt.atdp.ids import new_id
 from molt.backends.base import Choice, Result, TokenCounts
-from molt.gateway.capture import CallRecord
+from molt.gateway.call_record import CallRecord
 from molt.gateway.capture_process import CaptureProcess
 from molt.gateway.native_heap import MEMSTATS_ENV
 

@@ -471,11 +471,11 @@ def _app(home: Path) -> tuple[Any, Callable[[], None]]:
 def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
     from starlette.testclient import TestClient
 
-    from molt.governance.access import Action, Role
+    from molt.governance.access import Permission, Role
 
-    allowed = {Role.OPERATOR: set(Action), Role.ADMIN: set(Action) - {Action.OPERATE},
-               Role.TRAINER: {Action.READ, Action.EXPORT, Action.TRAIN},
-               Role.READER: {Action.READ}, Role.AGENT_WRITER: {Action.WRITE}}
+    allowed = {Role.OPERATOR: set(Permission), Role.ADMIN: set(Permission) - {Permission.OPERATE},
+               Role.TRAINER: {Permission.READ, Permission.EXPORT, Permission.TRAIN},
+               Role.READER: {Permission.READ}, Role.AGENT_WRITER: {Permission.WRITE}}
     app, close = _app(work / "tenants")
     probes = leaks = 0
     leak_notes: list[str] = []
@@ -490,7 +490,7 @@ def tenants(work: Path, worlds: int = 3) -> tuple[list[Row], dict[str, Any]]:
                 probes += 1
                 if key in KEYS:
                     role = Role(KEYS[key][1])
-                    refused = needs is not None and Action(needs) not in allowed[role]
+                    refused = needs is not None and Permission(needs) not in allowed[role]
                 else:
                     refused = True
                 expect = {401} if key not in KEYS else ({403} if refused else None)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from molt.capture import MemorySink, Recorder
-from molt.control.versions import PolicyVersion, VersionRegistry
+from molt.control.versions import AgentVersion, VersionRegistry
 from molt.store import Store
 
 # Frameworks that warn at import or on use about things that are theirs to fix, not ours. Targeted by
@@ -49,7 +49,7 @@ class SwitchableSource:
         self.registry = registry
         self.down = False
 
-    def live(self, tenant_id: str, agent_id: str) -> PolicyVersion | None:
+    def live(self, tenant_id: str, agent_id: str) -> AgentVersion | None:
         if self.down:
             raise ConnectionError("the store is unreachable")
         return self.registry.live(tenant_id, agent_id)

@@ -11,7 +11,7 @@ import pytest
 from molt.atdp import EventKind, ToolCall
 from molt.capture import MemorySink, Recorder
 from molt.capture.instrumentor import Instrumentor
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.errors import AdapterError
 from molt.harness import HarnessSpec, LiveVersion, ToolRewrite
 from molt.store import Store
@@ -23,7 +23,7 @@ ASK = [{"role": "user", "content": "When does the ferry leave?"}]
 
 
 def _evolved(reg: VersionRegistry, memory: str = "The ferry leaves at 7:40.") -> Any:
-    base = reg.ensure_base("acme", "ferry", PolicyParts(model=ModelPart(base="smollm2")))
+    base = reg.ensure_base("acme", "ferry", AgentConfig(model=ModelPart(base="smollm2")))
     parts = base.parts.model_copy(update={"harness": HarnessSpec(memories=(memory,))})
     parts = parts.with_tools({"lookup": ToolRewrite(description="Look up timetables by port.", rename="timetable")})
     return base, reg.create("acme", "ferry", parts, parent=base.version_id, note="memory + tool")

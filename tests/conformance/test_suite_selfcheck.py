@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from molt.capture import Recorder
-from molt.testing import AdapterConformanceSuite, Capabilities, Script, capture_run
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script, capture_run
 
 from .toy import ToyAgent, ToyHandler
 
@@ -21,7 +21,7 @@ class TestToyConformance(AdapterConformanceSuite):
     adapter = "molt-core"
     framework = "toy"
     framework_dist = "pytest"
-    capabilities = Capabilities(streaming=True, async_=True, approvals=True, retrieval=True)
+    capabilities = AdapterCapabilities(streaming=True, async_=True, approvals=True, retrieval=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> ToyHandler:
         return ToyHandler(recorder, strict=strict)

@@ -95,11 +95,11 @@ def _record_world(home: Path) -> World:
     store.quarantine("globex-only quarantine reason", stage="validate", tenant_id="globex", kind="model_call")
 
     from molt.control.log import DecisionLog, DecisionRecord
-    from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+    from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 
     reg = VersionRegistry(store)
     for tenant, agent in (("acme", "support"), ("acme", "rollback-bot"), ("globex", "billing")):
-        base = reg.ensure_base(tenant, agent, PolicyParts(model=ModelPart(base="smollm2-135m-instruct")))
+        base = reg.ensure_base(tenant, agent, AgentConfig(model=ModelPart(base="smollm2-135m-instruct")))
         v2 = reg.create(tenant, agent, base.parts.with_system_prompt(f"Refunds within 30 days ({tenant})."),
                         parent=base.version_id, note="harness edit: refund window", created_by="control-plane")
         reg.promote(v2.version_id, actor="control-plane")

@@ -72,12 +72,12 @@ def test_console_rollback_and_other_processes_changes_reach_the_gateway(monkeypa
     from starlette.testclient import TestClient
 
     import molt.serve
-    from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+    from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
     from molt.store import Store
 
     store = Store.open(molt_home / "store", auto_compact=False)
     reg = VersionRegistry(store)
-    base = reg.ensure_base("default", "support", PolicyParts(model=ModelPart(base="stub")))
+    base = reg.ensure_base("default", "support", AgentConfig(model=ModelPart(base="stub")))
     v2 = reg.create("default", "support", base.parts.with_system_prompt("Answer in one line."),
                     parent=base.version_id, note="harness edit")
     reg.promote(v2.version_id, actor="test")

@@ -169,7 +169,7 @@ def test_plane_fixes_a_missing_fact_of_an_unregistered_agent_live(served: tuple[
 
     from molt.backends import LocalBackend
     from molt.control.plane import ControlPlane, PlaneSettings
-    from molt.control.versions import ModelPart, PolicyParts
+    from molt.control.versions import AgentConfig, ModelPart
     from molt.replay import AGENTS
     from molt.serve import VERSION_POLL_S
     from molt.store import Store
@@ -199,7 +199,7 @@ def test_plane_fixes_a_missing_fact_of_an_unregistered_agent_live(served: tuple[
         _rewarded(store, ids)
         backend = LocalBackend(model_path=model_dir, threads=1)
         # Four replays per candidate are enough evidence for a missing fact (4/4 vs 0/4: 95% CI low +0.31).
-        plane = ControlPlane(store, backend, base_parts=PolicyParts(model=ModelPart(base=backend.model)),
+        plane = ControlPlane(store, backend, base_parts=AgentConfig(model=ModelPart(base=backend.model)),
                              settings=PlaneSettings(promote_directly=True, replay_sample=4))
         result = plane.run_cycle("default", AGENT)
         rec = result.record

@@ -88,7 +88,7 @@ def stack(tmp_path: Path, model_dir: Path) -> Iterator[dict[str, Any]]:
     """One gateway (loopback HTTP) over one local backend, governed, two tenants' keys and the operator's; the
     version registry bound to the gateway; the weight loop of ``molt serve --train``."""
     from molt.backends import LocalBackend
-    from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+    from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
     from molt.control.weights import WeightLoop, gateway_loader, training_reader
     from molt.gateway import create_app
     from molt.gateway.binding import GatewayBinding
@@ -110,7 +110,7 @@ def stack(tmp_path: Path, model_dir: Path) -> Iterator[dict[str, Any]]:
                                         capture_process=False)
     registry = VersionRegistry(store)
     for t in TENANTS:
-        registry.ensure_base(t, AGENT, PolicyParts(model=ModelPart(base=MODEL)))
+        registry.ensure_base(t, AGENT, AgentConfig(model=ModelPart(base=MODEL)))
     GatewayBinding(gw, registry, model=MODEL).sync()
     with ServerThread(create_app(gw)) as srv:
         trainer = gateway_trainer(store, gateway_url=srv.url, admin_key=OPERATOR, model=MODEL, model_path=model_dir,

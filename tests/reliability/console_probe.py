@@ -77,7 +77,7 @@ def build(store: Any, specs: list[TenantSpec], spool: Path) -> Built:
     from molt.atdp import Event, EventKind, Generation, Outcome, RewardAnnotation, RewardSource, UserMessage
     from molt.capture import Recorder
     from molt.control.log import DecisionLog, DecisionRecord
-    from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+    from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 
     built = Built()
     rec = Recorder(store, spool_dir=spool, fsync="never")
@@ -109,7 +109,7 @@ def build(store: Any, specs: list[TenantSpec], spool: Path) -> Built:
                              trajectory_id=built.trajectories[s.tenant][0] if built.trajectories[s.tenant] else None)
         vids = built.versions.setdefault(s.tenant, [])
         for agent in s.agents:
-            base = reg.ensure_base(s.tenant, agent, PolicyParts(model=ModelPart(base="m")))
+            base = reg.ensure_base(s.tenant, agent, AgentConfig(model=ModelPart(base="m")))
             v2 = reg.create(s.tenant, agent, base.parts.with_system_prompt(f"{s.prompt} {s.marker}"),
                             parent=base.version_id, note=f"edit {s.marker}", created_by="control-plane")
             reg.promote(v2.version_id, actor="control-plane")

@@ -14,12 +14,12 @@ import pytest
 from openapi_doc import KEYS
 from starlette.testclient import TestClient
 
-from molt.governance.access import Action, Role
+from molt.governance.access import Permission, Role
 
 _ROLE_OF = {k: Role(r) for k, (_, r) in KEYS.items()}
-_ALLOWED = {Role.OPERATOR: set(Action), Role.ADMIN: set(Action) - {Action.OPERATE},
-            Role.TRAINER: {Action.READ, Action.EXPORT, Action.TRAIN},
-            Role.READER: {Action.READ}, Role.AGENT_WRITER: {Action.WRITE}}
+_ALLOWED = {Role.OPERATOR: set(Permission), Role.ADMIN: set(Permission) - {Permission.OPERATE},
+            Role.TRAINER: {Permission.READ, Permission.EXPORT, Permission.TRAIN},
+            Role.READER: {Permission.READ}, Role.AGENT_WRITER: {Permission.WRITE}}
 _BODIES: dict[str, Any] = {
     "/v1/chat/completions": {"model": "stub", "messages": [{"role": "user", "content": "hi"}]},
     "/v1/completions": {"model": "stub", "prompt": "hi"},
@@ -55,7 +55,7 @@ def test_every_endpoint_refuses_missing_wrong_and_underprivileged_keys(gateway_a
         assert r.status_code == 401  # only Bearer (or x-api-key) carries a key
         for key, role in _ROLE_OF.items():
             r = _call(c, method, path, key)
-            if needs is not None and Action(needs) not in _ALLOWED[role]:
+            if needs is not None and Permission(needs) not in _ALLOWED[role]:
                 assert r.status_code == 403, (key, r.status_code, r.text)
                 assert openapi_doc.is_openai_error(r.json()) and r.json()["error"]["type"] == "permission_error"
             else:

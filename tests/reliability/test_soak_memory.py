@@ -21,7 +21,7 @@ import pytest
 
 from molt.atdp.ids import new_id
 from molt.backends.base import Choice, Result, TokenCounts
-from molt.gateway.capture import CallRecord
+from molt.gateway.call_record import CallRecord
 from molt.gateway.capture_process import CaptureProcess
 from molt.store import Store
 

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from molt.backends import StubBackend
 from molt.capture import Recorder
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.binding import GatewayBinding
 from molt.gateway.router import VersionSpec
@@ -75,7 +75,7 @@ def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
             r = client.post("/v1/molt/admin/adapters", headers=OPERATOR, json={
                 "model": "stub", "version": name, "path": path, "weight": 0.0, "tenants": [tenant]})
             assert r.status_code == 200, r.text
-            base = reg.ensure_base(tenant, "support", PolicyParts(model=ModelPart(base="stub")))
+            base = reg.ensure_base(tenant, "support", AgentConfig(model=ModelPart(base="stub")))
             v = reg.create(tenant, "support", base.parts.with_model(
                 ModelPart(base="stub", adapter=name, adapter_path=path)), parent=base.version_id)
             reg.promote(v.version_id, actor="test")

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from molt.backends import StubBackend
 from molt.capture import Recorder
 from molt.control.memory import MemoryStore, RetrievalHarness
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.binding import GatewayBinding, version_spec
 from molt.governance.access import KeyRing
@@ -59,8 +59,8 @@ def plane(tmp_path: Path) -> Iterator[dict[str, Any]]:
     mem = MemoryStore(store)
     secret = mem.add_memory("globex", f"Globex internal: the VIP warranty override code is {SECRET}.",
                             agent_id="support")
-    reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="stub")))
-    gbase = reg.ensure_base("globex", "support", PolicyParts(model=ModelPart(base="stub")))
+    reg.ensure_base("acme", "support", AgentConfig(model=ModelPart(base="stub")))
+    gbase = reg.ensure_base("globex", "support", AgentConfig(model=ModelPart(base="stub")))
     g2 = reg.create("globex", "support", gbase.parts.with_memories([secret.memory_id]), parent=gbase.version_id)
     backend = Seen()
     rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never")

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.control.weights import CanaryTarget
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import Publisher, policy_versions
 from molt_trainer.service import AgentSource, OnlineTrainer, TrainerSettings
 
@@ -47,7 +47,7 @@ def _setup(tiny: Path, tmp: Path, store: Store, loader: Any) -> tuple[OnlineTrai
     target = CanaryTarget(store, T, A, base="m", loader=loader, weight=0.3)
     pub = Publisher(model="m", out_dir=tmp / "ad", targets=[target], store=store, retries=1, tenant_id=T, agent_id=A)
     src = ListSource()
-    return (OnlineTrainer(Policy.load(settings.lora, tiny), pub, AgentSource(src, A), settings, base_version="m@base"),
+    return (OnlineTrainer(PolicyModel.load(settings.lora, tiny), pub, AgentSource(src, A), settings, base_version="m@base"),
             src, target)
 
 
@@ -114,4 +114,4 @@ def test_a_corrupt_adapter_is_not_loaded_or_canaried(tmp_path: Path, store: Stor
     with pytest.raises(InterventionError, match="not JSON"):
         target.load("m@lora-9", bad, [])
     assert loaded == [] and VersionRegistry(store).list(T, A) == []
-    VersionRegistry(store).ensure_base(T, A, PolicyParts(model=ModelPart(base="m")))  # the registry still works
+    VersionRegistry(store).ensure_base(T, A, AgentConfig(model=ModelPart(base="m")))  # the registry still works

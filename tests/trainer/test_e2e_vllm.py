@@ -16,7 +16,7 @@ from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import GatewayTarget, Publisher, policy_versions
 from molt_trainer.service import OnlineTrainer, StoreSource, TrainerSettings
 
@@ -64,7 +64,7 @@ def test_trainer_publishes_into_running_vllm_and_served_version_advances(policy_
             publisher = Publisher(model=MODEL, out_dir=tmp_path / "adapters", store=store,
                                   targets=[GatewayTarget(srv.url, ADMIN, MODEL, weight=1.0, promote=True,
                                                          base_version=BASE)])
-            trainer = OnlineTrainer(Policy.load(settings.lora, policy_model_dir), publisher,
+            trainer = OnlineTrainer(PolicyModel.load(settings.lora, policy_model_dir), publisher,
                                     StoreSource(store, tenant="acme"), settings, base_version=BASE)
             agent = Agent(srv.url, MODEL, max_tokens=4)
             prompts = iter(train_prompts(1))

@@ -26,7 +26,7 @@ from molt.cli import run as molt
 from molt.control.diagnose import Candidate
 from molt.control.memory import MemoryStore
 from molt.control.provenance import record_change
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.control.weight_queue import WeightQueue, serve_requests
 from molt.control.weights import WeightLoop, store_reader
 from molt.lineage import LineageLog, manifest_diff, read_manifest, subject_key
@@ -88,10 +88,10 @@ def test_erasing_a_subject_retires_rolls_back_and_retrains_what_it_fed(policy_mo
         _correct(store, t, "damaged parcels are refunded within 5 days")
 
     reg = VersionRegistry(store)
-    base = reg.ensure_base("acme", AGENT, PolicyParts(model=ModelPart(base=MODEL)))
+    base = reg.ensure_base("acme", AGENT, AgentConfig(model=ModelPart(base=MODEL)))
     mem = MemoryStore(store)
 
-    def apply(parent: Any, parts: PolicyParts, evidence: list[str], kind: str) -> Any:
+    def apply(parent: Any, parts: AgentConfig, evidence: list[str], kind: str) -> Any:
         # what ControlPlane._apply does once a candidate is chosen: the version, its lineage, live
         v = reg.create("acme", AGENT, parts, parent=parent.version_id, note=kind)
         record_change(store, v, parent, evidence, kind=kind)

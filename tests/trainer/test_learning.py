@@ -23,7 +23,7 @@ from molt.gateway.loopback import ServerThread
 from molt.governance.access import KeyRing
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import GatewayTarget, Publisher, policy_versions
 from molt_trainer.service import OnlineTrainer, StoreSource, TrainerSettings
 
@@ -56,7 +56,7 @@ def test_success_on_heldout_prompts_rises_through_the_full_loop(policy_model_dir
     settings = TrainerSettings(algo=AlgoSettings(advantage="grpo", policy_loss="vanilla"),
                                lora=LoraSettings(rank=8, lr=4e-3, micro_batch=8), min_samples=PROMPTS_PER_STEP * K,
                                max_batch=PROMPTS_PER_STEP * K, lateness_s=0.0, max_lag=1)
-    policy = Policy.load(settings.lora, policy_model_dir)
+    policy = PolicyModel.load(settings.lora, policy_model_dir)
     out = Path(os.environ.get("MOLT_BENCH_OUT", ROOT / "bench" / "out"))
     with ServerThread(create_app(gw)) as srv:
         publisher = Publisher(model=MODEL, out_dir=tmp_path / "adapters", store=store,

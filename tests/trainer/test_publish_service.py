@@ -14,7 +14,7 @@ import pytest
 
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import Publisher, VLLMTarget, policy_versions
 from molt_trainer.service import GatewayLatencyProbe, GovernedSource, OnlineTrainer, StoreSource, TrainerSettings
 
@@ -70,7 +70,7 @@ def _trainer(tiny: Path, tmp: Path, vllm: FakeVLLM, store: Any = None, **kw: Any
     pub = Publisher(model="m", out_dir=tmp / "ad", targets=[VLLMTarget(vllm.base_url)], store=store, retries=2,
                     backoff_s=0.01)
     src = ListSource()
-    return OnlineTrainer(Policy.load(settings.lora, tiny), pub, src, settings, base_version="m@base"), src
+    return OnlineTrainer(PolicyModel.load(settings.lora, tiny), pub, src, settings, base_version="m@base"), src
 
 
 def test_trains_when_enough_fresh_samples_publishes_and_registers(tiny_model_dir: Path, tmp_path: Path,

@@ -8,7 +8,7 @@ import torch
 
 from molt_trainer.algos import AlgoSettings
 from molt_trainer.data import assign_groups, build_samples, collate
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.step import train_step
 
 from .conftest import single
@@ -22,7 +22,7 @@ def _batch(rewards: dict[int, float]):  # type: ignore[no-untyped-def]
 
 
 def test_token_logprobs_match_a_plain_forward(tiny_model_dir: Path) -> None:
-    policy = Policy.load(LoraSettings(rank=4), tiny_model_dir)
+    policy = PolicyModel.load(LoraSettings(rank=4), tiny_model_dir)
     b = collate(build_samples([single([3, 4, 5], [6, 7], 1.0), single([3], [8], 0.0)])[0])
     ours = policy.token_logprobs(b)
     with torch.no_grad():
@@ -35,7 +35,7 @@ def test_token_logprobs_match_a_plain_forward(tiny_model_dir: Path) -> None:
 
 
 def test_steps_raise_the_rewarded_completion_and_keep_the_base_as_reference(tiny_model_dir: Path) -> None:
-    policy = Policy.load(LoraSettings(rank=4, lr=5e-3, micro_batch=2), tiny_model_dir)
+    policy = PolicyModel.load(LoraSettings(rank=4, lr=5e-3, micro_batch=2), tiny_model_dir)
     batch = _batch({10: 1.0, 11: 0.0})  # two groups of one prompt: token 10 rewarded, 11 not
     before = policy.token_logprobs(batch).detach()
     ref0 = policy.ref_logprobs(batch)
@@ -50,7 +50,7 @@ def test_steps_raise_the_rewarded_completion_and_keep_the_base_as_reference(tiny
 
 
 def test_bypass_and_rloo_and_stale_is_weights_run(tiny_model_dir: Path, tmp_path: Path) -> None:
-    policy = Policy.load(LoraSettings(rank=4), tiny_model_dir)
+    policy = PolicyModel.load(LoraSettings(rank=4), tiny_model_dir)
     batch = _batch({10: 1.0, 11: 0.0})
     batch.stale[:] = torch.tensor([True, False, True, False])
     for s in (AlgoSettings(advantage="rloo", policy_loss="bypass_mode"),

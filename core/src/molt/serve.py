@@ -256,13 +256,13 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
 
     def run() -> None:  # imported here: the plane's imports take seconds, serving starts meanwhile
         from molt.control.plane import ControlPlane, PlaneSettings, run_scheduled
-        from molt.control.versions import ModelPart, PolicyParts
+        from molt.control.versions import AgentConfig, ModelPart
 
         # Its own backend object: the gateway's lives on the server's event loop, the plane replays
         # candidates from this thread.
         be = replay_backend()
         # Agents seen in the traffic get a first version (the served model, no harness changes).
-        plane = ControlPlane(store, be, base_parts=PolicyParts(model=ModelPart(base=be.model)),
+        plane = ControlPlane(store, be, base_parts=AgentConfig(model=ModelPart(base=be.model)),
                              trainer=weights, settings=PlaneSettings(**(settings or {})))
         if registry is not None:  # one registry: its listeners (the gateway binding) see the plane's changes
             plane.registry = registry

@@ -61,14 +61,14 @@ class TrainMode:
                 harness: Any) -> Any:
         """The gateway with both backends, each public model bound to its own backend's versions (and to
         the registry of the plane that changes them)."""
-        from molt.control.versions import ModelPart, PolicyParts
+        from molt.control.versions import AgentConfig, ModelPart
         from molt.gateway import Gateway, GatewayConfig, RoutingTable, VersionSpec
         from molt.gateway.binding import GatewayBinding
         from molt.gateway.router import TrafficSplit
         from molt_desk.world import DeskModel
 
         for tenant in TENANT_KEYS:
-            math_registry.ensure_base(tenant, self.agent, PolicyParts(model=ModelPart(base=self.model)), actor="demo")
+            math_registry.ensure_base(tenant, self.agent, AgentConfig(model=ModelPart(base=self.model)), actor="demo")
         table = RoutingTable(
             versions={f"{MODEL}@base": VersionSpec(version=f"{MODEL}@base", backends=("desk-0",)),
                       f"{self.model}@base": VersionSpec(version=f"{self.model}@base", backends=(self.backend.name,))},

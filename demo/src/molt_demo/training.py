@@ -117,7 +117,7 @@ class WeightTrainer:
     def _train(self, entry: dict[str, Any]) -> tuple[str, Path] | None:
         from molt_trainer.algos import AlgoSettings
         from molt_trainer.data import assign_groups, build_samples, collate
-        from molt_trainer.policy import LoraSettings, Policy
+        from molt_trainer.policy import LoraSettings, PolicyModel
         from molt_trainer.publish import BackendTarget, Publisher
         from molt_trainer.step import train_step
 
@@ -132,7 +132,7 @@ class WeightTrainer:
             entry["error"] = f"{len(kept)} recorded samples, all rewarded {sorted(set(rewards))} (no contrast)"
             return None
         if self._policy is None:
-            self._policy = Policy.load(LoraSettings(rank=8, lr=self.lr, micro_batch=16), self.model_dir)
+            self._policy = PolicyModel.load(LoraSettings(rank=8, lr=self.lr, micro_batch=16), self.model_dir)
             self._publisher = Publisher(model=self.model, out_dir=self.out_dir, store=self.store, agent_id=self.agent,
                                         targets=[BackendTarget(self.backend)])
         algo = AlgoSettings(advantage="grpo", policy_loss="vanilla")

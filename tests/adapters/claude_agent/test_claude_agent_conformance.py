@@ -9,7 +9,7 @@ from typing import Any
 from claude_agent_sdk import ClaudeAgentOptions
 
 from molt.capture import Recorder
-from molt.testing import AdapterConformanceSuite, Capabilities, Script
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script
 from molt_claude_agent import MoltClaudeHooks
 
 from .scripted import run_query
@@ -22,7 +22,7 @@ class TestClaudeAgentConformance(AdapterConformanceSuite):
     # Hooks see prompts, tools and stops, not the model calls between them (those are in the message
     # stream the caller reads), so no model-call, usage or call-id-in-generation checks. Retrieval and
     # approvals have no hook of their own (file search is a tool; approvals go through can_use_tool).
-    capabilities = Capabilities(model_calls=False, usage=False, async_=True, approvals=False, retrieval=False,
+    capabilities = AdapterCapabilities(model_calls=False, usage=False, async_=True, approvals=False, retrieval=False,
                                 interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltClaudeHooks:

@@ -10,7 +10,7 @@ from typing import Any
 
 from molt.atdp import EventKind
 from molt.capture import MemorySink, Recorder
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.harness import HarnessSpec
 from molt_claude_agent import MoltClaudeHooks
 
@@ -26,7 +26,7 @@ def _prompt(hooks: MoltClaudeHooks, text: str, session: str = "s-1") -> Any:
 
 
 def test_user_prompt_hook_adds_the_live_version_as_context(registry: VersionRegistry, tmp_path: Path) -> None:
-    base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="claude")))
+    base = registry.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base="claude")))
     fixed = registry.create(TENANT, AGENT, base.parts.model_copy(
         update={"harness": HarnessSpec(system_prompt="Name the barrel.", memories=(MEMORY,))}), parent=base.version_id)
     sink = MemorySink()

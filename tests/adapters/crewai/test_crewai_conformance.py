@@ -12,7 +12,7 @@ pytest.importorskip(
 )
 
 from molt.capture import Recorder
-from molt.testing import AdapterConformanceSuite, Capabilities, Script
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script
 from molt_crewai import MoltEventListener
 
 from ..openai_stub import stub_server
@@ -36,7 +36,7 @@ class TestCrewAIConformance(AdapterConformanceSuite):
     # Retrieval: CrewAI knowledge needs an embedder (a model download); its events are mapped and
     # covered by test_crewai_listener.py. Approvals: human feedback belongs to Flows, ditto.
     # Streaming: not exercised (CrewAI streams through its own CrewStreamingOutput).
-    capabilities = Capabilities(streaming=False, async_=True, approvals=False, retrieval=False, interventions=True)
+    capabilities = AdapterCapabilities(streaming=False, async_=True, approvals=False, retrieval=False, interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltEventListener:
         return MoltEventListener(recorder, strict=strict)

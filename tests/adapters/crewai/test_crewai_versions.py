@@ -16,7 +16,7 @@ pytest.importorskip(
 )
 
 from molt.capture import MemorySink, Recorder
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.harness import HarnessSpec
 from molt_crewai import MoltEventListener
 
@@ -40,7 +40,7 @@ def _systems(requests: list[dict[str, Any]]) -> list[str]:
 
 
 def test_before_llm_call_applies_the_live_version(stub: Any, registry: VersionRegistry, tmp_path: Path) -> None:
-    base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="stub")))
+    base = registry.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base="stub")))
     fixed = registry.create(TENANT, AGENT, base.parts.model_copy(update={"harness": HarnessSpec(memories=(MEMORY,))}),
                             parent=base.version_id)
     registry.promote(fixed.version_id, actor="control-plane")

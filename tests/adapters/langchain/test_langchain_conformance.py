@@ -13,7 +13,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
 from molt.capture import Recorder
-from molt.testing import AdapterConformanceSuite, Capabilities, Script
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script
 from molt_langchain import MoltCallbackHandler
 
 from .scripted import ScriptedChatModel, answer, build_graph, config, request
@@ -25,7 +25,7 @@ class TestLangChainConformance(AdapterConformanceSuite):
     adapter = "molt-langchain"
     framework = "langchain"
     framework_dist = "langchain-core"
-    capabilities = Capabilities(streaming=True, async_=True, approvals=True, retrieval=True, interventions=True)
+    capabilities = AdapterCapabilities(streaming=True, async_=True, approvals=True, retrieval=True, interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltCallbackHandler:
         return MoltCallbackHandler(recorder, strict=strict)

@@ -28,7 +28,7 @@ from langgraph.prebuilt import create_react_agent
 
 from molt.atdp import EventKind, ToolCall
 from molt.capture import MemorySink, Recorder
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.harness import HarnessSpec, ToolRewrite
 from molt.replay import load_trajectory
 from molt.store import Store
@@ -81,7 +81,7 @@ def recorded(tmp_path: Path) -> Iterator[tuple[Recorder, MemorySink]]:
 
 
 def _base(reg: VersionRegistry) -> Any:
-    return reg.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="echoing")))
+    return reg.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base="echoing")))
 
 
 def _wait_for(handler: MoltCallbackHandler, version_id: str) -> None:
@@ -196,7 +196,7 @@ def test_adapter_recording_replays_like_a_gateway_one(tmp_path: Path) -> None:
     the tools the model was offered (as the gateway records them), so a candidate's tool rewrite and
     memory apply to them, the renamed call is answered from the cassette, and the correction judges."""
     from molt.atdp import RewardAnnotation
-    from molt.replay import Overrides, ReplayPolicy
+    from molt.replay import Overrides, ReplayAgent
     from molt.replay.generic import loop_shape, replay_recording
     from molt.replay.load import offered_tools
 
@@ -220,13 +220,13 @@ def test_adapter_recording_replays_like_a_gateway_one(tmp_path: Path) -> None:
         assert [t["function"]["name"] for t in offered_tools(shape.calls[0]) or []] == ["timetable"]
 
         backend = _DeskLike.make()
-        as_recorded = asyncio.run(replay_recording(traj, ReplayPolicy(backend), tenant_id=TENANT))
+        as_recorded = asyncio.run(replay_recording(traj, ReplayAgent(backend), tenant_id=TENANT))
         assert as_recorded.status == "ok" and as_recorded.same_actions and as_recorded.replayed_reward == 0.0
 
         backend.offered.clear()
         rename = ToolRewrite(description="Departures by port name.", rename="departures")
         cand = Overrides(memories=("The next ferry leaves at 07:40.",), tool_rewrites={"timetable": rename})
-        fixed = asyncio.run(replay_recording(traj, ReplayPolicy(backend, cand), tenant_id=TENANT))
+        fixed = asyncio.run(replay_recording(traj, ReplayAgent(backend, cand), tenant_id=TENANT))
     # the model was offered the candidate's tool (renamed, re-described) ...
     assert [(t["function"]["name"], t["function"]["description"]) for t in backend.offered[0]] == [
         ("departures", "Departures by port name.")]
@@ -312,7 +312,7 @@ def test_plane_fixes_a_langchain_agent_through_the_adapter_on_smollm2(tmp_path: 
     with Store.open(tmp_path / "store", auto_compact=False) as store:
         rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never", flush_interval_s=0.0, pipeline=None)
         registry, memories = VersionRegistry(store), MemoryStore(store)
-        parts = PolicyParts(model=ModelPart(base=backend.model))
+        parts = AgentConfig(model=ModelPart(base=backend.model))
         base = registry.ensure_base(TENANT, AGENT, parts)
         handler = MoltCallbackHandler(rec, tenant_id=TENANT, agent_id=AGENT, versions=registry,
                                       harness=RetrievalHarness(memories), version_poll_s=1.0)

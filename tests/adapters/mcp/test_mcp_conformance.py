@@ -7,14 +7,14 @@ import asyncio
 from typing import Any
 
 from molt.capture import Recorder
-from molt.testing import AdapterConformanceSuite, Capabilities, Script
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script
 from molt_mcp import MoltMiddleware, recording_proxy
 
 from .scripted import build_server, run_agent
 
 # No model calls: MCP sees tools, resources and prompts. No approvals (elicitation is a server-to-client
 # request outside the middleware). Each request is a root: MCP has no call tree.
-CAPS = Capabilities(
+CAPS = AdapterCapabilities(
     model_calls=False,
     streaming=False,
     async_=True,

@@ -39,7 +39,7 @@ from molt.backends.base import ChatRequest, ToolCallOut
 from molt.backends.chat_format import text_content
 from molt.capture import Recorder
 from molt.control.plane import ControlPlane, PlaneSettings
-from molt.control.versions import ModelPart, PolicyParts
+from molt.control.versions import AgentConfig, ModelPart
 from molt.gateway import Gateway, create_app
 from molt.gateway.binding import GatewayBinding
 from molt.replay import AGENTS, LiveTools
@@ -174,10 +174,10 @@ async def _scenario(tmp_path: Path) -> None:
         backend = ScriptedModel("scripted", model=MODEL)
         live = LiveTools()
         live.register("station_status", station_status)
-        plane = ControlPlane(store, backend, live_tools=live, base_parts=PolicyParts(model=ModelPart(base=MODEL)),
+        plane = ControlPlane(store, backend, live_tools=live, base_parts=AgentConfig(model=ModelPart(base=MODEL)),
                              settings=PlaneSettings(promote_directly=True, replay_sample=8, regression_sample=8))
         registry = plane.registry
-        base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base=MODEL)))
+        base = registry.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base=MODEL)))
         rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never")
         gw = Gateway([backend], recorder=rec, store=store)
         GatewayBinding(gw, registry, model=MODEL).sync()

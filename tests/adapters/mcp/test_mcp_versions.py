@@ -16,7 +16,7 @@ from mcp.server.mcpserver import MCPServer
 
 from molt.atdp import EventKind, ToolCall
 from molt.capture import MemorySink, Recorder
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.harness import ToolRewrite
 from molt_mcp import MoltMiddleware
 
@@ -64,7 +64,7 @@ async def _session(server: MCPServer, call_as: str | None = None) -> tuple[dict[
 def test_tools_list_shows_the_live_version_and_a_renamed_call_maps_back(
         registry: VersionRegistry, rec: tuple[Recorder, MemorySink]) -> None:
     recorder, sink = rec
-    base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="any")))
+    base = registry.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base="any")))
     fixed = registry.create(TENANT, AGENT, base.parts.with_tools(
         {"get_data": ToolRewrite(description=EDITED, rename="cloud_cover")}), parent=base.version_id,
         note="tool description: which data, keyed by what")
@@ -92,7 +92,7 @@ def test_tools_list_shows_the_live_version_and_a_renamed_call_maps_back(
 def test_an_unreachable_registry_keeps_the_last_version_and_never_breaks_the_server(
         registry: VersionRegistry, switchable: Any, rec: tuple[Recorder, MemorySink]) -> None:
     recorder, _ = rec
-    base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="any")))
+    base = registry.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base="any")))
     fixed = registry.create(TENANT, AGENT, base.parts.with_tools({"get_data": ToolRewrite(description=EDITED)}),
                             parent=base.version_id)
     registry.promote(fixed.version_id, actor="control-plane")

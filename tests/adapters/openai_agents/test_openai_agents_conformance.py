@@ -10,7 +10,7 @@ import pytest
 from agents import Runner, set_trace_processors
 
 from molt.capture import Recorder
-from molt.testing import AdapterConformanceSuite, Capabilities, Script
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script
 from molt_openai_agents import MoltTracingProcessor
 
 from ..openai_stub import stub_server
@@ -37,7 +37,7 @@ class TestOpenAIAgentsConformance(AdapterConformanceSuite):
     framework_dist = "openai-agents"
     # Approvals: the SDK reports tool approvals (needs_approval) through RunResult.interruptions, not
     # through traces. Retrieval: its file search is a hosted tool that leaves no local span.
-    capabilities = Capabilities(streaming=True, async_=True, approvals=False, retrieval=False, interventions=True)
+    capabilities = AdapterCapabilities(streaming=True, async_=True, approvals=False, retrieval=False, interventions=True)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltTracingProcessor:
         proc = MoltTracingProcessor(recorder, strict=strict)

@@ -17,7 +17,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 
 from molt.atdp import EventKind
 from molt.capture import MemorySink, Recorder
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.harness import HarnessSpec, ToolRewrite
 from molt_openai_agents import MoltTracingProcessor
 
@@ -70,7 +70,7 @@ def _run(agent: Agent[Any], text: str) -> Any:
 def test_model_wrapper_applies_instructions_and_tools_and_maps_names_back(
         registry: VersionRegistry, recorded: tuple[Recorder, MemorySink]) -> None:
     rec, sink = recorded
-    base = registry.ensure_base(TENANT, AGENT, PolicyParts(model=ModelPart(base="echo")))
+    base = registry.ensure_base(TENANT, AGENT, AgentConfig(model=ModelPart(base="echo")))
     parts = base.parts.model_copy(update={"harness": HarnessSpec(memories=("Ferns like shade.",))})
     v2 = registry.create(TENANT, AGENT, parts.with_tools(
         {"watering": ToolRewrite(description="Days between waterings, by plant.", rename="water_days")}),

@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from molt.capture import Recorder
 from molt.capture.otlp import MoltSpanProcessor
-from molt.testing import AdapterConformanceSuite, Capabilities, Script, huge_blob
+from molt.testing import AdapterCapabilities, AdapterConformanceSuite, Script, huge_blob
 
 _SDK = "opentelemetry-sdk"
 
@@ -87,7 +87,7 @@ class TestOtelSpanProcessorConformance(AdapterConformanceSuite):
     framework_dist = _SDK
     # no streaming, async, approvals or retrieval in the scripted orchestration; no version hook:
     # spans are read after the fact, there is nothing to intervene in
-    capabilities = Capabilities(streaming=False, async_=False, approvals=False, retrieval=False)
+    capabilities = AdapterCapabilities(streaming=False, async_=False, approvals=False, retrieval=False)
 
     def make_capture(self, recorder: Recorder, *, strict: bool) -> MoltSpanProcessor:
         return MoltSpanProcessor(recorder, strict=strict)

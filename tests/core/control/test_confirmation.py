@@ -1,4 +1,4 @@
-"""Screen, then confirm by replay (molt.control.evidence): the sign test is exact, the route's false-alarm
+"""Screen, then confirm by replay (molt.control.significance): the sign test is exact, the route's false-alarm
 rate holds against an agent whose failures are noise (where a baseline read from the recording would
 not), and a pattern the observational bar cannot reach on its window is confirmed by replay."""
 
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from molt.control.diagnose import cluster_failures
-from molt.control.evidence import confirmation, screen_levels
 from molt.control.plane import ControlPlane, PlaneSettings
 from molt.control.signals import Episode
+from molt.control.significance import confirmation, screen_levels
 from molt.replay import save_trajectories
 from molt.stats import sign_greater
 from molt.store import Store

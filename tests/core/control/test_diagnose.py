@@ -268,7 +268,7 @@ def test_failures_another_signal_confirms_survive_flipped_rewards() -> None:
     the other 30 requests' rewards are flipped to failures (9 fail). Counting every failure, the rest of the window
     fails as often as a pattern's neighbours would and the Fisher test waits (and 6 of 6 is too few for
     the binomial one); the tool errors, which no reward flip makes or unmakes, stand out."""
-    from molt.control.evidence import confirmed
+    from molt.control.significance import confirmed
 
     rng = random.Random("confirmed")
     bad = ToolUse("lookup_order", {"order_id": "1003"}, False, "ValidationError", "order_id must keep the A- prefix")
@@ -303,10 +303,10 @@ def test_same_pattern_across_tenants() -> None:
 def _desk_run(question: str, *, agent: str | None = None) -> tuple[list[Any], list[Any]]:
     import asyncio
 
-    from molt.replay import ReplayPolicy, record_episode
+    from molt.replay import ReplayAgent, record_episode
     from molt_desk.world import AGENT, DeskModel, World
 
-    events, rewards, _ = asyncio.run(record_episode(agent or AGENT, question, ReplayPolicy(DeskModel()),
+    events, rewards, _ = asyncio.run(record_episode(agent or AGENT, question, ReplayAgent(DeskModel()),
                                                     World().live_tools(), tenant_id="acme"))
     return events, list(rewards)
 

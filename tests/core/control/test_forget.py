@@ -16,7 +16,7 @@ from molt.capture import Recorder
 from molt.cli import run as molt
 from molt.control.forget import erase_subject_everywhere
 from molt.control.memory import MemoryStore
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.control.weight_queue import WeightQueue
 from molt.lineage import LINEAGE_TABLE, Lineage, LineageLog, subject_key, write_manifest
 from molt.store import Store
@@ -42,7 +42,7 @@ def test_a_store_made_before_lineage_gets_it_and_erasure_reaches_its_memories(st
     m = MemoryStore(store).add_memory("acme", "Damaged parcels are refunded within 5 days.", agent_id="support",
                                       source_trajectory_id="t-subject")
     reg = VersionRegistry(store)
-    base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="m")))
+    base = reg.ensure_base("acme", "support", AgentConfig(model=ModelPart(base="m")))
     v2 = reg.promote(reg.create("acme", "support", base.parts.with_memories([m.memory_id]),
                                 parent=base.version_id).version_id, actor="plane")
     assert LINEAGE_TABLE not in open_all(store)
@@ -88,7 +88,7 @@ def test_erasing_a_tenant_removes_its_adapters_files(store: Store, molt_home: Pa
     LineageLog(store).record("adapter", "globex", "lora-shared", man.lineage, agent_id="support",
                              detail={"path": str(d), "manifest_id": man.manifest_id, "share_with": ["acme"]})
     reg = VersionRegistry(store)
-    base = reg.ensure_base("globex", "support", PolicyParts(model=ModelPart(base="m")))
+    base = reg.ensure_base("globex", "support", AgentConfig(model=ModelPart(base="m")))
     v = reg.create("globex", "support", base.parts.with_model(ModelPart(base="m", adapter="lora-shared",
                                                                         adapter_path=str(d))), parent=base.version_id)
     reg.promote(v.version_id, actor="plane")
@@ -123,7 +123,7 @@ def test_a_tool_rewrite_and_a_harness_edit_follow_their_evidence(store: Store, m
     for i in range(3):
         _record(store, molt_home, "acme", f"t-u{i}", None)
     reg = VersionRegistry(store)
-    base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="m"),
+    base = reg.ensure_base("acme", "support", AgentConfig(model=ModelPart(base="m"),
                                                            tools={"lookup": ToolRewrite(description="Look up.")}))
     v2 = reg.create("acme", "support", base.parts.with_tools({"lookup": ToolRewrite(description="Look up an order "
                                                                                     "by its id (A-1234).")}),

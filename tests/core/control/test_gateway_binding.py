@@ -14,7 +14,7 @@ import pytest
 from molt.backends import StubBackend
 from molt.capture import Recorder
 from molt.control.memory import MemoryStore, RetrievalHarness
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.gateway import Gateway, create_app
 from molt.gateway.binding import GatewayBinding
 from molt.governance.access import KeyRing
@@ -64,12 +64,12 @@ async def _scenario(tmp_path: Path) -> None:
         refund = mem.add_memory("acme", "Acme's refund window is 45 days from delivery.", agent_id="support")
         mem.add_memory("acme", "The Lisbon warehouse closes on Sundays.", agent_id="support")
         other = mem.add_memory("globex", "Globex refunds take 90 days.", agent_id="support")
-        base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="smollm2")))
+        base = reg.ensure_base("acme", "support", AgentConfig(model=ModelPart(base="smollm2")))
         v2 = reg.create("acme", "support", base.parts.with_system_prompt("Always be brief.")
                         .with_memories([refund.memory_id, other.memory_id])
                         .with_tools({"lookup_order": ToolRewrite(description="Look up an order by its A- id.")}),
                         parent=base.version_id)
-        reg.ensure_base("globex", "support", PolicyParts(model=ModelPart(base="smollm2")))
+        reg.ensure_base("globex", "support", AgentConfig(model=ModelPart(base="smollm2")))
 
         backend = Seen()
         rec = Recorder(store, spool_dir=tmp_path / "spool", fsync="never")
@@ -123,7 +123,7 @@ async def _scenario(tmp_path: Path) -> None:
 def test_canary_split_and_abort(tmp_path: Path, weight: float) -> None:
     with Store.open(tmp_path / "store") as store:
         reg = VersionRegistry(store)
-        base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="smollm2")))
+        base = reg.ensure_base("acme", "support", AgentConfig(model=ModelPart(base="smollm2")))
         v2 = reg.create("acme", "support", base.parts.with_system_prompt("v2"), parent=base.version_id)
         gw = Gateway([Seen()], store=store)
         binding = GatewayBinding(gw, reg, model="smollm2")

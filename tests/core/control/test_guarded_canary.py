@@ -15,10 +15,10 @@ import pytest
 
 from molt.console.change import render_change
 from molt.control.change import decision_change
-from molt.control.evidence import canary_state, flip_rate, holm
 from molt.control.plane import ControlPlane, PlaneSettings, overrides_for
 from molt.control.signals import Episode
-from molt.replay import ReplayPolicy, record_episode, save_trajectories
+from molt.control.significance import canary_state, flip_rate, holm
+from molt.replay import ReplayAgent, record_episode, save_trajectories
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts, record_traffic
 from molt_desk.world import AGENT, FACTS, DeskModel, World
@@ -41,7 +41,7 @@ def _window() -> list[Traffic]:
 
 
 def _serve(plane: ControlPlane, store: Store, version: object, questions: list[str]) -> None:
-    pol = ReplayPolicy(plane.backend, overrides_for(version.parts, plane.memories, tenant_id="acme"),  # type: ignore[attr-defined]
+    pol = ReplayAgent(plane.backend, overrides_for(version.parts, plane.memories, tenant_id="acme"),  # type: ignore[attr-defined]
                        version=version.version_id)  # type: ignore[attr-defined]
     runs = [asyncio.run(record_episode(AGENT, q, pol, World().live_tools(), task="kb_question", tenant_id="acme"))
             for q in questions]

@@ -90,8 +90,8 @@ def test_canary_is_promoted_after_good_traffic(tmp_path: Path) -> None:
         saved = []
         for tr in items:
             from molt.control.plane import overrides_for
-            from molt.replay import ReplayPolicy, record_episode
-            pol = ReplayPolicy(plane.backend, overrides_for(canary.parts, plane.memories, tenant_id="acme"),
+            from molt.replay import ReplayAgent, record_episode
+            pol = ReplayAgent(plane.backend, overrides_for(canary.parts, plane.memories, tenant_id="acme"),
                                version=canary.version_id)
             ev, rw, _ = asyncio.run(record_episode(AGENT, tr.input, pol, World().live_tools(), task=tr.task,
                                                    tenant_id="acme"))
@@ -112,8 +112,8 @@ def test_bad_canary_is_aborted(tmp_path: Path) -> None:
                                     parent=base.version_id)
         plane.registry.canary(bad.version_id, 0.2, actor="test")
         from molt.control.plane import overrides_for
-        from molt.replay import ReplayPolicy, record_episode
-        pol = ReplayPolicy(plane.backend, overrides_for(bad.parts), version=bad.version_id)
+        from molt.replay import ReplayAgent, record_episode
+        pol = ReplayAgent(plane.backend, overrides_for(bad.parts), version=bad.version_id)
         runs = [asyncio.run(record_episode(AGENT, f"Where is order A-1020? (ticket {i})", pol, World().live_tools(),
                                            task="status", tenant_id="acme")) for i in range(4)]
         save_trajectories(store, [(e, r) for e, r, _ in runs])
@@ -196,8 +196,8 @@ def test_run_all_adopts_agents_seen_in_traffic(tmp_path: Path) -> None:
         seed.registry.ensure_base("globex", AGENT, base_parts())
         asyncio.run(_window(store, seed, _facts("globex", 2, None)))
         # Traffic of acme recorded while acme had no version (e.g. before the plane was turned on).
-        from molt.replay import ReplayPolicy, record_episode
-        pol = ReplayPolicy(seed.backend, version="unversioned")
+        from molt.replay import ReplayAgent, record_episode
+        pol = ReplayAgent(seed.backend, version="unversioned")
         ev, rw, _ = asyncio.run(record_episode(AGENT, "Where is order A-1003?", pol, World().live_tools(),
                                                task="status", tenant_id="acme"))
         save_trajectories(store, [(ev, rw)])

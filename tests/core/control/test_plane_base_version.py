@@ -14,7 +14,7 @@ import asyncio
 from pathlib import Path
 
 from molt.control.plane import ControlPlane, PlaneSettings, overrides_for
-from molt.replay import ReplayPolicy, record_episode, save_trajectories
+from molt.replay import ReplayAgent, record_episode, save_trajectories
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts
 from molt_desk.world import AGENT, ORDERS, DeskModel, World
@@ -26,7 +26,7 @@ def _record_before_any_version(store: Store, items: list[Traffic]) -> None:
     async def run() -> list[tuple[list, list]]:
         out = []
         for tr in items:  # served the model alone, stamped with the gateway's own version
-            pol = ReplayPolicy(DeskModel(), overrides_for(base_parts()), version=GATEWAY_STAMP)
+            pol = ReplayAgent(DeskModel(), overrides_for(base_parts()), version=GATEWAY_STAMP)
             events, rewards, _ = await record_episode(tr.agent, tr.input, pol, World().live_tools(), task=tr.task,
                                                       tenant_id=tr.tenant)
             out.append((events, list(rewards)))

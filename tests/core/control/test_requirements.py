@@ -13,7 +13,7 @@ import pytest
 from molt.control.clusters import cluster_failures, requirement_of
 from molt.control.diagnose import propose
 from molt.control.signals import Episode
-from molt.control.versions import ModelPart, PolicyParts, PolicyVersion
+from molt.control.versions import AgentConfig, AgentVersion, ModelPart
 
 
 @pytest.mark.parametrize(("verdict", "required"), [
@@ -52,7 +52,7 @@ def test_a_consumers_citation_and_unit_requirements_become_harness_edits() -> No
     assert set(found) == {"format:cite the section id of the handbook",
                           "format:be given in kilograms and pounds"}, list(found)
     assert all(c.size == 8 for c in found.values())
-    live = PolicyVersion(version_id="v1", tenant_id="acme", agent_id="docs", parts=PolicyParts(
+    live = AgentVersion(version_id="v1", tenant_id="acme", agent_id="docs", parts=AgentConfig(
         model=ModelPart(base="m")), parts_bytes=b"{}", created_at=datetime(2026, 11, 30, tzinfo=UTC), status="live")
     for sig, words in (("format:cite the section id of the handbook", "cite the section id of the handbook"),
                        ("format:be given in kilograms and pounds", "be given in kilograms and pounds")):

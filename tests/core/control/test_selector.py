@@ -18,8 +18,8 @@ from molt.control.diagnose import cluster_failures, propose
 from molt.control.memory import MemoryStore
 from molt.control.plane import ControlPlane, PlaneSettings, overrides_for
 from molt.control.signals import Episode, ToolUse
-from molt.control.versions import ModelPart, PolicyParts, PolicyVersion
-from molt.replay import LiveTools, ReplayPolicy, record_episode, save_trajectories
+from molt.control.versions import AgentConfig, AgentVersion, ModelPart
+from molt.replay import LiveTools, ReplayAgent, record_episode, save_trajectories
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts, record_traffic
 from molt_desk.world import AGENT, FACTS, ORDERS, DeskModel, World
@@ -53,7 +53,7 @@ def _fact_asks(tenant: str, corrections: list[str | None]) -> list[Traffic]:
 def _live_successes(plane: ControlPlane, tenant: str, items: list[Traffic], world: World | None = None) -> int:
     live = plane.registry.live(tenant, AGENT)
     assert live is not None
-    pol = ReplayPolicy(DeskModel(), overrides_for(live.parts, plane.memories, tenant_id=tenant),
+    pol = ReplayAgent(DeskModel(), overrides_for(live.parts, plane.memories, tenant_id=tenant),
                        version=live.version_id)
     wins = 0
     for tr in items:
@@ -90,8 +90,8 @@ def test_procedural_failure_signalled_only_by_late_rewards_gets_a_skill() -> Non
         ["When does the clinic open on Saturday?", "What are your opening hours?", "Are you open on Sunday?"] * 4)]
     [cl] = [c for c in cluster_failures(eps) if c.significant]
     assert cl.kind == "answer" and cl.tool is None
-    live = PolicyVersion(version_id="v1", tenant_id="clinic", agent_id="refill-desk", status="live",
-                         parts=PolicyParts(model=ModelPart(base="m")), parts_bytes=b"{}",
+    live = AgentVersion(version_id="v1", tenant_id="clinic", agent_id="refill-desk", status="live",
+                         parts=AgentConfig(model=ModelPart(base="m")), parts_bytes=b"{}",
                          created_at=datetime(2026, 11, 1, tzinfo=UTC))
     skills = [c for c in propose(cl, eps, live) if c.kind == "skill_patch"]
     assert len(skills) == 1, [c.kind for c in propose(cl, eps, live)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from molt.control.log import DecisionLog, DecisionRecord
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry, diff_parts
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry, diff_parts
 from molt.errors import InterventionError, NotFound
 from molt.harness import ToolRewrite
 from molt.store import Store
@@ -17,7 +17,7 @@ def reg(tmp_path):  # type: ignore[no-untyped-def]
         yield VersionRegistry(store)
 
 
-BASE = PolicyParts(model=ModelPart(base="smollm2"))
+BASE = AgentConfig(model=ModelPart(base="smollm2"))
 
 
 def test_base_promote_rollback_restores_exact_bytes(reg: VersionRegistry) -> None:

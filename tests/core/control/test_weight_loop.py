@@ -19,10 +19,10 @@ import orjson
 import pytest
 
 from molt.control.plane import ControlPlane, PlaneSettings, overrides_for
-from molt.control.versions import PolicyVersion
+from molt.control.versions import AgentVersion
 from molt.control.weights import WeightLoop, WeightRequest, check_adapter, governed_reader, store_reader
 from molt.errors import InterventionError
-from molt.replay import ReplayPolicy, record_episode, save_trajectories
+from molt.replay import ReplayAgent, record_episode, save_trajectories
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts, record_traffic
 from molt_desk.world import AGENT, ORDERS, DeskModel, World
@@ -96,9 +96,9 @@ def _ask_weights(plane: ControlPlane) -> Any:
     return res
 
 
-def _canary_traffic(store: Store, plane: ControlPlane, v: PolicyVersion, items: list[Traffic],
+def _canary_traffic(store: Store, plane: ControlPlane, v: AgentVersion, items: list[Traffic],
                     served_by: Any = None) -> None:
-    pol = ReplayPolicy(served_by or plane.backend, overrides_for(v.parts), version=v.version_id)
+    pol = ReplayAgent(served_by or plane.backend, overrides_for(v.parts), version=v.version_id)
     runs = [asyncio.run(record_episode(AGENT, t.input, pol, World().live_tools(), task=t.task, tenant_id="acme"))
             for t in items]
     save_trajectories(store, [(e, r) for e, r, _ in runs])

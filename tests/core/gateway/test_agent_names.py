@@ -57,7 +57,7 @@ def test_headerless_calls_are_named_listed_and_renamed(tmp_path: Path, monkeypat
             second = call("sk-a", 2)  # another day, the same agent
             bound = call("sk-bound", 3)
             monkeypatch.setenv("MOLT_HOME", str(tmp_path))
-            from molt.cli import app, _mount
+            from molt.cli import _mount, app
 
             _mount(["agents"])
             listing = CliRunner().invoke(app, ["agents", "ls", "--tenant", "acme"])

@@ -18,7 +18,7 @@ from molt.atdp import EventKind, OutcomeStatus
 from molt.backends import StubBackend
 from molt.errors import BackendStreamError
 from molt.gateway import Gateway, GatewayConfig, create_app
-from molt.gateway.capture import CallRecord, CallRecorder
+from molt.gateway.call_record import CallRecord, CallRecorder
 from molt.gateway.capture_process import CaptureProcess
 from molt.gateway.capture_wire import call_from_wire, call_to_wire
 from molt.gateway.loopback import ServerThread

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from molt.backends import StubBackend
-from molt.replay import LiveTools, ReplayPolicy, record_episode, replayable, save_trajectories
+from molt.replay import LiveTools, ReplayAgent, record_episode, replayable, save_trajectories
 from molt.store import Store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -90,11 +90,11 @@ def store(tmp_path: Path) -> Any:
 
 
 @pytest.fixture
-def stub_policy() -> ReplayPolicy:
-    return ReplayPolicy(FactStub())
+def stub_policy() -> ReplayAgent:
+    return ReplayAgent(FactStub())
 
 
-async def record_window(store: Store, policy: ReplayPolicy, questions: list[str]) -> list[str]:
+async def record_window(store: Store, policy: ReplayAgent, questions: list[str]) -> list[str]:
     """Record one trajectory per question with the live tools; returns their ids."""
     items = []
     for q in questions:

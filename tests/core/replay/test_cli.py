@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from molt.cli import run
-from molt.replay import ReplayPolicy, load_results
+from molt.replay import ReplayAgent, load_results
 from molt.store import Store
 
 from .conftest import ORDER_QUESTIONS, REFUND_QUESTIONS, FactStub, record_window
@@ -16,7 +16,7 @@ from .conftest import ORDER_QUESTIONS, REFUND_QUESTIONS, FactStub, record_window
 def _recorded(tmp_path: Path, questions: list[str]) -> tuple[str, list[str]]:
     uri = str(tmp_path / "cli-store")
     with Store(uri, auto_compact=False) as st:
-        ids = asyncio.run(record_window(st, ReplayPolicy(FactStub()), questions))
+        ids = asyncio.run(record_window(st, ReplayAgent(FactStub()), questions))
     return uri, ids
 
 

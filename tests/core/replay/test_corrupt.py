@@ -12,7 +12,7 @@ from molt.atdp import Event, EventKind, ToolCall
 from molt.atdp.chain import GENESIS, seal
 from molt.capture import SealedRow, SinkBatch, index_fields
 from molt.errors import ReplayError
-from molt.replay import ReplayPolicy, evaluate_candidate, load_trajectory, record_episode, replay_episode
+from molt.replay import ReplayAgent, evaluate_candidate, load_trajectory, record_episode, replay_episode
 from molt.store.tables import open_all
 
 from .conftest import ORDER_QUESTIONS, FactStub, live_tools
@@ -32,7 +32,7 @@ def _write(store: Any, events: list[Event], mutate: Callable[[list[SealedRow]], 
 
 
 def _recorded(question: str) -> list[Event]:
-    events, _, _ = asyncio.run(record_episode("test-support", question, ReplayPolicy(FactStub()), live_tools()))
+    events, _, _ = asyncio.run(record_episode("test-support", question, ReplayAgent(FactStub()), live_tools()))
     return events
 
 
@@ -80,7 +80,7 @@ def test_corrupt_trajectory_gives_clear_error_and_store_is_unchanged(store: Any,
     assert phrase in str(err)
     assert err.event_id == events[bad_index].event_id and events[bad_index].event_id in str(err)
     # a window containing it reports it as invalid evidence; nothing but replay_results is written
-    ev = asyncio.run(evaluate_candidate(store, [tid], "test-support", ReplayPolicy(FactStub()), save=False))
+    ev = asyncio.run(evaluate_candidate(store, [tid], "test-support", ReplayAgent(FactStub()), save=False))
     assert ev.invalid == 1 and ev.evidence[0]["status"] == "invalid" and tid in ev.evidence[0]["error"]
     assert _snapshot(store) == before
 
@@ -92,7 +92,7 @@ def test_replay_never_writes_to_the_store(store: Any) -> None:
     save_trajectory(store, events)
     before = _snapshot(store)
     traj = load_trajectory(store, events[0].trajectory_id)
-    res = asyncio.run(replay_episode(traj, "test-support", ReplayPolicy(FactStub())))
+    res = asyncio.run(replay_episode(traj, "test-support", ReplayAgent(FactStub())))
     assert res.same_actions
     assert _snapshot(store) == before
 

@@ -18,7 +18,7 @@ from molt.capture import Recorder
 from molt.errors import ReplayError
 from molt.gateway import Gateway, GatewayConfig, create_app
 from molt.gateway.loopback import ServerThread
-from molt.replay import LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate, load_trajectory
+from molt.replay import LiveTools, Normalization, Overrides, ReplayAgent, evaluate_candidate, load_trajectory
 from molt.replay.generic import checkable_facts, first_wrong_call, loop_shape, replay_recording, states_fact
 from molt.store import Store
 
@@ -118,18 +118,18 @@ def test_gateway_trajectory_is_re_driven_from_its_recording(harbour: Harbour) ->
 
     # As recorded: the same tool call is answered from the cassette and the same answer keeps the
     # recorded outcome (a failure the user corrected).
-    same = _run(replay_recording(traj, ReplayPolicy(FactStub()), tenant_id="default"))
+    same = _run(replay_recording(traj, ReplayAgent(FactStub()), tenant_id="default"))
     assert same.status == "ok" and same.mode == "episode" and same.same_actions and not same.misses
     assert same.replayed_reward == 0.0 and same.verdict.detail.startswith("recorded answer")
 
     # Under a memory candidate the model answers from the memory; the user's correction judges it.
-    fixed = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
+    fixed = _run(replay_recording(traj, ReplayAgent(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
     assert fixed.status == "ok" and fixed.answer == FACT and not fixed.same_actions
     assert fixed.replayed_reward == 1.0 and fixed.verdict.detail == "correction: states 42"
 
     # An unrelated memory does not help, and the correction says so.
     unrelated = Overrides(memories=("Slips are cleaned on Mondays.",))
-    other = _run(replay_recording(traj, ReplayPolicy(FactStub(), unrelated), tenant_id="default"))
+    other = _run(replay_recording(traj, ReplayAgent(FactStub(), unrelated), tenant_id="default"))
     assert other.status == "ok" and other.replayed_reward == 0.0
 
 
@@ -138,7 +138,7 @@ def test_evaluate_candidate_without_a_registered_agent(harbour: Harbour) -> None
     for tid in ids:
         harbour.correct(tid, CORRECTION)
     harbour.load(ids[-1])
-    ev = _run(evaluate_candidate(harbour.store, ids, None, ReplayPolicy(FactStub(), Overrides(memories=(FACT,))),
+    ev = _run(evaluate_candidate(harbour.store, ids, None, ReplayAgent(FactStub(), Overrides(memories=(FACT,))),
                                  candidate_id="mem-fee", tenant_id="default", normalization=PLANE_NORMALIZATION))
     assert (ev.sampled, ev.scored, ev.unknown, ev.invalid) == (3, 3, 0, 0)
     assert ev.baseline_success_rate == 0.0 and ev.candidate_success_rate == 1.0 and ev.success_delta_ci[0] > 0
@@ -153,22 +153,22 @@ def test_a_tool_call_that_leaves_the_recording_is_unknown_unless_a_live_tool_ans
     # id (B-13) is a different request: it left the recording.
     spaced_call = {"name": "find_slip", "arguments": {"query": "  Find slip B-12 for me"}}
     spaced = StubBackend(script=[{"tool_calls": [spaced_call]}, "Slip B-12 is on pier 3."])
-    hit = _run(replay_recording(traj, ReplayPolicy(spaced), normalization=PLANE_NORMALIZATION))
+    hit = _run(replay_recording(traj, ReplayAgent(spaced), normalization=PLANE_NORMALIZATION))
     assert hit.status == "ok" and hit.replayed_reward == 1.0 and not hit.misses
 
     def other_id() -> StubBackend:
         return StubBackend(script=[{"tool_calls": [{"name": "find_slip", "arguments": {"query": "Find slip B-13"}}]},
                                    "Slip B-13 is on pier 3."])
 
-    miss = _run(replay_recording(traj, ReplayPolicy(other_id()), normalization=PLANE_NORMALIZATION))
+    miss = _run(replay_recording(traj, ReplayAgent(other_id()), normalization=PLANE_NORMALIZATION))
     assert miss.status == "unknown" and miss.replayed_reward is None and "left the recording" in miss.error
     assert [m.resolution for m in miss.misses] == ["unknown"]
-    ev = _run(evaluate_candidate(harbour.store, [tid], None, ReplayPolicy(other_id()), save=False))
+    ev = _run(evaluate_candidate(harbour.store, [tid], None, ReplayAgent(other_id()), save=False))
     assert (ev.unknown, ev.scored, ev.candidate_success_rate) == (1, 0, None)  # counted, never a success
 
     live = LiveTools()
     live.register("find_slip", lambda query: "pier 3")
-    answered = _run(replay_recording(traj, ReplayPolicy(other_id()), live=live, normalization=PLANE_NORMALIZATION))
+    answered = _run(replay_recording(traj, ReplayAgent(other_id()), live=live, normalization=PLANE_NORMALIZATION))
     assert answered.status == "ok" and [m.resolution for m in answered.misses] == ["live"]
 
 
@@ -179,7 +179,7 @@ def test_an_agent_that_edits_its_history_falls_back_to_step_replay(harbour: Harb
     shape = loop_shape(traj)
     assert not shape.faithful and "does not extend the messages" in shape.why
     assert first_wrong_call(traj) is shape.calls[-1]  # the corrected answer
-    res = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=(FACT,)))))
+    res = _run(replay_recording(traj, ReplayAgent(FactStub(), Overrides(memories=(FACT,)))))
     assert res.mode.startswith("step (") and res.status == "ok" and res.replayed_reward == 1.0
 
 
@@ -187,7 +187,7 @@ def test_judge_model_decides_when_no_verifier_or_checkable_correction(harbour: H
     tid = harbour.ask("Can I moor overnight at the harbour?")
     harbour.correct(tid, "Yes, overnight mooring is allowed at the visitor pontoon.")
     traj = harbour.load(tid)
-    policy = ReplayPolicy(FactStub(), Overrides(memories=("Overnight mooring is allowed at the visitor pontoon.",)))
+    policy = ReplayAgent(FactStub(), Overrides(memories=("Overnight mooring is allowed at the visitor pontoon.",)))
     judged = _run(replay_recording(traj, policy, judge=StubBackend(script=["PASS"])))
     assert judged.status == "ok" and judged.replayed_reward == 1.0 and judged.verdict.detail.startswith("judge")
     failed = _run(replay_recording(traj, policy, judge=StubBackend(script=["FAIL"])))
@@ -210,11 +210,11 @@ def test_later_user_turns_are_re_driven_from_the_recording(harbour: Harbour) -> 
     assert len(shape.calls) == 4 and [[m["content"] for m in t] for t in shape.later_turns] == [
         ["How much is the overnight mooring fee at the harbour?"]]
 
-    same = _run(replay_recording(traj, ReplayPolicy(FactStub()), tenant_id="default"))
+    same = _run(replay_recording(traj, ReplayAgent(FactStub()), tenant_id="default"))
     assert same.status == "ok" and same.same_actions and same.replayed_reward == 0.0
     assert same.verdict.detail.startswith("recorded answer") and len(same.actions) == 6  # 4 model calls, 2 tools
 
-    fixed = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
+    fixed = _run(replay_recording(traj, ReplayAgent(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
     assert fixed.status == "ok" and fixed.mode == "episode" and not fixed.misses, fixed.error
     first, second = fixed.answer.split("\n\n")
     assert first.startswith("The tool returned") and second == FACT  # turn 1 as recorded, turn 2 fixed
@@ -232,7 +232,7 @@ def test_a_later_turn_that_is_not_a_plain_loop_is_not_replayed(harbour: Harbour)
     shape = loop_shape(traj)
     assert shape.faithful and len(shape.calls) == 2 and not shape.later_turns
     assert "turn 2 is not replayed" in shape.why and "other than the user's next turn" in shape.why
-    fixed = _run(replay_recording(traj, ReplayPolicy(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
+    fixed = _run(replay_recording(traj, ReplayAgent(FactStub(), Overrides(memories=(FACT,))), tenant_id="default"))
     assert fixed.status == "ok" and fixed.answer == FACT and fixed.replayed_reward == 1.0
 
 
@@ -253,7 +253,7 @@ def test_an_agents_checker_judges_its_replays_without_a_task_label(harbour: Harb
 
     AGENT_VERIFIERS.register("harbour-checked", CallableVerifier(check))
     try:
-        policy = ReplayPolicy(FactStub(), Overrides(memories=("Overnight mooring is at the visitor pontoon.",)))
+        policy = ReplayAgent(FactStub(), Overrides(memories=("Overnight mooring is at the visitor pontoon.",)))
         res = _run(replay_recording(traj, policy))
     finally:
         AGENT_VERIFIERS.unregister("harbour-checked")
@@ -308,7 +308,7 @@ def test_bad_recordings_are_refused_with_the_reason_and_never_count_as_success(h
     store.table("events").update(where=str(Filter(trajectory_id=erased, seq=1)),
                                  values={"payload": None, "payload_salt": None})
 
-    good = ReplayPolicy(FactStub(), Overrides(memories=(FACT,)))  # would fix every one of them
+    good = ReplayAgent(FactStub(), Overrides(memories=(FACT,)))  # would fix every one of them
     ev = _run(evaluate_candidate(store, [partial, other_tenant, erased], None, good, tenant_id="default", save=False))
     assert (ev.invalid, ev.scored, ev.candidate_success_rate, ev.success_delta) == (3, 0, None, None)
     reasons = {e["trajectory_id"]: e["error"] for e in ev.evidence}
@@ -331,7 +331,7 @@ def test_bad_recordings_are_refused_with_the_reason_and_never_count_as_success(h
 @pytest.mark.slow  # the plane loads the MiniLM embedder and the redactor's lexicon
 def test_plane_fixes_an_unregistered_agent_through_generic_replay(harbour: Harbour) -> None:
     from molt.control.plane import ControlPlane, PlaneSettings
-    from molt.control.versions import ModelPart, PolicyParts
+    from molt.control.versions import AgentConfig, ModelPart
     from molt.replay import AGENTS
 
     # 6 failures beside 6 successes: the smallest balanced window whose cluster clears the evidence bar's
@@ -345,7 +345,7 @@ def test_plane_fixes_an_unregistered_agent_through_generic_replay(harbour: Harbo
         harbour.ask(q)
     harbour.load(fee[-1])
     assert "harbour-desk" not in AGENTS
-    plane = ControlPlane(harbour.store, FactStub(), base_parts=PolicyParts(model=ModelPart(base="stub")),
+    plane = ControlPlane(harbour.store, FactStub(), base_parts=AgentConfig(model=ModelPart(base="stub")),
                          settings=PlaneSettings(promote_directly=True))
     result = plane.run_cycle("default", "harbour-desk")
     rec = result.record

@@ -11,7 +11,7 @@ import pytest
 from molt.replay import (
     LiveTools,
     Overrides,
-    ReplayPolicy,
+    ReplayAgent,
     load_trajectory,
     record_episode,
     replay_episode,
@@ -40,12 +40,12 @@ def test_smollm2_temperature_zero_replay_is_exact(store: Any, policy_model_dir: 
 
     async def go() -> tuple[Any, Any, Any]:
         events, rewards, answer = await record_episode("test-smol", "What is the capital of France?",
-                                                       ReplayPolicy(backend), live, verifier="contains:Paris")
+                                                       ReplayAgent(backend), live, verifier="contains:Paris")
         save_trajectory(store, events, rewards)
         traj = load_trajectory(store, events[0].trajectory_id)
-        episode = await replay_episode(traj, "test-smol", ReplayPolicy(backend), verifier="contains:Paris")
-        steps = await replay_steps(traj, ReplayPolicy(backend))
-        other = await replay_steps(traj, ReplayPolicy(backend, Overrides(system_prompt="Answer in French.",
+        episode = await replay_episode(traj, "test-smol", ReplayAgent(backend), verifier="contains:Paris")
+        steps = await replay_steps(traj, ReplayAgent(backend))
+        other = await replay_steps(traj, ReplayAgent(backend, Overrides(system_prompt="Answer in French.",
                                                                          system_prompt_mode="replace")))
         return answer, episode, (steps, other)
 

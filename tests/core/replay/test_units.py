@@ -136,23 +136,23 @@ def test_public_surface_is_sorted_and_lazy() -> None:
 
 
 def test_replay_step_rejects_non_model_events(store: Any) -> None:
-    from molt.replay import ReplayPolicy, load_trajectory, replay_step
+    from molt.replay import ReplayAgent, load_trajectory, replay_step
 
     from .conftest import ORDER_QUESTIONS, FactStub, record_window
 
-    ids = asyncio.run(record_window(store, ReplayPolicy(FactStub()), [ORDER_QUESTIONS[0]]))
+    ids = asyncio.run(record_window(store, ReplayAgent(FactStub()), [ORDER_QUESTIONS[0]]))
     traj = load_trajectory(store, ids[0])
     with pytest.raises(ReplayError, match="model calls only"):
-        asyncio.run(replay_step(traj, traj.events[0].event_id, ReplayPolicy(FactStub())))
+        asyncio.run(replay_step(traj, traj.events[0].event_id, ReplayAgent(FactStub())))
 
 
 def test_model_override_must_be_served() -> None:
     from molt.backends import StubBackend
-    from molt.replay import Overrides, ReplayPolicy
+    from molt.replay import Overrides, ReplayAgent
 
     backend = StubBackend()
     asyncio.run(backend.load_adapter("lora-v2", "/adapters/v2"))
-    d = asyncio.run(ReplayPolicy(backend, Overrides(model="lora-v2")).decide([{"role": "user", "content": "hi"}]))
+    d = asyncio.run(ReplayAgent(backend, Overrides(model="lora-v2")).decide([{"role": "user", "content": "hi"}]))
     assert d.text == "echo: hi"
     with pytest.raises(ReplayError, match="does not serve"):
-        asyncio.run(ReplayPolicy(backend, Overrides(model="lora-v9")).decide([{"role": "user", "content": "hi"}]))
+        asyncio.run(ReplayAgent(backend, Overrides(model="lora-v9")).decide([{"role": "user", "content": "hi"}]))

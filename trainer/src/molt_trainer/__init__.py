@@ -19,7 +19,7 @@ __all__ = [
     "LoraSettings",
     "OnlineTrainer",
     "POLICY_LOSSES",
-    "Policy",
+    "PolicyModel",
     "PublishError",
     "Publisher",
     "RequestTrainer",
@@ -47,7 +47,7 @@ _WHERE = {
     "GatewayTarget": "publish", "Publisher": "publish", "VLLMTarget": "publish",
     "GovernedSource": "service", "OnlineTrainer": "service", "StoreSource": "service", "TrainerSettings": "service",
     "RequestTrainer": "requests", "RunSettings": "requests", "SloGate": "requests", "TrainedAdapter": "requests",
-    "LoraSettings": "policy", "Policy": "policy", "train_step": "step",
+    "LoraSettings": "policy", "PolicyModel": "policy", "train_step": "step",
 }
 
 

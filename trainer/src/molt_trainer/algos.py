@@ -70,7 +70,7 @@ ADVANTAGES: Registry[Callable[[], Callable[..., Any]]] = Registry("advantage est
 for _name in ("grpo", "rloo", "reinforce_plus_plus"):
     ADVANTAGES.register(_name, functools.partial(advantage_fn, _name))
 
-#: Policy losses by verl name → a thunk returning verl's function.
+#: PolicyModel losses by verl name → a thunk returning verl's function.
 POLICY_LOSSES: Registry[Callable[[], Callable[..., Any]]] = Registry("policy loss")
 for _name in ("vanilla", "bypass_mode"):
     POLICY_LOSSES.register(_name, functools.partial(policy_loss_fn, _name))

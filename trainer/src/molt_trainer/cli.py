@@ -122,7 +122,7 @@ def _serve(args: argparse.Namespace) -> None:
     from molt.status import StatusReporter
     from molt.store import Store
     from molt_trainer.algos import AlgoSettings
-    from molt_trainer.policy import LoraSettings, Policy
+    from molt_trainer.policy import LoraSettings, PolicyModel
     from molt_trainer.publish import GatewayTarget, Publisher
     from molt_trainer.service import (
         AgentSource,
@@ -185,7 +185,7 @@ def _serve(args: argparse.Namespace) -> None:
         targets = [GatewayTarget(args.gateway, args.admin_key, args.model, weight=args.canary_weight)]
     publisher = Publisher(model=args.model, out_dir=Path(args.out), store=store, tenant_id=args.tenant,
                           agent_id=args.agent, targets=targets)
-    trainer = OnlineTrainer(Policy.load(settings.lora, args.model_path), publisher, source, settings,
+    trainer = OnlineTrainer(PolicyModel.load(settings.lora, args.model_path), publisher, source, settings,
                             base_version=base, latency_probe=GatewayLatencyProbe(args.gateway, args.admin_key))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

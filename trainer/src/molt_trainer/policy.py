@@ -9,7 +9,7 @@ the adapter disabled, so no second copy of the weights is kept.
 
 Example::
 
-    policy = Policy.load(LoraSettings(rank=8))
+    policy = PolicyModel.load(LoraSettings(rank=8))
     logp = policy.token_logprobs(batch)             # (B, T) log-probs of the completion tokens
     policy.save_adapter("/tmp/adapter-1")           # peft directory vLLM can hot-load
 """
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from molt_trainer.data import Batch
 
-__all__ = ["LoraSettings", "Policy", "default_device", "default_dtype"]
+__all__ = ["LoraSettings", "PolicyModel", "default_device", "default_dtype"]
 
 
 def default_device() -> str:
@@ -68,7 +68,7 @@ class LoraSettings(BaseModel):
     threads: int | None = None
 
 
-class Policy:
+class PolicyModel:
     """A LoRA-adapted causal LM, its optimiser, and log-probabilities of recorded tokens."""
 
     def __init__(self, model: Any, settings: LoraSettings, model_path: Path, pad_id: int):
@@ -83,7 +83,7 @@ class Policy:
 
     @classmethod
     def load(cls, settings: LoraSettings | None = None, model_path: str | os.PathLike[str] | None = None,
-             *, dtype: torch.dtype | None = None, seed: int = 0, device: str | None = None) -> Policy:
+             *, dtype: torch.dtype | None = None, seed: int = 0, device: str | None = None) -> PolicyModel:
         """The base model from ``model_path`` (default: the SmolLM2 policy) with a fresh LoRA adapter,
         on ``device`` (default :func:`default_device`) in ``dtype`` (default :func:`default_dtype`)."""
         from peft import LoraConfig, get_peft_model

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from molt_trainer.algos import AlgoSettings
 from molt_trainer.data import DataStats, assign_groups, build_samples, collate
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import Publisher
 from molt_trainer.step import train_step
 
@@ -161,14 +161,14 @@ class RequestTrainer:
         self.device = device
         self.counters: Counter[str] = Counter()
         self.history: list[dict[str, Any]] = []
-        self._policy: Policy | None = None
+        self._policy: PolicyModel | None = None
         self._fresh: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
-    def policy(self) -> Policy:
+    def policy(self) -> PolicyModel:
         if self._policy is None:
-            self._policy = Policy.load(self.settings.lora, self.model_path, device=self.device)
+            self._policy = PolicyModel.load(self.settings.lora, self.model_path, device=self.device)
             self._fresh = self._policy.snapshot()
         return self._policy
 

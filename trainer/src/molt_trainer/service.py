@@ -53,7 +53,7 @@ from molt.lineage import Lineage, lineage_from_store, read_manifest
 from molt.store.query import Trajectory
 from molt_trainer.algos import AlgoSettings
 from molt_trainer.data import DataStats, RunningMean, Sample, Staleness, assign_groups, build_samples, collate
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import Publisher
 from molt_trainer.step import train_step
 
@@ -195,7 +195,7 @@ class OnlineTrainer:
     With ``resume`` (the default) a trainer whose publisher has a store continues where the last one
     stopped (see :meth:`resume`); ``resume=False`` starts from step 0 whatever is registered."""
 
-    def __init__(self, policy: Policy, publisher: Publisher, source: Source, settings: TrainerSettings | None = None,
+    def __init__(self, policy: PolicyModel, publisher: Publisher, source: Source, settings: TrainerSettings | None = None,
                  *, base_version: str | None = None, latency_probe: Callable[[], float | None] | None = None,
                  resume: bool = True):
         self.policy = policy
@@ -465,9 +465,9 @@ class OnlineTrainer:
         return "\n".join(lines) + "\n"
 
 
-def default_policy(settings: TrainerSettings, model_path: str | None = None) -> Policy:
+def default_policy(settings: TrainerSettings, model_path: str | None = None) -> PolicyModel:
     """The LoRA policy for ``settings`` on ``model_path`` (default: the SmolLM2 policy)."""
-    return Policy.load(settings.lora, model_path)
+    return PolicyModel.load(settings.lora, model_path)
 
 
 def samples_summary(samples: Sequence[Sample]) -> dict[str, Any]:

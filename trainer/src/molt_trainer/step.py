@@ -31,12 +31,12 @@ import torch
 from molt_trainer import algos
 from molt_trainer.algos import AlgoSettings
 from molt_trainer.data import Batch
-from molt_trainer.policy import Policy
+from molt_trainer.policy import PolicyModel
 
 __all__ = ["train_step"]
 
 
-def train_step(policy: Policy, batch: Batch, settings: AlgoSettings) -> dict[str, float]:
+def train_step(policy: PolicyModel, batch: Batch, settings: AlgoSettings) -> dict[str, float]:
     """One optimiser step on ``batch``; returns metrics (``actor/*``, ``perf/*``)."""
     t0 = time.perf_counter()
     # Advantages once for the whole batch: group baselines need every member of a group.

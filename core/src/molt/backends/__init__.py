@@ -15,8 +15,8 @@ from typing import Any
 from molt.backends.anthropic import AnthropicBackend
 from molt.backends.base import (
     Backend,
+    BackendCapabilities,
     BaseBackend,
-    Capabilities,
     ChatRequest,
     Choice,
     CompletionRequest,
@@ -52,8 +52,8 @@ __all__ = [
     "AnthropicBackend",
     "BACKENDS",
     "Backend",
+    "BackendCapabilities",
     "BaseBackend",
-    "Capabilities",
     "ChatRequest",
     "Choice",
     "CompletionRequest",

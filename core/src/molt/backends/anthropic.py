@@ -29,7 +29,7 @@ import httpx
 import orjson
 
 from molt.backends.base import (
-    Capabilities,
+    BackendCapabilities,
     ChatRequest,
     Choice,
     CompletionRequest,
@@ -256,7 +256,7 @@ class AnthropicBackend(UpstreamBackend):
 
     kind: ClassVar[str] = "anthropic"
     api: ClassVar[str] = "anthropic"
-    capabilities = Capabilities(token_ids=False, logprobs=False, streaming=True, tools=True, lora=False)
+    capabilities = BackendCapabilities(token_ids=False, logprobs=False, streaming=True, tools=True, lora=False)
     passthrough = frozenset({"messages"})
 
     def __init__(self, name: str | None = None, *, base_url: str | None = None, api_key: str | None = None,

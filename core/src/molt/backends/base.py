@@ -27,8 +27,8 @@ from molt.errors import BackendError
 
 __all__ = [
     "Backend",
+    "BackendCapabilities",
     "BaseBackend",
-    "Capabilities",
     "ChatRequest",
     "Choice",
     "CompletionRequest",
@@ -174,7 +174,7 @@ StreamItem = Delta | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
-class Capabilities:
+class BackendCapabilities:
     """What a backend can do; the gateway and the router read these."""
 
     token_ids: bool = False
@@ -196,7 +196,7 @@ class Backend(Protocol):
 
     name: str
     kind: str
-    capabilities: Capabilities
+    capabilities: BackendCapabilities
 
     async def start(self) -> None:
         """Prepare the backend (load a model, start a server); called once before serving."""
@@ -230,7 +230,7 @@ class BaseBackend:
     """Defaults for a backend: streaming built from ``chat``, no adapters, always healthy."""
 
     kind: ClassVar[str] = "base"
-    capabilities: Capabilities = Capabilities()
+    capabilities: BackendCapabilities = BackendCapabilities()
     #: Client APIs whose requests this backend's upstream takes as they are (``"messages"``,
     #: ``"responses"``; :mod:`molt.backends.upstream`): the gateway relays those instead of translating
     #: them to chat. None by default.

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from molt.backends.base import (
+    BackendCapabilities,
     BaseBackend,
-    Capabilities,
     ChatRequest,
     Choice,
     CompletionRequest,
@@ -47,7 +47,7 @@ from molt.backends.base import (
 )
 from molt.backends.chat_format import parse_tool_calls
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model
-from molt.backends.tokenizer import PolicyTokenizer
+from molt.backends.tokenizer import ModelTokenizer
 from molt.errors import BackendError, BackendUnavailable, InvalidRequest
 
 __all__ = ["LocalBackend"]
@@ -71,7 +71,7 @@ class LocalBackend(BaseBackend):
     """
 
     kind: ClassVar[str] = "local"
-    capabilities = Capabilities(token_ids=True, logprobs=True, streaming=True, tools=True, lora=True)
+    capabilities = BackendCapabilities(token_ids=True, logprobs=True, streaming=True, tools=True, lora=True)
 
     def __init__(self, name: str | None = None, *, model_path: str | os.PathLike[str] | None = None,
                  model: str = POLICY_MODEL_NAME, max_new_tokens: int = 256, max_context: int = 2048,
@@ -85,7 +85,7 @@ class LocalBackend(BaseBackend):
         self.max_new_tokens = max_new_tokens
         self.max_context = max_context
         self.threads = threads
-        self.tokenizer: PolicyTokenizer | None = None
+        self.tokenizer: ModelTokenizer | None = None
         self._model: Any = None
         self._adapters: dict[str, str] = {}  # every registered adapter: name → directory
         self._resident: OrderedDict[str, None] = OrderedDict()  # loaded in the model, least recently used first
@@ -107,7 +107,7 @@ class LocalBackend(BaseBackend):
             torch.set_num_threads(self.threads)
         path = self.model_path or ensure_policy_model()
         self.model_path = path
-        self.tokenizer = PolicyTokenizer(path, name=self.model)
+        self.tokenizer = ModelTokenizer(path, name=self.model)
         self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         # CPU matmuls are fast in float32 only; on a GPU the checkpoint's dtype ("auto") is what it was made for.
         dtype: Any = torch.float32 if self.device == "cpu" else "auto"

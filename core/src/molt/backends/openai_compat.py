@@ -24,7 +24,7 @@ import orjson
 
 from molt.backends import openai_wire as wire
 from molt.backends.base import (
-    Capabilities,
+    BackendCapabilities,
     ChatRequest,
     CompletionRequest,
     Result,
@@ -50,7 +50,7 @@ class OpenAIBackend(UpstreamBackend):
     """
 
     kind: ClassVar[str] = "openai"
-    capabilities = Capabilities(token_ids=False, logprobs=True, streaming=True, tools=True, lora=False)
+    capabilities = BackendCapabilities(token_ids=False, logprobs=True, streaming=True, tools=True, lora=False)
 
     def __init__(self, name: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
                  model: str | None = None, timeout_s: float = 120.0, connect_timeout_s: float = 5.0,

@@ -39,8 +39,8 @@ from typing import Any, ClassVar
 import orjson
 
 from molt.backends.base import (
+    BackendCapabilities,
     BaseBackend,
-    Capabilities,
     ChatRequest,
     Choice,
     CompletionRequest,
@@ -83,7 +83,7 @@ class StubBackend(BaseBackend):
     """Deterministic scripted or echo answers (see the module docstring)."""
 
     kind: ClassVar[str] = "stub"
-    capabilities = Capabilities(token_ids=True, logprobs=True, streaming=True, tools=True, lora=True)
+    capabilities = BackendCapabilities(token_ids=True, logprobs=True, streaming=True, tools=True, lora=True)
 
     def __init__(self, name: str | None = None, *, model: str = "stub", script: list[Any] | None = None,
                  latency_s: float = 0.0):

@@ -13,10 +13,10 @@ from typing import Any
 from molt.backends.chat_format import template_messages
 from molt.errors import BackendError
 
-__all__ = ["PolicyTokenizer"]
+__all__ = ["ModelTokenizer"]
 
 
-class PolicyTokenizer:
+class ModelTokenizer:
     """A Hugging Face tokenizer loaded from a local model directory (never from the hub).
 
     Args:

@@ -2,7 +2,7 @@
 sampled ones; and :class:`VLLMServer`, which starts and supervises such a server.
 
 Chat requests are not sent to vLLM's ``/v1/chat/completions``: the gateway applies the chat template
-with the policy tokenizer (:class:`~molt.backends.tokenizer.PolicyTokenizer`), sends the prompt as
+with the policy tokenizer (:class:`~molt.backends.tokenizer.ModelTokenizer`), sends the prompt as
 token ids to ``/v1/completions`` with ``return_tokens_as_token_ids`` / ``return_token_ids`` and
 ``logprobs``, and reads back the sampled ids and their log-probabilities. Tool calls are parsed from
 the generated text (Hermes ``<tool_call>`` convention). Policy versions that are LoRA adapters are
@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import httpx
 
 from molt.backends.base import (
-    Capabilities,
+    BackendCapabilities,
     ChatRequest,
     Choice,
     CompletionRequest,
@@ -48,7 +48,7 @@ from molt.backends.base import (
 from molt.backends.chat_format import parse_tool_calls
 from molt.backends.model import POLICY_MODEL_NAME, ensure_policy_model, molt_home
 from molt.backends.openai_compat import OpenAIBackend
-from molt.backends.tokenizer import PolicyTokenizer
+from molt.backends.tokenizer import ModelTokenizer
 from molt.errors import BackendError, BackendUnavailable, InvalidRequest
 
 __all__ = ["VLLMBackend", "VLLMServer", "find_vllm_python", "lora_slots"]
@@ -69,7 +69,7 @@ class VLLMBackend(OpenAIBackend):
     """
 
     kind: ClassVar[str] = "vllm"
-    capabilities = Capabilities(token_ids=True, logprobs=True, streaming=True, tools=True, lora=True)
+    capabilities = BackendCapabilities(token_ids=True, logprobs=True, streaming=True, tools=True, lora=True)
 
     def __init__(self, name: str | None = None, *, base_url: str | None = None, model: str = POLICY_MODEL_NAME,
                  tokenizer_path: str | os.PathLike[str] | None = None, server: VLLMServer | None = None,
@@ -85,7 +85,7 @@ class VLLMBackend(OpenAIBackend):
         self.server = server
         self.max_model_len = server.max_model_len if server is not None else max_model_len
         self.default_max_tokens = max_tokens
-        self.tokenizer: PolicyTokenizer | None = None
+        self.tokenizer: ModelTokenizer | None = None
         self.adapters: dict[str, str] = {}
 
     async def start(self) -> None:
@@ -95,9 +95,9 @@ class VLLMBackend(OpenAIBackend):
             await asyncio.to_thread(self.server.wait_ready)
         if self.tokenizer is None:
             path = self.tokenizer_path or (self.server.model_path if self.server else None) or ensure_policy_model()
-            self.tokenizer = await asyncio.to_thread(PolicyTokenizer, path, name=self.model)
+            self.tokenizer = await asyncio.to_thread(ModelTokenizer, path, name=self.model)
 
-    def _tk(self) -> PolicyTokenizer:
+    def _tk(self) -> ModelTokenizer:
         if self.tokenizer is None:
             raise BackendUnavailable(f"The vllm backend {self.name!r} has not started; call start().",
                                      backend=self.name)

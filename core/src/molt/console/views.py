@@ -209,7 +209,7 @@ def _point(t: float, ok: int, n: int) -> dict[str, Any]:
 
 
 def version_row(v: Any) -> dict[str, Any]:
-    """A :class:`molt.control.versions.PolicyVersion` as a dict for the versions table."""
+    """A :class:`molt.control.versions.AgentVersion` as a dict for the versions table."""
     return {"version_id": v.version_id, "agent_id": v.agent_id, "parent_id": v.parent_id,
             "created_at": v.created_at, "status": _status(v),
             "note": v.note or "", "created_by": getattr(v, "created_by", None) or "",

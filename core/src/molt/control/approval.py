@@ -37,7 +37,7 @@ from typing import Any, Literal
 import orjson
 import pyarrow as pa
 
-from molt.control.versions import PolicyVersion, VersionRegistry, diff_parts
+from molt.control.versions import AgentVersion, VersionRegistry, diff_parts
 from molt.errors import InterventionError, NotFound
 from molt.governance.records import audit_row, write_audit
 from molt.store import Filter, Store
@@ -117,7 +117,7 @@ def proposal_evidence(candidate_id: str, record: Any) -> dict[str, Any]:
 class Proposal:
     """A proposed (or decided) version and the evidence it was proposed on."""
 
-    version: PolicyVersion
+    version: AgentVersion
     kind: str
     cluster: str | None
     fingerprint: str
@@ -142,9 +142,9 @@ class Proposals:
 
     # ------------------------------------------------------------------ the plane's side
 
-    def record(self, version: PolicyVersion, *, kind: str, cluster: str | None, payload: dict[str, Any] | None,
+    def record(self, version: AgentVersion, *, kind: str, cluster: str | None, payload: dict[str, Any] | None,
                description: str, evidence: dict[str, Any], actor: str, cycle_id: str | None = None,
-               reason: str | None = None) -> PolicyVersion:
+               reason: str | None = None) -> AgentVersion:
         """Mark the new ``version`` proposed and keep ``evidence`` beside it (with the diff against its
         parent, the version live when it was proposed). Returns the version, now ``proposed``."""
         if version.parent_id is not None and "diff" not in evidence:
@@ -209,7 +209,7 @@ class Proposals:
     # ------------------------------------------------------------------ the operator's side
 
     def approve(self, version_id: str, *, tenant_id: str, actor: str, weight: float = 0.2,
-                comment: str | None = None) -> PolicyVersion:
+                comment: str | None = None) -> AgentVersion:
         """Approve a proposal: its canary starts at ``weight`` (the plane promotes or aborts it as any canary)."""
         p = self.get(version_id, tenant_id=tenant_id)
         if p.status != "proposed":
@@ -219,7 +219,7 @@ class Proposals:
         self._audit(p, "approve", actor, comment, f"approved {version_id} ({p.kind}); canary at {weight:.0%}")
         return v
 
-    def reject(self, version_id: str, *, tenant_id: str, actor: str, comment: str) -> PolicyVersion:
+    def reject(self, version_id: str, *, tenant_id: str, actor: str, comment: str) -> AgentVersion:
         """Reject a proposal with a comment; the live version is untouched and the same change is not
         proposed again for the same cluster."""
         if not comment or not comment.strip():

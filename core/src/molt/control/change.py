@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from molt.control.diagnose import COSTS
-from molt.control.versions import PolicyVersion, diff_parts
+from molt.control.versions import AgentVersion, diff_parts
 from molt.stats import newcombe_diff, wilson
 
 __all__ = ["KIND_NAMES", "PROMOTION_RULE", "TERMS", "canary_state_of", "canary_state_text", "canary_view",
@@ -239,7 +239,7 @@ def _duration(s: float | None) -> str:
 
 
 def canary_state_text(state: dict[str, Any]) -> str:
-    """A guarded canary's sequential state (:meth:`molt.control.evidence.CanaryState.summary`) in one line:
+    """A guarded canary's sequential state (:meth:`molt.control.significance.CanaryState.summary`) in one line:
     pairs won and lost, the mixture ratio against its threshold, the exposure against its bounds, the
     decision."""
     exp = state.get("exposure") or {}
@@ -255,7 +255,7 @@ def canary_state_text(state: dict[str, Any]) -> str:
 def canary_view(guard: dict[str, Any] | None, state: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A guarded canary's experiment as a person reads it: its test, level, share and exposure bound (the
     ``guard`` the decision that started it recorded) and its sequential state at the plane's last look
-    (``state``: :meth:`molt.control.evidence.CanaryState.summary`, from the newest decision that looked at
+    (``state``: :meth:`molt.control.significance.CanaryState.summary`, from the newest decision that looked at
     it; ``None``: not looked at yet). ``None`` for a change that did not go to a guarded canary."""
     if not guard:
         return None
@@ -278,7 +278,7 @@ def version_success(episodes: Sequence[Any], version_id: str) -> dict[str, Any]:
 
 def change_view(entry: dict[str, Any], *, cluster: dict[str, Any] | None = None,
                 decision: dict[str, Any] | None = None, others: Sequence[dict[str, Any]] = (),
-                version: PolicyVersion | None = None, parent: PolicyVersion | None = None, memories: Any = None,
+                version: AgentVersion | None = None, parent: AgentVersion | None = None, memories: Any = None,
                 trajectory: Callable[[str], Any] | None = None, episodes: Sequence[Any] | None = None,
                 operator: dict[str, Any] | None = None, examples: int = 3,
                 canary: dict[str, Any] | None = None) -> dict[str, Any]:

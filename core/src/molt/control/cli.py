@@ -334,7 +334,7 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
     with no Python registration: one without a policy version starts from the served model's.
     """
     from molt.control.plane import ControlPlane, settings_from_pairs
-    from molt.control.versions import ModelPart, PolicyParts
+    from molt.control.versions import AgentConfig, ModelPart
     from molt.replay.verifiers import register_named_verifiers
 
     try:
@@ -352,7 +352,7 @@ def evolve_run(tenant: TenantOpt = None, agent: AgentOpt = None,
         tools = _factory(live_tools, "--live-tools")() if live_tools else None
         refl = _reflector(reflector_url, reflector_model, reflector_key, reflector_max_tokens, be)
         plane = ControlPlane(reg.store, be, live_tools=tools, settings=settings,
-                             base_parts=PolicyParts(model=ModelPart(base=be.model)), actor=_actor(api_key),
+                             base_parts=AgentConfig(model=ModelPart(base=be.model)), actor=_actor(api_key),
                              reflector=refl)
         pairs = [(tt, a) for tt, a in sorted(plane.agents(t)) if agent is None or a == agent]
         if not pairs:

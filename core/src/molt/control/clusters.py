@@ -59,7 +59,7 @@ requests fail more often than not): under the null hypothesis that the intent's 
 most ``tolerable``, P(X ≥ k) for X ~ Binomial(n, tolerable) bounds the chance of an alarm (exact, no
 estimated rate). Rewards are noisy, so each cluster is tested a third time on the failures a signal
 other than the outcome reward confirms (a correction, an unrecovered tool error, a thumbs-down), which
-a flipped reward can neither make nor unmake (:mod:`molt.control.evidence`). The three tests split the
+a flipped reward can neither make nor unmake (:mod:`molt.control.significance`). The three tests split the
 level (Bonferroni, the smallest p-value times three is what Holm's procedure reads), so the
 family-wise false-alarm rate stays
 at most ``alpha`` for windows whose failures neither depend on the request nor exceed the tolerated rate.
@@ -69,7 +69,7 @@ A cluster below that bar whose smallest p-value is at most ``screen`` (:data:`SC
 whose text cannot tell a JSON consumer from a person; a small cluster among flipped rewards), so the
 plane replays its context candidates and lets one go live only when the replay confirms it — an exact
 paired test of the candidate against the live version on the cluster's region, at a weighted share of
-``alpha`` (:mod:`molt.control.evidence`, "Screen, then confirm by replay"). A screened cluster never
+``alpha`` (:mod:`molt.control.significance`, "Screen, then confirm by replay"). A screened cluster never
 gets a weight update: replay cannot confirm one.
 """
 
@@ -85,8 +85,8 @@ from typing import Any, Literal
 import numpy as np
 
 from molt.control.embed import Embedder
-from molt.control.evidence import Agreement, agreement, holm
 from molt.control.signals import Episode, arg_pattern
+from molt.control.significance import Agreement, agreement, holm
 from molt.stats import binomial_greater, fisher_greater
 
 __all__ = ["ALPHA", "SCREEN", "SIMILARITY", "TESTS", "TOLERABLE", "Cluster", "Evidence",
@@ -99,7 +99,7 @@ log = logging.getLogger("molt.control")
 ALPHA = 0.01
 #: The smallest p-value under which a cluster the bar does not pass is still *screened*: its context
 #: candidates are replayed and may go live only when the replay confirms them at ``alpha``
-#: (:mod:`molt.control.evidence`). A compute knob, not a false-alarm rate: about this share of the
+#: (:mod:`molt.control.significance`). A compute knob, not a false-alarm rate: about this share of the
 #: clusters without a pattern get their candidates replayed.
 SCREEN = 0.1
 #: The failure rate of an intent the operator tolerates before acting on it (the module docstring).
@@ -134,7 +134,7 @@ class Evidence:
     significant: bool
     tolerable: float = TOLERABLE  # the failure rate the binomial test's null hypothesis allows
     p_tolerable: float = 1.0      # one-sided binomial test of k of n against ``tolerable``
-    agreement: Agreement | None = None  # the test of the confirmed failures (molt.control.evidence)
+    agreement: Agreement | None = None  # the test of the confirmed failures (molt.control.significance)
     screened: bool = False        # not significant, but its smallest p-value is at most the screen
 
     @property

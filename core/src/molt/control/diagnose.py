@@ -62,7 +62,7 @@ from molt.control.clusters import (
 )
 from molt.control.embed import Embedder
 from molt.control.signals import Episode
-from molt.control.versions import PolicyParts, PolicyVersion
+from molt.control.versions import AgentConfig, AgentVersion
 from molt.harness import ToolRewrite
 from molt.replay.generic import checkable_facts
 
@@ -95,7 +95,7 @@ class Candidate(BaseModel):
     cluster: str
     description: str
     cost: float
-    parts: PolicyParts | None = None
+    parts: AgentConfig | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
     source_trajectories: list[str] = Field(default_factory=list)
 
@@ -134,7 +134,7 @@ def _normalize(text: str) -> str:
     return " ".join(text.split()).strip()
 
 
-def propose(cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *, redactor: Any = None,
+def propose(cluster: Cluster, window: Sequence[Episode], live: AgentVersion, *, redactor: Any = None,
             embedder: Embedder | None = None, similarity: float = SIMILARITY) -> list[Candidate]:
     """The template candidates for ``cluster`` (see the module docstring), cheapest first.
 
@@ -395,7 +395,7 @@ def _changed_fact(per: list[tuple[str, str]], groups: list[list[tuple[str, str]]
     return [per[i] for i in members]
 
 
-def rollback_candidate(live: PolicyVersion, previous: PolicyVersion, window: Sequence[Episode]) -> Candidate:
+def rollback_candidate(live: AgentVersion, previous: AgentVersion, window: Sequence[Episode]) -> Candidate:
     """Roll back to ``previous``: evaluated by replaying the live version's failures under it."""
     ids = [e.trajectory_id for e in window if e.policy_version == live.version_id and e.success is False]
     return Candidate(kind="rollback", cluster=f"version:{live.version_id}", cost=COSTS["rollback"],

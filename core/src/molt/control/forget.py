@@ -45,7 +45,7 @@ from molt.atdp.ids import new_id
 from molt.control.hands import many_hands
 from molt.control.memory import MemoryStore
 from molt.control.provenance import holds, without
-from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
+from molt.control.versions import AgentConfig, AgentVersion, ModelPart, VersionRegistry
 from molt.control.weight_queue import REQUESTS_TABLE, WeightQueue
 from molt.governance.erasure import ErasureReport, erase_subject, erase_tenant, subject_digest
 from molt.governance.records import audit_row, write_audit
@@ -319,8 +319,8 @@ def _supersede(registry: VersionRegistry, gone: list[LineageRecord], replace_in:
                         registry.erase(v.version_id, actor=actor, reason="holds learned parts of an erased subject")
 
 
-def _parts_without(registry: VersionRegistry, v: PolicyVersion, recs: list[LineageRecord],
-                   replace_in: dict[tuple[str, str], Any], models: dict[str, ModelPart]) -> PolicyParts:
+def _parts_without(registry: VersionRegistry, v: AgentVersion, recs: list[LineageRecord],
+                   replace_in: dict[tuple[str, str], Any], models: dict[str, ModelPart]) -> AgentConfig:
     cur = v
     for r in recs:
         parts = without(registry, cur, r, model=models.get(r.artifact_id))

@@ -9,7 +9,7 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    pooled rate significantly below the live one, aborts it (automatic rollback); ``canary_min``
    rewarded trajectories otherwise promote it. Either way the cycle ends there (one change at a time).
    A *guarded* canary (below) is decided by its sequential test instead
-   (:func:`~molt.control.evidence.canary_state`: promote, abort on harm or at its exposure bound, or go
+   (:func:`~molt.control.significance.canary_state`: promote, abort on harm or at its exposure bound, or go
    on — while it goes on the cycle continues, and a change with strict evidence takes its place).
 2. **Signals** (:mod:`molt.control.signals`) over the newest ``window`` trajectories.
 3. **Candidates**: a rollback when the live version — promoted inside the window — does worse than
@@ -17,7 +17,7 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    cluster that passes its test against the agent's base failure rate (a one-sided Fisher exact test,
    family-wise false-alarm rate ``alpha``; :func:`~molt.control.diagnose.cluster_failures`, no task
    labels needed) — or that is only *screened* (below the bar, within ``screen``: its context
-   candidates must then pass the replay's confirmation, :mod:`molt.control.evidence`) —, the typed
+   candidates must then pass the replay's confirmation, :mod:`molt.control.significance`) —, the typed
    candidates of :func:`~molt.control.diagnose.propose` — and, with a
    ``reflector``, the ones a model writes for it (:mod:`molt.control.reflector`). A cluster whose tool
    failed outside the agent (timeouts, 5xx: :func:`~molt.control.diagnose.environment_fault`) gets no
@@ -44,7 +44,7 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
    the weight update, the **guarded** route (``guarded``): a cheap, reversible context change whose
    replay is positive but whose interval is too wide for the bars above — on a significant or screened
    cluster, or any cluster of an agent whose own failure rate is significant
-   (:func:`~molt.control.evidence.agent_evidence`) — goes to a guarded canary at ``guarded_weight``.
+   (:func:`~molt.control.significance.agent_level`) — goes to a guarded canary at ``guarded_weight``.
    A weight update is never asked for a cluster whose users agree on a fact.
 6. **Apply**: a new version (live parts + the change) goes to canary at ``canary_weight`` — or live
    at once with ``promote_directly``; a rollback is applied at once; a weight update is handed to the
@@ -90,27 +90,27 @@ from molt.control.diagnose import (
     rollback_candidate,
     same_pattern,
 )
-from molt.control.evidence import (
-    AgentEvidence,
-    Confirmation,
-    FlipEstimate,
-    agent_evidence,
-    canary_state,
-    confirmation,
-    flip_rate,
-    pair_in_time,
-    screen_levels,
-)
 from molt.control.gate import SafetyGate, Verdict, gate_context
 from molt.control.hands import held_out_keys, many_hands, without_held_out
 from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.log import DecisionLog, DecisionRecord
 from molt.control.provenance import record_change
 from molt.control.signals import Episode, Signals, compute_signals, episodes
-from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, StalePromotion, VersionRegistry
+from molt.control.significance import (
+    AgentLevel,
+    Confirmation,
+    FlipEstimate,
+    agent_level,
+    canary_state,
+    confirmation,
+    flip_rate,
+    pair_in_time,
+    screen_levels,
+)
+from molt.control.versions import AgentConfig, AgentVersion, ModelPart, StalePromotion, VersionRegistry
 from molt.errors import InterventionError, MoltError
 from molt.harness import Skill
-from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayPolicy, evaluate_candidate
+from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayAgent, evaluate_candidate
 from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.replay.generic import checkable_facts
 from molt.stats import newcombe_diff, stratified_delta
@@ -157,9 +157,9 @@ class PlaneSettings(BaseModel):
     #: (the second test of molt.control.diagnose; in (0, 1)).
     tolerable: float = TOLERABLE
     #: A cluster below the bar whose smallest p-value is at most this is *screened*: its context candidates
-    #: are replayed and go live only when the replay confirms them at ``alpha`` (molt.control.evidence).
+    #: are replayed and go live only when the replay confirms them at ``alpha`` (molt.control.significance).
     screen: float = SCREEN
-    #: The guarded canary (molt.control.evidence, "the canary is the experiment"): a cheap, reversible
+    #: The guarded canary (molt.control.significance, "the canary is the experiment"): a cheap, reversible
     #: context change (memory, skill, harness, tool schema) whose replay is positive (``min_gain``) but
     #: whose interval is wide — on a significant cluster, a screened one, or any cluster of an agent that
     #: fails beyond ``tolerable`` — goes to a small canary whose sequential test on live outcomes promotes
@@ -226,7 +226,7 @@ class CycleResult:
 
     record: DecisionRecord
     chosen: Candidate | None = None
-    version: PolicyVersion | None = None
+    version: AgentVersion | None = None
     signals: Signals | None = None
     evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -235,7 +235,7 @@ class CycleResult:
         return self.record.choice
 
 
-def overrides_for(parts: PolicyParts, memories: Any = None, *, tenant_id: str | None = None,
+def overrides_for(parts: AgentConfig, memories: Any = None, *, tenant_id: str | None = None,
                   extra_memories: Sequence[str] = (), extra_skills: Sequence[Skill] = ()) -> Overrides:
     """The replay :class:`Overrides` that serve ``parts`` (all snapshot memories and skills injected)."""
     mems = list(parts.harness.memories)
@@ -290,7 +290,7 @@ class ControlPlane:
                  live_tools: LiveTools | None = None,
                  memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
                  trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
-                 base_parts: PolicyParts | None = None, actor: str = "control-plane", embedder: Any = None,
+                 base_parts: AgentConfig | None = None, actor: str = "control-plane", embedder: Any = None,
                  judge: BaseBackend | None = None, reflector: Any = None, gate: SafetyGate | None = None):
         self.store = store
         self.backend = backend
@@ -312,7 +312,7 @@ class ControlPlane:
         self.gate = gate if gate is not None else SafetyGate()
         self._gate_ctx: dict[str, Any] = {}
         self._cluster_failures: dict[str, list[str]] = {}
-        self._current: PolicyVersion | None = None
+        self._current: AgentVersion | None = None
         self._live_evals: dict[tuple[str, str], Evaluation | None] = {}
         # Per cycle: the confirmation level of each screened cluster's candidates (screen_levels), and the
         # live version's replayed rewards on each screened cluster's region.
@@ -321,10 +321,10 @@ class ControlPlane:
         # Per cycle: the reward channel's flip rate, the agent-level test, the clusters only the agent-level
         # test makes worth a guarded canary, and the guarded candidate chosen (if any).
         self._flips = FlipEstimate(0.0, 1.0, (0, 0), (0, 0))
-        self._agent: AgentEvidence | None = None
+        self._agent: AgentLevel | None = None
         self._family: set[str] = set()
         self._guard: dict[str, Any] | None = None
-        self._running_guard: PolicyVersion | None = None
+        self._running_guard: AgentVersion | None = None
         # Per backend: whether the replay model uses what its context states (_context_probe).
         self._probes: dict[int, tuple[bool, str]] = {}
         self._probe_note: tuple[bool, str] | None = None
@@ -425,7 +425,7 @@ class ControlPlane:
                              signals=signals.model_dump(mode="json"))
         result = CycleResult(record=rec, signals=signals)
         self._flips = flip_rate(window)
-        self._agent = agent_evidence(window, s.tolerable, s.alpha, self._flips)
+        self._agent = agent_level(window, s.tolerable, s.alpha, self._flips)
         rec.signals["evidence"] = {"agent": self._agent.summary(), "flip_rate": self._flips.summary(),
                                    "clusters": "Holm's step-down at alpha over the window's clusters "
                                                "(molt.control.clusters)",
@@ -486,7 +486,7 @@ class ControlPlane:
         self._cluster_failures = {k: [e.trajectory_id for e in c.failures] for k, c in clusters.items()}
         if self.reflector is not None and clusters:
             candidates.extend(await self._reflect(list(clusters.values()), window, live, rec))
-        # The screened clusters' share of alpha, fixed before anything is replayed (molt.control.evidence).
+        # The screened clusters' share of alpha, fixed before anything is replayed (molt.control.significance).
         screened = {k: c for k, c in clusters.items() if not c.significant}
         self._family &= set(screened)
         self._confirm_levels = screen_levels(
@@ -619,7 +619,7 @@ class ControlPlane:
         self.log.append(rec)
         return result
 
-    async def _reflect(self, clusters: list[Cluster], window: list[Episode], live: PolicyVersion,
+    async def _reflect(self, clusters: list[Cluster], window: list[Episode], live: AgentVersion,
                        rec: DecisionRecord) -> list[Candidate]:
         """The reflector's candidates for each cluster; what it returned and the gates refused goes to
         the decision log with the reason. A reflector that fails fails open: the templates remain."""
@@ -696,7 +696,7 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ steps
 
-    async def _canaries(self, live: PolicyVersion, window: list[Episode], result: CycleResult) -> bool:
+    async def _canaries(self, live: AgentVersion, window: list[Episode], result: CycleResult) -> bool:
         s = self.settings
         rec = result.record
         for c in self.registry.canaries(live.tenant_id, live.agent_id):
@@ -744,7 +744,7 @@ class ControlPlane:
             return True
         return False
 
-    def _lifecycle(self, cluster: Cluster, made: list[Candidate], live: PolicyVersion) -> list[Candidate]:
+    def _lifecycle(self, cluster: Cluster, made: list[Candidate], live: AgentVersion) -> list[Candidate]:
         """Candidates that age the live version's memories for ``cluster``: *update* — a newer fact (the
         users' agreed correction) on the same topic as a live memory that states other facts supersedes
         it (the memory replaced, replayed on the window) — and *retire* — the live version without one of
@@ -812,16 +812,16 @@ class ControlPlane:
                 self._probes[key] = (True, f"the probe failed ({type(exc).__name__}: {exc})")
         return self._probes[key]
 
-    def _guard_of(self, canary: PolicyVersion) -> dict[str, Any] | None:
+    def _guard_of(self, canary: AgentVersion) -> dict[str, Any] | None:
         """The guard the decision that started ``canary`` recorded (``None``: an ordinary canary)."""
         for d in self.log.list(canary.tenant_id, canary.agent_id, limit=200):
             if d.applied_version == canary.version_id and isinstance(d.signals.get("guard"), dict):
                 return d.signals["guard"] | {"started": _utc(d.created_at).isoformat()}
         return None
 
-    def _guarded_canary(self, c: PolicyVersion, live: PolicyVersion, guard: Mapping[str, Any],
+    def _guarded_canary(self, c: AgentVersion, live: AgentVersion, guard: Mapping[str, Any],
                         mine: list[Episode], live_runs: list[Episode], result: CycleResult) -> bool:
-        """One look of a guarded canary's sequential test (:func:`molt.control.evidence.canary_state`): each
+        """One look of a guarded canary's sequential test (:func:`molt.control.significance.canary_state`): each
         canary run paired with the live run nearest in time that was served since the canary started,
         then promote, abort (harm, or the exposure bound) or go on — its state in the decision log."""
         rec = result.record
@@ -899,10 +899,10 @@ class ControlPlane:
         sims = (got @ ref.T).max(axis=1)
         return [e for e, sim in zip(runs, sims, strict=True) if float(sim) >= self.settings.similarity]
 
-    def _previous(self, live: PolicyVersion) -> PolicyVersion | None:
+    def _previous(self, live: AgentVersion) -> AgentVersion | None:
         return self.registry.rollback_target(live.tenant_id, live.agent_id)
 
-    def _regression(self, live: PolicyVersion, previous: PolicyVersion, window: list[Episode]) -> Candidate | None:
+    def _regression(self, live: AgentVersion, previous: AgentVersion, window: list[Episode]) -> Candidate | None:
         now = [e for e in window if e.policy_version == live.version_id and e.success is not None]
         before = [e for e in window if e.policy_version == previous.version_id and e.success is not None]
         if len(now) < self.settings.min_cluster or len(before) < self.settings.min_cluster:
@@ -914,7 +914,7 @@ class ControlPlane:
             return rollback_candidate(live, previous, window)
         return None
 
-    async def _gates(self, cand: Candidate, live: PolicyVersion, window: list[Episode],
+    async def _gates(self, cand: Candidate, live: AgentVersion, window: list[Episode],
                      cluster: Cluster | None) -> dict[str, Any]:
         """Safety, replay on the cluster, regression on held-back successes. Returns the evidence;
         ``evidence["rejected"]`` says why a candidate may not go live."""
@@ -948,7 +948,7 @@ class ControlPlane:
         agent = AGENTS.get(live.agent_id) if live.agent_id in AGENTS else None
         ov = overrides_for(parts, self.memories if (parts.memory_ids or parts.skill_ids) else None,
                            tenant_id=tenant, extra_memories=extra_mem, extra_skills=extra_skill)
-        policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
+        policy = ReplayAgent(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
         failing = cand.source_trajectories if cand.kind == "rollback" else (
             [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
         ev = await self._replay(failing, agent, policy, live, cand.candidate_id, parts=parts, sample=s.replay_sample)
@@ -1043,8 +1043,8 @@ class ControlPlane:
                                    f" and the reward flip allowance {flips:.2f})")
         return out
 
-    async def _confirm(self, cand: Candidate, cluster: Cluster, live: PolicyVersion, ev: Evaluation,
-                       policy: ReplayPolicy, agent: Any, tenant: str) -> Confirmation:
+    async def _confirm(self, cand: Candidate, cluster: Cluster, live: AgentVersion, ev: Evaluation,
+                       policy: ReplayAgent, agent: Any, tenant: str) -> Confirmation:
         """The replay's paired test of ``cand`` on a screened cluster's region (its requests, failures
         included, up to ``replay_sample`` of them): the live version replayed once per cluster, the
         candidate on what its replay on the failures (``ev``) did not cover."""
@@ -1055,7 +1055,7 @@ class ControlPlane:
         if key not in self._region_live:
             ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
                                tenant_id=tenant)
-            base = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
+            base = ReplayAgent(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
             self._region_live[key] = _replayed(await self._replay(region, agent, base, live,
                                                                   f"{live.version_id}:baseline", parts=live.parts))
         got = _replayed(ev)
@@ -1066,14 +1066,14 @@ class ControlPlane:
         return confirmation(self._region_live[key], {t: got.get(t) for t in region},
                             self._confirm_levels[cluster.key])
 
-    async def _live_replay(self, cluster: Cluster, live: PolicyVersion, failing: list[str], agent: Any,
+    async def _live_replay(self, cluster: Cluster, live: AgentVersion, failing: list[str], agent: Any,
                            tenant: str) -> Evaluation | None:
         """The live version replayed on a cluster's failures (once per cluster per cycle)."""
         key = (live.version_id, cluster.key)
         if key not in self._live_evals:
             ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
                                tenant_id=tenant)
-            policy = ReplayPolicy(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
+            policy = ReplayAgent(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
             try:
                 self._live_evals[key] = await self._replay(failing, agent, policy, live, f"{live.version_id}:baseline",
                                                            parts=live.parts, sample=self.settings.replay_sample)
@@ -1082,8 +1082,8 @@ class ControlPlane:
                 self._live_evals[key] = None
         return self._live_evals[key]
 
-    async def _replay(self, ids: list[str], agent: Any, policy: ReplayPolicy, live: PolicyVersion,
-                      candidate_id: str, *, parts: PolicyParts, sample: int | None = None) -> Evaluation:
+    async def _replay(self, ids: list[str], agent: Any, policy: ReplayAgent, live: AgentVersion,
+                      candidate_id: str, *, parts: AgentConfig, sample: int | None = None) -> Evaluation:
         """Replay ``ids`` under ``policy`` (serving ``parts``) for ``live``'s agent, through the plane's memo
         of replays."""
         await self._serve_adapter(live.agent_id, parts)
@@ -1093,7 +1093,7 @@ class ControlPlane:
             memo=self.replays)
         return ev
 
-    async def _serve_adapter(self, agent_id: str, parts: PolicyParts) -> None:
+    async def _serve_adapter(self, agent_id: str, parts: AgentConfig) -> None:
         """Load ``parts``' adapter into the replay backend when it does not list it yet: a version with new
         weights is replayed on those weights, whichever process trained them (``molt serve --train`` or a
         trainer service that loaded them into the gateway's backends only)."""
@@ -1353,7 +1353,7 @@ class ControlPlane:
             rec.rejected.append(entry)
         return not few
 
-    def _apply(self, cand: Candidate, live: PolicyVersion, rec: DecisionRecord) -> PolicyVersion | None:
+    def _apply(self, cand: Candidate, live: AgentVersion, rec: DecisionRecord) -> AgentVersion | None:
         s = self.settings
         t, a = live.tenant_id, live.agent_id
         if not self._screened(cand, cand.model_dump(mode="json", exclude={"parts"}), rec):  # again, before canary
@@ -1467,7 +1467,7 @@ def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane:
     if plane is None:
         if backend is None:
             raise InterventionError("run_scheduled needs a plane or a backend to replay candidates with.")
-        plane = ControlPlane(store, backend, base_parts=PolicyParts(model=ModelPart(base=backend.model)))
+        plane = ControlPlane(store, backend, base_parts=AgentConfig(model=ModelPart(base=backend.model)))
     while not stop.wait(every_s):
         try:
             for r in plane.run_all(stop=stop):

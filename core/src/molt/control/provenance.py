@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from molt.control.versions import ModelPart, PolicyParts, PolicyVersion, VersionRegistry
+from molt.control.versions import AgentConfig, AgentVersion, ModelPart, VersionRegistry
 from molt.lineage import Lineage, LineageLog, LineageRecord, lineage_from_store, read_manifest
 from molt.store import Store
 
@@ -33,7 +33,7 @@ log = logging.getLogger("molt.control")
 _HARNESS_FIELDS = ("system_prompt_mode", "memory_header", "skills")
 
 
-def _prompt_lines(parts: PolicyParts) -> list[str]:
+def _prompt_lines(parts: AgentConfig) -> list[str]:
     return [x for x in (parts.harness.system_prompt or "").splitlines() if x.strip()]
 
 
@@ -43,7 +43,7 @@ def _tenant_lineage(store: Store, tenant_id: str, trajectories: Sequence[str]) -
     return tuple(lin for lin in lineage_from_store(store, trajectories) if lin.tenant_id == tenant_id)
 
 
-def record_change(store: Store, version: PolicyVersion, parent: PolicyVersion | None,
+def record_change(store: Store, version: AgentVersion, parent: AgentVersion | None,
                   trajectories: Sequence[str], *, kind: str = "") -> list[LineageRecord]:
     """Record the lineage of every part ``version`` adds to ``parent``: the candidate's evidence
     ``trajectories`` (see the module docstring). Never raises: a lineage that cannot be written is
@@ -56,7 +56,7 @@ def record_change(store: Store, version: PolicyVersion, parent: PolicyVersion | 
         return []
 
 
-def _record(store: Store, v: PolicyVersion, parent: PolicyVersion | None, trajectories: Sequence[str],
+def _record(store: Store, v: AgentVersion, parent: AgentVersion | None, trajectories: Sequence[str],
             kind: str) -> list[LineageRecord]:
     book = LineageLog(store)
     t, a = v.tenant_id, v.agent_id
@@ -115,7 +115,7 @@ def adapter_detail(man: Any, path: str | Path) -> dict[str, Any]:
             "replaces": man.replaces}
 
 
-def _ancestry(registry: VersionRegistry, v: PolicyVersion) -> list[str]:
+def _ancestry(registry: VersionRegistry, v: AgentVersion) -> list[str]:
     out, cur, seen = [v.version_id], v.parent_id, {v.version_id}
     while cur and cur not in seen:
         seen.add(cur)
@@ -127,7 +127,7 @@ def _ancestry(registry: VersionRegistry, v: PolicyVersion) -> list[str]:
     return out
 
 
-def holds(registry: VersionRegistry, v: PolicyVersion, rec: LineageRecord) -> bool:
+def holds(registry: VersionRegistry, v: AgentVersion, rec: LineageRecord) -> bool:
     """Whether version ``v`` holds the artifact of ``rec`` (see the module docstring)."""
     p = v.parts
     if rec.kind == "memory":
@@ -152,7 +152,7 @@ def holds(registry: VersionRegistry, v: PolicyVersion, rec: LineageRecord) -> bo
         getattr(p.harness, f) == getattr(maker.parts.harness, f) for f in fields)
 
 
-def _parent_parts(registry: VersionRegistry, v: PolicyVersion) -> PolicyParts | None:
+def _parent_parts(registry: VersionRegistry, v: AgentVersion) -> AgentConfig | None:
     if not v.parent_id:
         return None
     try:
@@ -161,8 +161,8 @@ def _parent_parts(registry: VersionRegistry, v: PolicyVersion) -> PolicyParts | 
         return None
 
 
-def without(registry: VersionRegistry, v: PolicyVersion, rec: LineageRecord, *,
-            model: ModelPart | None = None) -> PolicyParts:
+def without(registry: VersionRegistry, v: AgentVersion, rec: LineageRecord, *,
+            model: ModelPart | None = None) -> AgentConfig:
     """``v``'s parts without the artifact of ``rec``: the memory or skill left out, the harness edit's
     lines and fields taken back to what its maker's parent had, the tool rewrite back to the maker's
     parent's, an adapter replaced by ``model`` (default: the base model without an adapter)."""
@@ -175,7 +175,7 @@ def without(registry: VersionRegistry, v: PolicyVersion, rec: LineageRecord, *,
         return p.with_model(model or ModelPart(base=p.model.base))
     maker_id, _, part = rec.artifact_id.partition("#")
     maker = registry.get(maker_id, tenant_id=v.tenant_id)
-    before = _parent_parts(registry, maker) or PolicyParts(model=p.model)
+    before = _parent_parts(registry, maker) or AgentConfig(model=p.model)
     if rec.kind == "tool_rewrite":
         name = part.removeprefix("tools.")
         tools = dict(p.tools)
@@ -194,7 +194,7 @@ def without(registry: VersionRegistry, v: PolicyVersion, rec: LineageRecord, *,
     return p.model_copy(update={"harness": p.harness.model_copy(update=update)})
 
 
-def version_lineage(store: Store, registry: VersionRegistry, v: PolicyVersion) -> list[LineageRecord]:
+def version_lineage(store: Store, registry: VersionRegistry, v: AgentVersion) -> list[LineageRecord]:
     """The lineage of each learned part ``v`` holds: its memories, skills, adapter, and the harness
     edits and tool rewrites of it and its ancestors that it still holds."""
     book = LineageLog(store)

@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from molt.control.diagnose import COSTS, Candidate, Cluster, abstract_correction
 from molt.control.signals import Episode
-from molt.control.versions import PolicyVersion
+from molt.control.versions import AgentVersion
 from molt.harness import ToolRewrite
 
 __all__ = ["Reflection", "ReflectionResult", "Reflector"]
@@ -202,7 +202,7 @@ class Reflector:
         return (body["choices"][0]["message"].get("content") or "", int(u.get("prompt_tokens") or 0),
                 int(u.get("completion_tokens") or 0))
 
-    async def areflect(self, cluster: Cluster, window: Sequence[Episode], live: PolicyVersion, *,
+    async def areflect(self, cluster: Cluster, window: Sequence[Episode], live: AgentVersion, *,
                        redactor: Any) -> ReflectionResult:
         """The reflector's candidates for ``cluster`` (see the module docstring). Never raises for what
         the model answers: a bad answer is a rejected entry with the reason."""
@@ -279,7 +279,7 @@ class Reflector:
 
     # ------------------------------------------------------------------ what it writes
 
-    def _candidates(self, prop: Any, cluster: Cluster, live: PolicyVersion, redactor: Any,
+    def _candidates(self, prop: Any, cluster: Cluster, live: AgentVersion, redactor: Any,
                     known: str) -> list[tuple[Candidate | None, str | None]]:
         """One proposal → a candidate (or a rejection), retried abstracted when it holds personal data."""
         texts = _texts(prop)
@@ -303,7 +303,7 @@ class Reflector:
             return [(None, why.replace("retried abstracted", "still after abstraction"))]
         return [(self._candidate(clean, cluster, live, redacted=True), why)]
 
-    def _candidate(self, prop: Any, cluster: Cluster, live: PolicyVersion, *, redacted: bool = False) -> Candidate:
+    def _candidate(self, prop: Any, cluster: Cluster, live: AgentVersion, *, redacted: bool = False) -> Candidate:
         parts = live.parts
         ids = [e.trajectory_id for e in cluster.failures]
         note = " (abstracted)" if redacted else ""

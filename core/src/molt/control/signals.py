@@ -83,7 +83,7 @@ class Episode:
     failure_signals: list[str] = field(default_factory=list)
     #: What each signal on this call said, success (True) or failure (False): the latest reward of each
     #: outcome source by its name ("verifier", "judge", ...), and "correction" / "thumbs_down" /
-    #: "tool_error" (False) when present — what :func:`molt.control.evidence.flip_rate` compares.
+    #: "tool_error" (False) when present — what :func:`molt.control.significance.flip_rate` compares.
     votes: dict[str, bool] = field(default_factory=dict)
 
     @property

@@ -1,6 +1,6 @@
 """Composite policy versions: A = ⟨weights, harness, memory, tools, governance⟩, versioned per tenant and agent.
 
-A :class:`PolicyVersion` is an immutable tuple of parts (:class:`PolicyParts`): the base model and
+A :class:`AgentVersion` is an immutable tuple of parts (:class:`AgentConfig`): the base model and
 LoRA adapter, the harness (system prompt and context rules, static skills), the memory snapshot and
 skill set (ids into the :mod:`molt.control.memory` tables, which are append-only, so an id always
 names the same text), the tool-schema rewrites and the governance config. Versions are stored as
@@ -17,7 +17,7 @@ not routed: approving it starts its canary, rejecting it marks it ``rejected``. 
 Example::
 
     reg = VersionRegistry(store)
-    base = reg.ensure_base("acme", "support", PolicyParts(model=ModelPart(base="smollm2")))
+    base = reg.ensure_base("acme", "support", AgentConfig(model=ModelPart(base="smollm2")))
     v2 = reg.create("acme", "support", base.parts.with_memories(["mem-1"]), parent=base.version_id,
                     note="memory insert: refund window")
     reg.promote(v2.version_id, actor="control-plane")
@@ -45,12 +45,12 @@ from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
 __all__ = [
+    "AgentConfig",
+    "AgentVersion",
     "EVENTS_SCHEMA",
     "EVENTS_TABLE",
     "GovernancePart",
     "ModelPart",
-    "PolicyParts",
-    "PolicyVersion",
     "StalePromotion",
     "VERSIONS_SCHEMA",
     "VERSIONS_TABLE",
@@ -68,7 +68,7 @@ VERSIONS_SCHEMA = pa.schema([
     pa.field("tenant_id", pa.string(), nullable=False),
     pa.field("agent_id", pa.string(), nullable=False),
     pa.field("parent_id", pa.string()),
-    pa.field("parts", pa.binary(), nullable=False),        # canonical JSON of PolicyParts
+    pa.field("parts", pa.binary(), nullable=False),        # canonical JSON of AgentConfig
     pa.field("parts_digest", pa.string(), nullable=False),
     pa.field("note", pa.string()),
     pa.field("created_by", pa.string()),
@@ -112,7 +112,7 @@ class GovernancePart(BaseModel):
     digest: str | None = None
 
 
-class PolicyParts(BaseModel):
+class AgentConfig(BaseModel):
     """The parts of a composite policy version (see the module docstring)."""
 
     model_config = _DATA
@@ -139,30 +139,30 @@ class PolicyParts(BaseModel):
             return self.harness
         return self.harness.model_copy(update={"tool_rewrites": {**self.harness.tool_rewrites, **self.tools}})
 
-    def with_memories(self, ids: Sequence[str]) -> PolicyParts:
+    def with_memories(self, ids: Sequence[str]) -> AgentConfig:
         """These parts with ``ids`` added to the memory snapshot (order kept, no duplicates)."""
         return self.model_copy(update={"memory_ids": tuple(dict.fromkeys([*self.memory_ids, *ids]))})
 
-    def with_skills(self, ids: Sequence[str]) -> PolicyParts:
+    def with_skills(self, ids: Sequence[str]) -> AgentConfig:
         """These parts with ``ids`` added to the skill set."""
         return self.model_copy(update={"skill_ids": tuple(dict.fromkeys([*self.skill_ids, *ids]))})
 
-    def with_tools(self, rewrites: dict[str, ToolRewrite]) -> PolicyParts:
+    def with_tools(self, rewrites: dict[str, ToolRewrite]) -> AgentConfig:
         """These parts with tool-schema rewrites replaced or added."""
         return self.model_copy(update={"tools": {**self.tools, **rewrites}})
 
-    def with_system_prompt(self, text: str) -> PolicyParts:
+    def with_system_prompt(self, text: str) -> AgentConfig:
         """These parts with ``text`` appended to the harness system prompt."""
         current = self.harness.system_prompt
         new = text if not current else f"{current}\n{text}"
         return self.model_copy(update={"harness": self.harness.model_copy(update={"system_prompt": new})})
 
-    def with_model(self, model: ModelPart) -> PolicyParts:
+    def with_model(self, model: ModelPart) -> AgentConfig:
         """These parts with another weights part."""
         return self.model_copy(update={"model": model})
 
 
-class PolicyVersion(BaseModel):
+class AgentVersion(BaseModel):
     """One stored version: its id, owner, lineage and parts. ``status`` is filled by the registry
     from the action log (``live``, ``canary``, ``previous`` — live before and reachable by rollback —,
     ``proposed`` — waiting for an operator's approval, not routed —, ``rejected`` by an operator, or
@@ -174,7 +174,7 @@ class PolicyVersion(BaseModel):
     tenant_id: str
     agent_id: str
     parent_id: str | None = None
-    parts: PolicyParts
+    parts: AgentConfig
     parts_bytes: bytes = Field(repr=False)
     note: str | None = None
     created_by: str | None = None
@@ -205,7 +205,7 @@ class StalePromotion(InterventionError):
     it): refused, since it would silently discard the change made meanwhile."""
 
 
-def diff_parts(a: PolicyParts, b: PolicyParts) -> list[tuple[str, JsonValue, JsonValue]]:
+def diff_parts(a: AgentConfig, b: AgentConfig) -> list[tuple[str, JsonValue, JsonValue]]:
     """``(path, value in a, value in b)`` for every leaf that differs (dotted paths, sorted)."""
     out: list[tuple[str, JsonValue, JsonValue]] = []
 
@@ -287,8 +287,8 @@ class VersionRegistry:
         return marks
 
     def _version(self, row: dict[str, Any], stack: list[str] | None = None,
-                 canary: dict[str, float] | None = None, marks: dict[str, str] | None = None) -> PolicyVersion:
-        parts = PolicyParts.model_validate_json(row["parts"])
+                 canary: dict[str, float] | None = None, marks: dict[str, str] | None = None) -> AgentVersion:
+        parts = AgentConfig.model_validate_json(row["parts"])
         vid = row["version_id"]
         status = "candidate"
         if stack:
@@ -300,12 +300,12 @@ class VersionRegistry:
             status = "canary"
         if status == "candidate" and marks and vid in marks:
             status = marks[vid]
-        return PolicyVersion(version_id=vid, tenant_id=row["tenant_id"], agent_id=row["agent_id"],
+        return AgentVersion(version_id=vid, tenant_id=row["tenant_id"], agent_id=row["agent_id"],
                              parent_id=row["parent_id"], parts=parts, parts_bytes=row["parts"], note=row["note"],
                              created_by=row["created_by"], created_at=row["created_at"], status=status,
                              canary_weight=(canary or {}).get(vid))
 
-    def get(self, version_id: str, *, tenant_id: str | None = None) -> PolicyVersion:
+    def get(self, version_id: str, *, tenant_id: str | None = None) -> AgentVersion:
         """The version ``version_id`` (with ``tenant_id``, only if it belongs to that tenant)."""
         rows = self._rows(self._versions, Filter(version_id=version_id) & Filter.given(tenant_id=tenant_id))
         if not rows:
@@ -314,7 +314,7 @@ class VersionRegistry:
         stack, canary = self._state(row["tenant_id"], row["agent_id"])
         return self._version(row, stack, canary, self._marks(row["tenant_id"], row["agent_id"]))
 
-    def list(self, tenant_id: str, agent_id: str | None = None) -> list[PolicyVersion]:
+    def list(self, tenant_id: str, agent_id: str | None = None) -> list[AgentVersion]:
         """The tenant's versions (of one agent, or all), newest first, with their status."""
         rows = self._rows(self._versions, Filter(tenant_id=tenant_id) & Filter.given(agent_id=agent_id))
         states: dict[str, tuple[list[str], dict[str, float], dict[str, str]]] = {}
@@ -335,24 +335,24 @@ class VersionRegistry:
         rows = tbl.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
         return sorted({(r["tenant_id"], r["agent_id"]) for r in rows})
 
-    def live(self, tenant_id: str, agent_id: str) -> PolicyVersion | None:
+    def live(self, tenant_id: str, agent_id: str) -> AgentVersion | None:
         """The live version (``None`` before the first promotion)."""
         stack, _ = self._state(tenant_id, agent_id)
         if not stack:
             return None
         return self.get(stack[-1])
 
-    def rollback_target(self, tenant_id: str, agent_id: str) -> PolicyVersion | None:
+    def rollback_target(self, tenant_id: str, agent_id: str) -> AgentVersion | None:
         """The version :meth:`rollback` would restore (the one live before the current), if any."""
         stack, _ = self._state(tenant_id, agent_id)
         return self.get(stack[-2]) if len(stack) >= 2 else None
 
-    def canaries(self, tenant_id: str, agent_id: str) -> list[PolicyVersion]:
+    def canaries(self, tenant_id: str, agent_id: str) -> list[AgentVersion]:
         """Versions in canary, with their weight."""
         _, canary = self._state(tenant_id, agent_id)
         return [self.get(v) for v in canary]
 
-    def proposals(self, tenant_id: str, agent_id: str | None = None) -> list[PolicyVersion]:
+    def proposals(self, tenant_id: str, agent_id: str | None = None) -> list[AgentVersion]:
         """Versions waiting for an operator's approval (status ``proposed``), newest first."""
         return [v for v in self.list(tenant_id, agent_id) if v.status == "proposed"]
 
@@ -366,16 +366,16 @@ class VersionRegistry:
 
     # ------------------------------------------------------------------ writing
 
-    def create(self, tenant_id: str, agent_id: str, parts: PolicyParts | dict[str, Any], *,
-               parent: str | None = None, note: str | None = None, created_by: str | None = None) -> PolicyVersion:
+    def create(self, tenant_id: str, agent_id: str, parts: AgentConfig | dict[str, Any], *,
+               parent: str | None = None, note: str | None = None, created_by: str | None = None) -> AgentVersion:
         """Store a new version (not live until promoted). Raises :class:`InterventionError` on bad input."""
         for what, value in (("tenant", tenant_id), ("agent", agent_id)):
             if not isinstance(value, str) or not _NAME.match(value):
                 raise InterventionError(f"A policy version needs a {what} id of 1–64 letters, digits, '_', '.' or "
                                         f"'-'; got {value!r}.")
-        if not isinstance(parts, PolicyParts):
+        if not isinstance(parts, AgentConfig):
             try:
-                parts = PolicyParts.model_validate(parts)
+                parts = AgentConfig.model_validate(parts)
             except ValidationError as exc:
                 raise InterventionError(f"Invalid policy parts: {exc.errors()[0]['msg']} at "
                                         f"{'.'.join(map(str, exc.errors()[0]['loc']))}.") from exc
@@ -396,7 +396,7 @@ class VersionRegistry:
             append(self.store, VERSIONS_TABLE, pa.Table.from_pylist([row], schema=VERSIONS_SCHEMA))
         return self.get(vid)
 
-    def ensure_base(self, tenant_id: str, agent_id: str, parts: PolicyParts, *, actor: str = "molt") -> PolicyVersion:
+    def ensure_base(self, tenant_id: str, agent_id: str, parts: AgentConfig, *, actor: str = "molt") -> AgentVersion:
         """The live version, creating and promoting ``parts`` as the first version when there is none."""
         with self._lock:
             live = self.live(tenant_id, agent_id)
@@ -406,7 +406,7 @@ class VersionRegistry:
             self._log(v, "promote", actor=actor, reason="base version")
             return self.get(v.version_id)
 
-    def _log(self, v: PolicyVersion, action: Action, *, actor: str | None, reason: str | None = None,
+    def _log(self, v: AgentVersion, action: Action, *, actor: str | None, reason: str | None = None,
              weight: float | None = None) -> None:
         row = {"event_id": new_id(), "tenant_id": v.tenant_id, "agent_id": v.agent_id, "version_id": v.version_id,
                "action": action, "weight": weight, "actor": actor, "reason": reason, "at": datetime.now(UTC)}
@@ -418,7 +418,7 @@ class VersionRegistry:
                 log.exception("A version listener failed after %s of %s.", action, v.version_id)
 
     def promote(self, version_id: str, *, actor: str, reason: str | None = None,
-                tenant_id: str | None = None, expected_live: str | None = None) -> PolicyVersion:
+                tenant_id: str | None = None, expected_live: str | None = None) -> AgentVersion:
         """Make ``version_id`` live (it ends its canary, if any).
 
         With ``expected_live`` it is a compare-and-set: the version it was compared against (a
@@ -444,7 +444,7 @@ class VersionRegistry:
             return self.get(version_id)
 
     def canary(self, version_id: str, weight: float, *, actor: str, reason: str | None = None,
-               tenant_id: str | None = None) -> PolicyVersion:
+               tenant_id: str | None = None) -> AgentVersion:
         """Give ``version_id`` a share ``weight`` (0 < w < 1) of new sessions beside the live version."""
         if not (0.0 < weight < 1.0):
             raise InterventionError(f"A canary weight must be in (0, 1); got {weight}.")
@@ -458,7 +458,7 @@ class VersionRegistry:
             return self.get(version_id)
 
     def propose(self, version_id: str, *, actor: str, reason: str | None = None,
-                tenant_id: str | None = None) -> PolicyVersion:
+                tenant_id: str | None = None) -> AgentVersion:
         """Mark a new version ``proposed``: it waits for an operator (:meth:`canary` approves it,
         :meth:`reject` refuses it) and is not routed meanwhile."""
         with self._lock:
@@ -469,7 +469,7 @@ class VersionRegistry:
             return self.get(version_id)
 
     def reject(self, version_id: str, *, actor: str, reason: str | None = None,
-               tenant_id: str | None = None) -> PolicyVersion:
+               tenant_id: str | None = None) -> AgentVersion:
         """Refuse a proposed version (it stays stored, marked ``rejected``; the live version is untouched)."""
         with self._lock:
             v = self.get(version_id, tenant_id=tenant_id)
@@ -479,7 +479,7 @@ class VersionRegistry:
             return self.get(version_id)
 
     def abort(self, version_id: str, *, actor: str, reason: str | None = None,
-              tenant_id: str | None = None) -> PolicyVersion:
+              tenant_id: str | None = None) -> AgentVersion:
         """End ``version_id``'s canary without promoting it."""
         with self._lock:
             v = self.get(version_id, tenant_id=tenant_id)
@@ -489,7 +489,7 @@ class VersionRegistry:
             return self.get(version_id)
 
     def erase(self, version_id: str, *, actor: str, reason: str | None = None,
-              tenant_id: str | None = None) -> PolicyVersion:
+              tenant_id: str | None = None) -> AgentVersion:
         """Take ``version_id`` out of service for good because it holds erased data (``molt erase``): it
         leaves the live stack wherever it is (a rollback never reaches it again), its canary ends, and
         it is marked ``erased``. Supersede a live version first (promote one without the data): erasing
@@ -499,7 +499,7 @@ class VersionRegistry:
             self._log(v, "erase", actor=actor, reason=reason)
             return self.get(version_id)
 
-    def rollback(self, tenant_id: str, agent_id: str, *, actor: str, reason: str | None = None) -> PolicyVersion:
+    def rollback(self, tenant_id: str, agent_id: str, *, actor: str, reason: str | None = None) -> AgentVersion:
         """Restore the version that was live before the current one; returns it (now live)."""
         with self._lock:
             stack, _ = self._state(tenant_id, agent_id)

@@ -402,7 +402,7 @@ class CanaryTarget:
         self.versions: list[str] = []
 
     def load(self, version: str, path: Path, previous: list[str]) -> None:
-        from molt.control.versions import EVENTS_TABLE, VERSIONS_TABLE, PolicyParts
+        from molt.control.versions import EVENTS_TABLE, VERSIONS_TABLE, AgentConfig
 
         check_adapter(path)
         if self.loader is not None:
@@ -411,7 +411,7 @@ class CanaryTarget:
         for name in (VERSIONS_TABLE, EVENTS_TABLE):  # what the plane in another process changed since
             self.store.table(name).checkout_latest()
         t, a = self.tenant_id, self.agent_id
-        live = registry.ensure_base(t, a, PolicyParts(model=ModelPart(base=self.base)), actor=self.actor)
+        live = registry.ensure_base(t, a, AgentConfig(model=ModelPart(base=self.base)), actor=self.actor)
         pending: Sequence[Any] = registry.canaries(t, a)  # (mypy reads list[...] there as the registry's .list)
         for c in pending:
             if c.created_by != self.actor:

@@ -2,7 +2,7 @@
 over backends and policy versions, the harness application point, feedback and admin endpoints."""
 
 from molt.gateway.app import create_app, error_body
-from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler
+from molt.gateway.call_record import CallRecord, CallRecorder, StreamAssembler
 from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallReward, TrajectoryReward
 from molt.gateway.router import Route, Router, RoutingTable, TrafficSplit, VersionSpec, choose, session_start
 from molt.gateway.service import Call, Gateway, GatewayConfig

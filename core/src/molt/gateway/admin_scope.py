@@ -17,7 +17,7 @@ from typing import Any
 
 from molt.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from molt.gateway.router import RoutingTable, VersionSpec, scope_key, version_key
-from molt.governance.access import Action, Principal
+from molt.governance.access import Permission, Principal
 
 __all__ = ["AdminScope"]
 
@@ -37,7 +37,7 @@ class AdminScope:
     @classmethod
     def of(cls, p: Principal) -> AdminScope:
         """The scope of ``p``; raises :class:`PermissionDenied` unless it is an admin or the operator."""
-        if not (p.can(Action.ADMIN) or p.can(Action.OPERATE)):
+        if not (p.can(Permission.ADMIN) or p.can(Permission.OPERATE)):
             raise PermissionDenied(f"The role {p.role.value!r} may not use the admin API; use an admin key of "
                                    f"the tenant (its own agents' versions) or the platform operator's key.")
         return cls(p)
@@ -45,7 +45,7 @@ class AdminScope:
     @property
     def operator(self) -> bool:
         """Whether the caller may change what every tenant shares."""
-        return self.principal.can(Action.OPERATE)
+        return self.principal.can(Permission.OPERATE)
 
     @property
     def tenant(self) -> str:

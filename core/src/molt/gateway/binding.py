@@ -28,7 +28,7 @@ log = logging.getLogger("molt.control")
 
 
 def version_spec(v: Any, backends: tuple[str, ...]) -> VersionSpec:
-    """The gateway's view of composite version ``v`` (a :class:`molt.control.versions.PolicyVersion`:
+    """The gateway's view of composite version ``v`` (a :class:`molt.control.versions.AgentVersion`:
     ``version_id``, ``tenant_id`` and ``parts`` with ``model``, ``memory_ids``, ``skill_ids`` and
     ``effective_harness()``) served by ``backends``."""
     p = v.parts

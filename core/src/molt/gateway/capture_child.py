@@ -2,7 +2,7 @@
 
 :class:`~molt.gateway.capture_process.CaptureProcess` starts it (``python -c "from
 molt.gateway.capture_child import main; main()" <config>``). It rebuilds each call
-(:mod:`molt.gateway.capture_wire`), turns it into ATDP events (:class:`~molt.gateway.capture.CallRecorder`)
+(:mod:`molt.gateway.capture_wire`), turns it into ATDP events (:class:`~molt.gateway.call_record.CallRecorder`)
 and records them through a real :class:`~molt.capture.Recorder` (with governance when configured) into
 the store; its memory is kept bounded by :mod:`molt.gateway.native_heap`. It ends when its stdin
 closes (the gateway exited), after making everything it was sent durable in the spool.
@@ -25,7 +25,7 @@ import orjson
 from molt.atdp.models import Event, RewardAnnotation
 from molt.gateway import capture_wire as wire
 from molt.gateway import native_heap
-from molt.gateway.capture import CallRecorder
+from molt.gateway.call_record import CallRecorder
 
 __all__ = ["SPOOL_WAIT_S", "STORE_RETRY_S", "WRITER_INDEX_CACHE_BYTES", "main"]
 

@@ -5,7 +5,7 @@ sealing into the hash chain, the spool's fsyncs and the store's writes — is CP
 gateway's process it would take the interpreter lock from the event loop for milliseconds at a
 time. :class:`CaptureProcess` runs that work in a child process instead: the gateway serializes
 each call once (a compact dict, orjson) and a sender thread writes batches into a pipe; the child
-rebuilds the call, turns it into ATDP events (:class:`~molt.gateway.capture.CallRecorder`) and records
+rebuilds the call, turns it into ATDP events (:class:`~molt.gateway.call_record.CallRecorder`) and records
 them through a real :class:`~molt.capture.Recorder` into the store.
 
 It offers what the gateway needs of a Recorder (``record``, ``reward``, ``new_trajectory``,
@@ -44,7 +44,7 @@ from molt.atdp.ids import new_id
 from molt.atdp.models import Event, RewardAnnotation
 from molt.capture.recorder import RecorderStats
 from molt.gateway import capture_wire as wire
-from molt.gateway.capture import CallRecord
+from molt.gateway.call_record import CallRecord
 from molt.gateway.capture_child import SPOOL_WAIT_S
 from molt.gateway.native_heap import TRIM_INTERVAL_S
 

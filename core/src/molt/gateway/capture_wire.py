@@ -14,7 +14,7 @@ import orjson
 
 from molt.atdp.models import OutcomeStatus
 from molt.backends.base import Choice, Result, TokenCounts, TokenLogprob, ToolCallOut
-from molt.gateway.capture import CallRecord
+from molt.gateway.call_record import CallRecord
 from molt.gateway.router import Route, VersionSpec
 
 __all__ = ["CALL", "EVENT", "FINAL", "FLUSH", "FRESH", "HOLDS_SPOOL", "LEN", "QUIT", "RECORDS", "REWARD", "STATS",

@@ -35,7 +35,7 @@ from molt.errors import (
     PermissionDenied,
 )
 from molt.gateway.agents import AgentDirectory
-from molt.gateway.capture import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
+from molt.gateway.call_record import CallRecord, CallRecorder, StreamAssembler, reply_message, tool_results
 from molt.gateway.durable import DurableAcks
 from molt.gateway.health import CaptureHealth
 from molt.gateway.metrics import Metrics

@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from molt.governance.access import Action, KeyRing, Principal, Role, generate_key, hash_key
+from molt.governance.access import KeyRing, Permission, Principal, Role, generate_key, hash_key
 
 if TYPE_CHECKING:
     from molt.governance.audit import Audit, AuditEntry
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from molt.governance.training import TrainingQueue, TrajectoryVerdict, eligible_trajectories
 
 __all__ = [
-    "Action",
     "Audit",
     "AuditEntry",
     "Context",
@@ -40,6 +39,7 @@ __all__ = [
     "GovernancePolicy",
     "GovernedSink",
     "KeyRing",
+    "Permission",
     "PipelineStats",
     "Principal",
     "RedactionSummary",

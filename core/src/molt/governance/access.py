@@ -45,7 +45,7 @@ from pathlib import Path
 
 from molt.errors import AuthenticationError, GovernanceError, PermissionDenied
 
-__all__ = ["OPEN_KEY_NAME", "Action", "KeyRing", "Principal", "Role", "generate_key", "hash_key"]
+__all__ = ["KeyRing", "OPEN_KEY_NAME", "Permission", "Principal", "Role", "generate_key", "hash_key"]
 
 #: The key name a gateway without a key file gives every caller: it names no writer, so evidence that
 #: counts distinct keys (molt.control.hands) does not count it as one.
@@ -62,7 +62,7 @@ class Role(StrEnum):
     AGENT_WRITER = "agent_writer"
 
 
-class Action(StrEnum):
+class Permission(StrEnum):
     """Actions checked by :meth:`Principal.require`."""
 
     READ = "read"
@@ -75,12 +75,12 @@ class Action(StrEnum):
 
 
 _ROLE_NAMES = frozenset(r.value for r in Role)
-_ALLOWED: dict[Role, frozenset[Action]] = {
-    Role.OPERATOR: frozenset(Action),
-    Role.ADMIN: frozenset(Action) - {Action.OPERATE},
-    Role.TRAINER: frozenset({Action.READ, Action.EXPORT, Action.TRAIN}),
-    Role.READER: frozenset({Action.READ}),
-    Role.AGENT_WRITER: frozenset({Action.WRITE}),
+_ALLOWED: dict[Role, frozenset[Permission]] = {
+    Role.OPERATOR: frozenset(Permission),
+    Role.ADMIN: frozenset(Permission) - {Permission.OPERATE},
+    Role.TRAINER: frozenset({Permission.READ, Permission.EXPORT, Permission.TRAIN}),
+    Role.READER: frozenset({Permission.READ}),
+    Role.AGENT_WRITER: frozenset({Permission.WRITE}),
 }
 
 
@@ -104,17 +104,17 @@ class Principal:
     #: The agent the key is bound to (``agent`` in the key file): the agent of its calls that name none.
     agent_id: str | None = None
 
-    def can(self, action: Action | str) -> bool:
+    def can(self, action: Permission | str) -> bool:
         """Whether this principal's role allows ``action``."""
-        return Action(action) in _ALLOWED[self.role]
+        return Permission(action) in _ALLOWED[self.role]
 
-    def require(self, what: Action | Role | str, *, tenant: str | None = None) -> Principal:
+    def require(self, what: Permission | Role | str, *, tenant: str | None = None) -> Principal:
         """Raise :class:`PermissionDenied` unless the role allows ``what`` (an action, or a role whose
         actions must all be allowed) and, when given, ``tenant`` is this principal's tenant."""
         if tenant is not None and tenant != self.tenant_id:
             raise PermissionDenied(
                 f"A key of tenant {self.tenant_id!r} cannot act on tenant {tenant!r}; use a key of that tenant.")
-        needed = _ALLOWED[Role(what)] if isinstance(what, Role) or what in _ROLE_NAMES else frozenset({Action(what)})
+        needed = _ALLOWED[Role(what)] if isinstance(what, Role) or what in _ROLE_NAMES else frozenset({Permission(what)})
         missing = needed - _ALLOWED[self.role]
         if missing:
             raise PermissionDenied(

@@ -43,7 +43,7 @@ from typing import Any
 from molt.atdp.models import Event, RewardAnnotation
 from molt.capture.hooks import HookResult
 from molt.errors import GovernanceError, MoltError
-from molt.governance.access import Action, KeyRing, Principal
+from molt.governance.access import KeyRing, Permission, Principal
 from molt.governance.envelope import EnvelopeIds
 from molt.governance.policy import (
     ANONYMOUS_TENANT,
@@ -101,7 +101,7 @@ class GovernancePipeline:
             except MoltError as exc:
                 self.auth_error = f"the capture API key was rejected: {exc.message}"
                 log.error("Molt governance: %s; every event will be quarantined.", self.auth_error)
-        if self.principal is not None and not self.principal.can(Action.WRITE):
+        if self.principal is not None and not self.principal.can(Permission.WRITE):
             self.auth_error = (f"the capture API key has role {self.principal.role.value!r}, which may not write "
                                f"events; use an agent_writer or admin key")
         self.stages: list[Stage] = [stages.get(name)(self) for name in self.policy.pipeline]

@@ -39,7 +39,7 @@ import orjson
 
 from molt.atdp.chain import unseal, verify_chain
 from molt.errors import GovernanceError, PermissionDenied
-from molt.governance.access import Action, Principal
+from molt.governance.access import Permission, Principal
 from molt.governance.eligibility import event_reasons, quality_reasons, strip_fields
 from molt.governance.policy import GovernancePolicy
 from molt.governance.records import audit_row, ensure_governance_tables, write_audit
@@ -69,7 +69,7 @@ class TrainingQueue:
     """Eligible trajectories for one trainer principal (role ``trainer`` or ``admin``)."""
 
     def __init__(self, store: Store, policy: GovernancePolicy, principal: Principal, *, thorough: Any = None):
-        principal.require(Action.TRAIN)
+        principal.require(Permission.TRAIN)
         self.store = store
         # the thorough redaction pass every handed-out event goes through (molt.governance.thorough)
         self.thorough = thorough

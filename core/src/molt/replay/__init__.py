@@ -21,7 +21,7 @@ _EXPORTS = {
     "Normalization": "cassette",
     "Overrides": "policy",
     "ReplayMemo": "evaluate",
-    "ReplayPolicy": "policy",
+    "ReplayAgent": "policy",
     "ReplayableAgent": "decorator",
     "Reply": "episode",
     "StepResult": "step",

@@ -92,12 +92,12 @@ def _tenant(api_key: str | None, operator: bool, tenant: str | None = None) -> s
 
 def _policy(backend: str, model_path: str | None, overrides: list[str] | None, candidate: str | None = None) -> Any:
     from molt.backends import create_backend
-    from molt.replay.policy import ReplayPolicy, parse_overrides
+    from molt.replay.policy import ReplayAgent, parse_overrides
 
     config: dict[str, Any] = {}
     if backend == "local" and model_path:
         config["model_path"] = model_path
-    return ReplayPolicy(create_backend(backend, **config), parse_overrides(overrides or []), version=candidate)
+    return ReplayAgent(create_backend(backend, **config), parse_overrides(overrides or []), version=candidate)
 
 
 @app.command("show")

@@ -12,7 +12,7 @@ live reference that replay throughput is compared with.
 
 Example::
 
-    result = await replay_episode(traj, "support", ReplayPolicy(create_backend("stub")))
+    result = await replay_episode(traj, "support", ReplayAgent(create_backend("stub")))
     print(result.status, result.replayed_reward, result.recorded_reward, result.same_actions)
 """
 
@@ -27,8 +27,8 @@ from molt.atdp.models import EventKind, Generation, Outcome, OutcomeStatus, Pass
 from molt.errors import ReplayError
 from molt.replay.cassette import Cassette, CassetteMiss, Channel, Hit, LiveTools, Miss, Normalization
 from molt.replay.decorator import AGENTS, ReplayableAgent
-from molt.replay.policy import ReplayedCall, ReplayPolicy
-from molt.replay.step import Action, action_of
+from molt.replay.policy import ReplayAgent, ReplayedCall
+from molt.replay.step import StepAction, action_of
 from molt.replay.verifiers import TASK_VERIFIERS, Verdict, Verifier, VerifyContext, build_verifier
 from molt.store import Trajectory
 
@@ -59,13 +59,13 @@ class Step:
     passages: list[Passage] | None = None
     match: str | None = None
 
-    def action(self) -> Action:
+    def action(self) -> StepAction:
         """Comparable form (tool steps: their name and arguments)."""
         if self.decision is not None:
             return action_of(self.decision)
         import orjson
 
-        return Action(None, ((f"{self.kind}:{self.name}",
+        return StepAction(None, ((f"{self.kind}:{self.name}",
                               orjson.dumps(self.request, option=orjson.OPT_SORT_KEYS).decode()),))
 
 
@@ -94,7 +94,7 @@ class ModelClient:
     OpenAI SDK client over an in-process transport.
     """
 
-    def __init__(self, policy: ReplayPolicy, trace: EpisodeTrace, loop: asyncio.AbstractEventLoop | None = None):
+    def __init__(self, policy: ReplayAgent, trace: EpisodeTrace, loop: asyncio.AbstractEventLoop | None = None):
         self.policy = policy
         self._trace = trace
         self._loop = loop
@@ -200,7 +200,7 @@ def resolve_verifier(verifier: Any, agent: ReplayableAgent | None, task: str | N
     return None
 
 
-async def run_agent(agent: ReplayableAgent, input: str, policy: ReplayPolicy, answer: Any) -> tuple[Any, EpisodeTrace]:
+async def run_agent(agent: ReplayableAgent, input: str, policy: ReplayAgent, answer: Any) -> tuple[Any, EpisodeTrace]:
     """Run ``agent`` once on ``input``; ``answer(channel, name, request) -> Hit`` serves its tools."""
     trace = EpisodeTrace()
     tools = ToolBox(answer, trace)
@@ -237,23 +237,23 @@ def recorded_answer(traj: Trajectory) -> str | None:
     return None
 
 
-def recorded_actions(traj: Trajectory) -> list[Action]:
+def recorded_actions(traj: Trajectory) -> list[StepAction]:
     """The recorded model actions and tool requests, in order, comparable with a run's steps."""
     import orjson
 
-    out: list[Action] = []
+    out: list[StepAction] = []
     for ev in traj.events:
         a = ev.action
         if ev.kind == EventKind.MODEL_CALL and isinstance(a, Generation):
             out.append(action_of(a))
         elif ev.kind == EventKind.TOOL_CALL and a is not None and a.type == "tool_call":
-            out.append(Action(None, ((f"tool:{a.tool_name}",
+            out.append(StepAction(None, ((f"tool:{a.tool_name}",
                                       orjson.dumps(a.arguments, option=orjson.OPT_SORT_KEYS).decode()),)))
         elif ev.kind == EventKind.RETRIEVAL and a is not None and a.type == "retrieval":
-            out.append(Action(None, ((f"retrieval:{a.index or ''}", orjson.dumps(
+            out.append(StepAction(None, ((f"retrieval:{a.index or ''}", orjson.dumps(
                 {"query": a.query, "top_k": a.top_k}, option=orjson.OPT_SORT_KEYS).decode()),)))
         elif ev.kind == EventKind.MEMORY_READ and a is not None and a.type == "memory_read":
-            out.append(Action(None, ((f"memory:{a.key or ''}", orjson.dumps(
+            out.append(StepAction(None, ((f"memory:{a.key or ''}", orjson.dumps(
                 {"query": a.query}, option=orjson.OPT_SORT_KEYS).decode()),)))
     return out
 
@@ -276,8 +276,8 @@ class EpisodeResult:
     replayed_reward: float | None
     verdict: Verdict | None
     same_actions: bool
-    actions: list[Action]
-    recorded: list[Action]
+    actions: list[StepAction]
+    recorded: list[StepAction]
     misses: list[Miss]
     error: str | None
     prompt_tokens: int
@@ -316,7 +316,7 @@ def _recorded_reward(traj: Trajectory, verdict_of_recorded: Verdict | None) -> f
     return None if verdict_of_recorded is None else verdict_of_recorded.reward
 
 
-async def replay_episode(traj: Trajectory, agent: str | ReplayableAgent, policy: ReplayPolicy, *,
+async def replay_episode(traj: Trajectory, agent: str | ReplayableAgent, policy: ReplayAgent, *,
                          verifier: Any = None, live: LiveTools | None = None,
                          normalization: Normalization | None = None) -> EpisodeResult:
     """Re-run ``traj`` from its initial input through ``agent`` under ``policy``, tools from its cassette.

@@ -22,7 +22,7 @@ store is written.
 
 Example::
 
-    ev = await evaluate_candidate(store, ids, "support", ReplayPolicy(backend, Overrides(memories=(fact,))),
+    ev = await evaluate_candidate(store, ids, "support", ReplayAgent(backend, Overrides(memories=(fact,))),
                                   candidate_id="mem-insert-1")
     print(ev.success_delta, ev.success_delta_ci)
 """
@@ -48,7 +48,7 @@ from molt.replay.decorator import ReplayableAgent
 from molt.replay.episode import EpisodeResult, replay_episode
 from molt.replay.generic import check_tenant, replay_recording
 from molt.replay.load import load_trajectories
-from molt.replay.policy import ReplayPolicy
+from molt.replay.policy import ReplayAgent
 from molt.stats import bootstrap_ci, newcombe_diff
 from molt.store import Filter, Store, Trajectory
 from molt.store.tables import append, ensure_table
@@ -123,7 +123,7 @@ class ReplayMemo:
         return len(self._results)
 
     @staticmethod
-    def key(traj: Trajectory, policy: ReplayPolicy, context: tuple[Hashable, ...]) -> tuple[Hashable, ...]:
+    def key(traj: Trajectory, policy: ReplayAgent, context: tuple[Hashable, ...]) -> tuple[Hashable, ...]:
         """What decides a replay: the trajectory as loaded, the policy's content, the replay's context."""
         seen = (traj.trajectory_id, len(traj.events), tuple(r.annotation_id for r in traj.rewards))
         return (*seen, policy.overrides.fingerprint(), _identity(policy.backend), *context)
@@ -156,7 +156,7 @@ def _identity(x: Any) -> Hashable:
 
 
 async def evaluate_candidate(store: Store, trajectory_ids: Sequence[str], agent: str | ReplayableAgent | None,
-                             policy: ReplayPolicy, *, candidate_id: str | None = None, sample: int | None = None,
+                             policy: ReplayAgent, *, candidate_id: str | None = None, sample: int | None = None,
                              seed: int = 0, verifier: Any = None, live: LiveTools | None = None,
                              normalization: Normalization | None = None, tenant_id: str | None = None,
                              judge: Any = None, save: bool = True, memo: ReplayMemo | None = None,

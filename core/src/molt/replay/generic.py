@@ -8,7 +8,7 @@ agent again under a candidate. :func:`replay_recording`:
 
 1. starts from the first recorded model call: its messages (the system prompt and the first user
    turn), its offered tools and its sampling parameters;
-2. asks the candidate :class:`~molt.replay.policy.ReplayPolicy` (the same harness code as the gateway
+2. asks the candidate :class:`~molt.replay.policy.ReplayAgent` (the same harness code as the gateway
    applies the system prompt, memories, skills and tool rewrites);
 3. answers each tool call from the trajectory's cassette (exact, then the declared normalisation); a
    call that leaves the recording stops the branch as *unknown* unless a live tool is registered;
@@ -49,7 +49,7 @@ another tenant's trajectory and a recording with no model call to start from).
 Example::
 
     traj = load_trajectory(store, trajectory_id)
-    result = await replay_recording(traj, ReplayPolicy(backend, Overrides(memories=(fact,))), tenant_id="acme")
+    result = await replay_recording(traj, ReplayAgent(backend, Overrides(memories=(fact,))), tenant_id="acme")
     print(result.status, result.mode, result.replayed_reward, result.verdict)
 """
 
@@ -70,8 +70,8 @@ from molt.errors import ReplayError
 from molt.replay.cassette import Cassette, CassetteMiss, LiveTools, Normalization
 from molt.replay.episode import EpisodeResult, EpisodeTrace, Step
 from molt.replay.load import model_request, offered_tools
-from molt.replay.policy import ReplayPolicy
-from molt.replay.step import Action, action_of, replay_step
+from molt.replay.policy import ReplayAgent
+from molt.replay.step import StepAction, action_of, replay_step
 from molt.replay.verifiers import (
     AGENT_VERIFIERS,
     TASK_VERIFIERS,
@@ -372,7 +372,7 @@ def _tool_content(outcome: Outcome) -> str:
     return out if isinstance(out, str) else orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
 
 
-async def _drive(shape: LoopShape, policy: ReplayPolicy, cassette: Cassette, trace: EpisodeTrace) -> list[str | None]:
+async def _drive(shape: LoopShape, policy: ReplayAgent, cassette: Cassette, trace: EpisodeTrace) -> list[str | None]:
     """Run the loop under ``policy`` from the first call's messages, user turn by user turn; each
     turn's answer. A later turn is opened by the candidate's own answer to the turn before and the
     user's recorded message(s)."""
@@ -416,8 +416,8 @@ class _TooLong(Exception):
     pass
 
 
-def _recorded_actions(traj: Trajectory, calls: tuple[Event, ...]) -> list[Action]:
-    out: list[Action] = []
+def _recorded_actions(traj: Trajectory, calls: tuple[Event, ...]) -> list[StepAction]:
+    out: list[StepAction] = []
     ids = {e.event_id for e in calls}
     last = calls[-1].event_id if calls else None
     for e in traj.events:
@@ -426,11 +426,11 @@ def _recorded_actions(traj: Trajectory, calls: tuple[Event, ...]) -> list[Action
             if e.event_id == last:
                 break
         elif e.kind == EventKind.TOOL_CALL and e.action is not None and e.action.type == "tool_call" and out:
-            out.append(Action(None, ((f"tool:{e.action.tool_name}", _canon(e.action.arguments)),)))
+            out.append(StepAction(None, ((f"tool:{e.action.tool_name}", _canon(e.action.arguments)),)))
     return out
 
 
-async def replay_recording(traj: Trajectory, policy: ReplayPolicy, *, verifier: Any = None, judge: Any = None,
+async def replay_recording(traj: Trajectory, policy: ReplayAgent, *, verifier: Any = None, judge: Any = None,
                            live: LiveTools | None = None, normalization: Normalization | None = None,
                            tenant_id: str | None = None) -> EpisodeResult:
     """Re-drive ``traj``'s agent from its recording under ``policy`` and judge the new answer.
@@ -493,7 +493,7 @@ async def replay_recording(traj: Trajectory, policy: ReplayPolicy, *, verifier: 
         latency_s=time.perf_counter() - t0, mode=mode if shape.faithful else f"step ({shape.why})")
 
 
-async def _step(traj: Trajectory, policy: ReplayPolicy, shape: LoopShape,
+async def _step(traj: Trajectory, policy: ReplayAgent, shape: LoopShape,
                 trace: EpisodeTrace) -> tuple[str | None, Literal["ok", "unknown", "error"], str | None]:
     """Step replay of the first wrong call; a re-decided tool call's consequence is not recorded."""
     ev = first_wrong_call(traj)

@@ -2,13 +2,13 @@
 
 :class:`Overrides` is what a counterfactual changes — the harness parts (system prompt, inserted
 memories, skill patches, tool-schema rewrites), the weights (model name / LoRA adapter served by the
-backend) and sampling. :class:`ReplayPolicy` applies them exactly as the gateway would — through
+backend) and sampling. :class:`ReplayAgent` applies them exactly as the gateway would — through
 :mod:`molt.harness` and a :mod:`molt.backends` backend — but in process: a replay never goes through
 the gateway (see the dependency direction in docs/architecture.md).
 
 Example::
 
-    policy = ReplayPolicy(create_backend("stub"), Overrides(memories=("Refunds take 45 days.",)))
+    policy = ReplayAgent(create_backend("stub"), Overrides(memories=("Refunds take 45 days.",)))
     decision = await policy.decide([{"role": "user", "content": "How long do refunds take?"}])
 """
 
@@ -26,7 +26,7 @@ from molt.backends.base import BaseBackend, ChatRequest
 from molt.errors import ReplayError
 from molt.harness import HarnessSpec, Skill, StaticHarness, ToolRewrite
 
-__all__ = ["Overrides", "ReplayPolicy", "ReplayedCall", "parse_overrides"]
+__all__ = ["Overrides", "ReplayAgent", "ReplayedCall", "parse_overrides"]
 
 
 class Overrides(BaseModel):
@@ -125,7 +125,7 @@ class _Target:
     harness: HarnessSpec | None
 
 
-class ReplayPolicy:
+class ReplayAgent:
     """A backend and the overrides to apply, as one callable "policy".
 
     Args:
@@ -153,9 +153,9 @@ class ReplayPolicy:
             await self.backend.start()
             self._started = True
 
-    def with_overrides(self, overrides: Overrides, version: str | None = None) -> ReplayPolicy:
+    def with_overrides(self, overrides: Overrides, version: str | None = None) -> ReplayAgent:
         """The same backend under other overrides (no second model load)."""
-        p = ReplayPolicy(self.backend, overrides, harness=self.harness, version=version)
+        p = ReplayAgent(self.backend, overrides, harness=self.harness, version=version)
         p._started = self._started
         return p
 

@@ -43,7 +43,7 @@ from molt.capture import SealedRow, SinkBatch, index_fields
 from molt.replay.cassette import LiveTools
 from molt.replay.decorator import ReplayableAgent
 from molt.replay.episode import EpisodeTrace, live_answer, resolve_agent, resolve_verifier, run_agent
-from molt.replay.policy import ReplayPolicy
+from molt.replay.policy import ReplayAgent
 from molt.replay.verifiers import VerifyContext
 from molt.store import Store
 
@@ -107,7 +107,7 @@ def _message(m: dict[str, Any]) -> Message:
                    tool_calls=calls)
 
 
-async def record_episode(agent: str | ReplayableAgent, input: str, policy: ReplayPolicy, live: LiveTools, *,
+async def record_episode(agent: str | ReplayableAgent, input: str, policy: ReplayAgent, live: LiveTools, *,
                          verifier: Any = None, trajectory_id: str | None = None, tenant_id: str | None = None,
                          task: str | None = None) -> tuple[list[Event], list[RewardAnnotation], Any]:
     """Run ``agent`` live once and return ``(events, rewards, answer)`` (see the module docstring)."""

@@ -1,7 +1,7 @@
 """Step replay: re-decide one recorded model call under a candidate policy and compare.
 
 The recorded call's request (the client's messages and offered tools, before the harness) is sent
-again through :class:`~molt.replay.policy.ReplayPolicy` — harness overrides applied, the candidate's
+again through :class:`~molt.replay.policy.ReplayAgent` — harness overrides applied, the candidate's
 model and sampling — and the new action is compared with the recorded one and, when the trajectory
 knows it, with the *corrected* action: a user correction in a later ``FEEDBACK`` event, or a late
 :class:`~molt.atdp.RewardAnnotation` of source ``user_correction`` / ``human_label`` pointing at the
@@ -9,7 +9,7 @@ call whose ``reason`` carries the right answer.
 
 Example::
 
-    result = await replay_step(traj, event_id, ReplayPolicy(create_backend("stub")))
+    result = await replay_step(traj, event_id, ReplayAgent(create_backend("stub")))
     assert result.same_as_recorded
 """
 
@@ -23,20 +23,20 @@ import orjson
 from molt.atdp.models import Event, EventKind, Generation, RewardSource
 from molt.errors import ReplayError
 from molt.replay.load import model_request, offered_tools
-from molt.replay.policy import ReplayedCall, ReplayPolicy
+from molt.replay.policy import ReplayAgent, ReplayedCall
 from molt.store import Trajectory
 
-__all__ = ["Action", "StepResult", "action_of", "corrected_action", "replay_step", "replay_steps"]
+__all__ = ["StepAction", "StepResult", "action_of", "corrected_action", "replay_step", "replay_steps"]
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
+class StepAction:
     """A model action in comparable form: text and ``(tool name, canonical arguments)`` pairs."""
 
     text: str | None
     tool_calls: tuple[tuple[str, str], ...] = ()
 
-    def same(self, other: Action) -> bool:
+    def same(self, other: StepAction) -> bool:
         """Same tool calls (names and arguments) and, without tool calls, the same text."""
         if self.tool_calls or other.tool_calls:
             return self.tool_calls == other.tool_calls
@@ -59,12 +59,12 @@ def _canon(args: Any) -> str:
     return orjson.dumps(args if args is not None else {}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def action_of(x: Generation | ReplayedCall) -> Action:
-    """The comparable :class:`Action` of a recorded generation or a replayed decision."""
+def action_of(x: Generation | ReplayedCall) -> StepAction:
+    """The comparable :class:`StepAction` of a recorded generation or a replayed decision."""
     if isinstance(x, Generation):
         calls = tuple((c.name, _canon(c.arguments)) for c in x.tool_calls or [])
-        return Action(x.text or None, calls)
-    return Action(x.text or None, tuple((c["name"], _canon(c["arguments"])) for c in x.tool_calls))
+        return StepAction(x.text or None, calls)
+    return StepAction(x.text or None, tuple((c["name"], _canon(c["arguments"])) for c in x.tool_calls))
 
 
 def corrected_action(traj: Trajectory, ev: Event) -> str | None:
@@ -97,8 +97,8 @@ class StepResult:
     trajectory_id: str
     event_id: str
     seq: int | None
-    recorded: Action
-    replayed: Action
+    recorded: StepAction
+    replayed: StepAction
     corrected: str | None
     decision: ReplayedCall
 
@@ -115,7 +115,7 @@ class StepResult:
         return self.corrected.strip().casefold() in (self.replayed.render()).casefold()
 
 
-async def replay_step(traj: Trajectory, event_id: str, policy: ReplayPolicy) -> StepResult:
+async def replay_step(traj: Trajectory, event_id: str, policy: ReplayAgent) -> StepResult:
     """Re-decide the model call ``event_id`` of ``traj`` under ``policy``."""
     ev = next((e for e in traj.events if e.event_id == event_id), None)
     if ev is None:
@@ -131,7 +131,7 @@ async def replay_step(traj: Trajectory, event_id: str, policy: ReplayPolicy) -> 
                       corrected_action(traj, ev), decision)
 
 
-async def replay_steps(traj: Trajectory, policy: ReplayPolicy) -> list[StepResult]:
+async def replay_steps(traj: Trajectory, policy: ReplayAgent) -> list[StepResult]:
     """Re-decide every model call of ``traj`` (each from its own recorded request)."""
     return [await replay_step(traj, e.event_id, policy) for e in traj.events
             if e.kind == EventKind.MODEL_CALL and isinstance(e.action, Generation)

@@ -10,8 +10,8 @@ from molt.testing.conformance import (
     FAIL_TOOL,
     HUGE_TEXT_CHARS,
     OK_TOOL,
+    AdapterCapabilities,
     AdapterConformanceSuite,
-    Capabilities,
     CapturedRun,
     Script,
     capture_run,
@@ -20,12 +20,12 @@ from molt.testing.conformance import (
 from molt.testing.network import block_network, is_loopback
 
 __all__ = [
+    "AdapterCapabilities",
+    "AdapterConformanceSuite",
+    "CapturedRun",
     "FAIL_TOOL",
     "HUGE_TEXT_CHARS",
     "OK_TOOL",
-    "AdapterConformanceSuite",
-    "Capabilities",
-    "CapturedRun",
     "Script",
     "block_network",
     "capture_run",

@@ -1,7 +1,7 @@
 """The adapter conformance suite: one set of checks every Molt framework adapter passes.
 
 An adapter's test module subclasses :class:`AdapterConformanceSuite` in about thirty lines: it names
-the adapter and its framework, declares :class:`Capabilities`, and implements
+the adapter and its framework, declares :class:`AdapterCapabilities`, and implements
 :meth:`~AdapterConformanceSuite.make_capture` and
 :meth:`~AdapterConformanceSuite.run_scripted_agent` (plus the async and streaming variants its
 capabilities promise). Every ``test_*`` method below then runs against it::
@@ -10,7 +10,7 @@ capabilities promise). Every ``test_*`` method below then runs against it::
         adapter = "molt-myfw"
         framework = "myfw"
         framework_dist = "myfw"
-        capabilities = Capabilities(streaming=True, async_=True, approvals=False, retrieval=True)
+        capabilities = AdapterCapabilities(streaming=True, async_=True, approvals=False, retrieval=True)
 
         def make_capture(self, recorder, *, strict):
             return MoltHandler(recorder, strict=strict)
@@ -80,12 +80,12 @@ from molt.harness import HarnessSpec
 from molt.testing.network import block_network
 
 __all__ = [
+    "AdapterCapabilities",
+    "AdapterConformanceSuite",
+    "CapturedRun",
     "FAIL_TOOL",
     "HUGE_TEXT_CHARS",
     "OK_TOOL",
-    "AdapterConformanceSuite",
-    "Capabilities",
-    "CapturedRun",
     "Script",
     "capture_run",
     "huge_blob",
@@ -117,7 +117,7 @@ def huge_blob() -> str:
 
 
 @dataclass(frozen=True)
-class Capabilities:
+class AdapterCapabilities:
     """What the adapter's framework lets it capture; a False flag skips the checks that need it.
 
     ``single_root``: each run is one causal tree (one root event); MCP sessions, say, have many roots.
@@ -312,7 +312,7 @@ class AdapterConformanceSuite:
     framework: ClassVar[str]
     #: the distribution whose installed version is ``provenance.framework_version``
     framework_dist: ClassVar[str]
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[AdapterCapabilities] = AdapterCapabilities()
 
     # ------------------------------------------------------------------ what an adapter provides
 

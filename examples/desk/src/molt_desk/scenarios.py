@@ -40,9 +40,9 @@ from typing import Any
 
 from molt.atdp.models import RewardAnnotation, RewardSource
 from molt.control.plane import ControlPlane, CycleResult, PlaneSettings, overrides_for
-from molt.control.versions import ModelPart, PolicyParts, VersionRegistry
+from molt.control.versions import AgentConfig, ModelPart, VersionRegistry
 from molt.harness import ToolRewrite
-from molt.replay import ReplayPolicy, record_episode, save_trajectories
+from molt.replay import ReplayAgent, record_episode, save_trajectories
 from molt.store import Store
 from molt_desk.gateway import GatewayDesk, gateway_agent, register_checkers
 from molt_desk.world import AGENT, FACTS, LEGACY_AGENT, ORDERS, DeskModel, World, seed
@@ -56,9 +56,9 @@ TRUTH = {"missing_fact": "memory_insert", "tool_schema": "tool_schema_edit", "fo
 _ORDER_IDS = sorted(ORDERS)
 
 
-def base_parts() -> PolicyParts:
+def base_parts() -> AgentConfig:
     """The parts of every scenario agent's first version."""
-    return PolicyParts(model=ModelPart(base="desk-model"))
+    return AgentConfig(model=ModelPart(base="desk-model"))
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Scenario:
     agent: str
     traffic: tuple[Traffic, ...]
     failing_task: str | None = None
-    bad_parts: PolicyParts | None = None   # regression: the version promoted between the phases
+    bad_parts: AgentConfig | None = None   # regression: the version promoted between the phases
     flaky: float = 0.0
     note: str = ""
 
@@ -283,7 +283,7 @@ async def record_traffic(items: Sequence[Traffic], registry: VersionRegistry, pl
     for tr in items:
         live = registry.live(tr.tenant, tr.agent)
         assert live is not None
-        policy = ReplayPolicy(backend, overrides_for(live.parts, plane.memories if live.parts.memory_ids or
+        policy = ReplayAgent(backend, overrides_for(live.parts, plane.memories if live.parts.memory_ids or
                                                      live.parts.skill_ids else None, tenant_id=tr.tenant),
                               version=live.version_id)
         events, rewards, _ = await record_episode(tr.agent, tr.input, policy, world.live_tools(), task=tr.task,
@@ -297,12 +297,12 @@ async def record_traffic(items: Sequence[Traffic], registry: VersionRegistry, pl
     return out
 
 
-async def _live_rate(parts: PolicyParts, plane: ControlPlane, tenant: str, agent: str, inputs: Sequence[Traffic],
+async def _live_rate(parts: AgentConfig, plane: ControlPlane, tenant: str, agent: str, inputs: Sequence[Traffic],
                      backend: DeskModel) -> float | None:
     if not inputs:
         return None
     world = World()
-    policy = ReplayPolicy(backend, overrides_for(parts, plane.memories if parts.memory_ids or parts.skill_ids
+    policy = ReplayAgent(backend, overrides_for(parts, plane.memories if parts.memory_ids or parts.skill_ids
                                                  else None, tenant_id=tenant), version="live-check")
     wins = 0
     for tr in inputs:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from molt.errors import InvalidRequest, RequestTooLarge
 from molt.gateway.error_responses import JSON_MEDIA_TYPE
 from molt.gateway.service import Gateway
-from molt.governance.access import Action, Principal
+from molt.governance.access import Permission, Principal
 
 __all__ = ["Handler", "RouteContext", "json_response", "read_json"]
 
@@ -30,7 +30,7 @@ class RouteContext:
     app: FastAPI
     gateway: Gateway
 
-    def auth(self, request: Request, action: Action | None = None) -> Principal:
+    def auth(self, request: Request, action: Permission | None = None) -> Principal:
         """The caller's principal (from ``Authorization: Bearer`` or ``x-api-key``; ``X-Molt-Tenant`` where
         the key allows it: :meth:`Gateway.authenticate`), holding ``action``."""
         h = request.headers

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from molt.gateway.feedback import CallReward, EndTrajectory, Feedback, LastCallReward, TrajectoryReward
 from molt.gateway.routes.context import RouteContext, json_response
-from molt.governance.access import Action
+from molt.governance.access import Permission
 
 __all__ = ["install"]
 
@@ -32,29 +32,29 @@ def install(ctx: RouteContext) -> None:
 
     @ctx.route("/v1/molt/rewards/call", "POST")
     async def reward_call(request: Request) -> Response:
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         return json_response(feedback.reward_call(p, await ctx.read_model(request, CallReward)))
 
     @ctx.route("/v1/molt/rewards/trajectory", "POST")
     async def reward_trajectory(request: Request) -> Response:
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         return json_response(feedback.reward_trajectory(p, await ctx.read_model(request, TrajectoryReward)))
 
     @ctx.route("/v1/molt/rewards/last-call", "POST")
     async def reward_last_call(request: Request) -> Response:
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         return json_response(feedback.reward_last_call(p, await ctx.read_model(request, LastCallReward)))
 
     @ctx.route("/v1/molt/trajectories/{trajectory_id}/end", "POST")
     async def end_trajectory(request: Request) -> Response:
         trajectory_id = request.path_params["trajectory_id"]
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         body = await ctx.read_model(request, EndTrajectory) if await request.body() else EndTrajectory()
         return json_response(feedback.end_trajectory(p, trajectory_id, body))
 
     @ctx.route("/v1/molt/sessions/{session_id}/end", "POST")
     async def end_session(request: Request) -> Response:
         session_id = request.path_params["session_id"]
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         body = await ctx.read_model(request, EndTrajectory) if await request.body() else EndTrajectory()
         return json_response(feedback.end_session(p, session_id, body))

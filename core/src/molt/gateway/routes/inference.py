@@ -16,7 +16,7 @@ from molt.backends import openai_wire as wire
 from molt.errors import ModelNotFound
 from molt.gateway.error_responses import JSON_MEDIA_TYPE
 from molt.gateway.routes.context import RouteContext, json_response, read_json
-from molt.governance.access import Action
+from molt.governance.access import Permission
 
 __all__ = ["install"]
 
@@ -32,7 +32,7 @@ def install(ctx: RouteContext) -> None:
         """The shared path of both inference endpoints: auth, parse, route, run or stream, record after
         the response."""
         t0 = time.perf_counter()
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         body = await read_json(request, gw.config.max_body_bytes)
         req, stream = parse(body)
         call = begin(p, req, body, request.headers)

@@ -52,7 +52,7 @@ from molt.gateway.error_responses import JSON_MEDIA_TYPE, classify
 from molt.gateway.routes.context import RouteContext, read_json
 from molt.gateway.service import Call, Gateway, Passthrough, passthrough_metadata
 from molt.gateway.sessions import normalize_arguments
-from molt.governance.access import Action
+from molt.governance.access import Permission
 from molt.harness import Applied
 
 __all__ = ["anthropic_error", "install", "message_object", "parse_messages_request", "passthrough_body"]
@@ -396,7 +396,7 @@ def install(ctx: RouteContext) -> None:
         t0 = time.perf_counter()
         try:
             check_version(request)
-            p = ctx.auth(request, Action.WRITE)
+            p = ctx.auth(request, Permission.WRITE)
             body = await read_json(request, gw.config.max_body_bytes)
             req, stream = parse_messages_request(body, passthrough=gw.passes_through("messages"))
             call = gw.begin_chat(p, req, body, request.headers)
@@ -429,7 +429,7 @@ def install(ctx: RouteContext) -> None:
     async def count_tokens(request: Request) -> Response:
         try:
             check_version(request)
-            p = ctx.auth(request, Action.WRITE)
+            p = ctx.auth(request, Permission.WRITE)
             body = await read_json(request, gw.config.max_body_bytes)
             relayed = gw.passes_through("messages")
             req, _ = parse_messages_request(body, count_only=True, passthrough=relayed)

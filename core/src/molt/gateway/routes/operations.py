@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from molt.gateway.admin_scope import AdminScope
 from molt.gateway.routes.context import RouteContext, json_response
 from molt.gateway.service import Gateway
-from molt.governance.access import Action
+from molt.governance.access import Permission
 
 __all__ = ["install"]
 
@@ -52,7 +52,7 @@ def install(ctx: RouteContext) -> None:
 
     @ctx.route("/metrics", "GET")
     async def metrics(request: Request) -> Response:
-        reader = AdminScope(ctx.auth(request, Action.READ))
+        reader = AdminScope(ctx.auth(request, Permission.READ))
         gauges: list[tuple[str, str, dict[str, str], float]] = [
             ("molt_gateway_backend_up", "Whether a backend passes its health check.", {"backend": b}, float(ok))
             for b, ok in gw.router.health().items()]

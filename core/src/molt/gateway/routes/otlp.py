@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from molt.errors import MoltError
 from molt.gateway.error_responses import classify
 from molt.gateway.routes.context import RouteContext, json_response
-from molt.governance.access import Action
+from molt.governance.access import Permission
 
 __all__ = ["install"]
 
@@ -25,7 +25,7 @@ def install(ctx: RouteContext) -> None:
 
     async def otlp_tenant(request: Request) -> str | Response:
         try:
-            return ctx.auth(request, Action.WRITE).tenant_id
+            return ctx.auth(request, Permission.WRITE).tenant_id
         except MoltError as exc:  # the same OpenAI-style error (all four fields) as every other endpoint
             status, body = classify(exc)
             return json_response(body, status=status)

@@ -53,12 +53,12 @@ from molt.backends.base import ChatRequest, Result
 from molt.backends.chat_format import text_content
 from molt.backends.upstream import RelayedEvent
 from molt.errors import BackendError, InvalidRequest
-from molt.gateway.capture import reply_message
+from molt.gateway.call_record import reply_message
 from molt.gateway.error_responses import JSON_MEDIA_TYPE
 from molt.gateway.routes.context import RouteContext, read_json
 from molt.gateway.service import Call, Gateway, Passthrough, passthrough_metadata
 from molt.gateway.sessions import IdleLRU
-from molt.governance.access import Action
+from molt.governance.access import Permission
 from molt.harness import Applied
 
 __all__ = ["PreviousResponseNotFound", "ResponseStore", "ResponsesRequest", "install", "parse_responses_request",
@@ -526,7 +526,7 @@ def install(ctx: RouteContext) -> None:
     store = ResponseStore(idle_s=gw.config.session_idle_s)
 
     def begin(request: Request, body: Any) -> tuple[Call, ResponsesRequest]:
-        p = ctx.auth(request, Action.WRITE)
+        p = ctx.auth(request, Permission.WRITE)
         rr = parse_responses_request(body, store, p.tenant_id, passthrough=gw.passes_through("responses"))
         call = gw.begin_chat(p, rr.chat, body, request.headers)
         call.record.endpoint = "responses"

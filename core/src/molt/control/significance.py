@@ -56,8 +56,8 @@ from typing import Any
 from molt.control.signals import Episode
 from molt.stats import Z90_ONE_SIDED, binomial_greater, fisher_greater, sign_greater, wilson
 
-__all__ = ["INDEPENDENT_SIGNALS", "AgentEvidence", "Agreement", "CanaryState", "Confirmation", "FlipEstimate",
-           "agent_evidence", "agreement", "canary_state", "confirmation", "confirmed", "flip_rate", "holm",
+__all__ = ["INDEPENDENT_SIGNALS", "AgentLevel", "Agreement", "CanaryState", "Confirmation", "FlipEstimate",
+           "agent_level", "agreement", "canary_state", "confirmation", "confirmed", "flip_rate", "holm",
            "mixture_ratio", "pair_in_time", "reward_disagreement", "screen_levels"]
 
 #: Failure signals that do not come through the outcome reward (``Episode.failure_signals``).
@@ -218,9 +218,9 @@ def holm(p_values: Mapping[str, float], alpha: float) -> dict[str, tuple[float, 
 
 
 @dataclass(frozen=True)
-class AgentEvidence:
+class AgentLevel:
     """The agent's failure rate (and each tenant's share of it) tested against the tolerated rate before
-    any cluster is (:func:`agent_evidence`)."""
+    any cluster is (:func:`agent_level`)."""
 
     failures: int
     requests: int
@@ -239,8 +239,8 @@ class AgentEvidence:
                 "false_alarm_rate": f"at most {self.level:g} for an agent failing at most {self.tolerable:g}"}
 
 
-def agent_evidence(window: Sequence[Episode], tolerable: float, alpha: float,
-                   flips: FlipEstimate | None = None) -> AgentEvidence:
+def agent_level(window: Sequence[Episode], tolerable: float, alpha: float,
+                   flips: FlipEstimate | None = None) -> AgentLevel:
     """Test the agent (and each tenant's share, when the window holds several) against ``tolerable``.
 
     Under the null hypothesis the agent fails at most ``tolerable`` of its requests. A flipped reward
@@ -263,7 +263,7 @@ def agent_evidence(window: Sequence[Episode], tolerable: float, alpha: float,
             ps[t] = binomial_greater(kt, len(mine), null)
             counts[t] = (kt, len(mine))
     tested = holm(ps, alpha)
-    return AgentEvidence(k, len(judged), tolerable, null, ps["*"], tested["*"][0], tested["*"][1],
+    return AgentLevel(k, len(judged), tolerable, null, ps["*"], tested["*"][0], tested["*"][1],
                          {t: {"k": counts[t][0], "n": counts[t][1], "p_value": ps[t], "level": tested[t][0],
                               "significant": tested[t][1]} for t in tenants if t in ps})
 
