@@ -57,8 +57,8 @@ FRESH = ["What is the hourly price of the lane rental at Quarrystone Archery Ran
          "I want to rent a lane at Quarrystone Archery Range. How much is the lane rental?",
          "What is the lane rental fee at Quarrystone Archery Range?"]
 #: The plane's settings for this deployment: a canary of half the sessions (not 10 %) so the live
-#: experiment fits a CI job, bounded at 24 canary runs and 30 minutes; eight replays per candidate.
-PLANE = ["replay_sample=8", "guarded_weight=0.5", "guarded_max_requests=24", "guarded_max_s=1800"]
+#: experiment fits a CI job, bounded at 30 canary runs and 30 minutes; eight replays per candidate.
+PLANE = ["replay_sample=8", "guarded_weight=0.5", "guarded_max_requests=30", "guarded_max_s=1800"]
 
 
 def _free_port() -> int:
@@ -180,13 +180,13 @@ def test_first_cycle_canaries_a_memory_that_live_outcomes_promote(served: tuple[
     assert versions[canary]["status"] == "canary", versions
 
     # Live outcomes: the gateway routes half the sessions to the canary; the judge rewards each answer at
-    # once. Batches of sixteen, a cycle after each, until the sequential test decides (bounded: 24 canary
-    # runs, then it is withdrawn).
+    # once. Batches of 24 (each cycle of the plane is dearer than a few asks), a cycle after each, until
+    # the sequential test decides (bounded: 30 canary runs, then it is withdrawn).
     time.sleep(4)  # the gateway follows the registry within VERSION_POLL_S (3 s)
     decided: dict[str, Any] | None = None
     served_by: dict[str, list[bool]] = {}
-    for _ in range(3):
-        for i in range(16):
+    for _ in range(2):
+        for i in range(24):
             answer, tid, version = agent.ask(ASK[i % len(ASK)])
             served_by.setdefault(version, []).append(FEE in answer)
             _judge(http, tid, FEE in answer)
