@@ -64,9 +64,8 @@ def _python_for(code: str) -> str:
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """`molt serve --backend stub` as a user starts it, on a free loopback port and a fresh MOLT_HOME (its
     log, with the console admin key it printed once, is ``serve.log`` there)."""
-    import httpx
 
-    from molt.gateway.loopback import free_port
+    from molt.gateway.loopback import free_port, wait_healthy
 
     home = tmp_path_factory.mktemp("readme-home")
     port = free_port("127.0.0.1")
@@ -75,17 +74,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     proc = subprocess.Popen([sys.executable, "-m", "molt.cli", "serve", "--backend", "stub", "--port", str(port),
                              "--evolve-every", "0"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300  # start-up takes minutes on a loaded 2-core machine
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            log.close()
-            raise RuntimeError("molt serve did not start:\n" + (home / "serve.log").read_text()[-3000:])
-        time.sleep(0.3)
+    try:  # start-up takes minutes on a loaded 2-core machine
+        wait_healthy(url, proc, timeout_s=300, detail=lambda: (home / "serve.log").read_text()[-3000:])
+    except RuntimeError:
+        log.close()
+        raise
     try:
         yield f"127.0.0.1:{port}", home
     finally:

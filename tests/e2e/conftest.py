@@ -5,17 +5,16 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from molt.control.log import DecisionLog
 from molt.control.signals import episodes
 from molt.control.versions import VersionRegistry
+from molt.gateway.loopback import wait_healthy
 from molt.store import Store
 from molt_desk.world import AGENT, LEGACY_AGENT
 
@@ -25,16 +24,7 @@ def serving(proc: subprocess.Popen[bytes], url: str, log: Path, *, start_timeout
     """Wait until the ``molt serve`` process ``proc`` answers ``url/health`` (failing with its log if it exits
     or takes longer than ``start_timeout_s``); on exit, stop it as a user would (SIGINT, then kill)."""
     try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "molt serve did not start"
-            time.sleep(0.5)
+        wait_healthy(url, proc, timeout_s=start_timeout_s, detail=lambda: log.read_text(errors="replace")[-3000:])
         yield
     finally:
         proc.send_signal(signal.SIGINT)

@@ -24,14 +24,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from molt.gateway.loopback import free_port
+from molt.gateway.loopback import free_port, wait_healthy
 
 EMAIL, CARD, PHONE, NAME, IBAN = ("zq7781@quortzmail.com", "4111 1111 1111 1111", "(415) 555-0133", "Zelda Quortz",
                                   "DE89 3704 0044 0532 0130 00")
@@ -73,15 +72,7 @@ def raw_hits(root: Path) -> dict[str, list[str]]:
 
 
 def _wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(url + "/health").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "molt serve did not start"
-        time.sleep(0.2)
+    wait_healthy(url, proc, timeout_s=120)
 
 
 def _span(trace: str, span: str, name: str, attrs: dict[str, str]) -> dict[str, Any]:

@@ -19,11 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
-from molt.gateway.loopback import free_port
+from molt.gateway.loopback import free_port, wait_healthy
 
 RUNS = 6
 TENANT, AGENT = "acme", "kb"
@@ -49,15 +48,7 @@ def molt_serve(tmp_path: Path):
                              "--evolve-every", "0"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(0.3)
+        wait_healthy(url, proc, timeout_s=300, detail=lambda: (tmp_path / "serve.log").read_text()[-3000:])
         yield url, home, proc
     finally:
         if proc.poll() is None:
@@ -119,7 +110,7 @@ def test_two_processes_one_writer_every_chain_verifies(molt_serve, tmp_path: Pat
         with Store.open(home / "store", auto_compact=False) as s:
             by_tid = {t: s.trajectory(t).events for t in s.trajectory_ids()}
         mcp_calls = {t: [e for e in evs if e.provenance.integration == "molt-mcp"] for t, evs in by_tid.items()}
-        if len(by_tid) == RUNS + 1 and all(mcp_calls.values()) or time.monotonic() > deadline:
+        if (len(by_tid) == RUNS + 1 and all(mcp_calls.values())) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert set(tids) < set(by_tid) and len(by_tid) == RUNS + 1, sorted(by_tid)

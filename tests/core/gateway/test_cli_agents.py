@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from molt.atdp import EventKind
+from molt.gateway.loopback import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(os.environ.get("MOLT_CLI_AGENTS", ROOT / ".cli-agents")) / "node_modules" / ".bin"
@@ -79,14 +80,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
                              "--no-governance"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(240):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, "molt serve exited"
-            time.sleep(0.25)
+        wait_healthy(url, proc, timeout_s=60)
         yield Serve(url, home)
     finally:
         proc.terminate()

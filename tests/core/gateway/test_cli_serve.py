@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from molt.gateway.cli import is_loopback
-from molt.gateway.loopback import free_port
+from molt.gateway.loopback import free_port, wait_healthy
 
 
 @pytest.mark.slow
@@ -29,16 +28,7 @@ def test_molt_serve_stub_records_into_the_store(tmp_path: Path) -> None:
                              "--log-level", "warning", "--no-governance"], env=env, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=60)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         raw = client.chat.completions.with_raw_response.create(model="stub",
                                                                messages=[{"role": "user", "content": "via cli"}])

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 from molt.atdp import EventKind, OutcomeStatus
 from molt.backends import OpenAIBackend, StubBackend
 from molt.gateway import RoutingTable, VersionSpec
-from molt.gateway.loopback import free_port
+from molt.gateway.loopback import free_port, wait_healthy
 
 from .conftest import WEATHER_TOOL, Served
 
@@ -204,15 +203,7 @@ def test_a_killed_upstream_mid_stream(serve: Any, tmp_path: Any) -> None:
     code = f"from molt.backends.stub import serve_stub; serve_stub(port={port})"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30)
         upstream = OpenAIBackend("up", base_url=f"http://127.0.0.1:{port}/v1", model="stub")
         fallback = StubBackend("fallback")
         table = RoutingTable(versions={"v": VersionSpec(version="v", backends=("up",)),

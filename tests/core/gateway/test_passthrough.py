@@ -24,7 +24,7 @@ from molt.atdp import EventKind, OutcomeStatus
 from molt.backends import AnthropicBackend, OpenAIBackend
 from molt.capture import Recorder
 from molt.gateway import Gateway, GatewayConfig, create_app
-from molt.gateway.loopback import ServerThread
+from molt.gateway.loopback import ServerThread, wait_healthy
 from molt.governance import GovernancePipeline
 from molt.governance.access import KeyRing
 from molt.store import Store
@@ -456,7 +456,6 @@ def test_molt_serve_passes_either_api_through_to_another_molt_serve(tmp_path: Pa
     import signal
     import subprocess
     import sys
-    import time
 
     from molt.gateway.loopback import free_port
 
@@ -473,17 +472,8 @@ def test_molt_serve_passes_either_api_through_to_another_molt_serve(tmp_path: Pa
                                     stderr=subprocess.PIPE, start_new_session=True)
              for port, extra in serve_args.items()}
     try:
-        deadline = time.monotonic() + 90
         for port, proc in procs.items():
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+            wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=90)
         client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{a}", api_key="unused", max_retries=0)
         ask = [{"role": "user", "content": "via cli"}]
         with client.messages.stream(model="stub", max_tokens=50, messages=ask) as s:
@@ -552,16 +542,8 @@ def test_claude_code_and_codex_run_through_passthrough_fronts(tmp_path: Path) ->
               'Read the notes. [[stub:call=exec_command {"cmd": "cat notes.txt"}]]'],
              {"HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "codex"), "MOLT_API_KEY": "sk-any"})]
     try:
-        deadline = time.monotonic() + 90
-        for port in serve_args:
-            while True:
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-                time.sleep(0.25)
+        for port, proc in zip(serve_args, procs, strict=True):
+            wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=90)
         for cmd, env in runs:
             out = subprocess.run(cmd, cwd=work, env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True,
                                  timeout=180, stdin=subprocess.DEVNULL)

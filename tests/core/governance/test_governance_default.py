@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from molt.gateway.loopback import free_port
+from molt.gateway.loopback import free_port, wait_healthy
 
 EMAIL, CARD, PHONE, NAME = "jane.doe@example.com", "4111 1111 1111 1111", "(415) 555-0133", "Maria Garcia"
 #: What must not be found, in any byte: the values as written and their bare forms.
@@ -50,15 +50,7 @@ def test_molt_serve_with_no_flags_keeps_no_planted_pii_under_molt_home(tmp_path:
     url = f"http://127.0.0.1:{port}"
     tids = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "molt serve did not start"
-            time.sleep(0.2)
+        wait_healthy(url, proc, timeout_s=120)
         with httpx.Client(base_url=url, timeout=60) as client:
             for i, text in enumerate(PROMPTS):  # the stub backend echoes: the answers carry the PII too
                 body: dict[str, Any] = {"model": "stub", "messages": [{"role": "user", "content": text}]}

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["ServerThread", "free_port"]
+__all__ = ["ServerThread", "free_port", "wait_healthy"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,6 +26,40 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: Any = None, *, timeout_s: float = 60.0, headers: dict[str, str] | None = None,
+                 detail: Any = None) -> None:
+    """Wait until the server at ``url`` answers ``GET /health`` with 200 — a ``molt serve`` (or stub upstream)
+    started as a subprocess ``proc`` by a script or a test.
+
+    Raises :class:`RuntimeError` when ``proc`` exits first or ``timeout_s`` passes; the message ends with what
+    ``detail()`` returns (say, the tail of the server's log) or else ``proc``'s piped stderr. Start-up of
+    ``molt serve`` takes seconds on an idle machine and minutes on a loaded one: size ``timeout_s`` for it.
+    """
+    import httpx
+
+    def failure(what: str) -> RuntimeError:
+        if detail is not None:
+            extra = str(detail())
+        elif proc is not None and getattr(proc, "stderr", None) is not None and proc.poll() is not None:
+            extra = proc.stderr.read().decode(errors="replace")[-3000:]
+        else:
+            extra = ""
+        return RuntimeError(f"{url} {what}" + (f":\n{extra}" if extra else "."))
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            raise failure(f"exited with {proc.returncode} before it answered /health")
+        if time.monotonic() > deadline:
+            raise failure(f"did not answer /health within {timeout_s:g} s")
+        time.sleep(0.2)
 
 
 class ServerThread:
