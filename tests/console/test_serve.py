@@ -136,7 +136,7 @@ def test_the_control_plane_runs_on_its_schedule_and_stops_with_the_server(monkey
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     import threading
 
-    import molt.control.plane
+    import molt.control.scheduler
     from molt.backends import StubBackend
 
     calls: list[dict[str, Any]] = []
@@ -146,7 +146,7 @@ def test_the_control_plane_runs_on_its_schedule_and_stops_with_the_server(monkey
         stop.wait(60)
         calls[-1]["stopped"] = stop.is_set()
 
-    monkeypatch.setattr(molt.control.plane, "run_scheduled", fake_run_scheduled)
+    monkeypatch.setattr(molt.control.scheduler, "run_scheduled", fake_run_scheduled)
     import uvicorn
 
     import molt.cli
@@ -178,7 +178,7 @@ def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.Monk
     loads nothing until a run, and an operator key of its own for loading adapters through the admin API."""
     import threading
 
-    import molt.control.plane
+    import molt.control.scheduler
     from molt.backends import VLLMBackend
     from molt.control.weights import WeightLoop
     from molt_trainer.requests import RequestTrainer
@@ -188,7 +188,7 @@ def test_train_and_vllm_are_wired_without_starting_them(monkeypatch: pytest.Monk
     def fake_run_scheduled(store: Any, stop: threading.Event, every_s: float, *, plane: Any = None) -> None:
         planes.append(plane)
 
-    monkeypatch.setattr(molt.control.plane, "run_scheduled", fake_run_scheduled)
+    monkeypatch.setattr(molt.control.scheduler, "run_scheduled", fake_run_scheduled)
     keys = tmp_path / "keys.toml"
     keys.write_text('[[keys]]\nkey = "sk-t-admin"\ntenant = "acme"\nrole = "admin"\n'
                     '[[keys]]\nkey = "sk-t-op"\ntenant = "platform"\nrole = "operator"\n')

@@ -388,3 +388,16 @@ def test_long_modules_say_why_they_are_one_idea() -> None:
             if n > MAX_LINES and "because it is one idea" not in doc:
                 long.append(f"{f.relative_to(ROOT)}: {n} lines, no reason in its docstring")
     assert not long, "\n".join(long)
+
+
+#: No module of core is longer than this, whatever its docstring says (issue 48): past it a module holds
+#: more than one idea a newcomer can name, and one of them moves out.
+HARD_MAX_LINES = 800
+
+
+def test_no_core_module_is_over_the_hard_limit() -> None:
+    """Troubleshooting: move a coherent idea out of the module named (as control/plane.py's canary looks,
+    gates and selection rules, or the Recorder's delivery thread, each went to a module of its own)."""
+    over = [f"{f.relative_to(ROOT)}: {n} lines" for f in sorted((ROOT / "core" / "src").rglob("*.py"))
+            if (n := len(f.read_text().splitlines())) > HARD_MAX_LINES]
+    assert not over, "\n".join(over)

@@ -8,7 +8,7 @@ What starts, in one process (plus the capture child and, with ``--vllm``, a supe
   spooled or stored; ``--no-governance`` turns it off (the banner and ``molt doctor`` say so in red);
 - the **web console** at ``/console`` (:mod:`molt.console`), tenant-scoped by the API key it is
   opened with;
-- the **control plane** every ``--evolve-every`` seconds (``molt.control.plane.run_scheduled``) when
+- the **control plane** every ``--evolve-every`` seconds (``molt.control.scheduler.run_scheduled``) when
   it is installed, with ``--plane-setting KEY=VALUE`` thresholds. It learns which calls failed from the
   reward endpoints (``/v1/molt/rewards/*``: a client's verifier, tests, user feedback and corrections)
   and judges the answers it replays with ``--verifier TASK=SPEC`` / ``--agent-verifier AGENT=SPEC``
@@ -255,7 +255,8 @@ def _start_control(stack: Stack, store: Any, every_s: float, replay_backend: Cal
         return
 
     def run() -> None:  # imported here: the plane's imports take seconds, serving starts meanwhile
-        from molt.control.plane import ControlPlane, PlaneSettings, run_scheduled
+        from molt.control.plane import ControlPlane, PlaneSettings
+        from molt.control.scheduler import run_scheduled
         from molt.control.versions import AgentConfig, ModelPart
 
         # Its own backend object: the gateway's lives on the server's event loop, the plane replays

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from molt.backends.base import ChatRequest, Result
-from molt.control.plane import ControlPlane, run_scheduled
+from molt.control.plane import ControlPlane
+from molt.control.scheduler import run_scheduled
 from molt.replay import save_trajectories
 from molt.store import Store
 from molt_desk.scenarios import Traffic, base_parts, record_traffic

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,10 +23,13 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from molt.atdp.ids import new_id
+from molt.control.diagnose import Candidate
+from molt.control.signals import Signals
+from molt.control.versions import AgentVersion
 from molt.store import Filter, Store
 from molt.store.tables import append, ensure_table
 
-__all__ = ["LOG_SCHEMA", "LOG_TABLE", "DecisionLog", "DecisionRecord"]
+__all__ = ["LOG_SCHEMA", "LOG_TABLE", "CycleResult", "DecisionLog", "DecisionRecord"]
 
 LOG_TABLE = "evolution_log"
 LOG_SCHEMA = pa.schema([
@@ -98,3 +102,18 @@ class DecisionLog:
         r = got[0]
         body = orjson.loads(r.pop("record"))
         return DecisionRecord(**r, **body)
+
+
+@dataclass
+class CycleResult:
+    """What one cycle did for one agent."""
+
+    record: DecisionRecord
+    chosen: Candidate | None = None
+    version: AgentVersion | None = None
+    signals: Signals | None = None
+    evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def choice(self) -> str:
+        return self.record.choice

@@ -52,209 +52,71 @@ One :meth:`ControlPlane.run_cycle` for one tenant's agent:
 
 Defaults work on the labelled scenarios of the desk example (``examples/desk``, :mod:`molt_desk.scenarios`).
 
-One module at ~1,000 lines because it is one idea: the cycle above, whose steps share the cycle's state
-(window, live version, decision record) and are read and changed in their order; what each step computes
-lives in its own module (signals, diagnose, evidence, reflector, replay, versions, weights).
+One module at ~700 lines because it is one idea: the cycle above, whose steps share the cycle's state
+(window, live version, decision record) and are read and changed in their order. What each step decides
+lives in a module of its own: the thresholds (:mod:`molt.control.settings`), the canary looks
+(:mod:`molt.control.canary`), a candidate's gates (:mod:`molt.control.replay_gates`), the choice and the
+weight rules (:mod:`molt.control.selection`), the replay overrides (:mod:`molt.control.overrides`), the
+agents found in the traffic (:mod:`molt.control.discovery`) and the period (:mod:`molt.control.scheduler`);
+what each computes, in signals, diagnose, significance, reflector, replay and versions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from molt.backends.base import BaseBackend
-from molt.control.approval import Approval, Proposals, needs_approval, proposal_evidence
-from molt.control.clusters import embed_texts, intent_text, resolve_embedder
+from molt.control.approval import Proposals, needs_approval, proposal_evidence
+from molt.control.canary import CanaryLooks
+from molt.control.clusters import embed_texts, resolve_embedder
 from molt.control.diagnose import (
-    ALPHA,
     COSTS,
     QA_EXTRA,
-    SCREEN,
-    SIMILARITY,
-    TOLERABLE,
     Candidate,
     Cluster,
     cluster_failures,
     environment_fault,
     propose,
     rollback_candidate,
-    same_pattern,
 )
-from molt.control.gate import SafetyGate, Verdict, gate_context
-from molt.control.hands import held_out_keys, many_hands, without_held_out
+from molt.control.discovery import agents_in_traffic
+from molt.control.gate import SafetyGate, gate_context
+from molt.control.hands import held_out_keys, without_held_out
 from molt.control.lease import LeaseHeld, Leases, holder_name
-from molt.control.log import DecisionLog, DecisionRecord
+from molt.control.log import CycleResult, DecisionLog, DecisionRecord
+from molt.control.overrides import overrides_for
 from molt.control.provenance import record_change
-from molt.control.signals import Episode, Signals, compute_signals, episodes
+from molt.control.replay_gates import CandidateGates
+from molt.control.selection import Selection, no_candidate, second_form, sufficient
+from molt.control.settings import PlaneSettings, reflector_from_settings, settings_from_pairs
+from molt.control.signals import Episode, compute_signals, episodes
 from molt.control.significance import (
     AgentLevel,
-    Confirmation,
     FlipEstimate,
     agent_level,
-    canary_state,
-    confirmation,
     flip_rate,
-    pair_in_time,
     screen_levels,
 )
-from molt.control.versions import AgentConfig, AgentVersion, ModelPart, StalePromotion, VersionRegistry
+from molt.control.versions import AgentConfig, AgentVersion, ModelPart, VersionRegistry
 from molt.errors import InterventionError, MoltError
-from molt.harness import Skill
-from molt.replay import AGENTS, LiveTools, Normalization, Overrides, ReplayAgent, evaluate_candidate
+from molt.replay import LiveTools, Normalization
 from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.replay.generic import checkable_facts
-from molt.stats import newcombe_diff, stratified_delta
-from molt.store import Filter, Store
+from molt.stats import newcombe_diff
+from molt.store import Store
 
-__all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "run_scheduled", "settings_from_pairs"]
+__all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "settings_from_pairs"]
 
 log = logging.getLogger("molt.control")
-#: The cheap, reversible changes a guarded canary may try (weight updates keep the strict bar).
-GUARDED_KINDS = frozenset({"memory_insert", "memory_update", "memory_retire", "skill_patch", "harness_edit",
-                           "tool_schema_edit"})
-_NAME_OK = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 
-class PlaneSettings(BaseModel):
-    """Thresholds of the cycle (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    window: int = 400
-    min_cluster: int = 4
-    min_weight_cluster: int = 12
-    min_gain: float = 0.2
-    sufficient_gain: float = 0.5
-    regression_sample: int = 12
-    regression_tolerance: float = 0.1
-    replay_sample: int = 24
-    max_unknown_share: float = 0.5
-    cost_lambda: float = 0.05
-    regression_min_drop: float = 0.2
-    canary_weight: float = 0.2
-    canary_min: int = 8
-    canary_tolerance: float = 0.1
-    promote_directly: bool = False
-    #: What may go live without an operator (molt.control.approval): ``auto`` everything, ``context`` no
-    #: context change (memory, skill, harness, tool schema) — it becomes a proposed version —, ``all`` no
-    #: new version at all. Rollbacks and canary aborts never wait.
-    approval: Approval = "auto"
-    #: The family-wise false-alarm rate of a window's failure-cluster tests (molt.control.diagnose).
-    alpha: float = ALPHA
-    #: The feature similarity down to which failures share a cluster (molt.control.diagnose).
-    similarity: float = SIMILARITY
-    #: The failure rate of one intent tolerated before acting on it, whatever the rest of the window does
-    #: (the second test of molt.control.diagnose; in (0, 1)).
-    tolerable: float = TOLERABLE
-    #: A cluster below the bar whose smallest p-value is at most this is *screened*: its context candidates
-    #: are replayed and go live only when the replay confirms them at ``alpha`` (molt.control.significance).
-    screen: float = SCREEN
-    #: The guarded canary (molt.control.significance, "the canary is the experiment"): a cheap, reversible
-    #: context change (memory, skill, harness, tool schema) whose replay is positive (``min_gain``) but
-    #: whose interval is wide — on a significant cluster, a screened one, or any cluster of an agent that
-    #: fails beyond ``tolerable`` — goes to a small canary whose sequential test on live outcomes promotes
-    #: or aborts it. ``False``: the strict bar alone (a context change needs its interval above zero).
-    guarded: bool = True
-    #: The guarded canary's share of the agent's sessions.
-    guarded_weight: float = 0.1
-    #: Its sequential test's false-promotion rate (and harm test's level).
-    guarded_alpha: float = 0.05
-    #: The fewest failures a cluster needs for a guarded canary: one or two asks of anything are noise,
-    #: whatever their replay says.
-    guarded_min_failures: int = 3
-    #: Its exposure bound: canary runs, and seconds since it started; past either without a decision it
-    #: is aborted.
-    guarded_max_requests: int = 60
-    guarded_max_s: float = 7 * 86400.0
-    #: A reflector (molt.control.reflector) writing candidates beside the templates': an OpenAI-compatible
-    #: base URL (``.../v1``; in production a strong model), or ``"served"`` for the plane's replay backend
-    #: (the served model). ``None``: templates only. Its bearer token is read from the environment variable
-    #: ``reflector_api_key_env`` names (never a setting: settings are printed in ``molt serve``'s banner).
-    reflector_url: str | None = None
-    #: The model the reflector asks (default: the replay backend's model).
-    reflector_model: str | None = None
-    reflector_api_key_env: str = "MOLT_REFLECTOR_API_KEY"
-    reflector_max_tokens: int = 512
-    reflector_timeout_s: float = 120.0
-    #: Replay every candidate, even those dearer than a sufficient one already found (which cannot win):
-    #: for measuring candidates (bench/bench_evolve.py), not for production cycles.
-    replay_all: bool = False
-    #: A memory or skill needs corrections (or successes) from this many distinct sessions, and — when they
-    #: came through API keys — from this many keys (molt.control.hands).
-    min_hands: int = 3
-    min_keys: int = 2
-    #: How long corrections from a key whose feedback the safety gate refused stay out of the evidence.
-    held_out_hours: float = 72.0
-    #: Entity types that make generated memory / skill text unservable (personal data and secrets;
-    #: organisations and places are what policy facts are about, so they do not count).
-    pii_types: frozenset[str] = frozenset({
-        "PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "IBAN_CODE", "IP_ADDRESS", "ADDRESS",
-        "US_DRIVER_LICENSE", "API_KEY", "PASSWORD", "PRIVATE_KEY"})
-
-
-def settings_from_pairs(items: Sequence[str], **given: Any) -> PlaneSettings:
-    """:class:`PlaneSettings` from ``KEY=VALUE`` pairs (values read as JSON, else as text), over ``given``
-    — what ``--plane-setting`` means in ``molt serve`` and ``molt evolve run``. A pair without ``=``, or
-    an unknown key or bad value, raises :class:`ValueError` naming it."""
-    import orjson
-
-    out: dict[str, Any] = dict(given)
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{item!r}: expected KEY=VALUE (e.g. canary_min=6).")
-        try:
-            out[key.strip()] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            out[key.strip()] = raw
-    return PlaneSettings(**out)
-
-
-@dataclass
-class CycleResult:
-    """What one cycle did for one agent."""
-
-    record: DecisionRecord
-    chosen: Candidate | None = None
-    version: AgentVersion | None = None
-    signals: Signals | None = None
-    evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def choice(self) -> str:
-        return self.record.choice
-
-
-def overrides_for(parts: AgentConfig, memories: Any = None, *, tenant_id: str | None = None,
-                  extra_memories: Sequence[str] = (), extra_skills: Sequence[Skill] = ()) -> Overrides:
-    """The replay :class:`Overrides` that serve ``parts`` (all snapshot memories and skills injected)."""
-    mems = list(parts.harness.memories)
-    skills = list(parts.harness.skills)
-    if memories is not None and tenant_id is not None:
-        if parts.memory_ids:
-            mems += [m.text for m in memories.memories(tenant_id, list(parts.memory_ids))]
-        if parts.skill_ids:
-            skills += [Skill(name=s.name, instructions=s.instructions)
-                       for s in memories.skills(tenant_id, list(parts.skill_ids))]
-    mems += list(extra_memories)
-    skills += list(extra_skills)
-    h = parts.effective_harness()
-    return Overrides(system_prompt=h.system_prompt, system_prompt_mode=h.system_prompt_mode,
-                     memories=tuple(dict.fromkeys(mems)), skills=tuple(skills), tool_rewrites=dict(h.tool_rewrites),
-                     model=parts.model.adapter)
-
-
-class ControlPlane:
+class ControlPlane(CanaryLooks, CandidateGates, Selection):
     """The evolution control plane over one store.
 
     Args:
@@ -307,7 +169,7 @@ class ControlPlane:
         self.actor = actor
         self.embedder = embedder
         self.judge = judge
-        self.reflector = reflector if reflector is not None else self._settings_reflector()
+        self.reflector = reflector if reflector is not None else reflector_from_settings(self.settings, self.backend)
         # Every text a candidate would put in a prompt is screened before replay and again before canary.
         self.gate = gate if gate is not None else SafetyGate()
         self._gate_ctx: dict[str, Any] = {}
@@ -336,24 +198,6 @@ class ControlPlane:
         # recording; business ids (order_id, user_id) are what a candidate changes, so the plane
         # matches them: only transport ids and timestamps are ignored.
         self.normalization = Normalization(ignore_key_pattern=r"(_at|_ts)$|timestamp")
-
-    def _settings_reflector(self) -> Any:
-        """The reflector ``settings.reflector_url`` names (``None`` without one)."""
-        s = self.settings
-        if not s.reflector_url:
-            return None
-        from molt.control.reflector import Reflector
-
-        kw: dict[str, Any] = {"max_tokens": s.reflector_max_tokens, "timeout_s": s.reflector_timeout_s}
-        if s.reflector_url == "served":
-            if isinstance(self.backend, Mapping):
-                raise InterventionError("reflector_url='served' needs one replay backend; this plane has one per "
-                                        "agent — give the reflector's URL instead.")
-            return Reflector(backend=self.backend, model=s.reflector_model, **kw)
-        model = s.reflector_model or (None if isinstance(self.backend, Mapping) else self.backend.model)
-        if not model:
-            raise InterventionError("reflector_url needs reflector_model (the model to ask at that endpoint).")
-        return Reflector(s.reflector_url, model=model, api_key=os.environ.get(s.reflector_api_key_env) or None, **kw)
 
     def backend_for(self, agent_id: str) -> BaseBackend:
         """The backend that replays ``agent_id``'s candidates."""
@@ -494,7 +338,7 @@ class ControlPlane:
             # a memory's two forms (prose, question and answer) are one test: whichever is confirmed first
             # spends the share (_gates)
             Counter(x.cluster for x in candidates if x.cluster in screened and x.kind != "weight_update"
-                    and not _second_form(x)), s.alpha)
+                    and not second_form(x)), s.alpha)
         n_sig = sum(1 for c in clusters.values() if c.significant)
         ag = self._agent
         assert ag is not None
@@ -519,12 +363,12 @@ class ControlPlane:
                 rec.reason = "; ".join(f"{k}: {v}" for k, v in faults.items())
             elif significant:
                 rec.reason = "no candidate could be built: " + "; ".join(
-                    _no_candidate(c) for c in clusters.values())
+                    no_candidate(c) for c in clusters.values())
             else:
                 weak = [c for c in found if not c.significant and c.evidence is not None]
                 if screened:
                     rec.actions.append("no candidate for the screened cluster(s): " + "; ".join(
-                        _no_candidate(c) for c in screened.values()))
+                        no_candidate(c) for c in screened.values()))
                 best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
                 rec.reason = ("no failure cluster reaches the evidence bar"
                               + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
@@ -573,7 +417,7 @@ class ControlPlane:
             else:
                 rec.candidates.append(entry)
                 passed.append((cand, evidence))
-                if self._sufficient(evidence["replay"]) and found_sufficient is None:
+                if sufficient(self.settings, evidence["replay"]) and found_sufficient is None:
                     found_sufficient = (cand.cost, cand.kind)
 
         facts = {c.cluster for c in candidates if c.kind in ("memory_insert", "memory_update")}
@@ -662,7 +506,7 @@ class ControlPlane:
         however it was captured (gateway, adapter, import): no registration needed."""
         pairs = set(self.registry.agents(tenant_id))
         if self.base_parts is not None:
-            pairs |= self._agents_in_traffic(tenant_id)
+            pairs |= agents_in_traffic(self.store, tenant_id)
         return pairs
 
     def run_all(self, tenant_id: str | None = None, *, stop: threading.Event | None = None) -> list[CycleResult]:
@@ -687,62 +531,7 @@ class ControlPlane:
                 out.append(r)
         return out
 
-    def _agents_in_traffic(self, tenant_id: str | None) -> set[tuple[str, str]]:
-        first = Filter(seq=0).present("agent_id").present("tenant_id")
-        q = self.store.table("events").search().where(str(first.where(tenant_id=tenant_id) if tenant_id else first))
-        rows = q.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
-        return {(r["tenant_id"], r["agent_id"]) for r in rows if _NAME_OK.match(r["tenant_id"])
-                and _NAME_OK.match(r["agent_id"])}
-
     # ------------------------------------------------------------------ steps
-
-    async def _canaries(self, live: AgentVersion, window: list[Episode], result: CycleResult) -> bool:
-        s = self.settings
-        rec = result.record
-        for c in self.registry.canaries(live.tenant_id, live.agent_id):
-            mine = [e for e in window if e.policy_version == c.version_id and e.success is not None]
-            live_runs = [e for e in window if e.policy_version == live.version_id and e.success is not None]
-            guard = self._guard_of(c)
-            if guard is not None:
-                return self._guarded_canary(c, live, guard, mine, live_runs, result)
-            start = min((m.started_at for m in mine), default=None)
-            # Compare with the live version's concurrent traffic; with too little of it, its whole window.
-            concurrent = [e for e in live_runs if start is not None and e.started_at >= start]
-            theirs = concurrent if len(concurrent) >= max(1, s.canary_min // 2) else live_runs
-            if not mine:
-                rec.actions.append(f"canary {c.version_id}: no rewarded traffic yet")
-                rec.choice, rec.reason = "noop", f"waiting for canary {c.version_id} traffic"
-                return True
-            k1 = sum(e.success for e in mine)
-            k0 = sum(e.success for e in theirs)
-            rate = k1 / len(mine)
-            base = k0 / len(theirs) if theirs else rate
-            delta = stratified_delta(_task_outcomes(mine), _task_outcomes(theirs)) if theirs else 0.0
-            _, hi = newcombe_diff(k1, len(mine), k0, len(theirs)) if theirs else (0.0, 1.0)
-            rec.actions.append(f"canary {c.version_id}: {rate:.2f} vs live {base:.2f} on {len(mine)}/{len(theirs)}"
-                               f", {delta:+.2f} task for task")
-            # Abort when the canary is significantly worse, or worse beyond the tolerance on a full sample;
-            # a couple of unlucky runs are not evidence.
-            if hi < 0 or (len(mine) >= s.canary_min and delta < -s.canary_tolerance):
-                self.registry.abort(c.version_id, actor=self.actor, reason=f"canary delta {delta:+.2f}")
-                rec.choice, rec.reason = "rollback", f"canary {c.version_id} aborted: delta {delta:+.2f} vs live"
-                rec.applied_version = live.version_id
-                return True
-            if len(mine) >= s.canary_min:
-                try:  # compare-and-set: the canary's change was made on its parent
-                    result.version = self.registry.promote(c.version_id, actor=self.actor,
-                                                           reason=f"canary delta {delta:+.2f} on {len(mine)}",
-                                                           expected_live=c.parent_id or live.version_id)
-                except StalePromotion as exc:
-                    self.registry.abort(c.version_id, actor=self.actor, reason=str(exc))
-                    rec.choice, rec.reason = "rollback", f"canary {c.version_id} aborted: {exc}"
-                    return True
-                rec.choice, rec.reason = "promote", f"canary {c.version_id} promoted: delta {delta:+.2f}"
-                rec.applied_version = c.version_id
-                return True
-            rec.choice, rec.reason = "noop", f"canary {c.version_id} has {len(mine)}/{s.canary_min} rewarded runs"
-            return True
-        return False
 
     def _lifecycle(self, cluster: Cluster, made: list[Candidate], live: AgentVersion) -> list[Candidate]:
         """Candidates that age the live version's memories for ``cluster``: *update* — a newer fact (the
@@ -790,115 +579,6 @@ class ControlPlane:
                 payload={"memory_id": m.memory_id, "text": m.text}, source_trajectories=ids))
         return out
 
-    async def _context_probe(self, agent_id: str) -> tuple[bool, str]:
-        """Whether the replay model uses a fact its system prompt states (a made-up one it cannot know):
-        when it does not, replay cannot judge a context change on this model, and a replayed memory that
-        "did not help" says nothing about the memory."""
-        be = self.backend_for(agent_id)
-        key = id(be)
-        if key not in self._probes:
-            from molt.backends.base import ChatRequest
-
-            code = "7291"
-            try:
-                await be.start()
-                res = await be.chat(ChatRequest(model=be.model, max_tokens=24, temperature=0.0, messages=[
-                    {"role": "system", "content": f"Fact: the archive's door code is {code}."},
-                    {"role": "user", "content": "What is the archive's door code?"}]))
-                answer = res.choices[0].text or ""
-                self._probes[key] = (code in answer, f"asked a door code its system prompt states ({code}), it "
-                                                     f"answered {answer[:80]!r}")
-            except Exception as exc:  # a probe that fails says nothing either way
-                self._probes[key] = (True, f"the probe failed ({type(exc).__name__}: {exc})")
-        return self._probes[key]
-
-    def _guard_of(self, canary: AgentVersion) -> dict[str, Any] | None:
-        """The guard the decision that started ``canary`` recorded (``None``: an ordinary canary)."""
-        for d in self.log.list(canary.tenant_id, canary.agent_id, limit=200):
-            if d.applied_version == canary.version_id and isinstance(d.signals.get("guard"), dict):
-                return d.signals["guard"] | {"started": _utc(d.created_at).isoformat()}
-        return None
-
-    def _guarded_canary(self, c: AgentVersion, live: AgentVersion, guard: Mapping[str, Any],
-                        mine: list[Episode], live_runs: list[Episode], result: CycleResult) -> bool:
-        """One look of a guarded canary's sequential test (:func:`molt.control.significance.canary_state`): each
-        canary run paired with the live run nearest in time that was served since the canary started,
-        then promote, abort (harm, or the exposure bound) or go on — its state in the decision log."""
-        rec = result.record
-        started = datetime.fromisoformat(guard["started"])
-        beside = [e for e in live_runs if _utc(e.started_at) >= started] or live_runs
-        # Harm anywhere: the canary's pooled success rate significantly below the live one's aborts it.
-        if mine and beside:
-            k1, k0 = sum(bool(e.success) for e in mine), sum(bool(e.success) for e in beside)
-            if newcombe_diff(k1, len(mine), k0, len(beside))[1] < 0:
-                why = (f"harm: {k1}/{len(mine)} canary runs succeeded against {k0}/{len(beside)} live, the 95% "
-                       f"interval of the difference below zero")
-                self.registry.abort(c.version_id, actor=self.actor, reason=f"guarded canary: {why}")
-                rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {why}"
-                rec.applied_version = live.version_id
-                return True
-        # The sequential test reads the requests the change is about (its cluster's task, or requests like
-        # its failures): elsewhere the two versions are the same agent, and their pairs only add noise.
-        served = len(mine)
-        mine, beside = self._targeted(guard, mine), self._targeted(guard, beside)
-        pairs = pair_in_time([(_utc(e.started_at), bool(e.success)) for e in mine],
-                             [(_utc(e.started_at), bool(e.success)) for e in beside])
-        elapsed = (datetime.now(UTC) - started).total_seconds()
-        max_s = float(guard.get("max_s", 0) or 0)
-        prior = guard.get("prior") or [1.0, 1.0]
-        st = canary_state([bool(e.success) for e in mine], [bool(e.success) for e in beside], pairs,
-                          prior=(float(prior[0]), float(prior[1])), alpha=float(guard["alpha"]),
-                          max_runs=int(guard["max_requests"]), expired=elapsed >= max_s, served=served,
-                          elapsed_s=elapsed, max_s=max_s)
-        rec.signals["canary"] = st.summary() | {"version": c.version_id}
-        rec.actions.append(f"guarded canary {c.version_id}: {st.why} — {st.brief()}")
-        if st.decision == "promote":
-            try:  # compare-and-set: the canary's change was made on its parent
-                result.version = self.registry.promote(c.version_id, actor=self.actor,
-                                                       reason=f"guarded canary: {st.why}",
-                                                       expected_live=c.parent_id or live.version_id)
-            except StalePromotion as exc:
-                self.registry.abort(c.version_id, actor=self.actor, reason=str(exc))
-                rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {exc}"
-                return True
-            rec.choice, rec.reason = "promote", f"guarded canary {c.version_id} promoted: {st.why}"
-            rec.applied_version = c.version_id
-        elif st.decision == "abort":
-            self.registry.abort(c.version_id, actor=self.actor, reason=f"guarded canary: {st.why}")
-            rec.choice, rec.reason = "rollback", f"guarded canary {c.version_id} aborted: {st.why}"
-            rec.applied_version = live.version_id
-        else:
-            # The canary goes on; the cycle looks on for a change with strict evidence, which would take
-            # its place (a guarded canary must not hold up what the strict bar already allows).
-            rec.choice, rec.reason = "noop", f"guarded canary {c.version_id} running: {st.why}"
-            self._running_guard = c
-            return False
-        return True
-
-    def _while_guarded(self, rec: DecisionRecord) -> None:
-        """A cycle that made no change while a guarded canary runs: the canary's state is the decision."""
-        g = self._running_guard
-        if g is None:
-            return
-        state = rec.signals.get("canary") or {}
-        rec.reason = (f"guarded canary {g.version_id} running: {state.get('why', '')}; meanwhile no change "
-                      f"clears the strict bar ({rec.reason})")
-        rec.choice = "noop"
-
-    def _targeted(self, guard: Mapping[str, Any], runs: list[Episode]) -> list[Episode]:
-        """The runs of the guarded change's target: requests whose intent is like one of its cluster's
-        failures' (the clustering's similarity), of its task when it has one."""
-        if guard.get("task"):
-            runs = [e for e in runs if e.task == guard["task"]]
-        qs = [q for q in guard.get("questions") or [] if q]
-        if not qs or not runs:
-            return runs
-        emb = resolve_embedder(self.embedder)
-        ref = embed_texts(emb, qs)
-        got = embed_texts(emb, [intent_text(e.question) for e in runs])
-        sims = (got @ ref.T).max(axis=1)
-        return [e for e, sim in zip(runs, sims, strict=True) if float(sim) >= self.settings.similarity]
-
     def _previous(self, live: AgentVersion) -> AgentVersion | None:
         return self.registry.rollback_target(live.tenant_id, live.agent_id)
 
@@ -914,450 +594,12 @@ class ControlPlane:
             return rollback_candidate(live, previous, window)
         return None
 
-    async def _gates(self, cand: Candidate, live: AgentVersion, window: list[Episode],
-                     cluster: Cluster | None) -> dict[str, Any]:
-        """Safety, replay on the cluster, regression on held-back successes. Returns the evidence;
-        ``evidence["rejected"]`` says why a candidate may not go live."""
-        s = self.settings
-        tenant = live.tenant_id
-        own = {e.trajectory_id for e in window if e.tenant_id == tenant}
-        foreign = [t for t in cand.source_trajectories if t not in own]
-        if foreign:
-            return {"rejected": f"safety: {len(foreign)} source trajectories are not {tenant}'s"}
-        extra_mem: list[str] = []
-        extra_skill: list[Skill] = []
-        is_memory = cand.kind in ("memory_insert", "memory_update")
-        if is_memory or cand.kind == "skill_patch":
-            keys = ("text",) if is_memory else ("name", "trigger", "instructions")
-            bad = [k for k in keys if not isinstance(cand.payload.get(k), str) or not cand.payload[k].strip()]
-            if bad:
-                return {"rejected": f"malformed {cand.kind.replace('_', ' ')}: empty or missing {', '.join(bad)}"}
-            texts = ([cand.payload["text"]] if is_memory
-                     else [cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"]])
-            found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]})
-            if found:
-                return {"rejected": f"safety: generated {cand.kind.replace('_', ' ')} contains "
-                                    f"{', '.join(found)}; it is never stored or served"}
-            if is_memory:
-                extra_mem.append(cand.payload["text"])
-            else:
-                extra_skill.append(Skill(name=cand.payload["name"], instructions=cand.payload["instructions"]))
-        parts = cand.parts or live.parts
-        # A registered entry point is the most faithful replay; without one (every gateway- or
-        # adapter-captured agent) the trajectory's recording is re-driven (molt.replay.generic).
-        agent = AGENTS.get(live.agent_id) if live.agent_id in AGENTS else None
-        ov = overrides_for(parts, self.memories if (parts.memory_ids or parts.skill_ids) else None,
-                           tenant_id=tenant, extra_memories=extra_mem, extra_skills=extra_skill)
-        policy = ReplayAgent(self.backend_for(live.agent_id), ov, version=cand.candidate_id)
-        failing = cand.source_trajectories if cand.kind == "rollback" else (
-            [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
-        ev = await self._replay(failing, agent, policy, live, cand.candidate_id, parts=parts, sample=s.replay_sample)
-        out: dict[str, Any] = {"replay": _brief(ev)}
-        out["replay"]["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
-                                 else "generic replay from the recording")
-        replayer = self.backend_for(live.agent_id)
-        out["replay"]["model"], out["replay"]["backend"] = replayer.model, type(replayer).__name__
-        stale = cluster is not None and cand.kind != "rollback" and any(
-            e.policy_version != live.version_id for e in cluster.failures)
-        if stale and ev.candidate_success_rate is not None and ev.scored:
-            # Some failures were recorded under an earlier version: what they recorded is not what the
-            # live version does now. The baseline is a replay of the live version on the same runs, so a
-            # candidate gets no credit for what an earlier change (an adapter, a memory) already fixed.
-            base = await self._live_replay(cluster, live, failing, agent, tenant)
-            if base is not None and base.candidate_success_rate is not None and base.scored:
-                k1 = round(ev.candidate_success_rate * ev.scored)
-                k0 = round(base.candidate_success_rate * base.scored)
-                lo, hi = newcombe_diff(k1, ev.scored, k0, base.scored)
-                out["replay"].update(baseline_success_rate=base.candidate_success_rate,
-                                     success_delta=ev.candidate_success_rate - base.candidate_success_rate,
-                                     success_delta_ci=[lo, hi], baseline="replay of the live version",
-                                     recorded_baseline=ev.baseline_success_rate)
-        if ev.errors and ev.errors >= max(1, ev.sampled // 2):
-            out["rejected"] = f"replay: {ev.errors} of {ev.sampled} replays raised"
-            return out
-        if ev.scored == 0 or ev.unknown > s.max_unknown_share * max(ev.sampled, 1):
-            out["rejected"] = f"replay: too little coverage ({ev.scored} scored, {ev.unknown} unknown)"
-            return out
-        guardable = s.guarded and cand.kind in GUARDED_KINDS and self._promising(out["replay"])
-        if cluster is not None and cluster.key in self._family and cand.kind != "rollback":
-            # Only the agent-level test is significant: the candidate can go live only on a guarded canary.
-            out["bar"] = "guarded"
-            out["guarded_why"] = "only the agent's failure rate is significant, not this cluster's by itself"
-        elif cluster is not None and cluster.key in self._confirm_levels and cand.kind != "rollback":
-            # A screened cluster: the candidate goes live only if the replay confirms it (evidence.py), or —
-            # positive but unconfirmed — on a guarded canary, whose live outcomes are the experiment.
-            fact = (cluster.key, str(cand.payload.get("fact") or "")) if cand.payload.get("fact") else None
-            if not self._clears(out["replay"]):
-                out["confirmation"] = {"skipped": "the replay did not clear the evidence bar"}
-                if guardable:
-                    out["bar"] = "guarded"
-                    out["guarded_why"] = "the cluster is screened, and the replay's interval is wide"
-            elif fact is not None and fact in self._confirmed_facts:
-                # One test per memory, whatever its form: the other form's confirmation spent its share.
-                out["confirmation"] = {"skipped": "the same memory in its other form was confirmation-tested: "
-                                                  "one test per memory"}
-                if guardable:
-                    out["bar"] = "guarded"
-                    out["guarded_why"] = "the cluster is screened, and the memory's test was spent on its other form"
-                else:
-                    out["rejected"] = ("confirmation: the same memory in its other form was tested on the "
-                                       "cluster's region (one test per memory)")
-                    return out
-            else:
-                if fact is not None:
-                    self._confirmed_facts.add(fact)
-                conf = await self._confirm(cand, cluster, live, ev, policy, agent, tenant)
-                out["confirmation"] = conf.summary()
-                if not conf.confirmed:
-                    if guardable and conf.fixed > conf.broken:
-                        out["bar"] = "guarded"
-                        out["guarded_why"] = (f"the cluster is screened and the replay does not confirm it at its "
-                                              f"share of alpha ({conf.fixed} fixed, {conf.broken} broken; sign "
-                                              f"test p={conf.p_value:.3g} > {conf.level:.3g})")
-                    else:
-                        out["rejected"] = (f"confirmation: {cluster.key} is screened, not significant, and replay "
-                                           f"on its {conf.pairs} requests does not confirm the candidate "
-                                           f"({conf.fixed} fixed, {conf.broken} broken; sign test "
-                                           f"p={conf.p_value:.3g} > {conf.level:.3g})")
-                        return out
-        held = [e.trajectory_id for e in window if e.success and e.tenant_id == tenant and e.trajectory_id
-                not in set(failing) and e.policy_version in (live.version_id, None)][-s.regression_sample:]
-        if held and not (self._clears(out["replay"]) or guardable):
-            # Gates cheapest first: a candidate whose replay does not clear the evidence bar can be neither
-            # chosen nor more "tried" than it is (the weight rule counts it as replayed and failed), so the
-            # held-back successes are not replayed for it.
-            out["regression"] = {"skipped": "the replay did not clear the evidence bar"}
-        elif held:
-            reg = await self._replay(held, agent, policy, live, cand.candidate_id + ":regr", parts=parts)
-            out["regression"] = _brief(reg)
-            # Some recorded successes are flipped failures, and those fail again on replay whatever the
-            # candidate: the drop they explain (the flip rate's upper bound, estimated from the signals'
-            # disagreements) is allowed beside the tolerance — one flipped held-back success does not
-            # fail a candidate.
-            flips = self._flips.upper if self._flips.rate > 0 else 0.0
-            out["regression"]["flip_allowance"] = round(flips, 4)
-            if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
-                    reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance - flips:
-                out["rejected"] = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
-                                   f"{reg.candidate_success_rate:.2f} (beyond the tolerance {s.regression_tolerance:g}"
-                                   f" and the reward flip allowance {flips:.2f})")
-        return out
-
-    async def _confirm(self, cand: Candidate, cluster: Cluster, live: AgentVersion, ev: Evaluation,
-                       policy: ReplayAgent, agent: Any, tenant: str) -> Confirmation:
-        """The replay's paired test of ``cand`` on a screened cluster's region (its requests, failures
-        included, up to ``replay_sample`` of them): the live version replayed once per cluster, the
-        candidate on what its replay on the failures (``ev``) did not cover."""
-        s = self.settings
-        region = list(dict.fromkeys([e.trajectory_id for e in cluster.failures]
-                                    + [e.trajectory_id for e in cluster.requests]))[:s.replay_sample]
-        key = (live.version_id, cluster.key)
-        if key not in self._region_live:
-            ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
-                               tenant_id=tenant)
-            base = ReplayAgent(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
-            self._region_live[key] = _replayed(await self._replay(region, agent, base, live,
-                                                                  f"{live.version_id}:baseline", parts=live.parts))
-        got = _replayed(ev)
-        rest = [t for t in region if t not in got]
-        if rest:
-            got |= _replayed(await self._replay(rest, agent, policy, live, cand.candidate_id + ":region",
-                                                parts=cand.parts or live.parts))
-        return confirmation(self._region_live[key], {t: got.get(t) for t in region},
-                            self._confirm_levels[cluster.key])
-
-    async def _live_replay(self, cluster: Cluster, live: AgentVersion, failing: list[str], agent: Any,
-                           tenant: str) -> Evaluation | None:
-        """The live version replayed on a cluster's failures (once per cluster per cycle)."""
-        key = (live.version_id, cluster.key)
-        if key not in self._live_evals:
-            ov = overrides_for(live.parts, self.memories if (live.parts.memory_ids or live.parts.skill_ids) else None,
-                               tenant_id=tenant)
-            policy = ReplayAgent(self.backend_for(live.agent_id), ov, version=f"{live.version_id}:baseline")
-            try:
-                self._live_evals[key] = await self._replay(failing, agent, policy, live, f"{live.version_id}:baseline",
-                                                           parts=live.parts, sample=self.settings.replay_sample)
-            except Exception:
-                log.warning("Replaying the live version on %s failed.", cluster.key, exc_info=True)
-                self._live_evals[key] = None
-        return self._live_evals[key]
-
-    async def _replay(self, ids: list[str], agent: Any, policy: ReplayAgent, live: AgentVersion,
-                      candidate_id: str, *, parts: AgentConfig, sample: int | None = None) -> Evaluation:
-        """Replay ``ids`` under ``policy`` (serving ``parts``) for ``live``'s agent, through the plane's memo
-        of replays."""
-        await self._serve_adapter(live.agent_id, parts)
-        ev: Evaluation = await evaluate_candidate(
-            self.store, ids, agent, policy, candidate_id=candidate_id, sample=sample, live=self.live_tools,
-            tenant_id=live.tenant_id, normalization=self.normalization, judge=self.judge_for(live.agent_id),
-            memo=self.replays)
-        return ev
-
-    async def _serve_adapter(self, agent_id: str, parts: AgentConfig) -> None:
-        """Load ``parts``' adapter into the replay backend when it does not list it yet: a version with new
-        weights is replayed on those weights, whichever process trained them (``molt serve --train`` or a
-        trainer service that loaded them into the gateway's backends only)."""
-        m = parts.model
-        if not m.adapter or not m.adapter_path:
-            return
-        be = self.backend_for(agent_id)
-        key = (id(be), m.adapter)
-        if key in self._adapters or not getattr(getattr(be, "capabilities", None), "lora", False):
-            return
-        if m.adapter not in await be.models():
-            await be.load_adapter(m.adapter, m.adapter_path)
-        self._adapters.add(key)
-
-    def _clears(self, replay: Mapping[str, Any]) -> bool:
-        """Whether a replay clears the evidence bar (``min_gain``, interval above zero)."""
-        d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
-        return d is not None and ci is not None and d >= self.settings.min_gain and ci[0] > 0
-
-    def _promising(self, replay: Mapping[str, Any]) -> bool:
-        """Whether a replay is positive evidence (``min_gain``), whatever its interval: enough for a guarded
-        canary."""
-        d = replay.get("success_delta")
-        return d is not None and d >= self.settings.min_gain
-
-    def _sufficient(self, replay: Mapping[str, Any]) -> bool:
-        """Whether a replay shows a sufficient fix (``sufficient_gain``, interval above zero)."""
-        d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
-        return d is not None and ci is not None and d >= self.settings.sufficient_gain and ci[0] > 0
-
-    def _select(self, passed: list[tuple[Candidate, dict[str, Any]]], all_candidates: list[Candidate],
-                clusters: dict[str, Cluster], evaluations: Mapping[str, dict[str, Any]] | None = None,
-                ) -> tuple[Candidate | None, str]:
-        s = self.settings
-        scored = []
-        guarded = []
-        for cand, ev in passed:
-            r = ev["replay"]
-            size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
-            if s.guarded and cand.kind in GUARDED_KINDS and self._promising(r) and size >= s.guarded_min_failures \
-                    and (ev.get("bar") == "guarded" or not self._clears(r)):
-                guarded.append((cand, ev, r["success_delta"] * size - s.cost_lambda * cand.cost * size))
-            if ev.get("bar") == "guarded":
-                continue  # not evidence enough for the strict bar, only for a guarded canary
-            delta, ci = r["success_delta"], r["success_delta_ci"]
-            if delta is None or ci is None:
-                continue
-            size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
-            j = delta * size - s.cost_lambda * cand.cost * size
-            scored.append((cand, delta, ci, j))
-        sufficient = [x for x in scored if x[1] >= s.sufficient_gain and x[2][0] > 0]
-        if sufficient:
-            cand, delta, ci, j = min(sufficient, key=lambda x: (x[0].cost, -x[3]))
-            return cand, (f"cheapest sufficient: replay fixes {delta:+.0%} of cluster {cand.cluster} "
-                          f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), cost {cand.cost}, J={j:.1f}")
-        clearing = [x for x in scored if x[1] >= s.min_gain and x[2][0] > 0]
-        if clearing:
-            cand, delta, ci, j = max(clearing, key=lambda x: x[3])
-            return cand, (f"best partial fix: replay {delta:+.0%} on {cand.cluster} "
-                          f"(95% CI {ci[0]:+.2f}..{ci[1]:+.2f}), J={j:.1f}")
-        if self._running_guard is not None:
-            return None, "a guarded canary is running (only a change with strict evidence may take its place)"
-        if guarded:
-            # The canary is the experiment: a cheap, reversible change with positive replay evidence but a
-            # wide interval goes to a guarded canary (its sequential test on live outcomes decides).
-            cand, ev, j = max(guarded, key=lambda x: (x[2], -x[0].cost))
-            r = ev["replay"]
-            conf = ev.get("confirmation") or {}
-            fixed = conf.get("fixed")
-            broken = conf.get("broken")
-            if fixed is None:  # the replay on the cluster's failures: its fixes, and no pairs broken
-                fixed = round((r.get("candidate_success_rate") or 0.0) * (r.get("scored") or 0)
-                              - (r.get("baseline_success_rate") or 0.0) * (r.get("scored") or 0))
-                broken = 0
-            cl = clusters.get(cand.cluster)
-            self._guard = {"candidate": cand.candidate_id, "cluster": cand.cluster,
-                           "task": cl.task if cl is not None else None,
-                           "questions": list(dict.fromkeys(intent_text(e.question) for e in cl.failures))[:12]
-                           if cl is not None else [],
-                           "prior": [1.0 + max(0, int(fixed)), 1.0 + int(broken or 0)],
-                           "alpha": s.guarded_alpha, "max_requests": s.guarded_max_requests,
-                           "max_s": s.guarded_max_s, "share": s.guarded_weight}
-            ci = r.get("success_delta_ci") or [None, None]
-            lo = f"{ci[0]:+.2f}" if ci[0] is not None else "n/a"
-            short = ev.get("guarded_why") or "its interval is too wide for the strict bar"
-            return cand, (f"guarded canary: replay {r['success_delta']:+.0%} on {cand.cluster} (95% CI low {lo}; "
-                          f"{short}); a cheap, reversible {cand.kind} is tried on "
-                          f"{s.guarded_weight:.0%} of the sessions, and its mSPRT on live outcomes (false-promotion "
-                          f"rate {s.guarded_alpha:g}, at most {s.guarded_max_requests} canary runs) promotes or "
-                          f"aborts it")
-        # A weight update is the last resort, and only for a cluster whose evidence is in and on which
-        # context changes were generated, replayed and failed (see _weight_evidence); the others wait.
-        weights = sorted((c for c in all_candidates if c.kind == "weight_update" and c.cluster in clusters),
-                         key=lambda c: (-clusters[c.cluster].size, c.cluster))
-        eligible: list[tuple[Candidate, str]] = []
-        waiting: list[str] = []
-        for cand in weights:
-            cl = clusters[cand.cluster]
-            tried, wait = self._weight_evidence(cl, all_candidates, evaluations or {})
-            if wait is not None:
-                waiting.append(wait)
-                continue
-            cross = self._cross_tenant(cl)
-            cand.payload["tenants_with_pattern"] = cross
-            if self._current is not None:  # the weights this request is about (asked once per model)
-                cand.payload["model"] = self._current.parts.model.model_dump(mode="json")
-            # The weights are shared: a gap worth training recurs across tenants or is large.
-            if len(cross) >= 2 or cl.size >= s.min_weight_cluster:
-                eligible.append((cand, f"capability gap: {cl.size} '{cl.signature}' failures on task {cl.task} "
-                                       f"({len(cross)} tenant(s) show it); context changes were replayed on it "
-                                       f"and none fixed it (tried: {', '.join(tried)})"))
-        pending = set(self._pending_weight_updates([c for c, _ in eligible]))
-        fresh = [(c, why) for c, why in eligible if c.cluster not in pending]
-        if fresh:
-            return fresh[0]
-        if pending:
-            return None, (f"weight update for {', '.join(sorted(pending))} already requested; waiting for the "
-                          f"trainer's adapter (a new model part) before asking again")
-        if waiting:
-            best = ""
-            if scored:
-                top = max(scored, key=lambda x: x[1])
-                best = f"; best candidate {top[0].kind} {top[1]:+.0%}, CI low {top[2][0]:+.2f}"
-            return None, "waiting for evidence: " + "; ".join(waiting) + best
-        if scored:
-            best = max(scored, key=lambda x: x[1])
-            return None, (f"no candidate clears the evidence bar (best: {best[0].kind} {best[1]:+.0%}, "
-                          f"CI low {best[2][0]:+.2f})")
-        return None, "no candidate passed its gates"
-
-    def _weight_evidence(self, cluster: Cluster, all_candidates: list[Candidate],
-                         evaluations: Mapping[str, dict[str, Any]]) -> tuple[list[str], str | None]:
-        """What a weight update for ``cluster`` would rest on: the context candidates replayed on it
-        (kind and replay delta), or — while the evidence is not in — what the cluster waits for.
-
-        An answer failure says only that the answer was wrong; what the agent lacked is said by a user
-        correction (it becomes a memory candidate), and corrections are late: they come after the
-        answer, often after the cycle that first sees the failure. A missing fact whose correction has
-        not arrived looks exactly like a capability gap, so a cluster none of whose failures carries a
-        correction waits until one cycle of this agent has run since its oldest failure: then its users
-        had that cycle's time to correct it. The live version must itself have failed this way (failures
-        recorded only under earlier versions may be fixed already). And weights are asked for only when
-        context changes were generated for the cluster, replayed on it and failed (did not clear the
-        bar, or regressed the held-back successes) — a candidate that could not be replayed (safety,
-        replay errors, too little coverage, an agent replay cannot run) is no evidence that context
-        cannot fix it.
-        """
-        if not any(e.corrections for e in cluster.failures):
-            last = self._last_cycle_at()
-            if last is None or all(_utc(e.started_at) >= last for e in cluster.failures):
-                return [], (f"{cluster.key}: a user correction or one more cycle — none of its {cluster.size} "
-                            f"failure(s) carries a correction yet and no earlier cycle has seen them (corrections "
-                            f"arrive late; until then a missing fact looks like a capability gap)")
-        live = self._current.version_id if self._current is not None else None
-        stamped = {e.policy_version for e in cluster.failures if e.policy_version is not None}
-        if live is not None and stamped and live not in stamped:
-            # Recorded under earlier versions only: a change made since (a memory) may have fixed them, and
-            # a candidate replayed against the live version then "fails" because nothing is left to fix.
-            return [], (f"{cluster.key}: a failure under the live version {live} — its {cluster.size} failure(s) "
-                        f"were recorded under {', '.join(sorted(stamped))}")
-        facts = [c for c in all_candidates if c.cluster == cluster.key and c.kind in ("memory_insert", "memory_update")]
-        tried: list[str] = []
-        untried: list[str] = []
-        for c in all_candidates:
-            if c.cluster != cluster.key or c.kind in ("weight_update", "rollback"):
-                continue
-            ev = evaluations.get(c.candidate_id) or {}
-            replay, rejected = ev.get("replay") or {}, str(ev.get("rejected") or "")
-            if replay.get("scored") and not rejected.startswith("replay"):
-                d = replay.get("success_delta")
-                tried.append(f"{c.kind} {'n/a' if d is None else f'{d:+.0%}'}"
-                             + (" (regressed held-back successes)" if rejected.startswith("regression") else ""))
-            else:
-                untried.append(f"{c.kind}: {rejected or 'not replayed'}")
-        if facts:
-            # The users agree on a fact: a missing (or changed) fact is context's to fix, never training's.
-            used, probe = self._probe_note if self._probe_note is not None else (True, "")
-            why = (f"the replay model does not use its context ({probe}): replay cannot judge the memory here"
-                   if not used else "the memory did not clear the bar on replay" if tried else
-                   f"none of its context changes could be replayed ({'; '.join(untried)})")
-            fact = str(facts[0].payload.get("text", ""))[:80]
-            return [], (f"{cluster.key}: its users' corrections agree on a fact ({fact!r}), and a fact is never "
-                        f"sent to training; {why} — the cluster waits for a replay that can judge it or for a "
-                        f"guarded canary")
-        if not tried:
-            return [], (f"{cluster.key}: a context change replayed on it — "
-                        + (f"none could be replayed ({'; '.join(untried)})" if untried else
-                           "none was generated (no correction, tool error or format requirement to build one "
-                           "from)") + "; weights are asked for only when context changes were tried and failed")
-        return tried, None
-
-    def _last_cycle_at(self) -> Any:
-        """When this agent's previous cycle ran (UTC), or ``None`` before its first."""
-        if self._current is None:
-            return None
-        last = self.log.list(self._current.tenant_id, self._current.agent_id, limit=1)
-        return _utc(last[0].created_at) if last else None
-
-    def _pending_weight_updates(self, weights: list[Candidate]) -> list[str]:
-        """Clusters of ``weights`` whose weight update this agent already requested under the live model
-        (asked once per model: the trainer's adapter, a new model part, is the answer)."""
-        if not weights or self._current is None:
-            return []
-        live = self._current
-        model = live.parts.model.model_dump(mode="json")
-        asked = set()
-        # A trainer that answers outside the cycle (a trainer service, molt.control.weight_queue) knows
-        # which of its requests are still open: queued, training, or canaried and not yet judged.
-        outstanding = getattr(self.trainer, "outstanding", None)
-        if callable(outstanding):
-            asked.update(outstanding(live.tenant_id, live.agent_id, model))
-        for d in self.log.list(live.tenant_id, live.agent_id, choice="weight_update", limit=50):
-            if d.applied_version is None and callable(outstanding):
-                continue  # asked of the service: open only while the service says so (above)
-            if d.applied_version is not None:  # the trainer delivered: pending only while its canary runs
-                try:
-                    if self.registry.get(d.applied_version).status != "canary":
-                        continue
-                except MoltError:
-                    continue
-            asked.update(c["cluster"] for c in d.candidates
-                         if c.get("kind") == "weight_update" and (c.get("payload") or {}).get("model") == model)
-        clusters = {c.cluster for c in weights}
-        return sorted(clusters & asked)
-
-    def _cross_tenant(self, cluster: Cluster) -> list[str]:
-        """Tenants whose recent traffic (any agent) of the same task fails with the same signature."""
-        s = self.settings
-        out = set(cluster.tenants)
-        for tenant, agent in self.registry.agents():  # any agent: the weights are shared across them
-            if tenant in out:
-                continue
-            eps = episodes(self.store, tenant, agent, limit=s.window)
-            found = cluster_failures(eps, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
-                                 tolerable=s.tolerable)
-            if any(c.significant and same_pattern(c, cluster, s.similarity) for c in found):
-                out.add(tenant)
-        return sorted(out)
-
-    def _screened(self, cand: Candidate, entry: dict[str, Any], rec: DecisionRecord) -> bool:
-        """The safety gate's verdict on ``cand`` (:mod:`molt.control.gate`), kept in its log ``entry``; a
-        refused candidate goes to the log's rejected list with the reasons (its source trajectories are
-        the feedback the gate flags: :func:`molt.control.gate.flagged_feedback`)."""
-        verdict: Verdict = self.gate.screen_candidate(cand, **self._gate_ctx)
-        entry["gate"] = verdict.model_dump()
-        if not verdict.accepted:
-            entry["rejected"] = f"gate: {verdict.summary()}"
-            rec.rejected.append(entry)
-            return False
-        s = self.settings
-        # a skill's evidence is also the cluster's failing runs (the procedure is what they lacked)
-        extra = self._cluster_failures.get(cand.cluster, []) if cand.kind == "skill_patch" else []
-        few = many_hands(cand, self.store, rec.tenant_id, min_hands=s.min_hands, min_keys=s.min_keys,
-                         extra=extra)
-        if few:  # not a refusal of the text: its feedback is not flagged
-            entry["rejected"] = "; ".join(few)
-            rec.rejected.append(entry)
-        return not few
-
     def _apply(self, cand: Candidate, live: AgentVersion, rec: DecisionRecord) -> AgentVersion | None:
         s = self.settings
         t, a = live.tenant_id, live.agent_id
         if not self._screened(cand, cand.model_dump(mode="json", exclude={"parts"}), rec):  # again, before canary
-            raise InterventionError(f"the safety gate refused {cand.kind} before canary: {rec.rejected[-1]['rejected']}")
+            raise InterventionError(f"the safety gate refused {cand.kind} before canary: "
+                                    f"{rec.rejected[-1]['rejected']}")
         if cand.kind == "rollback":
             v = self.registry.rollback(t, a, actor=self.actor, reason=rec.reason)
             rec.actions.append(f"rolled back to {v.version_id}")
@@ -1415,69 +657,6 @@ class ControlPlane:
         return v
 
 
-def _task_outcomes(eps: Sequence[Episode]) -> list[tuple[str | None, bool]]:
-    """Each run as ``(task, succeeded)``, the strata :func:`molt.stats.stratified_delta` compares by."""
-    return [(e.task, bool(e.success)) for e in eps]
-
-
-def _second_form(c: Candidate) -> bool:
-    """Whether ``c`` is a memory in its question-and-answer form (molt.control.diagnose.qa_form): the
-    same fact as its prose form, so the same hypothesis, not one more."""
-    return c.kind in ("memory_insert", "memory_update") and c.payload.get("form") == "qa"
-
-
-def _no_candidate(c: Cluster) -> str:
-    """Why no candidate exists for a significant cluster, as the decision log says it."""
-    what = (f"{c.key} ({c.size} failure(s), said by "
-            f"{', '.join(sorted({sig for e in c.failures for sig in e.failure_signals})) or 'rewards'})")
-    if c.notes:
-        return f"{what}: " + "; ".join(c.notes)
-    return (f"{what}: no correction to remember, no tool error naming a parameter or another tool, no "
-            f"format requirement and no procedure its successes share")
-
-
-def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-def _replayed(ev: Evaluation) -> dict[str, float | None]:
-    """Each replayed trajectory's reward under the evaluated policy (``None``: not scored)."""
-    return {d["trajectory_id"]: d.get("replayed_reward") for d in ev.evidence if d.get("status") == "ok"}
-
-
-def _brief(ev: Evaluation) -> dict[str, Any]:
-    return {"evaluation_id": ev.evaluation_id, "sampled": ev.sampled, "scored": ev.scored, "unknown": ev.unknown,
-            "errors": ev.errors, "baseline_success_rate": ev.baseline_success_rate,
-            "candidate_success_rate": ev.candidate_success_rate, "success_delta": ev.success_delta,
-            "success_delta_ci": list(ev.success_delta_ci) if ev.success_delta_ci else None,
-            "model_calls": ev.cost.get("model_calls"),
-            # Each replayed case (the trajectory, what it recorded and what the replay scored), so a person
-            # can open the runs the figures stand on.
-            "cases": [{"trajectory_id": d.get("trajectory_id"), "status": d.get("status"),
-                       "recorded_reward": d.get("recorded_reward"), "replayed_reward": d.get("replayed_reward")}
-                      for d in ev.evidence if d.get("trajectory_id")]}
-
-
-def run_scheduled(store: Store, stop: threading.Event, every_s: float, *, plane: ControlPlane | None = None,
-                  backend: BaseBackend | None = None) -> None:
-    """Run a cycle for every agent every ``every_s`` seconds until ``stop`` is set (``molt serve``).
-
-    A failing cycle is logged and the loop goes on: the plane never takes the serving stack down.
-    """
-    if plane is None:
-        if backend is None:
-            raise InterventionError("run_scheduled needs a plane or a backend to replay candidates with.")
-        plane = ControlPlane(store, backend, base_parts=AgentConfig(model=ModelPart(base=backend.model)))
-    while not stop.wait(every_s):
-        try:
-            for r in plane.run_all(stop=stop):
-                log.info("evolve %s/%s: %s (%s)", r.record.tenant_id, r.record.agent_id, r.choice, r.record.reason)
-        except Exception:
-            log.exception("Control-plane cycle failed; retrying in %.0f s.", every_s)
-
-
-#: How often a cancellable cycle looks at its stop event (the bound on how long a shutdown waits for it,
-#: beside the model call in flight, which is not interrupted).
 STOP_POLL_S = 0.25
 
 
