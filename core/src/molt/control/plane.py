@@ -68,11 +68,12 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from molt.backends.base import BaseBackend
 from molt.control.approval import Proposals, needs_approval, proposal_evidence
+from molt.control.bars import sufficient
 from molt.control.canary import CanaryLooks
 from molt.control.clusters import embed_texts, resolve_embedder
 from molt.control.diagnose import (
@@ -92,8 +93,8 @@ from molt.control.lease import LeaseHeld, Leases, holder_name
 from molt.control.log import CycleResult, DecisionLog, DecisionRecord
 from molt.control.overrides import overrides_for
 from molt.control.provenance import record_change
-from molt.control.replay_gates import CandidateGates
-from molt.control.selection import Selection, no_candidate, second_form, sufficient
+from molt.control.replay_gates import CandidateGates, GateResult
+from molt.control.selection import Selection, no_candidate, second_form
 from molt.control.settings import PlaneSettings, reflector_from_settings, settings_from_pairs
 from molt.control.signals import Episode, compute_signals, episodes
 from molt.control.significance import (
@@ -114,6 +115,20 @@ from molt.store import Store
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "settings_from_pairs"]
 
 log = logging.getLogger("molt.control")
+
+
+@dataclass
+class Findings:
+    """What a cycle's diagnosis found (:meth:`ControlPlane._diagnose`): every failure cluster of the window,
+    the ones worth acting on (those only screened among them), environment faults by cluster, the
+    candidates, and — once gated — each candidate's :class:`~molt.control.replay_gates.GateResult`."""
+
+    found: list[Cluster] = field(default_factory=list)
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    screened: dict[str, Cluster] = field(default_factory=dict)
+    faults: dict[str, str] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    gated: dict[str, GateResult] = field(default_factory=dict)
 
 
 class ControlPlane(CanaryLooks, CandidateGates, Selection):
@@ -245,6 +260,29 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
 
     async def _arun_cycle(self, tenant_id: str, agent_id: str) -> CycleResult:
         """One cycle for one agent: decide, apply, log. Never raises for a bad candidate."""
+        live, window, result = self._begin(tenant_id, agent_id)
+        rec = result.record
+        if await self._canaries(live, window, result):
+            self.log.append(rec)
+            return result
+        waiting = self.registry.proposals(tenant_id, agent_id)
+        if waiting:  # one change at a time: an open proposal is the next change, once an operator decides
+            rec.reason = (f"waiting for an operator to approve or reject {', '.join(v.version_id for v in waiting)} "
+                          f"(approval mode: molt versions proposals, or the console's Proposals page)")
+            self.log.append(rec)
+            return result
+        found = await self._diagnose(live, window, rec)
+        if not found.candidates:
+            self._nothing_to_try(found, rec)
+        else:
+            passed = await self._try_candidates(found, live, window, result)
+            await self._choose(found, passed, live, result)
+        self.log.append(rec)
+        return result
+
+    def _begin(self, tenant_id: str, agent_id: str) -> tuple[AgentVersion, list[Episode], CycleResult]:
+        """The cycle's state: the live version (the base one on a first cycle), the window as the registry
+        knows its versions, its signals and the agent-level test, and the decision record they open."""
         s = self.settings
         live = self.registry.live(tenant_id, agent_id)
         if live is None:
@@ -256,7 +294,7 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
         self._live_evals = {}
         self._confirm_levels = {}
         self._region_live = {}
-        self._confirmed_facts: set[tuple[str, str]] = set()
+        self._confirmed_facts = set()
         self._guard = None
         self._running_guard = None
         window = self._served_under(episodes(self.store, tenant_id, agent_id, limit=s.window), tenant_id, agent_id)
@@ -267,7 +305,6 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
         signals = compute_signals(window, live_version=live.version_id)
         rec = DecisionRecord(tenant_id=tenant_id, agent_id=agent_id, choice="noop", reason="",
                              signals=signals.model_dump(mode="json"))
-        result = CycleResult(record=rec, signals=signals)
         self._flips = flip_rate(window)
         self._agent = agent_level(window, s.tolerable, s.alpha, self._flips)
         rec.signals["evidence"] = {"agent": self._agent.summary(), "flip_rate": self._flips.summary(),
@@ -277,35 +314,31 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
                                            "goes to a guarded canary; weight updates keep the strict bar"
                                            if s.guarded else "strict: every change needs its replay interval "
                                                              "above zero")}
+        return live, window, CycleResult(record=rec, signals=signals)
 
-        if await self._canaries(live, window, result):
-            self.log.append(rec)
-            return result
-        waiting = self.registry.proposals(tenant_id, agent_id)
-        if waiting:  # one change at a time: an open proposal is the next change, once an operator decides
-            rec.reason = (f"waiting for an operator to approve or reject {', '.join(v.version_id for v in waiting)} "
-                          f"(approval mode: molt versions proposals, or the console's Proposals page)")
-            self.log.append(rec)
-            return result
-
-        candidates: list[Candidate] = []
-        clusters: dict[str, Cluster] = {}
-        faults: dict[str, str] = {}
+    async def _diagnose(self, live: AgentVersion, window: list[Episode], rec: DecisionRecord) -> Findings:
+        """The candidates of the window: a rollback when the live version regressed, and for each cluster
+        worth acting on — significant, screened, or one of a significantly failing agent's — the typed
+        candidates, the lifecycle's and the reflector's; environment faults flagged instead. Long because
+        the clusters' bookkeeping (which bar each is held to) and the log lines that explain it are read
+        together."""
+        s = self.settings
+        out = Findings()
         previous = self._previous(live)
         if previous is not None:
             rb = self._regression(live, previous, window)
             if rb is not None:
-                candidates.append(rb)
+                out.candidates.append(rb)
         # Clusters span the window (failures under earlier versions count as evidence), but one that
         # the live version no longer shows — it ran the task and never failed this way — is fixed.
         # The evidence bar is each cluster's exact test against the rest of the window (diagnose).
-        found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
-                                 tolerable=s.tolerable, screen=s.screen)
+        out.found = cluster_failures(window, embedder=self.embedder, alpha=s.alpha, similarity=s.similarity,
+                                     tolerable=s.tolerable, screen=s.screen)
         # An agent failing beyond what it tolerates is itself the evidence: its clusters are where the
         # failures are, and each may get a context change tried on a guarded canary.
         family = s.guarded and self._agent is not None and self._agent.significant
         self._family = set()
-        for c in found:
+        for c in out.found:
             if not (c.significant or c.screened or (family and c.size >= 2)):
                 continue
             if not (c.significant or c.screened):
@@ -319,77 +352,91 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
                 # The agent's call was right and the tool failed: the operator is told; changing the
                 # agent would paper over an outage (and training on it would teach the model to avoid
                 # a tool that works again tomorrow).
-                faults[c.key] = fault
+                out.faults[c.key] = fault
                 rec.actions.append(f"flagged {c.key} ({c.size} failure(s)): {fault}")
                 continue
-            clusters[c.key] = c
+            out.clusters[c.key] = c
             made = propose(c, window, live, redactor=self.redactor, embedder=self.embedder, similarity=s.similarity)
             made += self._lifecycle(c, made, live)
             # A screened cluster is not evidence enough for weights: replay cannot confirm a weight update.
-            candidates.extend(x for x in made if c.significant or x.kind != "weight_update")
-        self._cluster_failures = {k: [e.trajectory_id for e in c.failures] for k, c in clusters.items()}
-        if self.reflector is not None and clusters:
-            candidates.extend(await self._reflect(list(clusters.values()), window, live, rec))
+            out.candidates.extend(x for x in made if c.significant or x.kind != "weight_update")
+        self._cluster_failures = {k: [e.trajectory_id for e in c.failures] for k, c in out.clusters.items()}
+        if self.reflector is not None and out.clusters:
+            out.candidates.extend(await self._reflect(list(out.clusters.values()), window, live, rec))
         # The screened clusters' share of alpha, fixed before anything is replayed (molt.control.significance).
-        screened = {k: c for k, c in clusters.items() if not c.significant}
-        self._family &= set(screened)
+        out.screened = {k: c for k, c in out.clusters.items() if not c.significant}
+        self._family &= set(out.screened)
         self._confirm_levels = screen_levels(
-            {k: c.evidence.p_min for k, c in screened.items() if c.evidence is not None and k not in self._family},
+            {k: c.evidence.p_min for k, c in out.screened.items()
+             if c.evidence is not None and k not in self._family},
             # a memory's two forms (prose, question and answer) are one test: whichever is confirmed first
-            # spends the share (_gates)
-            Counter(x.cluster for x in candidates if x.cluster in screened and x.kind != "weight_update"
+            # spends the share (molt.control.replay_gates)
+            Counter(x.cluster for x in out.candidates if x.cluster in out.screened and x.kind != "weight_update"
                     and not second_form(x)), s.alpha)
-        n_sig = sum(1 for c in clusters.values() if c.significant)
+        self._explain_clusters(out, rec)
+        return out
+
+    def _explain_clusters(self, found: Findings, rec: DecisionRecord) -> None:
+        """The decision log's account of the diagnosis: the agent-level test, how many clusters cleared
+        which bar, and each cluster's summary."""
+        s = self.settings
+        n_sig = sum(1 for c in found.clusters.values() if c.significant)
         ag = self._agent
         assert ag is not None
         verdict = "significant" if ag.significant else "not significant"
         rec.actions.append(f"agent: {ag.failures} of {ag.requests} failed, p={ag.p_value:.3g} against the tolerated "
                            f"{ag.tolerable:g} at {ag.level:.3g} ({verdict}); reward flip rate {self._flips.rate:.2f} "
                            f"(95% upper {self._flips.upper:.2f})")
-        rec.actions.append(f"{n_sig + len(faults)} failure cluster(s) significant at alpha {s.alpha} "
-                           f"(of {len(found)}, Holm), {len(faults)} of them environment faults, "
-                           f"{len(screened) - len(self._family)} more screened at {s.screen} (their candidates need "
-                           f"the replay's confirmation, or a guarded canary), {len(self._family)} in the agent's "
-                           f"significant failures (guarded canary only), {len(candidates)} candidate(s)")
-        rec.signals["clusters"] = [c.summary() | ({"environment_fault": faults[c.key]} if c.key in faults else {})
+        rec.actions.append(f"{n_sig + len(found.faults)} failure cluster(s) significant at alpha {s.alpha} "
+                           f"(of {len(found.found)}, Holm), {len(found.faults)} of them environment faults, "
+                           f"{len(found.screened) - len(self._family)} more screened at {s.screen} (their candidates "
+                           f"need the replay's confirmation, or a guarded canary), {len(self._family)} in the agent's "
+                           f"significant failures (guarded canary only), {len(found.candidates)} candidate(s)")
+        rec.signals["clusters"] = [c.summary()
+                                   | ({"environment_fault": found.faults[c.key]} if c.key in found.faults else {})
                                    | ({"bar": "guarded: the agent's failures are significant, this cluster's are "
                                               "not by themselves"} if c.key in self._family else {})
-                                   for c in found if c.significant or c.key in screened or c.key in faults]
+                                   for c in found.found
+                                   if c.significant or c.key in found.screened or c.key in found.faults]
 
-        significant = any(c.significant for c in clusters.values())
-        if not candidates:
-            if faults and not significant:
-                rec.choice = "environment_fault"
-                rec.reason = "; ".join(f"{k}: {v}" for k, v in faults.items())
-            elif significant:
-                rec.reason = "no candidate could be built: " + "; ".join(
-                    no_candidate(c) for c in clusters.values())
-            else:
-                weak = [c for c in found if not c.significant and c.evidence is not None]
-                if screened:
-                    rec.actions.append("no candidate for the screened cluster(s): " + "; ".join(
-                        no_candidate(c) for c in screened.values()))
-                best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
-                rec.reason = ("no failure cluster reaches the evidence bar"
-                              + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
-                                 f"{best.evidence.requests} requests, p={best.evidence.p_value:.3g} > "
-                                 f"{best.evidence.level:.3g})" if best is not None and best.evidence is not None
-                                 else f" ({sum(c.size for c in found)} failure(s) in {len(found)} cluster(s))"
-                                 if found else " (no failures in the window)"))
-            self._while_guarded(rec)
-            self.log.append(rec)
-            return result
+    def _nothing_to_try(self, found: Findings, rec: DecisionRecord) -> None:
+        """The decision when the diagnosis made no candidate: an environment fault, or a no-op saying why."""
+        significant = any(c.significant for c in found.clusters.values())
+        if found.faults and not significant:
+            rec.choice = "environment_fault"
+            rec.reason = "; ".join(f"{k}: {v}" for k, v in found.faults.items())
+        elif significant:
+            rec.reason = "no candidate could be built: " + "; ".join(
+                no_candidate(c) for c in found.clusters.values())
+        else:
+            weak = [c for c in found.found if not c.significant and c.evidence is not None]
+            if found.screened:
+                rec.actions.append("no candidate for the screened cluster(s): " + "; ".join(
+                    no_candidate(c) for c in found.screened.values()))
+            best = min(weak, key=lambda c: c.evidence.p_value if c.evidence else 1.0, default=None)
+            rec.reason = ("no failure cluster reaches the evidence bar"
+                          + (f" ({len(weak)} cluster(s) below it; best {best.key}: {best.size} failure(s) of "
+                             f"{best.evidence.requests} requests, p={best.evidence.p_value:.3g} > "
+                             f"{best.evidence.level:.3g})" if best is not None and best.evidence is not None
+                             else f" ({sum(c.size for c in found.found)} failure(s) in {len(found.found)} cluster(s))"
+                             if found.found else " (no failures in the window)"))
+        self._while_guarded(rec)
 
-        passed: list[tuple[Candidate, dict[str, Any]]] = []
-        # Cheapest first (stable: templates before the reflector's at equal cost): the cheapest sufficient
-        # candidate wins, so once one is found a dearer one cannot — it is not replayed (each replay is
-        # model calls; this is most of a cycle's compute).
+    async def _try_candidates(self, found: Findings, live: AgentVersion, window: list[Episode],
+                              result: CycleResult) -> list[tuple[Candidate, GateResult]]:
+        """Each context candidate through its gates, cheapest first (stable: templates before the
+        reflector's at equal cost); what passed, in that order. The cheapest sufficient candidate wins, so
+        once one is found a dearer one cannot — it is not replayed (each replay is model calls; this is
+        most of a cycle's compute)."""
+        s = self.settings
+        rec = result.record
+        passed: list[tuple[Candidate, GateResult]] = []
         found_sufficient: tuple[float, str] | None = None
-        for cand in sorted(candidates, key=lambda c: c.cost):
+        for cand in sorted(found.candidates, key=lambda c: c.cost):
             if cand.kind == "weight_update":
                 continue
             entry = cand.model_dump(mode="json", exclude={"parts"})
-            refused = self.proposals.was_rejected(tenant_id, agent_id, kind=cand.kind, cluster=cand.cluster,
+            refused = self.proposals.was_rejected(rec.tenant_id, rec.agent_id, kind=cand.kind, cluster=cand.cluster,
                                                   payload=cand.payload, description=cand.description)
             if refused is not None:
                 entry["rejected"] = f"operator: the same change was rejected for this cluster before ({refused})"
@@ -403,28 +450,35 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
                 rec.rejected.append(entry)
                 continue
             try:
-                evidence = await self._gates(cand, live, window, clusters.get(cand.cluster))
+                gated = await self._gates(cand, live, window, found.clusters.get(cand.cluster))
             except Exception as exc:  # a candidate whose replay or gate errors is rejected, never applied
                 log.warning("Candidate %s failed its gates: %s", cand.candidate_id, exc)
                 entry["rejected"] = f"gate error: {type(exc).__name__}: {exc}"
                 rec.rejected.append(entry)
                 continue
-            entry["evidence"] = evidence
-            result.evaluations[cand.candidate_id] = evidence
-            if evidence.get("rejected"):
-                entry["rejected"] = evidence["rejected"]
+            found.gated[cand.candidate_id] = gated
+            entry["evidence"] = result.evaluations[cand.candidate_id] = gated.as_json()
+            if gated.rejected:
+                entry["rejected"] = gated.rejected
                 rec.rejected.append(entry)
             else:
                 rec.candidates.append(entry)
-                passed.append((cand, evidence))
-                if sufficient(self.settings, evidence["replay"]) and found_sufficient is None:
+                passed.append((cand, gated))
+                if gated.replay is not None and sufficient(s, gated.replay) and found_sufficient is None:
                     found_sufficient = (cand.cost, cand.kind)
+        return passed
 
+    async def _choose(self, found: Findings, passed: list[tuple[Candidate, GateResult]], live: AgentVersion,
+                      result: CycleResult) -> None:
+        """The choice among what passed (:meth:`_select`) and its application; with none, a no-op (or an
+        environment fault) naming what became of every cluster's candidates."""
+        rec = result.record
+        candidates, clusters = found.candidates, found.clusters
         facts = {c.cluster for c in candidates if c.kind in ("memory_insert", "memory_update")}
         self._probe_note = None
         if any(c.kind == "weight_update" and c.cluster in facts for c in candidates):
-            self._probe_note = await self._context_probe(agent_id)
-        chosen, why = self._select(passed, candidates, clusters, result.evaluations)
+            self._probe_note = await self._context_probe(rec.agent_id)
+        chosen, why = self._select(passed, candidates, clusters, found.gated)
         if chosen is None:
             notes = [f"{c.key}: {n}" for c in clusters.values() for n in c.notes]
             for c in clusters.values():  # every cluster the log mentions, with what became of its candidates
@@ -432,15 +486,15 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
                 if refused and not any(x.get("cluster") == c.key for x in rec.candidates):
                     notes.append(f"{c.key} ({c.size} failure(s)): every candidate refused — " + "; ".join(refused[:4]))
             rec.reason = "; ".join([why, *notes])
-            if faults:
-                rec.reason += "; flagged " + "; ".join(f"{k}: {v}" for k, v in faults.items())
+            if found.faults:
+                rec.reason += "; flagged " + "; ".join(f"{k}: {v}" for k, v in found.faults.items())
                 # Nothing else to do: no significant cluster (a screened one's unconfirmed candidates are
                 # evidence for a later window), or none of the significant ones' candidates passed.
+                significant = any(c.significant for c in clusters.values())
                 if not significant or (not passed and not any(c.kind == "weight_update" for c in candidates)):
                     rec.choice = "environment_fault"
             self._while_guarded(rec)
-            self.log.append(rec)
-            return result
+            return
         wu_entry = chosen.model_dump(mode="json", exclude={"parts"})
         if chosen.kind == "weight_update":
             rec.candidates.append(wu_entry)
@@ -460,8 +514,6 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
             rec.choice, rec.reason = "noop", f"applying {chosen.kind} failed: {exc}"
             result.chosen = None
         rec.applied_version = result.version.version_id if result.version is not None else None
-        self.log.append(rec)
-        return result
 
     async def _reflect(self, clusters: list[Cluster], window: list[Episode], live: AgentVersion,
                        rec: DecisionRecord) -> list[Candidate]:
@@ -595,6 +647,9 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
         return None
 
     def _apply(self, cand: Candidate, live: AgentVersion, rec: DecisionRecord) -> AgentVersion | None:
+        """Apply the chosen candidate: screened again, then a rollback at once, a weight update handed to the
+        trainer, or a new version of the live parts plus the change — proposed, canaried (guarded or not) or
+        promoted. Just over 60 lines: each kind's parts and the routing that follows read as one."""
         s = self.settings
         t, a = live.tenant_id, live.agent_id
         if not self._screened(cand, cand.model_dump(mode="json", exclude={"parts"}), rec):  # again, before canary

@@ -5,9 +5,11 @@ and regression on held-back successes."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from molt.backends.base import BaseBackend
+from molt.control.bars import clears, promising
 from molt.control.diagnose import (
     Candidate,
     Cluster,
@@ -16,7 +18,6 @@ from molt.control.gate import SafetyGate, Verdict
 from molt.control.hands import many_hands
 from molt.control.log import DecisionRecord
 from molt.control.overrides import overrides_for
-from molt.control.selection import clears, promising
 from molt.control.settings import GUARDED_KINDS, PlaneSettings
 from molt.control.signals import Episode
 from molt.control.significance import (
@@ -31,9 +32,39 @@ from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.stats import newcombe_diff
 from molt.store import Store
 
-__all__ = ["CandidateGates", "brief", "replayed"]
+__all__ = ["CandidateGates", "GateResult", "brief", "replayed"]
 
 log = logging.getLogger("molt.control")
+
+
+@dataclass
+class GateResult:
+    """What a candidate's gates found (:meth:`CandidateGates._gates`). The decision log and
+    :attr:`~molt.control.log.CycleResult.evaluations` keep it as :meth:`as_json` (its set fields only).
+
+    Attributes:
+        replay: the replay on the candidate's cluster (:func:`brief` of its evaluation, with the replay's
+            mode, model and backend, and the live version's replay as the baseline when the failures
+            were recorded under an earlier version); ``None`` when a safety gate refused it first.
+        confirmation: a screened cluster's paired test on its region (or why it was skipped).
+        bar: ``"guarded"`` when the evidence is enough only for a guarded canary.
+        guarded_why: why the guarded bar applies.
+        regression: the replay on held-back successes (or why it was skipped).
+        rejected: why the candidate may not go live (``None``: it passed).
+    """
+
+    replay: dict[str, Any] | None = None
+    confirmation: dict[str, Any] | None = None
+    bar: Literal["guarded"] | None = None
+    guarded_why: str | None = None
+    regression: dict[str, Any] | None = None
+    rejected: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The set fields under their names, in this order (the decision log's stored form)."""
+        return {k: v for k, v in (("replay", self.replay), ("confirmation", self.confirmation), ("bar", self.bar),
+                                  ("guarded_why", self.guarded_why), ("regression", self.regression),
+                                  ("rejected", self.rejected)) if v is not None}
 
 
 class CandidateGates:
@@ -86,15 +117,17 @@ class CandidateGates:
         return not few
 
     async def _gates(self, cand: Candidate, live: AgentVersion, window: list[Episode],
-                     cluster: Cluster | None) -> dict[str, Any]:
-        """Safety, replay on the cluster, regression on held-back successes. Returns the evidence;
-        ``evidence["rejected"]`` says why a candidate may not go live."""
+                     cluster: Cluster | None) -> GateResult:
+        """Safety, replay on the cluster, regression on held-back successes: the :class:`GateResult`, whose
+        ``rejected`` says why a candidate may not go live. Long because the gates run cheapest first and
+        each later one reads what the earlier ones found (the replay's bar decides the confirmation and
+        whether the held-back successes are replayed at all)."""
         s = self.settings
         tenant = live.tenant_id
         own = {e.trajectory_id for e in window if e.tenant_id == tenant}
         foreign = [t for t in cand.source_trajectories if t not in own]
         if foreign:
-            return {"rejected": f"safety: {len(foreign)} source trajectories are not {tenant}'s"}
+            return GateResult(rejected=f"safety: {len(foreign)} source trajectories are not {tenant}'s")
         extra_mem: list[str] = []
         extra_skill: list[Skill] = []
         is_memory = cand.kind in ("memory_insert", "memory_update")
@@ -102,13 +135,14 @@ class CandidateGates:
             keys = ("text",) if is_memory else ("name", "trigger", "instructions")
             bad = [k for k in keys if not isinstance(cand.payload.get(k), str) or not cand.payload[k].strip()]
             if bad:
-                return {"rejected": f"malformed {cand.kind.replace('_', ' ')}: empty or missing {', '.join(bad)}"}
+                return GateResult(rejected=f"malformed {cand.kind.replace('_', ' ')}: empty or missing "
+                                           f"{', '.join(bad)}")
             texts = ([cand.payload["text"]] if is_memory
                      else [cand.payload["name"], cand.payload["trigger"], cand.payload["instructions"]])
             found = sorted({sp.entity_type for t in texts for sp in self.redactor.redact(t)[1]})
             if found:
-                return {"rejected": f"safety: generated {cand.kind.replace('_', ' ')} contains "
-                                    f"{', '.join(found)}; it is never stored or served"}
+                return GateResult(rejected=f"safety: generated {cand.kind.replace('_', ' ')} contains "
+                                           f"{', '.join(found)}; it is never stored or served")
             if is_memory:
                 extra_mem.append(cand.payload["text"])
             else:
@@ -123,11 +157,12 @@ class CandidateGates:
         failing = cand.source_trajectories if cand.kind == "rollback" else (
             [e.trajectory_id for e in cluster.failures] if cluster is not None else cand.source_trajectories)
         ev = await self._replay(failing, agent, policy, live, cand.candidate_id, parts=parts, sample=s.replay_sample)
-        out: dict[str, Any] = {"replay": brief(ev)}
-        out["replay"]["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
+        replay = brief(ev)
+        out = GateResult(replay=replay)
+        replay["mode"] = ("the agent's @molt.replayable entry point" if agent is not None
                                  else "generic replay from the recording")
         replayer = self.backend_for(live.agent_id)
-        out["replay"]["model"], out["replay"]["backend"] = replayer.model, type(replayer).__name__
+        replay["model"], replay["backend"] = replayer.model, type(replayer).__name__
         stale = cluster is not None and cand.kind != "rollback" and any(
             e.policy_version != live.version_id for e in cluster.failures)
         if stale and ev.candidate_success_rate is not None and ev.scored:
@@ -139,77 +174,78 @@ class CandidateGates:
                 k1 = round(ev.candidate_success_rate * ev.scored)
                 k0 = round(base.candidate_success_rate * base.scored)
                 lo, hi = newcombe_diff(k1, ev.scored, k0, base.scored)
-                out["replay"].update(baseline_success_rate=base.candidate_success_rate,
+                replay.update(baseline_success_rate=base.candidate_success_rate,
                                      success_delta=ev.candidate_success_rate - base.candidate_success_rate,
                                      success_delta_ci=[lo, hi], baseline="replay of the live version",
                                      recorded_baseline=ev.baseline_success_rate)
         if ev.errors and ev.errors >= max(1, ev.sampled // 2):
-            out["rejected"] = f"replay: {ev.errors} of {ev.sampled} replays raised"
+            out.rejected = f"replay: {ev.errors} of {ev.sampled} replays raised"
             return out
         if ev.scored == 0 or ev.unknown > s.max_unknown_share * max(ev.sampled, 1):
-            out["rejected"] = f"replay: too little coverage ({ev.scored} scored, {ev.unknown} unknown)"
+            out.rejected = f"replay: too little coverage ({ev.scored} scored, {ev.unknown} unknown)"
             return out
-        guardable = s.guarded and cand.kind in GUARDED_KINDS and promising(self.settings, out["replay"])
+        guardable = s.guarded and cand.kind in GUARDED_KINDS and promising(self.settings, replay)
         if cluster is not None and cluster.key in self._family and cand.kind != "rollback":
             # Only the agent-level test is significant: the candidate can go live only on a guarded canary.
-            out["bar"] = "guarded"
-            out["guarded_why"] = "only the agent's failure rate is significant, not this cluster's by itself"
+            out.bar = "guarded"
+            out.guarded_why = "only the agent's failure rate is significant, not this cluster's by itself"
         elif cluster is not None and cluster.key in self._confirm_levels and cand.kind != "rollback":
             # A screened cluster: the candidate goes live only if the replay confirms it (evidence.py), or —
             # positive but unconfirmed — on a guarded canary, whose live outcomes are the experiment.
             fact = (cluster.key, str(cand.payload.get("fact") or "")) if cand.payload.get("fact") else None
-            if not clears(self.settings, out["replay"]):
-                out["confirmation"] = {"skipped": "the replay did not clear the evidence bar"}
+            if not clears(self.settings, replay):
+                out.confirmation = {"skipped": "the replay did not clear the evidence bar"}
                 if guardable:
-                    out["bar"] = "guarded"
-                    out["guarded_why"] = "the cluster is screened, and the replay's interval is wide"
+                    out.bar = "guarded"
+                    out.guarded_why = "the cluster is screened, and the replay's interval is wide"
             elif fact is not None and fact in self._confirmed_facts:
                 # One test per memory, whatever its form: the other form's confirmation spent its share.
-                out["confirmation"] = {"skipped": "the same memory in its other form was confirmation-tested: "
+                out.confirmation = {"skipped": "the same memory in its other form was confirmation-tested: "
                                                   "one test per memory"}
                 if guardable:
-                    out["bar"] = "guarded"
-                    out["guarded_why"] = "the cluster is screened, and the memory's test was spent on its other form"
+                    out.bar = "guarded"
+                    out.guarded_why = "the cluster is screened, and the memory's test was spent on its other form"
                 else:
-                    out["rejected"] = ("confirmation: the same memory in its other form was tested on the "
+                    out.rejected = ("confirmation: the same memory in its other form was tested on the "
                                        "cluster's region (one test per memory)")
                     return out
             else:
                 if fact is not None:
                     self._confirmed_facts.add(fact)
                 conf = await self._confirm(cand, cluster, live, ev, policy, agent, tenant)
-                out["confirmation"] = conf.summary()
+                out.confirmation = conf.summary()
                 if not conf.confirmed:
                     if guardable and conf.fixed > conf.broken:
-                        out["bar"] = "guarded"
-                        out["guarded_why"] = (f"the cluster is screened and the replay does not confirm it at its "
+                        out.bar = "guarded"
+                        out.guarded_why = (f"the cluster is screened and the replay does not confirm it at its "
                                               f"share of alpha ({conf.fixed} fixed, {conf.broken} broken; sign "
                                               f"test p={conf.p_value:.3g} > {conf.level:.3g})")
                     else:
-                        out["rejected"] = (f"confirmation: {cluster.key} is screened, not significant, and replay "
+                        out.rejected = (f"confirmation: {cluster.key} is screened, not significant, and replay "
                                            f"on its {conf.pairs} requests does not confirm the candidate "
                                            f"({conf.fixed} fixed, {conf.broken} broken; sign test "
                                            f"p={conf.p_value:.3g} > {conf.level:.3g})")
                         return out
         held = [e.trajectory_id for e in window if e.success and e.tenant_id == tenant and e.trajectory_id
                 not in set(failing) and e.policy_version in (live.version_id, None)][-s.regression_sample:]
-        if held and not (clears(self.settings, out["replay"]) or guardable):
+        if held and not (clears(self.settings, replay) or guardable):
             # Gates cheapest first: a candidate whose replay does not clear the evidence bar can be neither
             # chosen nor more "tried" than it is (the weight rule counts it as replayed and failed), so the
             # held-back successes are not replayed for it.
-            out["regression"] = {"skipped": "the replay did not clear the evidence bar"}
+            out.regression = {"skipped": "the replay did not clear the evidence bar"}
         elif held:
             reg = await self._replay(held, agent, policy, live, cand.candidate_id + ":regr", parts=parts)
-            out["regression"] = brief(reg)
+            regression = brief(reg)
+            out.regression = regression
             # Some recorded successes are flipped failures, and those fail again on replay whatever the
             # candidate: the drop they explain (the flip rate's upper bound, estimated from the signals'
             # disagreements) is allowed beside the tolerance — one flipped held-back success does not
             # fail a candidate.
             flips = self._flips.upper if self._flips.rate > 0 else 0.0
-            out["regression"]["flip_allowance"] = round(flips, 4)
+            regression["flip_allowance"] = round(flips, 4)
             if reg.candidate_success_rate is not None and reg.baseline_success_rate is not None and \
                     reg.candidate_success_rate < reg.baseline_success_rate - s.regression_tolerance - flips:
-                out["rejected"] = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
+                out.rejected = (f"regression: held-back successes fall from {reg.baseline_success_rate:.2f} to "
                                    f"{reg.candidate_success_rate:.2f} (beyond the tolerance {s.regression_tolerance:g}"
                                    f" and the reward flip allowance {flips:.2f})")
         return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from molt.control.bars import clears, promising
 from molt.control.canary import as_utc
 from molt.control.clusters import intent_text
 from molt.control.diagnose import (
@@ -16,30 +17,15 @@ from molt.control.diagnose import (
     same_pattern,
 )
 from molt.control.log import DecisionLog
+from molt.control.replay_gates import GateResult
 from molt.control.settings import GUARDED_KINDS, PlaneSettings
 from molt.control.signals import episodes
 from molt.control.versions import AgentVersion, VersionRegistry
 from molt.errors import MoltError
 from molt.store import Store
 
-__all__ = ["Selection", "clears", "no_candidate", "promising", "second_form", "sufficient"]
+__all__ = ["Selection", "no_candidate", "second_form"]
 
-
-def clears(s: PlaneSettings, replay: Mapping[str, Any]) -> bool:
-    """Whether a replay clears the evidence bar (``min_gain``, interval above zero)."""
-    d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
-    return d is not None and ci is not None and d >= s.min_gain and ci[0] > 0
-
-def promising(s: PlaneSettings, replay: Mapping[str, Any]) -> bool:
-    """Whether a replay is positive evidence (``min_gain``), whatever its interval: enough for a guarded
-    canary."""
-    d = replay.get("success_delta")
-    return d is not None and d >= s.min_gain
-
-def sufficient(s: PlaneSettings, replay: Mapping[str, Any]) -> bool:
-    """Whether a replay shows a sufficient fix (``sufficient_gain``, interval above zero)."""
-    d, ci = replay.get("success_delta"), replay.get("success_delta_ci")
-    return d is not None and ci is not None and d >= s.sufficient_gain and ci[0] > 0
 
 
 class Selection:
@@ -57,19 +43,23 @@ class Selection:
     _guard: dict[str, Any] | None
     _probe_note: tuple[bool, str] | None
 
-    def _select(self, passed: list[tuple[Candidate, dict[str, Any]]], all_candidates: list[Candidate],
-                clusters: dict[str, Cluster], evaluations: Mapping[str, dict[str, Any]] | None = None,
+    def _select(self, passed: list[tuple[Candidate, GateResult]], all_candidates: list[Candidate],
+                clusters: dict[str, Cluster], evaluations: Mapping[str, GateResult] | None = None,
                 ) -> tuple[Candidate | None, str]:
+        """The cycle's choice among the candidates that passed their gates, and why: the cheapest sufficient
+        one, else the best clearing the evidence bar, else a guarded canary for a promising cheap change
+        (recording its guard), else :meth:`_weight_choice`. One function over 60 lines because the bars are
+        tried in this order over the same scored list, and each reason names the figures it chose on."""
         s = self.settings
-        scored = []
+        scored: list[tuple[Candidate, float, Any, float]] = []
         guarded = []
         for cand, ev in passed:
-            r = ev["replay"]
+            r = ev.replay or {}
             size = clusters[cand.cluster].size if cand.cluster in clusters else len(cand.source_trajectories)
             if s.guarded and cand.kind in GUARDED_KINDS and promising(s, r) and size >= s.guarded_min_failures \
-                    and (ev.get("bar") == "guarded" or not clears(s, r)):
+                    and (ev.bar == "guarded" or not clears(s, r)):
                 guarded.append((cand, ev, r["success_delta"] * size - s.cost_lambda * cand.cost * size))
-            if ev.get("bar") == "guarded":
+            if ev.bar == "guarded":
                 continue  # not evidence enough for the strict bar, only for a guarded canary
             delta, ci = r["success_delta"], r["success_delta_ci"]
             if delta is None or ci is None:
@@ -93,8 +83,8 @@ class Selection:
             # The canary is the experiment: a cheap, reversible change with positive replay evidence but a
             # wide interval goes to a guarded canary (its sequential test on live outcomes decides).
             cand, ev, j = max(guarded, key=lambda x: (x[2], -x[0].cost))
-            r = ev["replay"]
-            conf = ev.get("confirmation") or {}
+            r = ev.replay or {}
+            conf = ev.confirmation or {}
             fixed = conf.get("fixed")
             broken = conf.get("broken")
             if fixed is None:  # the replay on the cluster's failures: its fixes, and no pairs broken
@@ -111,12 +101,21 @@ class Selection:
                            "max_s": s.guarded_max_s, "share": s.guarded_weight}
             ci = r.get("success_delta_ci") or [None, None]
             lo = f"{ci[0]:+.2f}" if ci[0] is not None else "n/a"
-            short = ev.get("guarded_why") or "its interval is too wide for the strict bar"
+            short = ev.guarded_why or "its interval is too wide for the strict bar"
             return cand, (f"guarded canary: replay {r['success_delta']:+.0%} on {cand.cluster} (95% CI low {lo}; "
                           f"{short}); a cheap, reversible {cand.kind} is tried on "
                           f"{s.guarded_weight:.0%} of the sessions, and its mSPRT on live outcomes (false-promotion "
                           f"rate {s.guarded_alpha:g}, at most {s.guarded_max_requests} canary runs) promotes or "
                           f"aborts it")
+        return self._weight_choice(all_candidates, clusters, evaluations or {}, scored)
+
+    def _weight_choice(self, all_candidates: list[Candidate], clusters: dict[str, Cluster],
+                       evaluations: Mapping[str, GateResult], scored: list[tuple[Candidate, float, Any, float]],
+                       ) -> tuple[Candidate | None, str]:
+        """The last resort when no context change clears a bar: a weight update for a cluster whose evidence
+        is in (:meth:`_weight_evidence`) and that recurs across tenants or is large — once per model —,
+        else a no-op naming what the clusters wait for and the best candidate replayed (``scored``)."""
+        s = self.settings
         # A weight update is the last resort, and only for a cluster whose evidence is in and on which
         # context changes were generated, replayed and failed (see _weight_evidence); the others wait.
         weights = sorted((c for c in all_candidates if c.kind == "weight_update" and c.cluster in clusters),
@@ -125,7 +124,7 @@ class Selection:
         waiting: list[str] = []
         for cand in weights:
             cl = clusters[cand.cluster]
-            tried, wait = self._weight_evidence(cl, all_candidates, evaluations or {})
+            tried, wait = self._weight_evidence(cl, all_candidates, evaluations)
             if wait is not None:
                 waiting.append(wait)
                 continue
@@ -158,7 +157,7 @@ class Selection:
         return None, "no candidate passed its gates"
 
     def _weight_evidence(self, cluster: Cluster, all_candidates: list[Candidate],
-                         evaluations: Mapping[str, dict[str, Any]]) -> tuple[list[str], str | None]:
+                         evaluations: Mapping[str, GateResult]) -> tuple[list[str], str | None]:
         """What a weight update for ``cluster`` would rest on: the context candidates replayed on it
         (kind and replay delta), or — while the evidence is not in — what the cluster waits for.
 
@@ -193,8 +192,8 @@ class Selection:
         for c in all_candidates:
             if c.cluster != cluster.key or c.kind in ("weight_update", "rollback"):
                 continue
-            ev = evaluations.get(c.candidate_id) or {}
-            replay, rejected = ev.get("replay") or {}, str(ev.get("rejected") or "")
+            ev = evaluations.get(c.candidate_id)
+            replay, rejected = (ev.replay if ev else None) or {}, (ev.rejected if ev else None) or ""
             if replay.get("scored") and not rejected.startswith("replay"):
                 d = replay.get("success_delta")
                 tried.append(f"{c.kind} {'n/a' if d is None else f'{d:+.0%}'}"
