@@ -17,7 +17,7 @@ def agents_in_traffic(store: Store, tenant_id: str | None = None) -> set[tuple[s
     (gateway, adapter, import): each trajectory's first event names them. Names that are not plain
     identifiers are left out."""
     first = Filter(seq=0).present("agent_id").present("tenant_id")
-    q = store.table("events").search().where(str(first.where(tenant_id=tenant_id) if tenant_id else first))
-    rows = q.select(["tenant_id", "agent_id"]).limit(None).to_arrow().to_pylist()
+    rows = store.rows("events", first.where(tenant_id=tenant_id) if tenant_id else first,
+                      ["tenant_id", "agent_id"]).to_pylist()
     return {(r["tenant_id"], r["agent_id"]) for r in rows if _NAME_OK.match(r["tenant_id"])
             and _NAME_OK.match(r["agent_id"])}

@@ -27,7 +27,6 @@ from molt.store import Store
 __all__ = ["Selection", "no_candidate", "second_form"]
 
 
-
 class Selection:
     """The control plane's choice among gated candidates (a mixin of
     :class:`~molt.control.plane.ControlPlane`, whose state it reads)."""

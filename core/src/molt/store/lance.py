@@ -328,6 +328,12 @@ class Store:
     def _has_trajectory(self, trajectory_id: str) -> bool:
         return self.table("events").count_rows(str(Filter(trajectory_id=trajectory_id))) > 0
 
+    def rows(self, name: str, where: Filter | None = None, columns: list[str] | None = None) -> pa.Table:
+        """The rows of table ``name`` under ``where`` (all of them without one), ``columns`` only when given:
+        how code outside the store reads a table by a typed :class:`Filter`. A failed read is a
+        :class:`~molt.errors.StoreError` naming the table."""
+        return self._where(name, where, columns)
+
     def _where(self, name: str, where: Filter | str | None, columns: list[str] | None = None) -> pa.Table:
         q = self.table(name).search()
         if sql := lance_where(where):
