@@ -13,13 +13,7 @@ from typing import Any
 import orjson
 
 from molt.capture.sinks import SealedRow, Sink, SinkBatch
-from molt.capture.spool import (
-    FRAME_EVENT,
-    FRAME_REWARD,
-    HEADER_SIZE,
-    Spool,
-    SpoolPosition,
-)
+from molt.capture.spool import FRAME_EVENT, FRAME_REWARD, HEADER_SIZE, Spool, SpoolPosition
 
 __all__ = ["Delivery"]
 

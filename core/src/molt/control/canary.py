@@ -11,10 +11,7 @@ from molt.control.clusters import embed_texts, intent_text, resolve_embedder
 from molt.control.log import CycleResult, DecisionLog, DecisionRecord
 from molt.control.settings import PlaneSettings
 from molt.control.signals import Episode
-from molt.control.significance import (
-    canary_state,
-    pair_in_time,
-)
+from molt.control.significance import canary_state, pair_in_time
 from molt.control.versions import AgentVersion, StalePromotion, VersionRegistry
 from molt.stats import newcombe_diff, stratified_delta
 

@@ -97,13 +97,7 @@ from molt.control.replay_gates import CandidateGates, GateResult
 from molt.control.selection import Selection, no_candidate, second_form
 from molt.control.settings import PlaneSettings, reflector_from_settings, settings_from_pairs
 from molt.control.signals import Episode, compute_signals, episodes
-from molt.control.significance import (
-    AgentLevel,
-    FlipEstimate,
-    agent_level,
-    flip_rate,
-    screen_levels,
-)
+from molt.control.significance import AgentLevel, FlipEstimate, agent_level, flip_rate, screen_levels
 from molt.control.versions import AgentConfig, AgentVersion, ModelPart, VersionRegistry
 from molt.errors import InterventionError, MoltError
 from molt.replay import LiveTools, Normalization

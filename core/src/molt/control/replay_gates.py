@@ -10,21 +10,14 @@ from typing import Any, Literal
 
 from molt.backends.base import BaseBackend
 from molt.control.bars import clears, promising
-from molt.control.diagnose import (
-    Candidate,
-    Cluster,
-)
+from molt.control.diagnose import Candidate, Cluster
 from molt.control.gate import SafetyGate, Verdict
 from molt.control.hands import many_hands
 from molt.control.log import DecisionRecord
 from molt.control.overrides import overrides_for
 from molt.control.settings import GUARDED_KINDS, PlaneSettings
 from molt.control.signals import Episode
-from molt.control.significance import (
-    Confirmation,
-    FlipEstimate,
-    confirmation,
-)
+from molt.control.significance import Confirmation, FlipEstimate, confirmation
 from molt.control.versions import AgentConfig, AgentVersion
 from molt.harness import Skill
 from molt.replay import AGENTS, LiveTools, Normalization, ReplayAgent, evaluate_candidate

@@ -10,12 +10,7 @@ from typing import Any
 from molt.control.bars import clears, promising
 from molt.control.canary import as_utc
 from molt.control.clusters import intent_text
-from molt.control.diagnose import (
-    Candidate,
-    Cluster,
-    cluster_failures,
-    same_pattern,
-)
+from molt.control.diagnose import Candidate, Cluster, cluster_failures, same_pattern
 from molt.control.log import DecisionLog
 from molt.control.replay_gates import GateResult
 from molt.control.settings import GUARDED_KINDS, PlaneSettings

@@ -11,12 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from molt.backends.base import BaseBackend
 from molt.control.approval import Approval
-from molt.control.diagnose import (
-    ALPHA,
-    SCREEN,
-    SIMILARITY,
-    TOLERABLE,
-)
+from molt.control.diagnose import ALPHA, SCREEN, SIMILARITY, TOLERABLE
 from molt.errors import InterventionError
 
 __all__ = ["GUARDED_KINDS", "PlaneSettings", "reflector_from_settings", "settings_from_pairs"]
