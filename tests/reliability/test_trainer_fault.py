@@ -43,7 +43,7 @@ from molt.serve import Stack
 from molt.status import StatusReporter
 from molt.store import Store
 from molt_trainer.algos import AlgoSettings
-from molt_trainer.policy import LoraSettings, Policy
+from molt_trainer.policy import LoraSettings, PolicyModel
 from molt_trainer.publish import GatewayTarget, Publisher, policy_versions
 from molt_trainer.service import GovernedSource, OnlineTrainer, TrainerSettings
 
@@ -159,7 +159,7 @@ def _trainer(w: dict[str, Any], model_dir: Path, *, out: str = "adapters", targe
     pub = Publisher(model="stub", out_dir=w["tmp"] / out, targets=[target] if targets else [],
                     store=w["store"] if store else None, tenant_id="acme", retries=1)
     queue = TrainingQueue(w["store"], w["policy"], Principal("acme", Role.TRAINER))
-    return OnlineTrainer(Policy.load(SETTINGS.lora, model_dir), pub, GovernedSource(queue), SETTINGS,
+    return OnlineTrainer(PolicyModel.load(SETTINGS.lora, model_dir), pub, GovernedSource(queue), SETTINGS,
                          base_version="stub")
 
 
@@ -185,7 +185,7 @@ def _adapters(w: dict[str, Any]) -> set[str]:
     return {sp.version for sp in w["gw"].router.table.versions.values() if "@lora-" in sp.version}
 
 
-def _lora(policy: Policy) -> dict[str, Any]:
+def _lora(policy: PolicyModel) -> dict[str, Any]:
     return {k: v.detach().clone() for k, v in policy.model.named_parameters() if v.requires_grad}
 
 

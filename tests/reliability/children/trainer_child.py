@@ -26,7 +26,7 @@ def main() -> None:
     from molt.governance.access import Role
     from molt.store import Store
     from molt_trainer.algos import AlgoSettings
-    from molt_trainer.policy import LoraSettings, Policy
+    from molt_trainer.policy import LoraSettings, PolicyModel
     from molt_trainer.publish import GatewayTarget, Publisher
     from molt_trainer.service import GovernedSource, OnlineTrainer, TrainerSettings
 
@@ -39,7 +39,7 @@ def main() -> None:
     pub = Publisher(model="stub", out_dir=adapters, store=store, tenant_id="acme", retries=1,
                     targets=[GatewayTarget(url, "sk-platform-operator", "stub", weight=0.1)])
     queue = TrainingQueue(store, policy, Principal("acme", Role.TRAINER))
-    trainer = OnlineTrainer(Policy.load(settings.lora, model_dir), pub, GovernedSource(queue), settings,
+    trainer = OnlineTrainer(PolicyModel.load(settings.lora, model_dir), pub, GovernedSource(queue), settings,
                             base_version="stub")
     deadline = time.monotonic() + 300
     while trainer.step < 1 and time.monotonic() < deadline:

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from molt.atdp.models import Event, EventKind, Generation, Message, ToolCall, UserMessage
+from molt.store import Filter
 
 __all__ = ["SCHEMA", "export_dataset", "trajectory_row"]
 
@@ -136,7 +137,7 @@ def trajectory_row(events: list[Event], rewards: list[Any]) -> dict[str, Any]:
     }
 
 
-def _rows(reader: Any, where: str | None, clean: Callable[[list[Event]], list[Event]] | None
+def _rows(reader: Any, where: Filter | str | None, clean: Callable[[list[Event]], list[Event]] | None
           ) -> Iterator[tuple[dict[str, Any], int]]:
     for tid in reader.trajectory_ids(where):
         traj = reader.trajectory(tid)
@@ -147,7 +148,7 @@ def _rows(reader: Any, where: str | None, clean: Callable[[list[Event]], list[Ev
             yield trajectory_row(events, list(traj.rewards)), len(events)
 
 
-def export_dataset(reader: Any, path: str | Path, *, where: str | None = None, batch: int = 512,
+def export_dataset(reader: Any, path: str | Path, *, where: Filter | str | None = None, batch: int = 512,
                    progress: Callable[[int], None] | None = None,
                    clean: Callable[[list[Event]], list[Event]] | None = None) -> int:
     """Write every trajectory ``reader`` (a store or a tenant view) holds as one dataset row; returns rows.

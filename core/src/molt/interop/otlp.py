@@ -52,6 +52,7 @@ from molt.capture.otlp import (
 from molt.errors import MoltError
 from molt.interop.ingest import Row
 from molt.interop.source import json_records
+from molt.store import Filter
 
 __all__ = ["EVALUATION_EVENT", "export_otlp", "read_otlp", "readable_spans", "write_otlp_file"]
 
@@ -286,7 +287,7 @@ def readable_spans(events: Sequence[Event], rewards: Sequence[RewardAnnotation] 
     return out
 
 
-def _trajectories(reader: Any, where: str | None) -> Iterator[tuple[list[Event], list[RewardAnnotation]]]:
+def _trajectories(reader: Any, where: Filter | str | None) -> Iterator[tuple[list[Event], list[RewardAnnotation]]]:
     for tid in reader.trajectory_ids(where):
         traj = reader.trajectory(tid)
         yield list(traj.events), list(traj.rewards)
@@ -313,7 +314,7 @@ class _Counting(SpanExporter):
         return bool(getattr(self.inner, "force_flush", lambda *_: True)(timeout_millis))
 
 
-def export_otlp(reader: Any, endpoint: str | None = None, *, where: str | None = None, exporter: Any = None,
+def export_otlp(reader: Any, endpoint: str | None = None, *, where: Filter | str | None = None, exporter: Any = None,
                 headers: dict[str, str] | None = None, service_name: str = "molt",
                 progress: Callable[[int], None] | None = None, flush_every: int = 2048) -> tuple[int, int]:
     """Send stored trajectories to an OTLP/HTTP endpoint (``http://collector:4318/v1/traces``) through the
@@ -350,7 +351,7 @@ def export_otlp(reader: Any, endpoint: str | None = None, *, where: str | None =
     return counting.sent, counting.failed
 
 
-def write_otlp_file(reader: Any, path: str | Path, *, where: str | None = None, service_name: str = "molt",
+def write_otlp_file(reader: Any, path: str | Path, *, where: Filter | str | None = None, service_name: str = "molt",
                     progress: Callable[[int], None] | None = None) -> int:
     """Write stored trajectories as an OTLP/protobuf file (concatenated ``ExportTraceServiceRequest``
     messages, one per trajectory: protobuf reads them as one); returns the spans written."""
