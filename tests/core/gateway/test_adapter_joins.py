@@ -53,18 +53,28 @@ def _runs(served: Any, key: str) -> tuple[list[str], Any]:
     return calls, handler
 
 
+def _one_verified_trajectory_per_run(served: Any, runs: int, owner: tuple[str, str]) -> dict[str, list[Any]]:
+    """Each stored trajectory's events by its id, after checking there is one per run, each verifies and all of
+    it is ``owner``'s (tenant, agent)."""
+    served.flush()
+    tids = served.store.trajectory_ids()
+    assert len(tids) == runs, f"{len(tids)} trajectories for {runs} runs"
+    out = {}
+    for tid in tids:
+        evs = served.store.trajectory(tid).events
+        assert served.store.verify(tid).ok
+        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {owner}
+        out[tid] = evs
+    return out
+
+
 @pytest.mark.parametrize("keys", [False, True], ids=["open", "keyed"])
 def test_langchain_via_gateway_and_handler_is_one_trajectory_per_run(serve: Any, keys: bool) -> None:
     served = serve(keys=keys)
     key = "sk-acme-writer" if keys else "sk-local"
     calls, _ = _runs(served, key)
-    served.flush()
-    tids = served.store.trajectory_ids()
-    assert len(tids) == RUNS, f"{len(tids)} trajectories for {RUNS} runs"
-    for tid in tids:
-        evs = served.store.trajectory(tid).events
-        assert served.store.verify(tid).ok
-        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "support")}
+    tids = _one_verified_trajectory_per_run(served, RUNS, ("acme", "support"))
+    for evs in tids.values():
         by = {(e.kind, e.provenance.integration) for e in evs}
         # the gateway's model calls (with their token traces) and the handler's steps and tool call
         assert (EventKind.MODEL_CALL, "gateway") in by and (EventKind.AGENT_STEP, "molt-langchain") in by
@@ -126,13 +136,8 @@ def test_openai_agents_sdk_via_gateway_and_processor_is_one_trajectory_per_run(s
     finally:
         agents.set_trace_processors([])
         recorder.close()
-    served.flush()
-    tids = served.store.trajectory_ids()
-    assert len(tids) == RUNS, f"{len(tids)} trajectories for {RUNS} runs"
-    for tid in tids:
-        evs = served.store.trajectory(tid).events
-        assert served.store.verify(tid).ok
-        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "support")}
+    tids = _one_verified_trajectory_per_run(served, RUNS, ("acme", "support"))
+    for evs in tids.values():
         assert sum(e.kind == EventKind.MODEL_CALL for e in evs) == 2
         assert {e.provenance.integration for e in evs if e.kind == EventKind.MODEL_CALL} == {"gateway"}
         assert (EventKind.TOOL_CALL, "molt-openai-agents") in {(e.kind, e.provenance.integration) for e in evs}
@@ -182,13 +187,8 @@ def test_crewai_via_gateway_and_listener_is_one_trajectory_per_run(serve: Any, t
     out = subprocess.run([python, str(script), served.url, "sk-acme-writer", str(runs)], capture_output=True,
                          text=True, timeout=600, env={**os.environ, "OPENAI_API_KEY": "unused"})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    served.flush()
-    tids = served.store.trajectory_ids()
-    assert len(tids) == runs, f"{len(tids)} trajectories for {runs} runs"
-    for tid in tids:
-        evs = served.store.trajectory(tid).events
-        assert served.store.verify(tid).ok
-        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "crew")}
+    tids = _one_verified_trajectory_per_run(served, runs, ("acme", "crew"))
+    for evs in tids.values():
         assert {e.provenance.integration for e in evs if e.kind == EventKind.MODEL_CALL} == {"gateway"}
         assert (EventKind.AGENT_STEP, "molt-crewai") in {(e.kind, e.provenance.integration) for e in evs}
 
@@ -228,13 +228,8 @@ def test_claude_agent_sdk_via_gateway_and_hooks_is_one_trajectory_per_run(serve:
         assert hooks.flush(30)
     finally:
         recorder.close()
-    served.flush()
-    tids = served.store.trajectory_ids()
-    assert len(tids) == runs, f"{len(tids)} trajectories for {runs} runs"
-    for tid in tids:
-        evs = served.store.trajectory(tid).events
-        assert served.store.verify(tid).ok
-        assert {(e.metadata.tenant_id, e.metadata.agent_id) for e in evs} == {("acme", "coder")}
+    tids = _one_verified_trajectory_per_run(served, runs, ("acme", "coder"))
+    for evs in tids.values():
         assert {(e.kind, e.provenance.integration) for e in evs} >= {
             (EventKind.MODEL_CALL, "gateway"), (EventKind.USER_MESSAGE, "molt-claude-agent"),
             (EventKind.AGENT_STEP, "molt-claude-agent")}
