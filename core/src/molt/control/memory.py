@@ -49,6 +49,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from molt.atdp.ids import new_id
+from molt.control.collaborators import TextRedactor
 from molt.control.embed import Embedder, default_embedder
 from molt.errors import InterventionError, StoreError
 from molt.harness.apply import Applied, StaticHarness, apply_spec
@@ -130,7 +131,7 @@ class MemoryStore:
             ``redact(text) -> (text, spans)``); default: molt's default redaction policy.
     """
 
-    def __init__(self, store: Store, embedder: Embedder | None = None, redactor: Any = None):
+    def __init__(self, store: Store, embedder: Embedder | None = None, redactor: TextRedactor | None = None):
         self.store = store
         self._embedder = embedder
         self._redactor = redactor
@@ -150,7 +151,7 @@ class MemoryStore:
         return self._embedder
 
     @property
-    def redactor(self) -> Any:
+    def redactor(self) -> TextRedactor:
         """The redactor applied to every text before it is stored: the thorough profile (a memory or
         skill is text a prompt will carry; :mod:`molt.governance.redaction.profiles`)."""
         if self._redactor is None:

@@ -69,13 +69,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from molt.backends.base import BaseBackend
 from molt.control.approval import Proposals, needs_approval, proposal_evidence
 from molt.control.bars import sufficient
 from molt.control.canary import CanaryLooks
 from molt.control.clusters import embed_texts, resolve_embedder
+from molt.control.collaborators import CandidateReflector, TextRedactor
 from molt.control.diagnose import (
     COSTS,
     QA_EXTRA,
@@ -87,6 +88,7 @@ from molt.control.diagnose import (
     rollback_candidate,
 )
 from molt.control.discovery import agents_in_traffic
+from molt.control.embed import Embedder
 from molt.control.gate import SafetyGate, gate_context
 from molt.control.hands import held_out_keys, without_held_out
 from molt.control.lease import LeaseHeld, Leases, holder_name
@@ -105,6 +107,9 @@ from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.replay.generic import checkable_facts
 from molt.stats import newcombe_diff
 from molt.store import Store
+
+if TYPE_CHECKING:
+    from molt.control.memory import MemoryStore
 
 __all__ = ["ControlPlane", "CycleResult", "PlaneSettings", "overrides_for", "settings_from_pairs"]
 
@@ -159,10 +164,12 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
 
     def __init__(self, store: Store, backend: BaseBackend | Mapping[str, BaseBackend], *,
                  live_tools: LiveTools | None = None,
-                 memories: Any = None, redactor: Any = None, settings: PlaneSettings | None = None,
+                 memories: MemoryStore | None = None, redactor: TextRedactor | None = None,
+                 settings: PlaneSettings | None = None,
                  trainer: Callable[[str, str, Candidate], str | ModelPart] | None = None,
-                 base_parts: AgentConfig | None = None, actor: str = "control-plane", embedder: Any = None,
-                 judge: BaseBackend | None = None, reflector: Any = None, gate: SafetyGate | None = None):
+                 base_parts: AgentConfig | None = None, actor: str = "control-plane",
+                 embedder: Embedder | None = None, judge: BaseBackend | None = None,
+                 reflector: CandidateReflector | None = None, gate: SafetyGate | None = None):
         self.store = store
         self.backend = backend
         self.live_tools = live_tools
@@ -223,14 +230,14 @@ class ControlPlane(CanaryLooks, CandidateGates, Selection):
         return self.judge if self.judge is not None else self.backend_for(agent_id)
 
     @property
-    def memories(self) -> Any:
+    def memories(self) -> MemoryStore:
         if self._memories is None:
             from molt.control.memory import MemoryStore
             self._memories = MemoryStore(self.store, redactor=self.redactor)
         return self._memories
 
     @property
-    def redactor(self) -> Any:
+    def redactor(self) -> TextRedactor:
         if self._redactor is None:
             from molt.governance.redaction import RedactionPolicy
             from molt.governance.redaction.profiles import redactor_for_profile

@@ -56,6 +56,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from molt.control.collaborators import TextRedactor
 from molt.control.diagnose import COSTS, Candidate, Cluster, abstract_correction
 from molt.control.signals import Episode
 from molt.control.versions import AgentVersion
@@ -203,7 +204,7 @@ class Reflector:
                 int(u.get("completion_tokens") or 0))
 
     async def areflect(self, cluster: Cluster, window: Sequence[Episode], live: AgentVersion, *,
-                       redactor: Any) -> ReflectionResult:
+                       redactor: TextRedactor | None) -> ReflectionResult:
         """The reflector's candidates for ``cluster`` (see the module docstring). Never raises for what
         the model answers: a bad answer is a rejected entry with the reason."""
         out = ReflectionResult()
@@ -243,7 +244,8 @@ class Reflector:
 
     # ------------------------------------------------------------------ what it reads
 
-    def prompt(self, cluster: Cluster, window: Sequence[Episode], redactor: Any) -> list[dict[str, Any]]:
+    def prompt(self, cluster: Cluster, window: Sequence[Episode],
+               redactor: TextRedactor | None) -> list[dict[str, Any]]:
         """The chat messages of a reflection: the redacted cluster (see the module docstring)."""
         def red(t: Any) -> str:
             s = t if isinstance(t, str) else orjson.dumps(t, default=str).decode()
@@ -279,7 +281,7 @@ class Reflector:
 
     # ------------------------------------------------------------------ what it writes
 
-    def _candidates(self, prop: Any, cluster: Cluster, live: AgentVersion, redactor: Any,
+    def _candidates(self, prop: Any, cluster: Cluster, live: AgentVersion, redactor: TextRedactor | None,
                     known: str) -> list[tuple[Candidate | None, str | None]]:
         """One proposal → a candidate (or a rejection), retried abstracted when it holds personal data."""
         texts = _texts(prop)
@@ -287,7 +289,9 @@ class Reflector:
         if foreign:
             return [(None, f"tenant: the reflector's {prop.kind} names {', '.join(foreign[:5])}, which "
                            f"{live.tenant_id}'s traffic does not hold (another tenant's data, or invented)")]
-        found = sorted({sp.entity_type for t in texts for sp in redactor.redact(t)[1]}) if redactor is not None else []
+        if redactor is None:
+            return [(self._candidate(prop, cluster, live), None)]
+        found = sorted({sp.entity_type for t in texts for sp in redactor.redact(t)[1]})
         if not found:
             return [(self._candidate(prop, cluster, live), None)]
         why = f"safety: the reflector's {prop.kind} contains {', '.join(found)}; retried abstracted"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from molt.backends.base import BaseBackend
 from molt.control.bars import clears, promising
+from molt.control.collaborators import TextRedactor
 from molt.control.diagnose import Candidate, Cluster
 from molt.control.gate import SafetyGate, Verdict
 from molt.control.hands import many_hands
@@ -24,6 +25,9 @@ from molt.replay import AGENTS, LiveTools, Normalization, ReplayAgent, evaluate_
 from molt.replay.evaluate import Evaluation, ReplayMemo
 from molt.stats import newcombe_diff
 from molt.store import Store
+
+if TYPE_CHECKING:
+    from molt.control.memory import MemoryStore
 
 __all__ = ["CandidateGates", "GateResult", "brief", "replayed"]
 
@@ -80,8 +84,14 @@ class CandidateGates:
     _family: set[str]
     _probes: dict[int, tuple[bool, str]]
     _adapters: set[tuple[int, str]]
-    memories: Any
-    redactor: Any
+
+    @property
+    def memories(self) -> MemoryStore:
+        raise NotImplementedError
+
+    @property
+    def redactor(self) -> TextRedactor:
+        raise NotImplementedError
 
     def backend_for(self, agent_id: str) -> BaseBackend:
         raise NotImplementedError
