@@ -27,9 +27,9 @@ def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, m
                                                                demo_truth: Any) -> None:
     home, out = tmp_path / "home", tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    # At most 10 rounds, ended once the trained adapter has served two rounds as the live version: what the
+    # At most 14 rounds, ended once the trained adapter has served two rounds as the live version: what the
     # assertions below need (its canary rounds plus two live ones), without the rounds after that.
-    proc = subprocess.run([sys.executable, "-m", "molt.cli", "demo", "--train", "--rounds", "10", "--until-trained",
+    proc = subprocess.run([sys.executable, "-m", "molt.cli", "demo", "--train", "--rounds", "14", "--until-trained",
                            "2", "--per-tenant", "6",
                            "--math-per-tenant", "8", "--model-dir", str(model_dir), "--home", str(home),
                            "--out", str(out)], capture_output=True, env=env, cwd=ROOT, timeout=1700)
@@ -57,9 +57,11 @@ def test_demo_train_closes_the_capability_gap_with_new_weights(tmp_path: Path, m
     t = res["training"]
     assert set(t["adapters"]) >= adapters
     # When the plane's evidence bar lets the weight update through depends on sampled answers (temperature 1.0:
-    # anywhere from the second round to the seventh), and a canary needs two rounds to be judged, so the run has
-    # up to 10 rounds: the adapter serves its canary rounds and two live ones (or, promoted at the ninth, only
-    # the canary rounds and the last), for one tenant or both (a tenant whose sampled
+    # anywhere from the second round to the tenth: SmolLM2 fails 60-70 % of these sums, near the tolerated half,
+    # so a cluster's binomial test reaches its level only when a round's sample happens to fail more), and a canary
+    # needs two rounds to be judged, so the run has up to 14 rounds: the adapter serves its canary rounds and two
+    # live ones (or, promoted at the thirteenth, only the canary rounds and the last), for one tenant or both (a
+    # tenant whose sampled
     # failure rate stays under the tolerated one gets no cluster): the rise is judged by an exact test at 1 % on
     # what was served, not by a fixed count, plus an effect size. (One tenant for two rounds is ~19 requests: a
     # 0.35 -> 0.74 rise there is p 0.0026.)
